@@ -1,0 +1,113 @@
+/* hfa: exact attention, softmax(Q·Kᵀ·scale)·V, for Hopper GPUs and CPUs.
+ *
+ * The C ABI. Every function validates every argument and returns a status; on failure
+ * hfa_last_error() names the argument at fault, and no output has been written.
+ * Tensors are views over caller memory: hfa never copies inputs and never allocates
+ * on the hot path (scratch memory, where a call needs it, is the caller's workspace). */
+#ifndef HFA_H
+#define HFA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define HFA_API __declspec(dllexport)
+#else
+#define HFA_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum hfa_status {
+  HFA_SUCCESS = 0,
+  HFA_ERROR_INVALID_ARGUMENT = 1, /* the call is malformed; the message names the argument */
+  HFA_ERROR_NOT_SUPPORTED = 2,    /* well-formed, but this build or device cannot run it */
+  HFA_ERROR_CUDA = 3,             /* the CUDA runtime reported an error */
+  HFA_ERROR_INTERNAL = 4
+} hfa_status;
+
+typedef enum hfa_dtype {
+  HFA_F32 = 0,
+  HFA_F16 = 1,
+  HFA_BF16 = 2,
+  HFA_E4M3 = 3,
+  HFA_E5M2 = 4,
+  HFA_I32 = 5 /* cu_seqlens */
+} hfa_dtype;
+
+typedef enum hfa_device_kind { HFA_CPU = 0, HFA_CUDA = 1 } hfa_device_kind;
+
+#define HFA_MAX_RANK 4
+
+/* A strided view over memory the caller owns. Strides count elements, not bytes. */
+typedef struct hfa_tensor {
+  void* data;
+  hfa_dtype dtype;
+  int32_t rank;
+  int64_t shape[HFA_MAX_RANK];
+  int64_t stride[HFA_MAX_RANK];
+  hfa_device_kind device;
+  int32_t device_index;
+} hfa_tensor;
+
+/* Options shared by forward and backward. Start from hfa_default_options(). */
+typedef struct hfa_options {
+  int32_t has_softmax_scale; /* 0: scale = 1/sqrt(headdim_qk) */
+  float softmax_scale;
+  int32_t causal;            /* bottom-right aligned: query i sees keys j <= i + seqlen_k - seqlen_q */
+  int32_t window_left;       /* sliding window, bottom-right aligned; -1 = unbounded */
+  int32_t window_right;
+  float softcap;             /* > 0: scores become softcap·tanh(scores/softcap); 0 = off */
+
+  /* Variable-length batches: q, k, v, out are (total_tokens, heads, headdim) and
+   * cu_seqlens_* (int32, batch + 1, on the tensors' device) delimit the sequences.
+   * max_seqlen_* bound the lengths (they size the launch). NULL = fixed length. */
+  const hfa_tensor* cu_seqlens_q;
+  const hfa_tensor* cu_seqlens_k;
+  int32_t max_seqlen_q;
+  int32_t max_seqlen_k;
+
+  int32_t deterministic;     /* backward: reproducible accumulation order */
+
+  void* stream;              /* cudaStream_t for CUDA tensors; ignored on the CPU */
+  void* workspace;           /* scratch from the caller, sized by hfa_*_workspace_size */
+  size_t workspace_bytes;
+} hfa_options;
+
+HFA_API hfa_options hfa_default_options(void);
+
+/* out = softmax(q·kᵀ·scale)·v. Fixed length: q (batch, seqlen_q, heads_q, d_qk),
+ * k (batch, seqlen_k, heads_kv, d_qk), v (batch, seqlen_k, heads_kv, d_v),
+ * out (batch, seqlen_q, heads_q, d_v). lse (optional, may be NULL): fp32, natural log,
+ * contiguous (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen. */
+HFA_API hfa_status hfa_forward(const hfa_tensor* q, const hfa_tensor* k, const hfa_tensor* v,
+                               const hfa_tensor* out, const hfa_tensor* lse,
+                               const hfa_options* options);
+HFA_API hfa_status hfa_forward_workspace_size(const hfa_tensor* q, const hfa_tensor* k,
+                                              const hfa_tensor* v, const hfa_options* options,
+                                              size_t* bytes);
+
+/* Gradients of the forward above. lse is the one forward returned. With GQA, dk and dv
+ * hold the sum over the query heads of each group. */
+HFA_API hfa_status hfa_backward(const hfa_tensor* dout, const hfa_tensor* q, const hfa_tensor* k,
+                                const hfa_tensor* v, const hfa_tensor* out, const hfa_tensor* lse,
+                                const hfa_tensor* dq, const hfa_tensor* dk, const hfa_tensor* dv,
+                                const hfa_options* options);
+HFA_API hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_tensor* k,
+                                               const hfa_tensor* v, const hfa_options* options,
+                                               size_t* bytes);
+
+/* The message of the last failed call on this thread ("" if none). */
+HFA_API const char* hfa_last_error(void);
+HFA_API const char* hfa_status_name(hfa_status status);
+HFA_API const char* hfa_version(void);
+/* Number of CUDA devices this build can use (0 without CUDA or without a GPU). */
+HFA_API int32_t hfa_cuda_device_count(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* HFA_H */

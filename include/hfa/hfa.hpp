@@ -1,0 +1,106 @@
+// hfa: exact attention, softmax(Q·Kᵀ·scale)·V, for Hopper GPUs and CPUs. The C++ API.
+//
+// The same functions as the C ABI (hfa.h), with C++ types: tensors are the C views, options
+// use std::optional, and every call returns a Status that carries its message.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "hfa/hfa.h"
+
+namespace hfa {
+
+enum class DType : int32_t {
+  f32 = HFA_F32,
+  f16 = HFA_F16,
+  bf16 = HFA_BF16,
+  e4m3 = HFA_E4M3,
+  e5m2 = HFA_E5M2,
+  i32 = HFA_I32,
+};
+
+enum class DeviceKind : int32_t { cpu = HFA_CPU, cuda = HFA_CUDA };
+
+struct Device {
+  DeviceKind kind = DeviceKind::cpu;
+  int32_t index = 0;
+  static Device cpu() { return {}; }
+  static Device cuda(int32_t index = 0) { return {DeviceKind::cuda, index}; }
+};
+
+using Tensor = hfa_tensor;
+
+// A view with the given shape; strides default to row-major contiguous.
+HFA_API Tensor make_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                           std::initializer_list<int64_t> strides = {}, Device device = {});
+
+HFA_API std::size_t dtype_size(DType dtype);
+HFA_API const char* dtype_name(DType dtype);
+
+enum class Code : int32_t {
+  success = HFA_SUCCESS,
+  invalid_argument = HFA_ERROR_INVALID_ARGUMENT,
+  not_supported = HFA_ERROR_NOT_SUPPORTED,
+  cuda = HFA_ERROR_CUDA,
+  internal = HFA_ERROR_INTERNAL,
+};
+
+class Status {
+ public:
+  Status() = default;
+  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  static Status ok() { return {}; }
+
+  bool is_ok() const { return code_ == Code::success; }
+  explicit operator bool() const { return is_ok(); }
+  Code code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  Code code_ = Code::success;
+  std::string message_;
+};
+
+struct Options {
+  std::optional<float> softmax_scale;  // default 1/sqrt(headdim_qk)
+  bool causal = false;                 // bottom-right aligned
+  int32_t window_left = -1;            // -1 = unbounded
+  int32_t window_right = -1;
+  float softcap = 0.0f;                // 0 = off
+
+  // Varlen: (total_tokens, heads, headdim) tensors delimited by int32 cu_seqlens (batch + 1).
+  const Tensor* cu_seqlens_q = nullptr;
+  const Tensor* cu_seqlens_k = nullptr;
+  int32_t max_seqlen_q = 0;
+  int32_t max_seqlen_k = 0;
+
+  bool deterministic = false;
+
+  void* stream = nullptr;  // cudaStream_t
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+};
+
+HFA_API hfa_options to_c(const Options& options);
+
+// See hfa_forward. lse may be null.
+HFA_API Status forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor* lse, const Options& options = {});
+HFA_API Status forward_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Options& options, std::size_t* bytes);
+
+// See hfa_backward.
+HFA_API Status backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv, const Options& options = {});
+HFA_API Status backward_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Options& options, std::size_t* bytes);
+
+HFA_API int32_t cuda_device_count();
+
+}  // namespace hfa

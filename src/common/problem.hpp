@@ -1,0 +1,79 @@
+// The attention problem as every backend sees it: validated, defaults resolved, strides in
+// elements. The API layer builds it (src/api); backends consume it and know nothing else of
+// the API.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hfa/hfa.hpp"
+
+namespace hfa::detail {
+
+// Element strides of a (batch, row, head, dim) tensor; dim has unit stride. Varlen tensors are
+// (total_tokens, head, dim): batch is 0 and rows are absolute token indices (cu_seqlens[b] + i).
+struct Strides {
+  int64_t batch = 0;
+  int64_t row = 0;
+  int64_t head = 0;
+};
+
+struct ForwardProblem {
+  DType dtype = DType::bf16;      // of q, k and v
+  DType out_dtype = DType::bf16;  // of out
+  int32_t batch = 0;
+  int32_t seqlen_q = 0;  // varlen: max_seqlen_q
+  int32_t seqlen_k = 0;  // varlen: max_seqlen_k
+  int32_t heads_q = 0;
+  int32_t heads_kv = 0;  // heads_q % heads_kv == 0
+  int32_t hdim_qk = 0;
+  int32_t hdim_v = 0;
+
+  // Varlen: int32 offsets (batch + 1) on the tensors' device; null for fixed length.
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  int64_t total_q = 0;  // varlen: rows of q (= cu_seqlens_q[batch], from q's shape)
+  int64_t total_k = 0;
+
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  Strides q_stride, k_stride, v_stride, out_stride;
+
+  // fp32, natural log. Element (b, h, i) at b·lse_batch_stride + h·lse_head_stride + i;
+  // varlen: h·lse_head_stride + cu_seqlens_q[b] + i (lse_batch_stride = 0). Null: not wanted.
+  float* lse = nullptr;
+  int64_t lse_batch_stride = 0;
+  int64_t lse_head_stride = 0;
+
+  float softmax_scale = 0.0f;  // resolved (never the "default" marker)
+  float softcap = 0.0f;        // 0 = off
+  // Bottom-right aligned window: query i of a sequence sees key j iff
+  //   (window_left  < 0 || j >= i + seqlen_k - seqlen_q - window_left) and
+  //   (window_right < 0 || j <= i + seqlen_k - seqlen_q + window_right).
+  // Causal is window_right = 0 (the API folds the flag in); causal stays set for dispatch.
+  int32_t window_left = -1;
+  int32_t window_right = -1;
+  bool causal = false;
+
+  Device device;
+  void* stream = nullptr;
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+
+  bool is_varlen() const { return cu_seqlens_q != nullptr; }
+  bool has_window() const { return window_left >= 0 || window_right >= 0; }
+};
+
+struct BackwardProblem {
+  ForwardProblem fwd;  // q, k, v, out, lse (required here), options
+  const void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  Strides dout_stride, dq_stride, dk_stride, dv_stride;
+  bool deterministic = false;
+};
+
+}  // namespace hfa::detail
