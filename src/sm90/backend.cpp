@@ -1,0 +1,123 @@
+// The Hopper backend's entry in the dispatch table: which problems the sm90 kernels take, and
+// the launch of the one that fits.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/backend.hpp"
+#include "sm90/fwd/launch.hpp"
+
+namespace hfa::sm90 {
+namespace {
+
+using detail::BackwardProblem;
+using detail::ForwardProblem;
+
+Status not_supported(const std::string& what) {
+  return {Code::not_supported, "sm90 forward: " + what + " is not supported on this device yet"};
+}
+
+struct DeviceFacts {
+  Status status;
+  fwd::LaunchContext context;
+};
+
+// Properties of each device, read once: a hot-path call makes no attribute queries.
+const DeviceFacts& device_facts(int device) {
+  static std::mutex mutex;
+  static std::vector<std::unique_ptr<DeviceFacts>> cache;
+  std::lock_guard lock(mutex);
+  if (device >= int(cache.size())) cache.resize(device + 1);
+  if (!cache[device]) {
+    auto facts = std::make_unique<DeviceFacts>();
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+      facts->status = {Code::cuda, std::string("sm90: cannot query device ") + std::to_string(device) +
+                                       ": " + cudaGetErrorString(cudaGetLastError())};
+    } else if (prop.major != 9 || prop.minor != 0) {
+      facts->status = {Code::not_supported,
+                       std::string("sm90: device ") + prop.name + " is sm_" +
+                           std::to_string(prop.major * 10 + prop.minor) +
+                           "; these kernels need a Hopper GPU (sm_90)"};
+    } else {
+      facts->context = {prop.multiProcessorCount, std::size_t(prop.l2CacheSize)};
+    }
+    cache[device] = std::move(facts);
+  }
+  return *cache[device];
+}
+
+Status check_forward_support(const ForwardProblem& p) {
+  if (p.dtype != DType::bf16 && p.dtype != DType::f16) {
+    return not_supported(std::string("dtype ") + dtype_name(p.dtype) + " (bf16 and fp16 are)");
+  }
+  if (p.hdim_qk != p.hdim_v) return not_supported("headdim_v != headdim_qk");
+  if (p.hdim_qk != 64 && p.hdim_qk != 128 && p.hdim_qk != 256) {
+    return not_supported("headdim " + std::to_string(p.hdim_qk) + " (64, 128 and 256 are)");
+  }
+  if (p.is_varlen()) return not_supported("varlen (cu_seqlens)");
+  if (p.softcap > 0.0f) return not_supported("softcap");
+  if (p.window_left >= 0 || (p.window_right >= 0 && !(p.causal && p.window_right == 0))) {
+    return not_supported("a sliding window");
+  }
+  return Status::ok();
+}
+
+// Runs on the device of the problem's tensors, restoring the caller's current device after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    cudaGetDevice(&previous_);
+    if (previous_ != device) cudaSetDevice(device);
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+template <typename Element>
+Status dispatch_head_dim(const ForwardProblem& p, const fwd::LaunchContext& context) {
+  switch (p.hdim_qk) {
+    case 64: return fwd::run_forward<64, Element>(p, context);
+    case 128: return fwd::run_forward<128, Element>(p, context);
+    default: return fwd::run_forward<256, Element>(p, context);
+  }
+}
+
+Status forward(const ForwardProblem& p) {
+  if (Status status = check_forward_support(p); !status) return status;
+  DeviceGuard guard(p.device.index);
+  const DeviceFacts& facts = device_facts(p.device.index);
+  if (!facts.status) return facts.status;
+  if (p.dtype == DType::bf16) return dispatch_head_dim<__nv_bfloat16>(p, facts.context);
+  return dispatch_head_dim<__half>(p, facts.context);
+}
+
+Status forward_workspace_size(const ForwardProblem&, std::size_t* bytes) {
+  *bytes = 0;
+  return Status::ok();
+}
+
+Status backward(const BackwardProblem&) {
+  return {Code::not_supported, "sm90 backward: not supported on this device yet"};
+}
+
+Status backward_workspace_size(const BackwardProblem&, std::size_t* bytes) {
+  *bytes = 0;
+  return Status::ok();
+}
+
+const detail::Backend kBackend{"sm90", forward, forward_workspace_size, backward,
+                               backward_workspace_size};
+
+}  // namespace
+}  // namespace hfa::sm90
+
+namespace hfa::detail {
+const Backend* sm90_backend() { return &sm90::kBackend; }
+}  // namespace hfa::detail

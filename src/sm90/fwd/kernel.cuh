@@ -1,0 +1,61 @@
+// The forward kernel: one persistent CTA per SM, split by role.
+//   warpgroup 0 — the producer: one thread issues every TMA load; registers given back.
+//   warpgroups 1.. — consumers: 64 query rows each, wgmma + online softmax + epilogue.
+#pragma once
+
+#include "sm90/fwd/epilogue.cuh"
+#include "sm90/fwd/mainloop.cuh"
+#include "sm90/fwd/producer.cuh"
+#include "sm90/ptx/registers.cuh"
+
+namespace hfa::sm90::fwd {
+
+template <typename Config, typename Element>
+__global__ void __launch_bounds__(Config::kThreads, 1) forward_kernel(const __grid_constant__ Params p) {
+  using Storage = SharedStorage<Config, Element>;
+  extern __shared__ uint8_t dynamic_smem[];
+  Storage& smem = shared_storage<Storage>(dynamic_smem);
+
+  const int warpgroup = threadIdx.x / kThreadsPerWarpgroup;
+  const int thread = threadIdx.x % kThreadsPerWarpgroup;
+  constexpr int kWarpsPerConsumerGroup = kThreadsPerWarpgroup / 32;
+  constexpr int kConsumers = Config::kConsumerWarpgroups;
+
+  if (threadIdx.x == 0) {
+    smem.q_full.init(1);
+    smem.q_empty.init(kConsumers);
+    for (int stage = 0; stage < Config::kStages; ++stage) {
+      smem.k_full[stage].init(1);
+      smem.v_full[stage].init(1);
+      smem.k_empty[stage].init(kConsumers * kWarpsPerConsumerGroup);
+      smem.v_empty[stage].init(kConsumers * kWarpsPerConsumerGroup);
+    }
+    ptx::fence_barrier_init();
+    ptx::prefetch_tensor_map(&p.q_map);
+    ptx::prefetch_tensor_map(&p.k_map);
+    ptx::prefetch_tensor_map(&p.v_map);
+    ptx::prefetch_tensor_map(&p.out_map);
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    ptx::release_registers<Config::kProducerRegisters>();
+    if (thread == 0) Producer<Config, Element>{p, smem}.run();
+    return;
+  }
+
+  ptx::claim_registers<Config::kConsumerRegisters>();
+  ConsumerMainloop<Config, Element> mainloop{p, smem, warpgroup - 1, thread};
+  Epilogue<Config, Element> epilogue{p, smem, warpgroup - 1, thread};
+  mainloop.start_ping_pong();
+  float o[ConsumerMainloop<Config, Element>::kOAcc];
+  OnlineSoftmax softmax;
+  for (int index = blockIdx.x; index < p.num_tiles; index += gridDim.x) {
+    const WorkTile tile = decode_tile<Config>(p, index);
+    mainloop.run(tile, block_range<Config>(p, tile.m_block), o, softmax);
+    epilogue.store(tile, o, softmax);
+  }
+  if (thread == 0) ptx::store_wait_all();  // the last O store must land before the CTA exits
+}
+
+}  // namespace hfa::sm90::fwd

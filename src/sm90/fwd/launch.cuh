@@ -1,0 +1,104 @@
+// Builds the kernel's Params from a ForwardProblem and launches the persistent grid.
+#pragma once
+
+#include <algorithm>
+#include <cuda_runtime.h>
+#include <string>
+
+#include "sm90/fwd/kernel.cuh"
+#include "sm90/fwd/launch.hpp"
+#include "sm90/tma_descriptor.hpp"
+
+namespace hfa::sm90::fwd {
+
+template <typename Element>
+constexpr CUtensorMapDataType tma_dtype() {
+  return std::is_same_v<Element, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+}
+
+// Shape of one of q, k, v, out as a (dim, row, head, batch) tile map.
+template <typename Element>
+TileMapShape tile_map_shape(const void* base, int dim, int rows, int heads, int batch,
+                            const detail::Strides& strides, int box_rows) {
+  constexpr uint64_t kBytes = sizeof(Element);
+  return {base,
+          {uint64_t(dim), uint64_t(rows), uint64_t(heads), uint64_t(batch)},
+          {uint64_t(strides.row) * kBytes, uint64_t(strides.head) * kBytes,
+           uint64_t(strides.batch) * kBytes},
+          uint32_t(box_rows)};
+}
+
+// Causal tiles are ordered longest first within sections of (batch, head) pairs whose K and V
+// fit in half the L2 together, so the CTAs running at once re-read K/V from L2, not HBM.
+inline int heads_per_section(const detail::ForwardProblem& problem, std::size_t l2_bytes) {
+  const std::size_t kv_bytes_per_head = std::size_t(problem.seqlen_k) *
+                                        (problem.hdim_qk + problem.hdim_v) * 2 /
+                                        (problem.heads_q / problem.heads_kv);
+  const std::size_t budget = l2_bytes / 2;
+  return int(std::max<std::size_t>(1, budget / std::max<std::size_t>(1, kv_bytes_per_head)));
+}
+
+template <typename Config, typename Element>
+Status launch(const detail::ForwardProblem& problem, const LaunchContext& context) {
+  using Storage = SharedStorage<Config, Element>;
+  constexpr auto kDtype = tma_dtype<Element>();
+  Params params{};
+  const int b = problem.batch, d = Config::kHeadDim;
+  const TileMapShape maps[4] = {
+      tile_map_shape<Element>(problem.q, d, problem.seqlen_q, problem.heads_q, b, problem.q_stride,
+                              Config::kBlockM),
+      tile_map_shape<Element>(problem.k, d, problem.seqlen_k, problem.heads_kv, b, problem.k_stride,
+                              Config::kBlockN),
+      tile_map_shape<Element>(problem.v, d, problem.seqlen_k, problem.heads_kv, b, problem.v_stride,
+                              Config::kBlockN),
+      tile_map_shape<Element>(problem.out, d, problem.seqlen_q, problem.heads_q, b,
+                              problem.out_stride, kRowsPerWarpgroup),
+  };
+  CUtensorMap* targets[4] = {&params.q_map, &params.k_map, &params.v_map, &params.out_map};
+  for (int i = 0; i < 4; ++i) {
+    if (Status status = make_tile_map(targets[i], maps[i], kDtype); !status) return status;
+  }
+
+  constexpr float kLog2e = 1.4426950408889634f;
+  params.lse = problem.lse;
+  params.lse_batch_stride = problem.lse_batch_stride;
+  params.lse_head_stride = problem.lse_head_stride;
+  params.batch = b;
+  params.heads_q = problem.heads_q;
+  params.heads_per_kv = problem.heads_q / problem.heads_kv;
+  params.seqlen_q = problem.seqlen_q;
+  params.seqlen_k = problem.seqlen_k;
+  params.scale_log2 = problem.softmax_scale * kLog2e;
+  params.num_m_blocks = (problem.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
+  params.num_tiles = params.num_m_blocks * problem.heads_q * b;
+  params.heads_per_section = heads_per_section(problem, context.l2_bytes);
+  if (params.num_tiles == 0) return Status::ok();
+
+  auto kernel = forward_kernel<Config, Element>;
+  constexpr int kSmem = kSharedBytes<Storage>;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) !=
+      cudaSuccess) {
+    return {Code::cuda, std::string("sm90 forward: cannot reserve shared memory: ") +
+                            cudaGetErrorString(cudaGetLastError())};
+  }
+  const int grid = std::min(params.num_tiles, context.sm_count);
+  kernel<<<grid, Config::kThreads, kSmem, static_cast<cudaStream_t>(problem.stream)>>>(params);
+  if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) {
+    return {Code::cuda, std::string("sm90 forward: launch failed: ") + cudaGetErrorString(error)};
+  }
+  return Status::ok();
+}
+
+template <int kHeadDim, typename Element>
+Status run_forward(const detail::ForwardProblem& problem, const LaunchContext& context) {
+  if (problem.causal) return launch<TileConfig<kHeadDim, true>, Element>(problem, context);
+  return launch<TileConfig<kHeadDim, false>, Element>(problem, context);
+}
+
+}  // namespace hfa::sm90::fwd
+
+// One translation unit per (head dim, element type).
+#define HFA_INSTANTIATE_FORWARD(HEAD_DIM, ELEMENT)                                      \
+  template hfa::Status hfa::sm90::fwd::run_forward<HEAD_DIM, ELEMENT>(                  \
+      const hfa::detail::ForwardProblem&, const hfa::sm90::fwd::LaunchContext&);

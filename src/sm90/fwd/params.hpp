@@ -1,0 +1,34 @@
+// What the forward kernel receives: TMA maps of q, k, v, out and the problem's scalars.
+#pragma once
+
+#include <cstdint>
+#include <cuda.h>
+
+namespace hfa::sm90::fwd {
+
+struct Params {
+  // Rank-4 (dim, row, head, batch) maps; boxes of 64 dims × {kBlockM (q), kBlockN (k, v),
+  // 64 (out: one consumer warpgroup's rows)} rows.
+  CUtensorMap q_map;
+  CUtensorMap k_map;
+  CUtensorMap v_map;
+  CUtensorMap out_map;
+
+  float* lse;  // null: not wanted
+  int64_t lse_batch_stride;
+  int64_t lse_head_stride;
+
+  int32_t batch;
+  int32_t heads_q;
+  int32_t heads_per_kv;  // GQA group size
+  int32_t seqlen_q;
+  int32_t seqlen_k;
+
+  float scale_log2;  // softmax_scale · log2(e): exponentials are exp2(s·scale_log2 − max·scale_log2)
+
+  int32_t num_m_blocks;
+  int32_t num_tiles;           // num_m_blocks · heads_q · batch
+  int32_t heads_per_section;   // causal tile order: (batch, head) pairs whose K/V share L2
+};
+
+}  // namespace hfa::sm90::fwd

@@ -1,0 +1,77 @@
+// The producer: one thread that walks the same tiles as the consumers and keeps the Q buffer
+// and the K/V rings full with TMA, V one block behind K (the consumers need K(n) for S before
+// they need V(n) for P·V).
+#pragma once
+
+#include "sm90/fwd/params.hpp"
+#include "sm90/fwd/scheduler.cuh"
+#include "sm90/fwd/shared_storage.cuh"
+#include "sm90/ptx/tma.cuh"
+
+namespace hfa::sm90::fwd {
+
+template <typename Config, typename Element>
+struct Producer {
+  using Storage = SharedStorage<Config, Element>;
+  using Ring = ptx::RingPosition<Config::kStages>;
+  static constexpr int kQSlabElements = Config::kBlockM * kSlabColumns;
+  static constexpr int kKVSlabElements = Config::kBlockN * kSlabColumns;
+
+  const Params& p;
+  Storage& smem;
+  Ring k_ring;
+  Ring v_ring;
+  uint32_t q_phase = 0;
+
+  __device__ __forceinline__ void load_q(const WorkTile& tile) {
+    smem.q_empty.wait(q_phase ^ 1);  // the previous tile's O has left the Q buffer
+    smem.q_full.arrive_expect_tx(Storage::QTile::kBytes);
+#pragma unroll
+    for (int slab = 0; slab < Config::kSlabs; ++slab) {
+      ptx::load_4d(smem.q.data + slab * kQSlabElements, &p.q_map, &smem.q_full, slab * kSlabColumns,
+                   tile.m_block * Config::kBlockM, tile.head, tile.batch, ptx::CacheHint::evict_first);
+    }
+    q_phase ^= 1;
+  }
+
+  __device__ __forceinline__ void load_kv(typename Storage::KVTile (&stages)[Config::kStages],
+                                          ptx::Mbarrier (&full)[Config::kStages],
+                                          ptx::Mbarrier (&empty)[Config::kStages], Ring& ring,
+                                          const CUtensorMap* map, int n_block, int kv_head,
+                                          int batch) {
+    empty[ring.stage].wait(ring.phase ^ 1);
+    full[ring.stage].arrive_expect_tx(Storage::KVTile::kBytes);
+#pragma unroll
+    for (int slab = 0; slab < Config::kSlabs; ++slab) {
+      ptx::load_4d(stages[ring.stage].data + slab * kKVSlabElements, map, &full[ring.stage],
+                   slab * kSlabColumns, n_block * Config::kBlockN, kv_head, batch,
+                   ptx::CacheHint::evict_last);
+    }
+    ring.advance();
+  }
+
+  __device__ __forceinline__ void load_k(int n_block, int kv_head, int batch) {
+    load_kv(smem.k, smem.k_full, smem.k_empty, k_ring, &p.k_map, n_block, kv_head, batch);
+  }
+  __device__ __forceinline__ void load_v(int n_block, int kv_head, int batch) {
+    load_kv(smem.v, smem.v_full, smem.v_empty, v_ring, &p.v_map, n_block, kv_head, batch);
+  }
+
+  __device__ void run() {
+    for (int index = blockIdx.x; index < p.num_tiles; index += gridDim.x) {
+      const WorkTile tile = decode_tile<Config>(p, index);
+      const BlockRange blocks = block_range<Config>(p, tile.m_block);
+      const int kv_head = tile.head / p.heads_per_kv;
+      load_q(tile);
+      if (blocks.count() == 0) continue;
+      load_k(blocks.n_end - 1, kv_head, tile.batch);
+      for (int n = blocks.n_end - 2; n >= blocks.n_begin; --n) {
+        load_k(n, kv_head, tile.batch);
+        load_v(n + 1, kv_head, tile.batch);
+      }
+      load_v(blocks.n_begin, kv_head, tile.batch);
+    }
+  }
+};
+
+}  // namespace hfa::sm90::fwd

@@ -1,0 +1,40 @@
+// Tile shapes and the CTA's division of labour for each forward configuration.
+#pragma once
+
+namespace hfa::sm90::fwd {
+
+inline constexpr int kRowsPerWarpgroup = 64;   // the M of one wgmma
+inline constexpr int kThreadsPerWarpgroup = 128;
+inline constexpr int kSlabColumns = 64;        // 16-bit columns per 128-byte swizzled slab
+inline constexpr int kMmaK = 16;               // the K of one 16-bit wgmma
+
+template <int kHeadDim_, bool kCausal_>
+struct TileConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kCausal = kCausal_;
+
+  // Rows of Q per CTA. hdim 64 has cheap GEMMs per exponential, so a third consumer warpgroup
+  // keeps the tensor cores fed while the other two compute softmax.
+  static constexpr int kBlockM = kHeadDim == 64 ? 192 : 128;
+  // Keys per K/V tile: as wide as registers (S and O accumulators plus P) and shared memory
+  // (Q + 2 stages of K and V, ≤ 227 KB) allow. hdim 128 non-causal: 176 (S 88 + O 64 + P 44
+  // registers; 208 KB). Causal keeps 128 so the diagonal tiles waste less.
+  static constexpr int kBlockN = kHeadDim == 64    ? 128
+                                 : kHeadDim == 128 ? (kCausal ? 128 : 176)
+                                                   : 80;
+  static constexpr int kStages = 2;  // K and V each double-buffered: load tile j+1 during tile j
+
+  static constexpr int kConsumerWarpgroups = kBlockM / kRowsPerWarpgroup;
+  static constexpr int kThreads = kThreadsPerWarpgroup * (kConsumerWarpgroups + 1);
+  // setmaxnreg budgets: the producer only issues TMA; consumers hold S, P and O in registers.
+  // Totals fill the 64K register file: 128·(24 + 2·240) = 64512, 128·(32 + 3·160) = 65536.
+  static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
+  static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
+
+  static constexpr int kSlabs = kHeadDim / kSlabColumns;
+  static_assert(kHeadDim % kSlabColumns == 0);
+  static_assert(kBlockN % kMmaK == 0 && kBlockN % 8 == 0);
+  static_assert(128 * (kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) <= 65536);
+};
+
+}  // namespace hfa::sm90::fwd

@@ -1,0 +1,30 @@
+// Named barriers: the 16 hardware barriers of a CTA, synchronizing a subset of its warps.
+#pragma once
+
+#include <cstdint>
+
+namespace hfa::sm90::ptx {
+
+// Every id hfa uses, in one place, so no two roles ever share one by accident.
+enum class NamedBarrier : uint32_t {
+  sync_threads = 0,      // reserved: __syncthreads
+  warp_scheduler = 1,    // 1..3: turn of consumer warpgroup 0..2 to issue its GEMMs (ping-pong)
+  epilogue = 4,          // 4..6: one consumer warpgroup's epilogue (its O tile in shared memory)
+  count = 7,
+};
+
+inline constexpr uint32_t kWarpgroupThreads = 128;
+
+__device__ __forceinline__ uint32_t barrier_id(NamedBarrier base, uint32_t offset = 0) {
+  return static_cast<uint32_t>(base) + offset;
+}
+
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace hfa::sm90::ptx

@@ -1,0 +1,62 @@
+#include "sm90/tma_descriptor.hpp"
+
+#include <cuda_runtime_api.h>
+#include <cudaTypedefs.h>
+
+#include <string>
+
+namespace hfa::sm90 {
+namespace {
+
+constexpr uint32_t kSlabElements = 64;  // 128 B of 16-bit elements: one swizzle row
+constexpr uint64_t kTmaAlignment = 16;
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
+  static PFN_cuTensorMapEncodeTiled_v12000 function = [] {
+    void* entry = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(entry);
+  }();
+  return function;
+}
+
+}  // namespace
+
+Status make_tile_map(CUtensorMap* map, const TileMapShape& shape, CUtensorMapDataType dtype) {
+  if (reinterpret_cast<uintptr_t>(shape.base) % kTmaAlignment != 0) {
+    return {Code::not_supported, "sm90: tensor data must be 16-byte aligned for TMA"};
+  }
+  for (uint64_t stride : shape.strides_bytes) {
+    if (stride % kTmaAlignment != 0) {
+      return {Code::not_supported,
+              "sm90: row, head and batch strides must be multiples of 16 bytes for TMA (got " +
+                  std::to_string(stride) + " bytes)"};
+    }
+  }
+  auto encode = encode_function();
+  if (encode == nullptr) return {Code::cuda, "sm90: cuTensorMapEncodeTiled is not available"};
+
+  // Extents of 0 are not encodable; such tensors are never copied, so any extent will do.
+  cuuint64_t dims[4];
+  for (int i = 0; i < 4; ++i) dims[i] = shape.dims[i] > 0 ? shape.dims[i] : 1;
+  cuuint64_t strides[3] = {shape.strides_bytes[0], shape.strides_bytes[1], shape.strides_bytes[2]};
+  for (auto& stride : strides) stride = stride > 0 ? stride : kTmaAlignment;
+  const cuuint32_t box[4] = {kSlabElements, shape.box_rows, 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUresult result =
+      encode(map, dtype, 4, const_cast<void*>(shape.base), dims, strides, box, element_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    return {Code::cuda, "sm90: cuTensorMapEncodeTiled failed with CUresult " +
+                            std::to_string(static_cast<int>(result))};
+  }
+  return Status::ok();
+}
+
+}  // namespace hfa::sm90

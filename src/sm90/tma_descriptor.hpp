@@ -1,0 +1,24 @@
+// Host side of TMA: building CUtensorMaps for the tensors a kernel copies.
+#pragma once
+
+#include <cstdint>
+#include <cuda.h>
+
+#include "hfa/hfa.hpp"
+
+namespace hfa::sm90 {
+
+// A rank-4 view (dim, row, head, batch) of 16-bit elements with a unit stride in dim, copied in
+// boxes of 64 dims × box_rows rows (one 128-byte swizzled slab) of one head of one batch.
+struct TileMapShape {
+  const void* base;
+  uint64_t dims[4];           // extents, innermost first
+  uint64_t strides_bytes[3];  // of row, head, batch
+  uint32_t box_rows;
+};
+
+// Encodes the map through the driver entry point the runtime exposes (no -lcuda needed).
+// Fails with not_supported when the view breaks TMA's rules (16-byte aligned base and strides).
+Status make_tile_map(CUtensorMap* map, const TileMapShape& shape, CUtensorMapDataType dtype);
+
+}  // namespace hfa::sm90
