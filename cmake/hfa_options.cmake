@@ -1,10 +1,9 @@
 # Flags shared by hfa's targets.
 
-# Compile a CUDA target for Hopper: wgmma, setmaxnreg and TMA need sm_90a exactly. (CMake 3.25
-# does not know nvcc's C++20 switch, hence -std given by hand.)
+# Compile a CUDA target for Hopper: wgmma, setmaxnreg and TMA need sm_90a exactly.
 function(hfa_cuda_target target)
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20 -gencode=arch=compute_90a,code=sm_90a -O3 --use_fast_math
+    $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a -O3 --use_fast_math
       -lineinfo --expt-relaxed-constexpr -Xptxas=-v -Xcompiler=-fvisibility=hidden>)
   target_compile_definitions(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:NDEBUG>)
 endfunction()

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>

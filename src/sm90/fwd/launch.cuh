@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cuda_runtime.h>
 #include <string>
 
@@ -77,10 +78,17 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
 
   auto kernel = forward_kernel<Config, Element>;
   constexpr int kSmem = kSharedBytes<Storage>;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) !=
-      cudaSuccess) {
-    return {Code::cuda, std::string("sm90 forward: cannot reserve shared memory: ") +
-                            cudaGetErrorString(cudaGetLastError())};
+  // The opt-in to > 48 KB of shared memory is per device; ask once on each.
+  static std::atomic<uint64_t> reserved_on_device{0};
+  const uint64_t device_bit = uint64_t(1) << (problem.device.index % 64);
+  if (!(reserved_on_device.load(std::memory_order_relaxed) & device_bit)) {
+    if (cudaError_t error =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+        error != cudaSuccess) {
+      return {Code::cuda, std::string("sm90 forward: cannot reserve shared memory: ") +
+                              cudaGetErrorString(error)};
+    }
+    reserved_on_device.fetch_or(device_bit, std::memory_order_relaxed);
   }
   const int grid = std::min(params.num_tiles, context.sm_count);
   kernel<<<grid, Config::kThreads, kSmem, static_cast<cudaStream_t>(problem.stream)>>>(params);

@@ -62,9 +62,11 @@ struct Producer {
       const WorkTile tile = decode_tile<Config>(p, index);
       const BlockRange blocks = block_range<Config>(p, tile.m_block);
       const int kv_head = tile.head / p.heads_per_kv;
+      // The first K of the tile goes before Q: Q waits for the previous tile's epilogue to
+      // leave its buffer, and that K load can already run during the epilogue.
+      if (blocks.count() > 0) load_k(blocks.n_end - 1, kv_head, tile.batch);
       load_q(tile);
       if (blocks.count() == 0) continue;
-      load_k(blocks.n_end - 1, kv_head, tile.batch);
       for (int n = blocks.n_end - 2; n >= blocks.n_begin; --n) {
         load_k(n, kv_head, tile.batch);
         load_v(n + 1, kv_head, tile.batch);

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: GPU tests, SASS facts, sanitizers and the peer benchmark.
+#
+#   bench/device_run.sh STEP...     steps: info tests sass sanitize bench[:ARGS]
+#
+# Binaries come prebuilt from this machine (see bench/README.md) in $HFA_BIN (default .device):
+# test_sm90_forward, test_sm90_ptx, hfa, libhfa.so. Results go to $OUT.
+set -uo pipefail
+bin=${HFA_BIN:-.device}
+out=${OUT:-/tmp/hfa-out}
+mkdir -p "$out"
+status=0
+
+step_info() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
+    --format=csv | tee "$out/gpu.txt"
+  "$bin/hfa" info || status=1
+}
+
+step_tests() {
+  for test in test_sm90_ptx test_sm90_forward; do
+    [ -x "$bin/$test" ] || continue
+    "$bin/$test" --gtest_brief=1 --gtest_output="json:$out/$test.json" 2>&1 | tail -40 || status=1
+  done
+}
+
+# HGMMA must be there and local memory (spills) must not; one line per kernel.
+step_sass() {
+  cuobjdump -sass "$bin/libhfa.so" > /tmp/hfa.sass
+  awk '/Function :/ {name=$3} /HGMMA/ {h[name]++} /LDL|STL/ {l[name]++}
+       END {for (n in h) printf "%-100s HGMMA %5d  local %d\n", substr(n,1,100), h[n], l[n]+0}' \
+    /tmp/hfa.sass | sort | tee "$out/sass.txt"
+}
+
+step_sanitize() {
+  local filter='Grid/ForwardSm90.MatchesFloat64Reference/d*_bf16_*_b2_h4_kv1_q255_k1000'
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/test_sm90_forward" \
+      --gtest_filter="$filter" 2>&1 | tail -6 | tee -a "$out/sanitizer.txt" || status=1
+  done
+}
+
+step_bench() {
+  PYTHONUNBUFFERED=1 HFA_LIBRARY="$bin/libhfa.so" PYTHONPATH=python \
+    python3 bench/bench_fwd.py --out "$out" "$@" || status=1
+}
+
+for step in "$@"; do
+  name=${step%%:*}
+  args=""
+  [ "$name" != "$step" ] && args=${step#*:}
+  echo "=== $name $args"
+  # shellcheck disable=SC2086
+  "step_$name" $args
+done
+exit $status

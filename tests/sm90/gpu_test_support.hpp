@@ -1,0 +1,67 @@
+// What every GPU test needs: a loud skip without a Hopper GPU, checked CUDA calls, and device
+// buffers that free themselves.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace hfa::test {
+
+// Empty when a Hopper (sm_90) GPU is here; otherwise why the GPU tests are skipped.
+inline std::string hopper_unavailable() {
+  int count = 0;
+  if (cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("no CUDA device (") + cudaGetErrorString(error) + ")";
+  }
+  if (count == 0) return "no CUDA device";
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "cannot query CUDA device 0";
+  if (prop.major != 9 || prop.minor != 0) return std::string(prop.name) + " is not sm_90";
+  return {};
+}
+
+#define HFA_REQUIRE_HOPPER()                                                              \
+  do {                                                                                    \
+    if (const std::string why = ::hfa::test::hopper_unavailable(); !why.empty()) {       \
+      GTEST_SKIP() << "skipped, needs a Hopper GPU: " << why;                            \
+    }                                                                                     \
+  } while (0)
+
+#define HFA_CUDA_CHECK(call)                                                              \
+  do {                                                                                    \
+    const cudaError_t hfa_error_ = (call);                                                \
+    ASSERT_EQ(hfa_error_, cudaSuccess) << #call << ": " << cudaGetErrorString(hfa_error_); \
+  } while (0)
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+    if (cudaMalloc(&data_, bytes > 0 ? bytes : 1) != cudaSuccess) data_ = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(data_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+  template <typename T>
+  cudaError_t upload(const std::vector<T>& host) {
+    return cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  template <typename T>
+  cudaError_t download(std::vector<T>& host) const {
+    return cudaMemcpy(host.data(), data_, host.size() * sizeof(T), cudaMemcpyDeviceToHost);
+  }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_;
+};
+
+}  // namespace hfa::test
