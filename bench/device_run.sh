@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: GPU tests, SASS facts, sanitizers and the peer benchmark.
 #
-#   bench/device_run.sh STEP...     steps: info tests sass sanitize bench[:ARGS]
+#   bench/device_run.sh STEP...     steps: info tests[:BINARIES] sass sanitize bench[:ARGS] variants[:ARGS]
 #
 # Binaries come prebuilt from this machine (see bench/README.md) in $HFA_BIN (default .device):
-# test_sm90_forward, test_sm90_ptx, hfa, libhfa.so. Results go to $OUT.
+# test_sm90_forward, test_sm90_ptx, hfa, libhfa.so (+ variants/). Results go to $OUT.
 set -uo pipefail
 bin=${HFA_BIN:-.device}
 out=${OUT:-/tmp/hfa-out}
@@ -17,8 +17,10 @@ step_info() {
   "$bin/hfa" info || status=1
 }
 
-step_tests() {
-  for test in test_sm90_ptx test_sm90_forward; do
+step_tests() {  # [BINARY...] (default: all GPU test binaries)
+  local tests=("$@")
+  [ ${#tests[@]} -gt 0 ] || tests=(test_sm90_ptx test_sm90_forward)
+  for test in "${tests[@]}"; do
     [ -x "$bin/$test" ] || continue
     "$bin/$test" --gtest_brief=1 --gtest_output="json:$out/$test.json" 2>&1 | tail -40 || status=1
   done
@@ -43,6 +45,21 @@ step_sanitize() {
 step_bench() {
   PYTHONUNBUFFERED=1 HFA_LIBRARY="$bin/libhfa.so" PYTHONPATH=python \
     python3 bench/bench_fwd.py --out "$out" "$@" || status=1
+}
+
+# Each variant of .device/variants (bench/build_variants.sh) on its cells, hfa alone.
+step_variants() {
+  for lib in "$bin"/variants/*/libhfa.so; do
+    local dir name
+    dir=$(dirname "$lib")
+    name=$(basename "$dir")
+    echo "--- variant $name: $(cat "$dir/flags")"
+    # shellcheck disable=SC2046
+    PYTHONUNBUFFERED=1 HFA_LIBRARY="$lib" PYTHONPATH=python \
+      python3 bench/bench_fwd.py --out /tmp/hfa-variants --tag "variant-$name" --impls hfa --no-plot \
+      $(cat "$dir/cells") "$@" || status=1
+  done
+  tar -C /tmp -czf "$out/variants.tar.gz" hfa-variants  # one file back, however many variants
 }
 
 for step in "$@"; do

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <cudaTypedefs.h>
 
+#include <atomic>
 #include <string>
 
 namespace hfa::sm90 {
@@ -11,17 +12,20 @@ namespace {
 constexpr uint32_t kSlabElements = 64;  // 128 B of 16-bit elements: one swizzle row
 constexpr uint64_t kTmaAlignment = 16;
 
+// Looked up until found once, then cached (a failed lookup is retried on the next call).
 PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
-  static PFN_cuTensorMapEncodeTiled_v12000 function = [] {
-    void* entry = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(entry);
-  }();
+  static std::atomic<PFN_cuTensorMapEncodeTiled_v12000> cached{nullptr};
+  if (auto function = cached.load(std::memory_order_acquire)) return function;
+  void* entry = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  auto function = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(entry);
+  cached.store(function, std::memory_order_release);
   return function;
 }
 

@@ -95,12 +95,17 @@ struct ConsumerMainloop {
     ptx::commit_group();
   }
 
-  __device__ __forceinline__ void mask_if_needed(float (&s)[kSAcc], const WorkTile& tile, int n_block,
-                                                 const ptx::FragmentCoords& at) {
+  // Masks S where block n_block needs it, then turns S into unnormalized probabilities.
+  __device__ __forceinline__ void softmax_step(float (&s)[kSAcc], OnlineSoftmax& softmax,
+                                               float (&rescale)[2], const WorkTile& tile,
+                                               int n_block, const ptx::FragmentCoords& at) {
     if (block_needs_mask<Config>(p, tile.m_block, n_block)) {
       const int row0 = tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup + at.row0;
       apply_mask<Config::kCausal>(s, row0, n_block * Config::kBlockN + at.column_pair, p.seqlen_q,
                                   p.seqlen_k);
+      softmax.update<Config::kRescaleThreshold, 0>(s, p.scale_log2, rescale);
+    } else {
+      softmax.update<Config::kRescaleThreshold, Config::kExp2EmulateEvery>(s, p.scale_log2, rescale);
     }
   }
 
@@ -128,8 +133,7 @@ struct ConsumerMainloop {
     ptx::fence_operands(s);
     release(smem.k_empty[k_ring.stage]);
     k_ring.advance();
-    mask_if_needed(s, tile, n, at);
-    softmax.update(s, p.scale_log2, rescale);
+    softmax_step(s, softmax, rescale, tile, n, at);
     ptx::accumulator_to_operand<Element>(s, pm);
 
     for (--n; n >= blocks.n_begin; --n) {
@@ -143,14 +147,13 @@ struct ConsumerMainloop {
       ptx::fence_operands(s);
       release(smem.k_empty[k_ring.stage]);
       k_ring.advance();
-      mask_if_needed(s, tile, n, at);
-      softmax.update(s, p.scale_log2, rescale);
+      softmax_step(s, softmax, rescale, tile, n, at);
       ptx::wait_group<0>();
       ptx::fence_operands(o);
       ptx::fence_operands(pm);
       release(smem.v_empty[v_ring.stage]);
       v_ring.advance();
-      scale_rows(o, rescale);
+      if (Config::kRescaleThreshold == 0 || any_rescale(rescale)) scale_rows(o, rescale);
       ptx::accumulator_to_operand<Element>(s, pm);
     }
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "sm90/fwd/exp2.cuh"
 #include "sm90/ptx/fragment.cuh"
 
 namespace hfa::sm90::fwd {
@@ -26,9 +27,15 @@ struct OnlineSoftmax {
     row_sum[0] = row_sum[1] = 0.0f;
   }
 
-  // Replaces the scores of s by their exponentials against the updated row maxima and returns,
-  // per row, the factor by which everything accumulated so far (O and the sums) shrinks.
-  template <int kAcc>
+  // Replaces the scores of s by their exponentials against the row maxima and returns, per
+  // row, the factor by which everything accumulated so far (O and the sums) shrinks.
+  //   kRescaleThreshold (log2 units, 0 = off): FlashAttention-4's lazy rescaling. While a row's
+  //     max grows by at most this much, the old max is kept: exponentials then reach at most
+  //     2^threshold (fine for fp32 sums and for 16-bit P), the factor is exactly 1, and O is
+  //     left alone.
+  //   kEmulateEvery (0 = never): every kEmulateEvery-th exponential of a row goes to the FMA
+  //     pipes (exp2_polynomial) instead of MUFU. Only for unmasked tiles: no −inf inputs.
+  template <int kRescaleThreshold, int kEmulateEvery, int kAcc>
   __device__ __forceinline__ void update(float (&s)[kAcc], float scale_log2, float (&rescale)[2]) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -37,7 +44,11 @@ struct OnlineSoftmax {
       for (int i = 0; i < kAcc; ++i) {
         if (ptx::fragment_row_half(i) == half) tile_max = fmaxf(tile_max, s[i]);
       }
-      const float new_max = fmaxf(row_max[half], quad_max(tile_max));
+      float new_max = fmaxf(row_max[half], quad_max(tile_max));
+      if constexpr (kRescaleThreshold > 0) {
+        // False for a row's first finite max (−inf old max gives +inf or NaN here).
+        if ((new_max - row_max[half]) * scale_log2 <= float(kRescaleThreshold)) new_max = row_max[half];
+      }
       // A row that has seen only masked keys keeps max −inf; subtracting 0 instead keeps
       // exp2(−inf − max) = 0 rather than NaN.
       const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
@@ -47,7 +58,13 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) {
         if (ptx::fragment_row_half(i) == half) {
-          s[i] = exp2f(fmaf(s[i], scale_log2, -max_scaled));
+          const float x = fmaf(s[i], scale_log2, -max_scaled);
+          if constexpr (kEmulateEvery > 0) {
+            const int in_row = (i / 4) * 2 + i % 2;  // this element's rank among the row's
+            s[i] = in_row % kEmulateEvery == kEmulateEvery - 1 ? exp2_polynomial(x) : exp2f(x);
+          } else {
+            s[i] = exp2f(x);
+          }
           sum += s[i];
         }
       }
@@ -76,3 +93,9 @@ __device__ __forceinline__ void scale_rows(float (&acc)[kAcc], const float (&fac
 }
 
 }  // namespace hfa::sm90::fwd
+
+// Whether any thread of the warp has a factor other than 1 (warp-uniform, so skipping the
+// rescale never diverges).
+__device__ __forceinline__ bool any_rescale(const float (&factor)[2]) {
+  return __any_sync(0xffffffffu, factor[0] != 1.0f || factor[1] != 1.0f);
+}

@@ -1,6 +1,26 @@
 // Tile shapes and the CTA's division of labour for each forward configuration.
 #pragma once
 
+// Tuning switches, overridable at build time for experiments (-D...).
+#ifndef HFA_SM90_D64_BLOCK_M
+#define HFA_SM90_D64_BLOCK_M 192
+#endif
+#ifndef HFA_SM90_D64_BLOCK_N
+#define HFA_SM90_D64_BLOCK_N 128
+#endif
+#ifndef HFA_SM90_D128_BLOCK_N
+#define HFA_SM90_D128_BLOCK_N 176
+#endif
+#ifndef HFA_SM90_D128_CAUSAL_BLOCK_N
+#define HFA_SM90_D128_CAUSAL_BLOCK_N 128
+#endif
+#ifndef HFA_SM90_RESCALE_THRESHOLD
+#define HFA_SM90_RESCALE_THRESHOLD 0
+#endif
+#ifndef HFA_SM90_EXP2_EMULATE_EVERY_D64
+#define HFA_SM90_EXP2_EMULATE_EVERY_D64 0
+#endif
+
 namespace hfa::sm90::fwd {
 
 inline constexpr int kRowsPerWarpgroup = 64;   // the M of one wgmma
@@ -15,12 +35,14 @@ struct TileConfig {
 
   // Rows of Q per CTA. hdim 64 has cheap GEMMs per exponential, so a third consumer warpgroup
   // keeps the tensor cores fed while the other two compute softmax.
-  static constexpr int kBlockM = kHeadDim == 64 ? 192 : 128;
+  static constexpr int kBlockM = kHeadDim == 64 ? HFA_SM90_D64_BLOCK_M : 128;
   // Keys per K/V tile: as wide as registers (S and O accumulators plus P) and shared memory
   // (Q + 2 stages of K and V, ≤ 227 KB) allow. hdim 128 non-causal: 176 (S 88 + O 64 + P 44
-  // registers; 208 KB). Causal keeps 128 so the diagonal tiles waste less.
-  static constexpr int kBlockN = kHeadDim == 64    ? 128
-                                 : kHeadDim == 128 ? (kCausal ? 128 : 176)
+  // registers; 208 KB). Causal keeps 128 so the diagonal tiles waste less. hdim 256: 80 fills
+  // shared memory (224 KB).
+  static constexpr int kBlockN = kHeadDim == 64    ? HFA_SM90_D64_BLOCK_N
+                                 : kHeadDim == 128 ? (kCausal ? HFA_SM90_D128_CAUSAL_BLOCK_N
+                                                              : HFA_SM90_D128_BLOCK_N)
                                                    : 80;
   static constexpr int kStages = 2;  // K and V each double-buffered: load tile j+1 during tile j
 
@@ -30,6 +52,10 @@ struct TileConfig {
   // Totals fill the 64K register file: 128·(24 + 2·240) = 64512, 128·(32 + 3·160) = 65536.
   static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
   static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
+
+  // Softmax levers (see OnlineSoftmax::update), measured in bench/results.
+  static constexpr int kRescaleThreshold = HFA_SM90_RESCALE_THRESHOLD;
+  static constexpr int kExp2EmulateEvery = kHeadDim == 64 ? HFA_SM90_EXP2_EMULATE_EVERY_D64 : 0;
 
   static constexpr int kSlabs = kHeadDim / kSlabColumns;
   static_assert(kHeadDim % kSlabColumns == 0);

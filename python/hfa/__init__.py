@@ -1,0 +1,121 @@
+"""hfa: exact attention, softmax(Q·Kᵀ·scale)·V, for Hopper GPUs and CPUs.
+
+FlashAttention-3's Python entry points over hfa's C ABI (ctypes; nothing is built against
+PyTorch). Inputs may be torch tensors (CPU or CUDA; autograd and torch.compile work) or numpy
+arrays (float32/float16, on the CPU). Layouts follow FlashAttention: q (batch, seqlen_q, heads_q,
+headdim), k/v (batch, seqlen_k, heads_kv, headdim); varlen tensors are (total_tokens, heads,
+headdim) with int32 cu_seqlens (batch + 1). LSE is float32 (batch, heads_q, seqlen_q), or
+(heads_q, total_q) for varlen.
+
+Importing hfa needs neither torch nor numpy, nor even the library: libhfa is loaded on first
+use (HFA_LIBRARY, then next to this package, then the checkout's build/*/src/).
+"""
+
+import sys
+
+from ._lib import (HfaError, HfaInvalidArgument, HfaNotSupported, candidate_paths,
+                   cuda_device_count, library_path, version)
+
+__all__ = [
+    "flash_attn_func", "flash_attn_varlen_func", "flash_attn_backward",
+    "HfaError", "HfaInvalidArgument", "HfaNotSupported",
+    "version", "cuda_device_count", "library_path", "candidate_paths",
+]
+
+
+_torch_frontend = None  # hfa._torch once loaded (it imports torch and registers the ops)
+
+
+def _load_torch_frontend():
+    global _torch_frontend
+    if _torch_frontend is None:
+        from . import _torch
+        _torch_frontend = _torch
+    return _torch_frontend
+
+
+def _frontend(q):
+    """hfa._torch for torch tensors, None for numpy arrays.
+
+    Written for torch.compile: once hfa._torch is loaded (at import when torch was imported
+    first, else on the first torch call), the first test is isinstance(q, torch.Tensor), which
+    Dynamo folds to a constant; no sys.modules lookups or imports on that path."""
+    if _torch_frontend is not None and isinstance(q, _torch_frontend.Tensor):
+        return _torch_frontend
+    module = type(q).__module__
+    if module == "numpy":
+        return None
+    if module.split(".")[0] == "torch":
+        return _load_torch_frontend()
+    # Tensor subclasses defined outside torch (and numpy subclasses defined elsewhere).
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(q, torch.Tensor):
+        return _load_torch_frontend()
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(q, np.ndarray):
+        return None
+    raise TypeError(f"q: expected a torch.Tensor or a numpy.ndarray, got {type(q).__name__}")
+
+
+def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    softcap=0.0, deterministic=False, return_attn_probs=False):
+    """Attention over fixed-length batches (FlashAttention-3's signature).
+
+    softmax_scale: default 1/sqrt(headdim). causal and window_size=(left, right) are aligned
+    to the bottom-right corner when seqlen_q != seqlen_k; -1 = unbounded. softcap > 0 applies
+    softcap·tanh(s/softcap) to the scores. deterministic: reproducible backward.
+    Returns out, or (out, lse) when return_attn_probs (the LSE, not the probabilities, as FA3).
+    """
+    fe = _frontend(q)
+    if fe is not None:
+        return fe.flash_attn_func(q, k, v, softmax_scale, causal, window_size, softcap,
+                                  deterministic, return_attn_probs)
+    from . import _numpy
+    out, lse = _numpy.forward(q, k, v, softmax_scale=softmax_scale, causal=causal,
+                              window_size=window_size, softcap=softcap)
+    return (out, lse) if return_attn_probs else out
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                           deterministic=False, return_attn_probs=False):
+    """Attention over variable-length sequences packed as (total_tokens, heads, headdim);
+    sequence b is rows cu_seqlens[b]:cu_seqlens[b+1]. Otherwise as flash_attn_func."""
+    fe = _frontend(q)
+    if fe is not None:
+        return fe.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                         max_seqlen_k, softmax_scale, causal, window_size,
+                                         softcap, deterministic, return_attn_probs)
+    from . import _numpy
+    out, lse = _numpy.forward(q, k, v, softmax_scale=softmax_scale, causal=causal,
+                              window_size=window_size, softcap=softcap,
+                              cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                              max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+    return (out, lse) if return_attn_probs else out
+
+
+def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=False,
+                        window_size=(-1, -1), softcap=0.0, deterministic=False,
+                        cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                        max_seqlen_k=None):
+    """(dq, dk, dv) for dout, given the forward's out and lse and the same options.
+    For numpy arrays (no autograd there) and for torch users who call it directly."""
+    fe = _frontend(q)
+    if fe is not None:
+        return fe.flash_attn_backward(dout, q, k, v, out, lse, softmax_scale, causal,
+                                      window_size, softcap, deterministic, cu_seqlens_q,
+                                      cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    from . import _numpy
+    return _numpy.backward(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
+                           window_size=window_size, softcap=softcap, deterministic=deterministic,
+                           cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                           max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+
+
+# When torch is already loaded, register hfa::fwd / hfa::bwd now rather than on the first call,
+# so that a first call made under torch.compile does not have to trace an import.
+if "torch" in sys.modules:
+    try:
+        _load_torch_frontend()
+    except ImportError:  # e.g. a torch too old for custom_op: the first torch call will say so
+        pass

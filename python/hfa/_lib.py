@@ -1,0 +1,264 @@
+"""ctypes binding of the C ABI (include/hfa/hfa.h).
+
+This module knows nothing of numpy or torch: it loads libhfa.so, mirrors the C structs, and
+turns a failed status into a Python exception that carries hfa_last_error(). The numpy and torch
+front ends build `Tensor` views over their own memory and call `forward` / `backward` here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+from typing import Optional, Sequence
+
+# --- enums, as in hfa.h ------------------------------------------------------------------------
+
+SUCCESS = 0
+ERROR_INVALID_ARGUMENT = 1
+ERROR_NOT_SUPPORTED = 2
+ERROR_CUDA = 3
+ERROR_INTERNAL = 4
+
+F32, F16, BF16, E4M3, E5M2, I32 = 0, 1, 2, 3, 4, 5
+DTYPE_NAMES = {F32: "float32", F16: "float16", BF16: "bfloat16", E4M3: "float8_e4m3",
+               E5M2: "float8_e5m2", I32: "int32"}
+
+CPU, CUDA = 0, 1
+MAX_RANK = 4
+
+
+# --- structs, field for field as in hfa.h (C enums are int-sized) ------------------------------
+
+class Tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int),
+        ("rank", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * MAX_RANK),
+        ("stride", ctypes.c_int64 * MAX_RANK),
+        ("device", ctypes.c_int),
+        ("device_index", ctypes.c_int32),
+    ]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [
+        ("has_softmax_scale", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("softcap", ctypes.c_float),
+        ("cu_seqlens_q", ctypes.POINTER(Tensor)),
+        ("cu_seqlens_k", ctypes.POINTER(Tensor)),
+        ("max_seqlen_q", ctypes.c_int32),
+        ("max_seqlen_k", ctypes.c_int32),
+        ("deterministic", ctypes.c_int32),
+        ("stream", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
+    ]
+
+
+def make_tensor(data: int, dtype: int, shape: Sequence[int], stride: Sequence[int],
+                device: int = CPU, device_index: int = 0) -> Tensor:
+    """A view over memory the caller owns; strides count elements, not bytes."""
+    if len(shape) != len(stride) or len(shape) > MAX_RANK:
+        raise ValueError(f"hfa tensors have rank <= {MAX_RANK}; got shape {tuple(shape)}")
+    t = Tensor()
+    t.data = data or None  # an empty tensor may have no storage: pass NULL, the library decides
+    t.dtype = dtype
+    t.rank = len(shape)
+    for i, (n, s) in enumerate(zip(shape, stride)):
+        t.shape[i] = int(n)
+        t.stride[i] = int(s)
+    t.device = device
+    t.device_index = device_index
+    return t
+
+
+# --- finding and loading the library -----------------------------------------------------------
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# python/hfa/ -> the repository root, when the package is used from a checkout.
+_REPO_ROOT = os.path.dirname(os.path.dirname(_PACKAGE_DIR))
+_LIB_NAMES = ("libhfa.so", "libhfa.dylib", "hfa.dll")
+
+
+def candidate_paths() -> list:
+    """Where we look for the library, in order. HFA_LIBRARY, when set, is the only candidate:
+    a user who names a file must get that file or an error, never a silent substitute."""
+    env = os.environ.get("HFA_LIBRARY")
+    if env:
+        return [env]
+    paths = [os.path.join(_PACKAGE_DIR, n) for n in _LIB_NAMES]
+    build = os.path.join(_REPO_ROOT, "build")
+    for preset in ("release", "cpu"):
+        paths += [os.path.join(build, preset, "src", n) for n in _LIB_NAMES]
+    # Any other build folder (debug, a helper's own folder, ...): newest first.
+    others = []
+    for n in _LIB_NAMES:
+        others += glob.glob(os.path.join(build, "*", "src", n))
+    others.sort(key=os.path.getmtime, reverse=True)
+    paths += [p for p in others if p not in paths]
+    return paths
+
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    T = ctypes.POINTER(Tensor)
+    O = ctypes.POINTER(Options)
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    sigs = {
+        "hfa_default_options": (Options, []),
+        "hfa_forward": (ctypes.c_int, [T, T, T, T, T, O]),
+        "hfa_forward_workspace_size": (ctypes.c_int, [T, T, T, O, size_p]),
+        "hfa_backward": (ctypes.c_int, [T, T, T, T, T, T, T, T, T, O]),
+        "hfa_backward_workspace_size": (ctypes.c_int, [T, T, T, O, size_p]),
+        "hfa_last_error": (ctypes.c_char_p, []),
+        "hfa_status_name": (ctypes.c_char_p, [ctypes.c_int]),
+        "hfa_version": (ctypes.c_char_p, []),
+        "hfa_cuda_device_count": (ctypes.c_int32, []),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def library() -> ctypes.CDLL:
+    """The loaded libhfa, loaded on first use (so `import hfa` works without it)."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lib_lock:
+        if _lib is None:
+            tried = []
+            for path in candidate_paths():
+                if not os.path.isfile(path):
+                    tried.append(f"{path} (not found)")
+                    continue
+                try:
+                    lib = ctypes.CDLL(path)
+                    _declare(lib)
+                except (OSError, AttributeError) as e:
+                    tried.append(f"{path} ({e})")
+                    continue
+                _lib = lib
+                break
+            else:
+                raise OSError("hfa: cannot load libhfa; build it (cmake --workflow --preset "
+                              "release) or set HFA_LIBRARY to its path. Tried:\n  "
+                              + "\n  ".join(tried))
+    return _lib
+
+
+def library_path() -> Optional[str]:
+    lib = library()
+    return getattr(lib, "_name", None)
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+class HfaError(RuntimeError):
+    """A CUDA or internal failure inside libhfa (status CUDA or INTERNAL)."""
+
+
+class HfaInvalidArgument(ValueError):
+    """The call was malformed; the message names the argument at fault."""
+
+
+class HfaNotSupported(NotImplementedError):
+    """Well-formed, but this build or device cannot run it."""
+
+
+def error_for(status: int, message: str) -> Exception:
+    """The exception for a failed status: ValueError for INVALID_ARGUMENT, NotImplementedError
+    for NOT_SUPPORTED, RuntimeError otherwise. Each subclass keeps the status code."""
+    cls = {ERROR_INVALID_ARGUMENT: HfaInvalidArgument,
+           ERROR_NOT_SUPPORTED: HfaNotSupported}.get(status, HfaError)
+    err = cls(message)
+    err.status = status
+    return err
+
+
+def check(status: int) -> None:
+    if status == SUCCESS:
+        return
+    lib = library()
+    # hfa_last_error is per thread; ctypes runs the call and this one on the same thread.
+    message = (lib.hfa_last_error() or b"").decode("utf-8", "replace")
+    name = (lib.hfa_status_name(status) or b"").decode("utf-8", "replace")
+    raise error_for(status, message or f"hfa: {name or 'error'} (status {status})")
+
+
+# --- calls -------------------------------------------------------------------------------------
+
+def make_options(*, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                 deterministic=False, cu_seqlens_q: Optional[Tensor] = None,
+                 cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q=0, max_seqlen_k=0,
+                 stream=None) -> Options:
+    """hfa_default_options() with the flash_attn-style arguments applied. The cu_seqlens
+    Tensors must outlive the returned Options (it stores pointers to them)."""
+    o = library().hfa_default_options()
+    if softmax_scale is not None:
+        o.has_softmax_scale = 1
+        o.softmax_scale = float(softmax_scale)
+    o.causal = 1 if causal else 0
+    left, right = window_size
+    # FlashAttention accepts None for an unbounded side in newer releases; map it to -1.
+    o.window_left = -1 if left is None else int(left)
+    o.window_right = -1 if right is None else int(right)
+    o.softcap = float(softcap)
+    o.deterministic = 1 if deterministic else 0
+    if cu_seqlens_q is not None:
+        o.cu_seqlens_q = ctypes.pointer(cu_seqlens_q)
+    if cu_seqlens_k is not None:
+        o.cu_seqlens_k = ctypes.pointer(cu_seqlens_k)
+    o.max_seqlen_q = int(max_seqlen_q)
+    o.max_seqlen_k = int(max_seqlen_k)
+    o.stream = stream
+    return o
+
+
+def _ref(t: Optional[Tensor]):
+    return ctypes.byref(t) if t is not None else None
+
+
+def forward_workspace_size(q: Tensor, k: Tensor, v: Tensor, options: Options) -> int:
+    n = ctypes.c_size_t(0)
+    check(library().hfa_forward_workspace_size(_ref(q), _ref(k), _ref(v), ctypes.byref(options),
+                                               ctypes.byref(n)))
+    return n.value
+
+
+def backward_workspace_size(q: Tensor, k: Tensor, v: Tensor, options: Options) -> int:
+    n = ctypes.c_size_t(0)
+    check(library().hfa_backward_workspace_size(_ref(q), _ref(k), _ref(v), ctypes.byref(options),
+                                                ctypes.byref(n)))
+    return n.value
+
+
+def forward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
+            options: Options) -> None:
+    check(library().hfa_forward(_ref(q), _ref(k), _ref(v), _ref(out), _ref(lse),
+                                ctypes.byref(options)))
+
+
+def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+             dq: Tensor, dk: Tensor, dv: Tensor, options: Options) -> None:
+    check(library().hfa_backward(_ref(dout), _ref(q), _ref(k), _ref(v), _ref(out), _ref(lse),
+                                 _ref(dq), _ref(dk), _ref(dv), ctypes.byref(options)))
+
+
+def version() -> str:
+    return library().hfa_version().decode()
+
+
+def cuda_device_count() -> int:
+    return int(library().hfa_cuda_device_count())

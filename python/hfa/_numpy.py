@@ -1,0 +1,154 @@
+"""The numpy front end: forward and backward on host arrays through the CPU backend.
+
+numpy has no bfloat16 and no fp8, so arrays are float32 or float16 (q, k, v of one dtype);
+cu_seqlens are int32. Outputs are allocated here with numpy; the library allocates nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _lib
+
+_DTYPES = {np.dtype(np.float32): _lib.F32, np.dtype(np.float16): _lib.F16}
+
+
+def _view(a, name: str, dtypes=None):
+    """(array kept alive, hfa Tensor) for a host array. Arrays the library cannot take as they
+    are (last dim not unit-stride, negative strides, e.g. from [::-1]) are copied; other
+    strides are passed unchanged."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name}: expected a numpy array, got {type(a).__name__}")
+    dtypes = _DTYPES if dtypes is None else dtypes
+    if a.dtype not in dtypes:
+        allowed = ", ".join(str(d) for d in dtypes)
+        raise TypeError(f"{name}: dtype {a.dtype} is not supported here (expected {allowed})")
+    item = a.itemsize
+    if ((a.ndim and a.shape[-1] > 1 and a.strides[-1] != item)
+            or any(s % item or s < 0 for s in a.strides)):
+        a = np.ascontiguousarray(a)
+    return a, _lib.make_tensor(a.ctypes.data, dtypes[a.dtype], a.shape, _strides(a))
+
+
+def _strides(a):
+    """Element strides. numpy may report any strides (even 0 in the last dim) for an array with
+    no elements; such an array has no layout to keep, so give it packed strides."""
+    if a.size == 0:
+        out, run = [], 1
+        for n in reversed(a.shape):
+            out.append(run)
+            run *= max(int(n), 1)
+        return out[::-1]
+    return [s // a.itemsize for s in a.strides]
+
+
+def _cu_view(cu, name):
+    a, t = _view(cu, name, {np.dtype(np.int32): _lib.I32})
+    if a.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D int32 array (batch + 1), got shape {a.shape}")
+    return a, t
+
+
+def _max_len(cu, given):
+    if given is not None:
+        return int(given)
+    # The library wants a positive bound even when every sequence is empty.
+    return max(1, int(np.max(np.diff(cu)))) if cu.size > 1 else 1
+
+
+def _out_shapes(q, v, varlen: bool):
+    """Shapes of out and lse for q and v (FlashAttention's layouts)."""
+    want = 3 if varlen else 4
+    if q.ndim != want:
+        layout = "(total_tokens, heads, headdim)" if varlen else "(batch, seqlen, heads, headdim)"
+        raise ValueError(f"q: expected rank {want} {layout}, got shape {tuple(q.shape)}")
+    if v.ndim < 1:
+        raise ValueError(f"v: expected rank {want}, got shape {tuple(v.shape)}")
+    out_shape = tuple(q.shape[:-1]) + (v.shape[-1],)
+    if varlen:
+        lse_shape = (q.shape[1], q.shape[0])  # (heads_q, total_q)
+    else:
+        lse_shape = (q.shape[0], q.shape[2], q.shape[1])  # (batch, heads_q, seqlen_q)
+    return out_shape, lse_shape
+
+
+def _options(softmax_scale, causal, window_size, softcap, deterministic, cu_q, cu_k,
+             max_seqlen_q, max_seqlen_k):
+    """Options plus the cu_seqlens views it points at (keep both alive for the call)."""
+    keep = []
+    cu_q_t = cu_k_t = None
+    if (cu_q is None) != (cu_k is None):
+        raise ValueError("cu_seqlens_q, cu_seqlens_k: give both or neither")
+    if cu_q is not None:
+        cu_q, cu_q_t = _cu_view(cu_q, "cu_seqlens_q")
+        cu_k, cu_k_t = _cu_view(cu_k, "cu_seqlens_k")
+        max_seqlen_q = _max_len(cu_q, max_seqlen_q)
+        max_seqlen_k = _max_len(cu_k, max_seqlen_k)
+        keep = [cu_q, cu_k, cu_q_t, cu_k_t]
+    opts = _lib.make_options(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                             softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_q_t,
+                             cu_seqlens_k=cu_k_t, max_seqlen_q=max_seqlen_q or 0,
+                             max_seqlen_k=max_seqlen_k or 0)
+    return opts, keep
+
+
+def _workspace(nbytes: int, opts):
+    if nbytes:
+        ws = np.empty(nbytes, dtype=np.uint8)
+        opts.workspace = ws.ctypes.data
+        opts.workspace_bytes = nbytes
+        return ws
+    return None
+
+
+def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+            cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+            out=None, lse=None):
+    """(out, lse) for host arrays. `out` / `lse` may be given (preallocated); lse is float32
+    (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen."""
+    varlen = cu_seqlens_q is not None
+    q, qt = _view(q, "q")
+    k, kt = _view(k, "k")
+    v, vt = _view(v, "v")
+    out_shape, lse_shape = _out_shapes(q, v, varlen)
+    if out is None:
+        out = np.empty(out_shape, dtype=q.dtype)
+    if lse is None:
+        lse = np.empty(lse_shape, dtype=np.float32)
+    # Preallocated outputs are written in place: no copy, so their views must be taken as is.
+    for name, a, dt in (("out", out, q.dtype), ("lse", lse, np.float32)):
+        if not isinstance(a, np.ndarray) or a.dtype != dt:
+            raise TypeError(f"{name}: expected a numpy {np.dtype(dt)} array")
+    ot = _lib.make_tensor(out.ctypes.data, _DTYPES[out.dtype], out.shape, _strides(out))
+    lt = _lib.make_tensor(lse.ctypes.data, _lib.F32, lse.shape, _strides(lse))
+    opts, keep = _options(softmax_scale, causal, window_size, softcap, False, cu_seqlens_q,
+                          cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    ws = _workspace(_lib.forward_workspace_size(qt, kt, vt, opts), opts)
+    _lib.forward(qt, kt, vt, ot, lt, opts)
+    del keep, ws
+    return out, lse
+
+
+def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window_size=(-1, -1),
+             softcap=0.0, deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None,
+             max_seqlen_q=None, max_seqlen_k=None):
+    """(dq, dk, dv) for host arrays, given the forward's out and lse. With GQA, dk and dv hold
+    the sum over the query heads of each group."""
+    dout, dot = _view(dout, "dout")
+    q, qt = _view(q, "q")
+    k, kt = _view(k, "k")
+    v, vt = _view(v, "v")
+    out, ot = _view(out, "out")
+    lse, lt = _view(lse, "lse", {np.dtype(np.float32): _lib.F32})
+    dq = np.empty(q.shape, dtype=q.dtype)
+    dk = np.empty(k.shape, dtype=k.dtype)
+    dv = np.empty(v.shape, dtype=v.dtype)
+    _, dqt = _view(dq, "dq")
+    _, dkt = _view(dk, "dk")
+    _, dvt = _view(dv, "dv")
+    opts, keep = _options(softmax_scale, causal, window_size, softcap, deterministic,
+                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    ws = _workspace(_lib.backward_workspace_size(qt, kt, vt, opts), opts)
+    _lib.backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, opts)
+    del keep, ws
+    return dq, dk, dv

@@ -1,0 +1,253 @@
+"""The torch front end: custom ops hfa::fwd and hfa::bwd over the C ABI.
+
+The ops are registered with torch.library.custom_op, with fake (meta) implementations and an
+autograd formula (register_autograd, which torch turns into an autograd.Function), so that
+torch.compile(fullgraph=True) sees them as opaque nodes and traces through without graph breaks.
+Everything the library writes is allocated here with torch (out, lse, dq/dk/dv, workspaces).
+
+CUDA tensors run on torch's current stream of their device. The returned LSE does not require
+grad: no gradient flows through it (the C ABI has no dLSE yet).
+
+This module deliberately has no `from __future__ import annotations`: custom_op infers the op
+schema from the real annotation objects.
+"""
+
+import contextlib
+from typing import Optional, Tuple
+
+import torch
+
+from . import _lib
+
+if not hasattr(torch.library, "custom_op") or not hasattr(torch.library, "register_fake"):
+    raise ImportError(f"hfa needs torch >= 2.4 (torch.library.custom_op); "
+                      f"found {torch.__version__}")
+
+Tensor = torch.Tensor
+
+_DTYPES = {
+    torch.float32: _lib.F32,
+    torch.float16: _lib.F16,
+    torch.bfloat16: _lib.BF16,
+    torch.int32: _lib.I32,
+}
+# fp8 dtypes exist from torch 2.1; forward only (the library rejects them in the backward).
+for _name, _code in (("float8_e4m3fn", _lib.E4M3), ("float8_e5m2", _lib.E5M2)):
+    if hasattr(torch, _name):
+        _DTYPES[getattr(torch, _name)] = _code
+_FP8 = {d for d, c in _DTYPES.items() if c in (_lib.E4M3, _lib.E5M2)}
+
+
+def _out_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Output dtype = input dtype, except bf16 for fp8 inputs (design §3)."""
+    return torch.bfloat16 if dtype in _FP8 else dtype
+
+
+def _view(t: Tensor, name: str):
+    """(tensor kept alive, hfa Tensor). A tensor whose last dim is not unit-stride is copied;
+    other strides go to the library unchanged."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"{name}: dtype {t.dtype} is not supported")
+    if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+        t = t.contiguous()
+    if t.device.type == "cuda":
+        device, index = _lib.CUDA, t.device.index if t.device.index is not None else 0
+    elif t.device.type == "cpu":
+        device, index = _lib.CPU, 0
+    else:
+        raise ValueError(f"{name}: device {t.device} is not supported (cpu or cuda)")
+    return t, _lib.make_tensor(t.data_ptr(), _DTYPES[t.dtype], t.shape, t.stride(), device, index)
+
+
+def _out_shapes(q: Tensor, v: Tensor, varlen: bool):
+    want = 3 if varlen else 4
+    if q.dim() != want:
+        layout = "(total_tokens, heads, headdim)" if varlen else "(batch, seqlen, heads, headdim)"
+        raise ValueError(f"q: expected rank {want} {layout}, got shape {tuple(q.shape)}")
+    if v.dim() != want:
+        raise ValueError(f"v: expected rank {want}, got shape {tuple(v.shape)}")
+    out_shape = tuple(q.shape[:-1]) + (v.shape[-1],)
+    lse_shape = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
+    return out_shape, lse_shape
+
+
+@contextlib.contextmanager
+def _on_device(t: Tensor):
+    """Make t's GPU current for the call (the library launches on the current device)."""
+    if t.device.type == "cuda":
+        with torch.cuda.device(t.device):
+            yield
+    else:
+        yield
+
+
+class _Call:
+    """Options for one library call plus everything they point at, kept alive together."""
+
+    def __init__(self, ref: Tensor, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                 softmax_scale, causal, window_left, window_right, softcap, deterministic):
+        if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+            raise ValueError("cu_seqlens_q, cu_seqlens_k: give both or neither")
+        self.keep = []
+        cu_q_t = cu_k_t = None
+        if cu_seqlens_q is not None:
+            cu_q, cu_q_t = _view(cu_seqlens_q, "cu_seqlens_q")
+            cu_k, cu_k_t = _view(cu_seqlens_k, "cu_seqlens_k")
+            self.keep += [cu_q, cu_k, cu_q_t, cu_k_t]
+        stream = None
+        if ref.device.type == "cuda":
+            stream = torch.cuda.current_stream(ref.device).cuda_stream
+        self.options = _lib.make_options(
+            softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
+            softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_q_t,
+            cu_seqlens_k=cu_k_t, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+            stream=stream)
+        self.device = ref.device
+
+    def workspace(self, nbytes: int) -> None:
+        if nbytes:
+            ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+            self.keep.append(ws)
+            self.options.workspace = ws.data_ptr()
+            self.options.workspace_bytes = nbytes
+
+
+# --- hfa::fwd ----------------------------------------------------------------------------------
+
+@torch.library.custom_op("hfa::fwd", mutates_args=())
+def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
+        cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+        softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
+        softcap: float, deterministic: bool) -> Tuple[Tensor, Tensor]:
+    """(out, lse). `deterministic` is unused here; it rides along for the backward."""
+    varlen = cu_seqlens_q is not None
+    out_shape, lse_shape = _out_shapes(q, v, varlen)
+    q, qt = _view(q, "q")
+    k, kt = _view(k, "k")
+    v, vt = _view(v, "v")
+    out = torch.empty(out_shape, dtype=_out_dtype(q.dtype), device=q.device)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    _, ot = _view(out, "out")
+    _, lt = _view(lse, "lse")
+    call = _Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                 causal, window_left, window_right, softcap, False)
+    with _on_device(q):
+        call.workspace(_lib.forward_workspace_size(qt, kt, vt, call.options))
+        _lib.forward(qt, kt, vt, ot, lt, call.options)
+    return out, lse
+
+
+@fwd.register_fake
+def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+              causal, window_left, window_right, softcap, deterministic):
+    out_shape, lse_shape = _out_shapes(q, v, cu_seqlens_q is not None)
+    return (q.new_empty(out_shape, dtype=_out_dtype(q.dtype)),
+            q.new_empty(lse_shape, dtype=torch.float32))
+
+
+# --- hfa::bwd ----------------------------------------------------------------------------------
+
+@torch.library.custom_op("hfa::bwd", mutates_args=())
+def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+        cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
+        max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_left: int,
+        window_right: int, softcap: float, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv), each of its input's shape and dtype; contiguous."""
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    dout, dot = _view(dout, "dout")
+    q, qt = _view(q, "q")
+    k, kt = _view(k, "k")
+    v, vt = _view(v, "v")
+    out, ot = _view(out, "out")
+    lse, lt = _view(lse, "lse")
+    _, dqt = _view(dq, "dq")
+    _, dkt = _view(dk, "dk")
+    _, dvt = _view(dv, "dv")
+    call = _Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                 causal, window_left, window_right, softcap, deterministic)
+    with _on_device(q):
+        call.workspace(_lib.backward_workspace_size(qt, kt, vt, call.options))
+        _lib.backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, call.options)
+    return dq, dk, dv
+
+
+@bwd.register_fake
+def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+              softmax_scale, causal, window_left, window_right, softcap, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+# --- autograd ----------------------------------------------------------------------------------
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, deterministic) = inputs
+    out, lse = output
+    # No gradient flows through the LSE (the C ABI has no dLSE input yet, and FlashAttention-3
+    # drops it silently). Marking it says so: lse.requires_grad is False.
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    ctx.params = (max_q, max_k, scale, causal, wl, wr, softcap, deterministic)
+
+
+def _backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    if grad_out is None:  # only lse was used downstream: the gradient through out is zero
+        grad_out = torch.zeros_like(out)
+    # grad_lse is None or zeros: lse is marked non-differentiable in _setup_context.
+    dq, dk, dv = torch.ops.hfa.bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, *ctx.params)
+    return (dq, dk, dv) + (None,) * 10
+
+
+fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# --- flash_attn-style entry points -------------------------------------------------------------
+
+def _window(window_size):
+    left, right = window_size
+    return (-1 if left is None else int(left)), (-1 if right is None else int(right))
+
+
+def _as_int(n, name):
+    # Accepting a tensor costs a host sync (.item()); pass Python ints under torch.compile.
+    if isinstance(n, torch.Tensor):
+        return int(n.item())
+    if n is None:
+        raise ValueError(f"{name}: required for varlen inputs")
+    return n
+
+
+def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    softcap=0.0, deterministic=False, return_attn_probs=False):
+    wl, wr = _window(window_size)
+    out, lse = torch.ops.hfa.fwd(q, k, v, None, None, 0, 0, softmax_scale, bool(causal), wl, wr,
+                                 float(softcap), bool(deterministic))
+    return (out, lse) if return_attn_probs else out
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                           deterministic=False, return_attn_probs=False):
+    wl, wr = _window(window_size)
+    out, lse = torch.ops.hfa.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                 _as_int(max_seqlen_q, "max_seqlen_q"),
+                                 _as_int(max_seqlen_k, "max_seqlen_k"), softmax_scale,
+                                 bool(causal), wl, wr, float(softcap), bool(deterministic))
+    return (out, lse) if return_attn_probs else out
+
+
+def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=False,
+                        window_size=(-1, -1), softcap=0.0, deterministic=False,
+                        cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                        max_seqlen_k=None):
+    wl, wr = _window(window_size)
+    varlen = cu_seqlens_q is not None
+    mq = _as_int(max_seqlen_q, "max_seqlen_q") if varlen else 0
+    mk = _as_int(max_seqlen_k, "max_seqlen_k") if varlen else 0
+    return torch.ops.hfa.bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, mq, mk,
+                             softmax_scale, bool(causal), wl, wr, float(softcap),
+                             bool(deterministic))

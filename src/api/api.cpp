@@ -1,0 +1,65 @@
+// The C++ entry points: validate, check the workspace, dispatch.
+#include "api/dispatch.hpp"
+#include "api/errors.hpp"
+#include "api/validate.hpp"
+
+namespace hfa {
+
+using namespace detail;
+
+Status forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+               const Tensor* lse, const Options& options) {
+  return guarded("forward", [&]() -> Status {
+    ForwardProblem problem;
+    HFA_RETURN_IF_ERROR(
+        build_forward_problem({&q, &k, &v, &out, lse, &options}, Purpose::run, &problem));
+    std::size_t needed = 0;
+    HFA_RETURN_IF_ERROR(dispatch_forward_workspace_size(problem, &needed));
+    HFA_RETURN_IF_ERROR(check_workspace(needed, options));
+    if (forward_is_empty(problem)) return Status::ok();
+    return dispatch_forward(problem);
+  });
+}
+
+Status forward_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Options& options, std::size_t* bytes) {
+  return guarded("forward_workspace_size", [&]() -> Status {
+    if (bytes == nullptr) return invalid("bytes", "is null");
+    ForwardProblem problem;
+    HFA_RETURN_IF_ERROR(build_forward_problem({&q, &k, &v, nullptr, nullptr, &options},
+                                              Purpose::workspace_query, &problem));
+    return dispatch_forward_workspace_size(problem, bytes);
+  });
+}
+
+Status backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
+                const Tensor& dv, const Options& options) {
+  return guarded("backward", [&]() -> Status {
+    BackwardProblem problem;
+    HFA_RETURN_IF_ERROR(build_backward_problem(
+        {&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv, &options}, Purpose::run, &problem));
+    std::size_t needed = 0;
+    HFA_RETURN_IF_ERROR(dispatch_backward_workspace_size(problem, &needed));
+    HFA_RETURN_IF_ERROR(check_workspace(needed, options));
+    if (backward_is_empty(problem)) return Status::ok();
+    return dispatch_backward(problem);
+  });
+}
+
+Status backward_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Options& options, std::size_t* bytes) {
+  return guarded("backward_workspace_size", [&]() -> Status {
+    if (bytes == nullptr) return invalid("bytes", "is null");
+    BackwardArgs args;
+    args.q = &q;
+    args.k = &k;
+    args.v = &v;
+    args.options = &options;
+    BackwardProblem problem;
+    HFA_RETURN_IF_ERROR(build_backward_problem(args, Purpose::workspace_query, &problem));
+    return dispatch_backward_workspace_size(problem, bytes);
+  });
+}
+
+}  // namespace hfa

@@ -1,0 +1,103 @@
+// The C ABI: thin glue over the C++ API. Each call clears, then (on failure) sets, this
+// thread's last-error message; nothing unwinds through here.
+#include <string>
+
+#include "api/dispatch.hpp"
+#include "api/options.hpp"
+#include "hfa/hfa.h"
+#include "hfa/hfa.hpp"
+
+namespace {
+
+thread_local std::string last_error;
+
+// Records the outcome of a call for hfa_last_error and converts it to the C status.
+hfa_status finish(const hfa::Status& status) {
+  try {
+    last_error = status.message();
+  } catch (...) {
+    last_error.clear();  // out of memory for the message: the status still tells the caller
+  }
+  return static_cast<hfa_status>(status.code());
+}
+
+hfa::Status null_argument(const char* name) {
+  return {hfa::Code::invalid_argument, std::string(name) + ": is null"};
+}
+
+// Null options mean the defaults, as in the C++ API.
+hfa::Options options_from(const hfa_options* options) {
+  return options ? hfa::detail::from_c(*options) : hfa::Options{};
+}
+
+// The first null among required tensors, by name, or null when all are present.
+const char* first_null(std::initializer_list<std::pair<const char*, const hfa_tensor*>> args) {
+  for (const auto& [name, tensor] : args)
+    if (tensor == nullptr) return name;
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+hfa_options hfa_default_options(void) { return hfa::detail::default_c_options(); }
+
+hfa_status hfa_forward(const hfa_tensor* q, const hfa_tensor* k, const hfa_tensor* v,
+                       const hfa_tensor* out, const hfa_tensor* lse, const hfa_options* options) {
+  return finish(hfa::detail::guarded("hfa_forward", [&]() -> hfa::Status {
+    if (const char* name = first_null({{"q", q}, {"k", k}, {"v", v}, {"out", out}}))
+      return null_argument(name);
+    return hfa::forward(*q, *k, *v, *out, lse, options_from(options));
+  }));
+}
+
+hfa_status hfa_forward_workspace_size(const hfa_tensor* q, const hfa_tensor* k,
+                                      const hfa_tensor* v, const hfa_options* options,
+                                      size_t* bytes) {
+  return finish(hfa::detail::guarded("hfa_forward_workspace_size", [&]() -> hfa::Status {
+    if (const char* name = first_null({{"q", q}, {"k", k}, {"v", v}})) return null_argument(name);
+    return hfa::forward_workspace_size(*q, *k, *v, options_from(options), bytes);
+  }));
+}
+
+hfa_status hfa_backward(const hfa_tensor* dout, const hfa_tensor* q, const hfa_tensor* k,
+                        const hfa_tensor* v, const hfa_tensor* out, const hfa_tensor* lse,
+                        const hfa_tensor* dq, const hfa_tensor* dk, const hfa_tensor* dv,
+                        const hfa_options* options) {
+  return finish(hfa::detail::guarded("hfa_backward", [&]() -> hfa::Status {
+    if (const char* name = first_null({{"dout", dout}, {"q", q}, {"k", k}, {"v", v},
+                                       {"out", out}, {"lse", lse}, {"dq", dq}, {"dk", dk},
+                                       {"dv", dv}}))
+      return null_argument(name);
+    return hfa::backward(*dout, *q, *k, *v, *out, *lse, *dq, *dk, *dv, options_from(options));
+  }));
+}
+
+hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_tensor* k,
+                                       const hfa_tensor* v, const hfa_options* options,
+                                       size_t* bytes) {
+  return finish(hfa::detail::guarded("hfa_backward_workspace_size", [&]() -> hfa::Status {
+    if (const char* name = first_null({{"q", q}, {"k", k}, {"v", v}})) return null_argument(name);
+    return hfa::backward_workspace_size(*q, *k, *v, options_from(options), bytes);
+  }));
+}
+
+const char* hfa_last_error(void) { return last_error.c_str(); }
+
+const char* hfa_status_name(hfa_status status) {
+  switch (status) {
+    case HFA_SUCCESS: return "HFA_SUCCESS";
+    case HFA_ERROR_INVALID_ARGUMENT: return "HFA_ERROR_INVALID_ARGUMENT";
+    case HFA_ERROR_NOT_SUPPORTED: return "HFA_ERROR_NOT_SUPPORTED";
+    case HFA_ERROR_CUDA: return "HFA_ERROR_CUDA";
+    case HFA_ERROR_INTERNAL: return "HFA_ERROR_INTERNAL";
+  }
+  return "HFA_UNKNOWN_STATUS";
+}
+
+const char* hfa_version(void) { return HFA_VERSION_STRING; }
+
+int32_t hfa_cuda_device_count(void) { return hfa::cuda_device_count(); }
+
+}  // extern "C"

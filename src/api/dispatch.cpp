@@ -1,0 +1,47 @@
+#include "api/dispatch.hpp"
+
+namespace hfa::detail {
+
+#ifndef HFA_WITH_SM90
+// Without CUDA in the build there is no src/sm90 to define it.
+const Backend* sm90_backend() { return nullptr; }
+#endif
+
+namespace {
+
+const Backend& backend_for(const Device& device) {
+  if (device.kind == DeviceKind::cuda) return *sm90_backend();  // non-null: validation checked
+  return cpu_backend();
+}
+
+Status missing(const Backend& backend, const char* what) {
+  return not_supported("the ", backend.name, " backend has no ", what, " yet");
+}
+
+}  // namespace
+
+Status dispatch_forward_workspace_size(const ForwardProblem& problem, std::size_t* bytes) {
+  const Backend& backend = backend_for(problem.device);
+  *bytes = 0;
+  return backend.forward_workspace_size ? backend.forward_workspace_size(problem, bytes)
+                                        : Status::ok();
+}
+
+Status dispatch_forward(const ForwardProblem& problem) {
+  const Backend& backend = backend_for(problem.device);
+  return backend.forward ? backend.forward(problem) : missing(backend, "forward");
+}
+
+Status dispatch_backward_workspace_size(const BackwardProblem& problem, std::size_t* bytes) {
+  const Backend& backend = backend_for(problem.fwd.device);
+  *bytes = 0;
+  return backend.backward_workspace_size ? backend.backward_workspace_size(problem, bytes)
+                                         : Status::ok();
+}
+
+Status dispatch_backward(const BackwardProblem& problem) {
+  const Backend& backend = backend_for(problem.fwd.device);
+  return backend.backward ? backend.backward(problem) : missing(backend, "backward");
+}
+
+}  // namespace hfa::detail

@@ -1,0 +1,508 @@
+// Every check a call goes through before a backend sees it. The order is: each tensor on its
+// own (present, rank, dtype, strides, data), then how the tensors relate (device, shapes),
+// then varlen offsets, then the scalar options. The first failure is returned.
+#include "api/validate.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "api/devices.hpp"
+#include "api/errors.hpp"
+
+namespace hfa::detail {
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+// Head dims the kernels are instantiated for (q/k and v alike).
+constexpr int32_t kHeadDims[] = {64, 96, 128, 192, 256};
+constexpr const char* kHeadDimList = "64, 96, 128, 192, 256";
+
+bool is_known_dtype(hfa_dtype d) { return d >= HFA_F32 && d <= HFA_I32; }
+bool is_fp8(hfa_dtype d) { return d == HFA_E4M3 || d == HFA_E5M2; }
+const char* name_of(hfa_dtype d) { return dtype_name(static_cast<DType>(d)); }
+
+bool is_supported_head_dim(int64_t d) {
+  for (int32_t supported : kHeadDims)
+    if (d == supported) return true;
+  return false;
+}
+
+// The logical axes of an attention operand. Fixed length: (batch, seqlen, heads, headdim);
+// varlen: (total_tokens, heads, headdim), where batch comes from cu_seqlens instead.
+enum Axis { kBatch = 0, kRows = 1, kHeads = 2, kDim = 3 };
+
+// One q/k/v/out-like tensor after its own checks, with its axes in a fixed order.
+struct Operand {
+  const char* name = "";
+  const Tensor* tensor = nullptr;
+  bool varlen = false;
+  int64_t extent[4] = {0, 0, 0, 0};  // indexed by Axis; extent[kBatch] = 0 when varlen
+  Strides strides;
+
+  const char* axis_name(Axis axis) const {
+    switch (axis) {
+      case kBatch: return "batch";
+      case kRows: return varlen ? "total_tokens" : "seqlen";
+      case kHeads: return "heads";
+      case kDim: return "headdim";
+    }
+    return "?";
+  }
+};
+
+int64_t element_count(const Tensor& t) {
+  int64_t count = 1;
+  for (int d = 0; d < t.rank; ++d) count *= t.shape[d];  // shapes were checked: no overflow
+  return count;
+}
+
+std::string shape_string(const Tensor& t) {
+  std::string s = "(";
+  for (int d = 0; d < t.rank; ++d) s += cat(d ? ", " : "", t.shape[d]);
+  return s + ")";
+}
+
+// Checks a tensor on its own: present, the expected rank, a dtype and device hfa knows,
+// non-negative shape and strides, unit stride in the last dim, addressable extent, and data
+// unless it is empty. Outputs also may not have a zero stride over a dim with more than one
+// element (two elements would share an address and the result would depend on write order).
+Status check_form(const char* name, const Tensor* t, int32_t rank, const char* layout,
+                  bool is_output) {
+  if (t == nullptr) return invalid(name, "is null");
+  if (t->rank != rank) return invalid(name, "expected rank ", rank, " ", layout, ", got ", t->rank);
+  if (!is_known_dtype(t->dtype)) return invalid(name, "unknown dtype ", static_cast<int>(t->dtype));
+  if (t->device != HFA_CPU && t->device != HFA_CUDA)
+    return invalid(name, "unknown device kind ", static_cast<int>(t->device));
+  for (int d = 0; d < rank; ++d) {
+    if (t->shape[d] < 0) return invalid(name, "negative extent ", t->shape[d], " in dim ", d);
+    if (t->stride[d] < 0)
+      return invalid(name, "negative stride ", t->stride[d], " in dim ", d, " is not supported");
+  }
+  if (t->stride[rank - 1] != 1 && t->shape[rank - 1] > 1)
+    return invalid(name, "the last dim must have unit stride, got stride ", t->stride[rank - 1]);
+
+  // Every offset a backend computes must fit in int64, and so must the element count.
+  int64_t count = 1;
+  int64_t last_offset = 0;
+  for (int d = 0; d < rank; ++d) {
+    if (t->shape[d] == 0) continue;
+    int64_t span = 0;
+    if (__builtin_mul_overflow(t->shape[d], count, &count) ||
+        __builtin_mul_overflow(t->shape[d] - 1, t->stride[d], &span) ||
+        __builtin_add_overflow(last_offset, span, &last_offset))
+      return invalid(name, "shape ", shape_string(*t), " with its strides overflows int64");
+  }
+
+  if (is_output && element_count(*t) > 0) {
+    for (int d = 0; d < rank; ++d)
+      if (t->stride[d] == 0 && t->shape[d] > 1)
+        return invalid(name, "zero stride in dim ", d, ": output elements would overlap");
+  }
+
+  if (t->data == nullptr && element_count(*t) != 0)
+    return invalid(name, "data is null (allowed only for a tensor with no elements)");
+  return Status::ok();
+}
+
+Status check_operand(const char* name, const Tensor* t, bool varlen, bool is_output,
+                     Operand* op) {
+  const char* layout = varlen ? "(total_tokens, heads, headdim) with cu_seqlens"
+                              : "(batch, seqlen, heads, headdim)";
+  HFA_RETURN_IF_ERROR(check_form(name, t, varlen ? 3 : 4, layout, is_output));
+  op->name = name;
+  op->tensor = t;
+  op->varlen = varlen;
+  const int first = varlen ? 1 : 0;  // where the tensor's dims start among the logical axes
+  for (int axis = first; axis < 4; ++axis) op->extent[axis] = t->shape[axis - first];
+  op->strides.batch = varlen ? 0 : t->stride[0];
+  op->strides.row = t->stride[1 - first];
+  op->strides.head = t->stride[2 - first];
+  // Backends index rows, heads and dims with int32; totals of varlen rows are int32 offsets.
+  for (int axis = first; axis < 4; ++axis) {
+    if (op->extent[axis] > kInt32Max)
+      return invalid(name, op->axis_name(Axis(axis)), " ", op->extent[axis], " exceeds int32");
+  }
+  if (op->extent[kHeads] == 0) return invalid(name, "heads must be at least 1, got 0");
+  return Status::ok();
+}
+
+// `op`'s axis must equal `ref`'s: "k: expected headdim 128 (as q), got 64".
+Status expect_axis(const Operand& op, Axis axis, const Operand& ref, Axis ref_axis) {
+  if (op.extent[axis] == ref.extent[ref_axis]) return Status::ok();
+  return invalid(op.name, "expected ", op.axis_name(axis), " ", ref.extent[ref_axis], " (as ",
+                 ref.name, "), got ", op.extent[axis]);
+}
+
+// Same extent on every axis (dq as q, dk as k, ...).
+Status expect_same_shape(const Operand& op, const Operand& ref) {
+  for (Axis axis : {kBatch, kRows, kHeads, kDim}) {
+    if (op.varlen && axis == kBatch) continue;
+    HFA_RETURN_IF_ERROR(expect_axis(op, axis, ref, axis));
+  }
+  return Status::ok();
+}
+
+Status expect_dtype(const char* name, const Tensor& t, hfa_dtype want, const char* ref) {
+  if (t.dtype == want) return Status::ok();
+  return invalid(name, "expected dtype ", name_of(want), " (as ", ref, "), got ", name_of(t.dtype));
+}
+
+Status expect_same_device(const char* name, const Tensor& t, const Tensor& q) {
+  if (same_device(t, q)) return Status::ok();
+  return invalid(name, "on ", device_name(t), ", expected ", device_name(q), " (as q)");
+}
+
+// The inputs' dtype: f32, f16 or bf16 for now.
+Status check_input_dtype(const Tensor& q) {
+  if (is_fp8(q.dtype))
+    return not_supported("q: fp8 (", name_of(q.dtype), ") inputs are not supported yet");
+  if (q.dtype != HFA_F32 && q.dtype != HFA_F16 && q.dtype != HFA_BF16)
+    return invalid("q", "dtype ", name_of(q.dtype), " is not supported (expected f32, f16 or bf16)");
+  return Status::ok();
+}
+
+Status check_head_dim(const Operand& op) {
+  if (is_supported_head_dim(op.extent[kDim])) return Status::ok();
+  return invalid(op.name, "headdim ", op.extent[kDim], " is not supported (supported: ",
+                 kHeadDimList, ")");
+}
+
+// q, k, v (and out when given) agree: batch, lengths, heads, head dims. Checks dtype and
+// device agreement too, and that the device can be used at all.
+struct Core {
+  Operand q, k, v, out;
+  bool has_out = false;
+};
+
+Status check_core(const Tensor* q, const Tensor* k, const Tensor* v, const Tensor* out,
+                  bool out_is_output, bool varlen, Core* core) {
+  HFA_RETURN_IF_ERROR(check_operand("q", q, varlen, false, &core->q));
+  HFA_RETURN_IF_ERROR(check_operand("k", k, varlen, false, &core->k));
+  HFA_RETURN_IF_ERROR(check_operand("v", v, varlen, false, &core->v));
+  core->has_out = out != nullptr;
+  if (core->has_out) HFA_RETURN_IF_ERROR(check_operand("out", out, varlen, out_is_output, &core->out));
+
+  HFA_RETURN_IF_ERROR(check_input_dtype(*q));
+  HFA_RETURN_IF_ERROR(expect_dtype("k", *k, q->dtype, "q"));
+  HFA_RETURN_IF_ERROR(expect_dtype("v", *v, q->dtype, "q"));
+  // Output dtype = input dtype for 16-bit and f32 inputs (bf16 for fp8, once supported).
+  if (core->has_out) HFA_RETURN_IF_ERROR(expect_dtype("out", *out, q->dtype, "q"));
+
+  HFA_RETURN_IF_ERROR(expect_same_device("k", *k, *q));
+  HFA_RETURN_IF_ERROR(expect_same_device("v", *v, *q));
+  if (core->has_out) HFA_RETURN_IF_ERROR(expect_same_device("out", *out, *q));
+  HFA_RETURN_IF_ERROR(check_device_usable("q", *q));
+
+  const Operand& Q = core->q;
+  const Operand& K = core->k;
+  const Operand& V = core->v;
+  HFA_RETURN_IF_ERROR(check_head_dim(Q));
+  if (!varlen) HFA_RETURN_IF_ERROR(expect_axis(K, kBatch, Q, kBatch));
+  HFA_RETURN_IF_ERROR(expect_axis(K, kDim, Q, kDim));
+  if (Q.extent[kHeads] % K.extent[kHeads] != 0)
+    return invalid("k", "heads ", K.extent[kHeads], " must divide q's heads ", Q.extent[kHeads],
+                   " (GQA/MQA need heads_q % heads_kv == 0)");
+  if (!varlen) HFA_RETURN_IF_ERROR(expect_axis(V, kBatch, K, kBatch));
+  HFA_RETURN_IF_ERROR(expect_axis(V, kRows, K, kRows));
+  HFA_RETURN_IF_ERROR(expect_axis(V, kHeads, K, kHeads));
+  HFA_RETURN_IF_ERROR(check_head_dim(V));
+  if (core->has_out) {
+    const Operand& O = core->out;
+    if (!varlen) HFA_RETURN_IF_ERROR(expect_axis(O, kBatch, Q, kBatch));
+    HFA_RETURN_IF_ERROR(expect_axis(O, kRows, Q, kRows));
+    HFA_RETURN_IF_ERROR(expect_axis(O, kHeads, Q, kHeads));
+    HFA_RETURN_IF_ERROR(expect_axis(O, kDim, V, kDim));
+  }
+  return Status::ok();
+}
+
+// Varlen offsets: int32, (batch + 1), contiguous, on q's device. On the CPU the values are
+// read and checked too; on a GPU they would need a copy and a sync, so CUDA callers are
+// trusted with the values (the shape, dtype and device are still checked).
+Status check_cu_seqlens_form(const char* name, const Tensor* cu, const Tensor& q) {
+  if (cu == nullptr) return invalid(name, "is null");
+  HFA_RETURN_IF_ERROR(check_form(name, cu, 1, "(batch + 1)", false));
+  if (cu->dtype != HFA_I32) return invalid(name, "expected dtype i32, got ", name_of(cu->dtype));
+  if (cu->shape[0] < 1) return invalid(name, "expected batch + 1 >= 1 elements, got 0");
+  if (cu->shape[0] - 1 > kInt32Max) return invalid(name, "batch ", cu->shape[0] - 1, " exceeds int32");
+  return expect_same_device(name, *cu, q);
+}
+
+Status check_cu_seqlens_values(const char* name, const Tensor& cu, int64_t total,
+                               const char* total_owner, const char* max_name, int32_t max_len) {
+  const auto* offsets = static_cast<const int32_t*>(cu.data);
+  const int64_t batch = cu.shape[0] - 1;
+  if (offsets[0] != 0) return invalid(name, "must start at 0, got ", offsets[0]);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t length = int64_t{offsets[b + 1]} - offsets[b];
+    if (length < 0)
+      return invalid(name, "must not decrease, but element ", b + 1, " (", offsets[b + 1],
+                     ") < element ", b, " (", offsets[b], ")");
+    if (length > max_len)
+      return invalid(max_name, max_len, " is smaller than sequence ", b, " (length ", length, ")");
+  }
+  if (offsets[batch] != total)
+    return invalid(name, "last element ", offsets[batch], " must equal ", total_owner,
+                   "'s total_tokens ", total);
+  return Status::ok();
+}
+
+struct Varlen {
+  const Tensor* cu_q = nullptr;
+  const Tensor* cu_k = nullptr;
+  int32_t batch = 0;
+};
+
+Status check_varlen(const Options& options, const Core& core, Varlen* varlen) {
+  const Tensor& q = *core.q.tensor;
+  HFA_RETURN_IF_ERROR(check_cu_seqlens_form("cu_seqlens_q", options.cu_seqlens_q, q));
+  HFA_RETURN_IF_ERROR(check_cu_seqlens_form("cu_seqlens_k", options.cu_seqlens_k, q));
+  const Tensor& cu_q = *options.cu_seqlens_q;
+  const Tensor& cu_k = *options.cu_seqlens_k;
+  if (cu_k.shape[0] != cu_q.shape[0])
+    return invalid("cu_seqlens_k", "expected ", cu_q.shape[0],
+                   " elements (batch + 1, as cu_seqlens_q), got ", cu_k.shape[0]);
+  if (options.max_seqlen_q <= 0)
+    return invalid("max_seqlen_q", "must be positive with cu_seqlens, got ", options.max_seqlen_q);
+  if (options.max_seqlen_k <= 0)
+    return invalid("max_seqlen_k", "must be positive with cu_seqlens, got ", options.max_seqlen_k);
+  if (q.device == HFA_CPU) {
+    HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_q", cu_q, core.q.extent[kRows], "q",
+                                                "max_seqlen_q", options.max_seqlen_q));
+    HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_k", cu_k, core.k.extent[kRows], "k",
+                                                "max_seqlen_k", options.max_seqlen_k));
+  }
+  varlen->cu_q = &cu_q;
+  varlen->cu_k = &cu_k;
+  varlen->batch = static_cast<int32_t>(cu_q.shape[0] - 1);
+  return Status::ok();
+}
+
+// lse: fp32, contiguous (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen.
+Status check_lse(const Tensor* lse, const Core& core, int64_t batch, bool varlen, bool is_output) {
+  const char* layout = varlen ? "(heads, total_tokens)" : "(batch, heads, seqlen_q)";
+  HFA_RETURN_IF_ERROR(check_form("lse", lse, varlen ? 2 : 3, layout, is_output));
+  if (lse->dtype != HFA_F32) return invalid("lse", "expected dtype f32, got ", name_of(lse->dtype));
+  HFA_RETURN_IF_ERROR(expect_same_device("lse", *lse, *core.q.tensor));
+
+  const int64_t heads = core.q.extent[kHeads];
+  const int64_t rows = core.q.extent[kRows];
+  const int64_t want[3] = {batch, heads, rows};
+  const int64_t* expected = varlen ? want + 1 : want;
+  for (int d = 0; d < lse->rank; ++d) {
+    if (lse->shape[d] != expected[d]) {
+      std::string shape = "(";
+      for (int e = 0; e < lse->rank; ++e) shape += cat(e ? ", " : "", expected[e]);
+      return invalid("lse", "expected shape ", shape, ") ", layout, ", got ", shape_string(*lse));
+    }
+  }
+  // Contiguous, ignoring the strides of dims with one element (frameworks leave those
+  // arbitrary).
+  int64_t running = 1;
+  for (int d = lse->rank - 1; d >= 0; --d) {
+    if (lse->shape[d] > 1 && lse->stride[d] != running)
+      return invalid("lse", "must be contiguous ", layout, ", got stride ", lse->stride[d],
+                     " in dim ", d, " (expected ", running, ")");
+    running *= lse->shape[d];
+  }
+  return Status::ok();
+}
+
+Status check_scalars(const Options& options) {
+  if (options.softmax_scale) {
+    const float scale = *options.softmax_scale;
+    if (!std::isfinite(scale) || scale < 0.0f)
+      return invalid("softmax_scale", "must be finite and >= 0, got ", scale);
+  }
+  if (!std::isfinite(options.softcap) || options.softcap < 0.0f)
+    return invalid("softcap", "must be finite and >= 0 (0 = off), got ", options.softcap);
+  if (options.window_left < -1)
+    return invalid("window_left", "must be >= -1 (-1 = unbounded), got ", options.window_left);
+  if (options.window_right < -1)
+    return invalid("window_right", "must be >= -1 (-1 = unbounded), got ", options.window_right);
+  return Status::ok();
+}
+
+// Fills every ForwardProblem field from checked arguments.
+void fill_forward(const Core& core, const Varlen& varlen, const Tensor* lse,
+                  const Options& options, ForwardProblem* p) {
+  const Operand& Q = core.q;
+  const Operand& K = core.k;
+  const Operand& V = core.v;
+  const bool is_varlen = varlen.cu_q != nullptr;
+  *p = ForwardProblem{};
+  p->dtype = static_cast<DType>(Q.tensor->dtype);
+  p->out_dtype = p->dtype;
+  p->batch = is_varlen ? varlen.batch : static_cast<int32_t>(Q.extent[kBatch]);
+  p->seqlen_q = is_varlen ? options.max_seqlen_q : static_cast<int32_t>(Q.extent[kRows]);
+  p->seqlen_k = is_varlen ? options.max_seqlen_k : static_cast<int32_t>(K.extent[kRows]);
+  p->heads_q = static_cast<int32_t>(Q.extent[kHeads]);
+  p->heads_kv = static_cast<int32_t>(K.extent[kHeads]);
+  p->hdim_qk = static_cast<int32_t>(Q.extent[kDim]);
+  p->hdim_v = static_cast<int32_t>(V.extent[kDim]);
+  if (is_varlen) {
+    p->cu_seqlens_q = static_cast<const int32_t*>(varlen.cu_q->data);
+    p->cu_seqlens_k = static_cast<const int32_t*>(varlen.cu_k->data);
+    p->total_q = Q.extent[kRows];
+    p->total_k = K.extent[kRows];
+  }
+  p->q = Q.tensor->data;
+  p->k = K.tensor->data;
+  p->v = V.tensor->data;
+  p->q_stride = Q.strides;
+  p->k_stride = K.strides;
+  p->v_stride = V.strides;
+  if (core.has_out) {
+    p->out = core.out.tensor->data;
+    p->out_stride = core.out.strides;
+  }
+  if (lse != nullptr) {
+    p->lse = static_cast<float*>(lse->data);
+    p->lse_batch_stride = is_varlen ? 0 : lse->stride[0];
+    p->lse_head_stride = is_varlen ? lse->stride[0] : lse->stride[1];
+  }
+
+  p->softmax_scale = options.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(p->hdim_qk)));
+  p->softcap = options.softcap;
+  // Causal is the window (left, 0); like FlashAttention, the flag wins over window_right.
+  p->window_left = options.window_left;
+  p->window_right = options.causal ? 0 : options.window_right;
+  // A left window reaching past the first key of every row is no window: row i's bound
+  // i + seqlen_k - seqlen_q - left is <= 0 for all rows when left >= seqlen_k - 1 (seqlen_k is
+  // the max length with varlen, so this holds per sequence too). Dropping it lets backends
+  // skip mask work; the result is identical.
+  if (p->window_left >= 0 && int64_t{p->window_left} >= int64_t{p->seqlen_k} - 1) p->window_left = -1;
+  // (-1, 0) is causal whichever way the caller spelled it; backends dispatch on the flag.
+  p->causal = p->window_left < 0 && p->window_right == 0;
+
+  p->device = Device{static_cast<DeviceKind>(Q.tensor->device),
+                     Q.tensor->device == HFA_CPU ? 0 : Q.tensor->device_index};
+  p->stream = options.stream;
+  p->workspace = options.workspace;
+  p->workspace_bytes = options.workspace_bytes;
+}
+
+bool wants_varlen(const Options& options) {
+  return options.cu_seqlens_q != nullptr || options.cu_seqlens_k != nullptr;
+}
+
+Status check_varlen_pairing(const Options& options) {
+  if (options.cu_seqlens_q != nullptr && options.cu_seqlens_k == nullptr)
+    return invalid("cu_seqlens_k", "is null but cu_seqlens_q is given (varlen needs both)");
+  if (options.cu_seqlens_k != nullptr && options.cu_seqlens_q == nullptr)
+    return invalid("cu_seqlens_q", "is null but cu_seqlens_k is given (varlen needs both)");
+  return Status::ok();
+}
+
+// The checks forward and backward share: q/k/v(/out), varlen, scalars. On success `problem`
+// describes the forward; lse is attached by the caller's own check.
+Status check_forward_part(const Tensor* q, const Tensor* k, const Tensor* v, const Tensor* out,
+                          bool out_is_output, const Options& options, Core* core,
+                          Varlen* varlen) {
+  HFA_RETURN_IF_ERROR(check_varlen_pairing(options));
+  const bool is_varlen = wants_varlen(options);
+  HFA_RETURN_IF_ERROR(check_core(q, k, v, out, out_is_output, is_varlen, core));
+  if (is_varlen) HFA_RETURN_IF_ERROR(check_varlen(options, *core, varlen));
+  return check_scalars(options);
+}
+
+}  // namespace
+
+Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardProblem* problem) {
+  if (args.options == nullptr) return invalid("options", "is null");
+  const Options& options = *args.options;
+  if (purpose == Purpose::run && args.out == nullptr) return invalid("out", "is null");
+  Core core;
+  Varlen varlen;
+  HFA_RETURN_IF_ERROR(
+      check_forward_part(args.q, args.k, args.v, args.out, true, options, &core, &varlen));
+  const int64_t batch = varlen.cu_q ? varlen.batch : core.q.extent[kBatch];
+  if (args.lse != nullptr)
+    HFA_RETURN_IF_ERROR(check_lse(args.lse, core, batch, varlen.cu_q != nullptr, true));
+  fill_forward(core, varlen, args.lse, options, problem);
+  return Status::ok();
+}
+
+Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
+                              BackwardProblem* problem) {
+  if (args.options == nullptr) return invalid("options", "is null");
+  const Options& options = *args.options;
+  const bool run = purpose == Purpose::run;
+  if (run) {
+    // Named in argument order, so the first missing one is reported.
+    if (args.dout == nullptr) return invalid("dout", "is null");
+    if (args.out == nullptr) return invalid("out", "is null");
+    if (args.lse == nullptr) return invalid("lse", "is null (the backward needs the forward's lse)");
+    if (args.dq == nullptr) return invalid("dq", "is null");
+    if (args.dk == nullptr) return invalid("dk", "is null");
+    if (args.dv == nullptr) return invalid("dv", "is null");
+  }
+  Core core;
+  Varlen varlen;
+  HFA_RETURN_IF_ERROR(
+      check_forward_part(args.q, args.k, args.v, args.out, false, options, &core, &varlen));
+  const bool is_varlen = varlen.cu_q != nullptr;
+
+  *problem = BackwardProblem{};
+  if (run) {
+    const int64_t batch = is_varlen ? varlen.batch : core.q.extent[kBatch];
+    HFA_RETURN_IF_ERROR(check_lse(args.lse, core, batch, is_varlen, false));
+
+    // dout is shaped like out; the gradients like what they differentiate.
+    Operand dout, dq, dk, dv;
+    HFA_RETURN_IF_ERROR(check_operand("dout", args.dout, is_varlen, false, &dout));
+    HFA_RETURN_IF_ERROR(check_operand("dq", args.dq, is_varlen, true, &dq));
+    HFA_RETURN_IF_ERROR(check_operand("dk", args.dk, is_varlen, true, &dk));
+    HFA_RETURN_IF_ERROR(check_operand("dv", args.dv, is_varlen, true, &dv));
+    const hfa_dtype dtype = args.q->dtype;
+    const std::pair<const char*, const Tensor*> extra[] = {
+        {"dout", args.dout}, {"dq", args.dq}, {"dk", args.dk}, {"dv", args.dv}};
+    for (const auto& [name, tensor] : extra) {
+      HFA_RETURN_IF_ERROR(expect_dtype(name, *tensor, dtype, "q"));
+      HFA_RETURN_IF_ERROR(expect_same_device(name, *tensor, *args.q));
+    }
+    HFA_RETURN_IF_ERROR(expect_same_shape(dout, core.out));
+    HFA_RETURN_IF_ERROR(expect_same_shape(dq, core.q));
+    HFA_RETURN_IF_ERROR(expect_same_shape(dk, core.k));
+    HFA_RETURN_IF_ERROR(expect_same_shape(dv, core.v));
+
+    problem->dout = args.dout->data;
+    problem->dq = args.dq->data;
+    problem->dk = args.dk->data;
+    problem->dv = args.dv->data;
+    problem->dout_stride = dout.strides;
+    problem->dq_stride = dq.strides;
+    problem->dk_stride = dk.strides;
+    problem->dv_stride = dv.strides;
+  }
+  fill_forward(core, varlen, run ? args.lse : nullptr, options, &problem->fwd);
+  problem->deterministic = options.deterministic;
+  return Status::ok();
+}
+
+Status check_workspace(std::size_t needed, const Options& options) {
+  if (needed == 0) return Status::ok();
+  if (options.workspace_bytes < needed)
+    return invalid("workspace", "this call needs ", needed, " bytes, got ",
+                   options.workspace_bytes, " (size it with the *_workspace_size query)");
+  if (options.workspace == nullptr)
+    return invalid("workspace", "is null, but this call needs ", needed, " bytes");
+  return Status::ok();
+}
+
+namespace {
+int64_t rows_of(const ForwardProblem& p, bool queries) {
+  if (p.is_varlen()) return queries ? p.total_q : p.total_k;
+  return int64_t{p.batch} * (queries ? p.seqlen_q : p.seqlen_k);
+}
+}  // namespace
+
+bool forward_is_empty(const ForwardProblem& p) { return rows_of(p, true) == 0; }
+
+bool backward_is_empty(const BackwardProblem& p) {
+  return rows_of(p.fwd, true) == 0 && rows_of(p.fwd, false) == 0;
+}
+
+}  // namespace hfa::detail

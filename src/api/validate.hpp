@@ -1,0 +1,48 @@
+// Argument checks: turn what the user passed into a ForwardProblem / BackwardProblem, or reject
+// it with a Status naming the argument at fault. Nothing here touches an output tensor.
+#pragma once
+
+#include <cstddef>
+
+#include "common/problem.hpp"
+
+namespace hfa::detail {
+
+struct ForwardArgs {
+  const Tensor* q = nullptr;
+  const Tensor* k = nullptr;
+  const Tensor* v = nullptr;
+  const Tensor* out = nullptr;  // null only for a workspace-size query
+  const Tensor* lse = nullptr;  // optional
+  const Options* options = nullptr;
+};
+
+struct BackwardArgs {
+  const Tensor* dout = nullptr;  // dout, out, lse, dq, dk, dv: null only for a size query
+  const Tensor* q = nullptr;
+  const Tensor* k = nullptr;
+  const Tensor* v = nullptr;
+  const Tensor* out = nullptr;
+  const Tensor* lse = nullptr;
+  const Tensor* dq = nullptr;
+  const Tensor* dk = nullptr;
+  const Tensor* dv = nullptr;
+  const Options* options = nullptr;
+};
+
+// What the call is for: a size query has only q, k, v and the options.
+enum class Purpose { run, workspace_query };
+
+Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardProblem* problem);
+Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
+                              BackwardProblem* problem);
+
+// The caller's workspace (options.workspace, workspace_bytes) must hold `needed` bytes.
+Status check_workspace(std::size_t needed, const Options& options);
+
+// True when a problem has no output element to write (batch 0, or every sequence empty in the
+// dimension that sizes the outputs): the API returns success without calling a backend.
+bool forward_is_empty(const ForwardProblem& problem);
+bool backward_is_empty(const BackwardProblem& problem);
+
+}  // namespace hfa::detail

@@ -1,0 +1,201 @@
+// Tiled forward. A work item is a block of up to kForwardQueryTilesPerItem query tiles of one
+// (batch, head); K/V tiles stream past the block, each loaded (converted to fp32 when 16-bit)
+// once and used by every query tile of the block while it is hot in cache.
+//
+// Each query tile's Q is packed once, transposed (d × rows) and pre-scaled into the exp2 domain.
+// Scores are computed transposed, Sᵀ = K·Qᵀ (keys × queries), so that K and V are read in place
+// (f32) or converted row by row, never transposed per tile; the online softmax then runs down
+// the columns and O += P·V reads Pᵀ as a transposed operand.
+#include <algorithm>
+#include <cmath>
+
+#include "cpu/kernels.hpp"
+#include "cpu/thread_pool.hpp"
+#include "cpu/tiled_attention.hpp"
+#include "cpu/tiled_common.hpp"
+
+namespace hfa::cpu {
+namespace {
+
+using detail::ForwardProblem;
+
+constexpr int kRows = kForwardQueryRows;
+constexpr int kKeys = kForwardKeys;
+constexpr int kMaxTilesPerItem = kForwardQueryTilesPerItem;
+
+// One query tile: its rows, packed Q and online-softmax state.
+struct QueryTile {
+  int64_t i_first = 0;
+  int rows = 0;
+  float* q_t;       // hdim_qk × kRows: Qᵀ, scaled into the exp2 domain
+  float* o;         // kRows × hdim_v: unnormalized output
+  float* row_max;   // kRows: running max m (exp2 domain)
+  float* row_sum;   // kRows: running sum l
+  float* new_max;   // kRows
+  float* shift;     // kRows: the max used for exp2 (0 for a row that has seen no key yet)
+
+  int64_t i_last() const { return i_first + rows - 1; }
+};
+
+// Per-thread fp32 tiles of one work item, carved from the thread's scratch (or, with a null
+// block, only counted).
+struct ForwardTiles {
+  float* k;         // kKeys × hdim_qk (when K needs converting)
+  float* v;         // kKeys × hdim_v
+  float* s_t;       // kKeys × kRows: scores, then probabilities, transposed
+  float* staging;   // one row of hdim_qk
+  QueryTile queries[kMaxTilesPerItem];
+  ScratchCarver carver;
+
+  explicit ForwardTiles(const ForwardProblem& p, float* block = nullptr) : carver(block) {
+    const std::size_t dqk = p.hdim_qk, dv = p.hdim_v;
+    k = carver.take(kKeys * dqk);
+    v = carver.take(kKeys * dv);
+    s_t = carver.take(std::size_t{kKeys} * kRows);
+    staging = carver.take(dqk);
+    for (QueryTile& q : queries) {
+      q.q_t = carver.take(dqk * kRows);
+      q.o = carver.take(kRows * dv);
+      q.row_max = carver.take(kRows);
+      q.row_sum = carver.take(kRows);
+      q.new_max = carver.take(kRows);
+      q.shift = carver.take(kRows);
+    }
+  }
+};
+
+// Adds keys [j_first, j_first + keys) to one query tile: scores, mask, online softmax, P·V.
+void accumulate_key_tile(const ForwardProblem& p, const Kernels& kernels,
+                         const ScoreTransform& transform, const KeyWindow& window, QueryTile& q,
+                         int64_t j_first, int keys, const FloatBlock& k, const FloatBlock& v,
+                         float* s_t) {
+  const int dqk = p.hdim_qk, dv = p.hdim_v, rows = q.rows;
+  const int64_t j_last = j_first + keys - 1;
+  kernels.gemm(keys, rows, dqk, k.data, k.ld, q.q_t, kRows, s_t, kRows, false);
+  if (transform.softcap()) {
+    for (int r = 0; r < keys; ++r) kernels.softcap(s_t + r * kRows, nullptr, rows, transform.softcap_log2);
+  }
+  if (!window.all_visible(q.i_first, q.i_last(), j_first, j_last)) {
+    for (int r = 0; r < keys; ++r) {
+      const int64_t j = j_first + r;
+      mask_outside(s_t + r * kRows, rows, window.first_row_seeing(j) - q.i_first,
+                   window.last_row_seeing(j) - q.i_first);
+    }
+  }
+
+  // Online softmax: a larger max rescales what was summed so far by exp2(m_old − m_new).
+  std::copy(q.row_max, q.row_max + rows, q.new_max);
+  kernels.columns_max(s_t, keys, rows, kRows, q.new_max);
+  for (int i = 0; i < rows; ++i) {
+    q.shift[i] = q.new_max[i] == -kInfinity ? 0.0f : q.new_max[i];
+    if (q.new_max[i] != q.row_max[i]) {
+      const float rescale = std::exp2(q.row_max[i] - q.shift[i]);
+      q.row_sum[i] *= rescale;
+      kernels.scale(q.o + static_cast<int64_t>(i) * dv, dv, rescale);
+      q.row_max[i] = q.new_max[i];
+    }
+  }
+  kernels.exp2_columns(s_t, keys, rows, kRows, q.shift, nullptr, q.row_sum);
+  kernels.gemm_at(rows, dv, keys, s_t, kRows, v.data, v.ld, q.o, dv, true);
+}
+
+// O = (Σ P·V) / l and LSE = m·ln2 + ln l for the rows of one query tile.
+void store_query_tile(const ForwardProblem& p, const Kernels& kernels, int64_t b, int64_t h,
+                      const Sequence& seq, const QueryTile& q) {
+  const int dv = p.hdim_v;
+  Rows<std::byte> out_rows = rows_of(p.out, p.out_dtype, p.out_stride, b, seq.q_begin, h);
+  for (int i = 0; i < q.rows; ++i) {
+    float* o_row = q.o + static_cast<int64_t>(i) * dv;
+    const float sum = q.row_sum[i];
+    // sum is 0 exactly when the row saw no key: O = 0 and LSE = −inf.
+    kernels.scale(o_row, dv, sum > 0.0f ? 1.0f / sum : 0.0f);
+    kernels.store(p.out_dtype, o_row, dv, out_rows.row(q.i_first + i));
+    if (p.lse != nullptr) {
+      // In double, so that the one rounding is the store to float.
+      const float lse = sum > 0.0f ? static_cast<float>(q.row_max[i] * kLn2 + std::log(double{sum}))
+                                   : -kInfinity;
+      p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_begin + q.i_first + i] = lse;
+    }
+  }
+}
+
+void forward_query_block(const ForwardProblem& p, const Kernels& kernels, int64_t b, int64_t h,
+                         int64_t i_first, int tiles, const Sequence& seq, ForwardTiles& t) {
+  const ScoreTransform transform(p);
+  const KeyWindow window(p, seq);
+  const int64_t h_kv = h / (p.heads_q / p.heads_kv);
+  const InputRows q_rows = rows_of(p.q, p.dtype, p.q_stride, b, seq.q_begin, h);
+  const InputRows k_rows = rows_of(p.k, p.dtype, p.k_stride, b, seq.k_begin, h_kv);
+  const InputRows v_rows = rows_of(p.v, p.dtype, p.v_stride, b, seq.k_begin, h_kv);
+
+  int count = 0;  // query tiles of the block inside the sequence
+  for (; count < tiles && i_first + count * kRows < seq.seqlen_q; ++count) {
+    QueryTile& q = t.queries[count];
+    q.i_first = i_first + count * kRows;
+    q.rows = static_cast<int>(std::min<int64_t>(kRows, seq.seqlen_q - q.i_first));
+    load_transposed(kernels, p.dtype, q_rows, q.i_first, q.rows, p.hdim_qk, transform.qk_factor,
+                    t.staging, q.q_t, kRows);
+    std::fill(q.row_max, q.row_max + q.rows, -kInfinity);
+    std::fill(q.row_sum, q.row_sum + q.rows, 0.0f);
+    std::fill(q.o, q.o + static_cast<int64_t>(q.rows) * p.hdim_v, 0.0f);
+  }
+  if (count == 0) return;
+
+  // Rows see a contiguous key range that only moves right with i: [first(i), last(i_end)]
+  // holds every key the rows [i, i_end] see, and every key in it is seen by one of them.
+  auto sees_some_key = [&](const QueryTile& q, int64_t j_first, int64_t j_last) {
+    return window.first(q.i_first) <= j_last && window.last(q.i_last()) >= j_first;
+  };
+  const int64_t key_end = window.last(t.queries[count - 1].i_last()) + 1;
+  for (int64_t j_first = window.first(i_first); j_first < key_end; j_first += kKeys) {
+    const int keys = static_cast<int>(std::min<int64_t>(kKeys, key_end - j_first));
+    const FloatBlock k = load_block(kernels, p.dtype, k_rows, j_first, keys, p.hdim_qk, t.k);
+    const FloatBlock v = load_block(kernels, p.dtype, v_rows, j_first, keys, p.hdim_v, t.v);
+    const int64_t next_first = j_first + kKeys;
+    if (next_first < key_end) {
+      const int next_keys = static_cast<int>(std::min<int64_t>(kKeys, key_end - next_first));
+      const int64_t size = static_cast<int64_t>(element_size(p.dtype));
+      prefetch_rows(k_rows, next_first, next_keys, p.hdim_qk * size);
+      prefetch_rows(v_rows, next_first, next_keys, p.hdim_v * size);
+    }
+    for (int tile = 0; tile < count; ++tile) {
+      QueryTile& q = t.queries[tile];
+      if (!sees_some_key(q, j_first, j_first + keys - 1)) continue;  // masked tiles are skipped
+      accumulate_key_tile(p, kernels, transform, window, q, j_first, keys, k, v, t.s_t);
+    }
+  }
+  for (int tile = 0; tile < count; ++tile) store_query_tile(p, kernels, b, h, seq, t.queries[tile]);
+}
+
+}  // namespace
+
+Status tiled_forward(const ForwardProblem& p) {
+  const Kernels& kernels = active_kernels();
+  ThreadPool& pool = ThreadPool::shared();
+  const int64_t tiles_per_sequence = (longest_queries(p) + kRows - 1) / kRows;
+  // Blocks of several tiles share each K/V tile, but every thread should get a few items.
+  int tiles_per_item = kMaxTilesPerItem;
+  const int64_t heads = int64_t{p.batch} * p.heads_q;
+  while (tiles_per_item > 1 &&
+         heads * ((tiles_per_sequence + tiles_per_item - 1) / tiles_per_item) < 4 * pool.thread_count()) {
+    tiles_per_item /= 2;
+  }
+  const int64_t items_per_sequence = (tiles_per_sequence + tiles_per_item - 1) / tiles_per_item;
+  const int64_t items_per_batch = items_per_sequence * p.heads_q;
+  const std::size_t scratch_size = ForwardTiles(p).carver.used();
+  pool.parallel_for(p.batch * items_per_batch, [&](int64_t item, int) {
+    const int64_t b = item / items_per_batch;
+    const int64_t h = item % items_per_batch / items_per_sequence;
+    // Last blocks first: under a causal mask they see the most keys, so the long items start
+    // early and the short ones fill in at the end.
+    const int64_t block = items_per_sequence - 1 - item % items_per_sequence;
+    const int64_t i_first = block * tiles_per_item * kRows;
+    const Sequence seq = sequence_of(p, b);
+    if (i_first >= seq.seqlen_q) return;
+    ForwardTiles tiles(p, thread_scratch(scratch_size));
+    forward_query_block(p, kernels, b, h, i_first, tiles_per_item, seq, tiles);
+  });
+  return Status::ok();
+}
+
+}  // namespace hfa::cpu

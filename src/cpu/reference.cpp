@@ -1,0 +1,205 @@
+#include "cpu/reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/half_float.hpp"
+#include "cpu/sequence.hpp"
+#include "cpu/thread_pool.hpp"
+
+namespace hfa::cpu {
+namespace {
+
+using detail::BackwardProblem;
+using detail::ForwardProblem;
+
+double to_double(DType dtype, const std::byte* row, int64_t c) {
+  switch (dtype) {
+    case DType::f32: {
+      float value;
+      std::memcpy(&value, row + 4 * c, sizeof value);
+      return value;
+    }
+    case DType::f16:
+    case DType::bf16: {
+      uint16_t bits;
+      std::memcpy(&bits, row + 2 * c, sizeof bits);
+      return dtype == DType::f16 ? detail::fp16_to_float(bits) : detail::bf16_to_float(bits);
+    }
+    default:
+      return std::numeric_limits<double>::quiet_NaN();
+  }
+}
+
+// rows × cols of one (batch, head) of a strided tensor, as a dense matrix of Real.
+template <class Real>
+std::vector<Real> read_matrix(const void* data, DType dtype, const detail::Strides& strides,
+                                int64_t b, int64_t token_begin, int64_t head, int64_t rows,
+                                int64_t cols) {
+  const auto source = rows_of(data, dtype, strides, b, token_begin, head);
+  std::vector<Real> matrix(static_cast<std::size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t c = 0; c < cols; ++c) {
+      matrix[i * cols + c] = static_cast<Real>(to_double(dtype, source.row(i), c));
+    }
+  }
+  return matrix;
+}
+
+// Index of token row i of sequence b in a contiguous (batch, seqlen, heads, dim) or
+// (total, heads, dim) array.
+int64_t token_index(const ForwardProblem& p, int64_t b, int64_t seqlen, int64_t begin, int64_t i) {
+  return p.is_varlen() ? begin + i : b * seqlen + i;
+}
+
+// The attention of one query head of one sequence, computed in Real.
+template <class Real>
+struct HeadAttention {
+  const ForwardProblem& p;
+  Sequence seq;
+  KeyWindow window;
+  std::vector<Real> q, k, v;  // (seqlen, hdim)
+
+  HeadAttention(const ForwardProblem& problem, int64_t b, int64_t head_q)
+      : p(problem), seq(sequence_of(problem, b)), window(problem, seq) {
+    const int64_t head_kv = head_q / (p.heads_q / p.heads_kv);
+    q = read_matrix<Real>(p.q, p.dtype, p.q_stride, b, seq.q_begin, head_q, seq.seqlen_q, p.hdim_qk);
+    k = read_matrix<Real>(p.k, p.dtype, p.k_stride, b, seq.k_begin, head_kv, seq.seqlen_k, p.hdim_qk);
+    v = read_matrix<Real>(p.v, p.dtype, p.v_stride, b, seq.k_begin, head_kv, seq.seqlen_k, p.hdim_v);
+  }
+
+  // The score of (i, j) before the softmax; tanh_out gets tanh(s/softcap) when softcap is on.
+  Real score(int64_t i, int64_t j, Real* tanh_out) const {
+    Real s = 0;
+    for (int64_t c = 0; c < p.hdim_qk; ++c) s += q[i * p.hdim_qk + c] * k[j * p.hdim_qk + c];
+    s *= static_cast<Real>(p.softmax_scale);
+    if (p.softcap > 0.0f) {
+      const Real t = std::tanh(s / static_cast<Real>(p.softcap));
+      *tanh_out = t;
+      s = static_cast<Real>(p.softcap) * t;
+    }
+    return s;
+  }
+
+  // Softmax probabilities of row i over its visible keys [first, last] (p[j − first]), with the
+  // tanh of each score; returns the log-sum-exp (−inf for a row that sees nothing).
+  Real probabilities(int64_t i, std::vector<Real>& prob, std::vector<Real>& tanh) const {
+    const int64_t first = window.first(i), last = window.last(i);
+    const int64_t count = std::max<int64_t>(0, last - first + 1);
+    prob.assign(static_cast<std::size_t>(count), Real{0});
+    tanh.assign(static_cast<std::size_t>(count), Real{0});
+    if (count == 0) return -std::numeric_limits<Real>::infinity();
+    Real max_score = -std::numeric_limits<Real>::infinity();
+    for (int64_t j = 0; j < count; ++j) {
+      prob[j] = score(i, first + j, &tanh[j]);
+      max_score = std::max(max_score, prob[j]);
+    }
+    Real sum = 0;
+    for (Real& x : prob) sum += (x = std::exp(x - max_score));
+    for (Real& x : prob) x /= sum;
+    return max_score + std::log(sum);
+  }
+};
+
+template <class Real>
+void forward(const ForwardProblem& p, Real* out, Real* lse) {
+  ThreadPool::shared().parallel_for(int64_t{p.batch} * p.heads_q, [&](int64_t item, int) {
+    const int64_t b = item / p.heads_q, h = item % p.heads_q;
+    const HeadAttention<Real> head(p, b, h);
+    std::vector<Real> prob, tanh;
+    for (int64_t i = 0; i < head.seq.seqlen_q; ++i) {
+      const Real row_lse = head.probabilities(i, prob, tanh);
+      const int64_t token = token_index(p, b, p.seqlen_q, head.seq.q_begin, i);
+      Real* out_row = out + (token * p.heads_q + h) * p.hdim_v;
+      for (int64_t c = 0; c < p.hdim_v; ++c) {
+        Real sum = 0;
+        for (std::size_t j = 0; j < prob.size(); ++j) {
+          sum += prob[j] * head.v[(head.window.first(i) + static_cast<int64_t>(j)) * p.hdim_v + c];
+        }
+        out_row[c] = sum;
+      }
+      if (lse != nullptr) {
+        const int64_t index = p.is_varlen() ? h * p.total_q + token
+                                            : (b * p.heads_q + h) * p.seqlen_q + i;
+        lse[index] = row_lse;
+      }
+    }
+  });
+}
+
+template <class Real>
+void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv) {
+  const ForwardProblem& p = problem.fwd;
+  const int64_t group = p.heads_q / p.heads_kv;
+  // One item per (batch, kv head): it owns dk and dv of that head and dq of its query heads.
+  ThreadPool::shared().parallel_for(int64_t{p.batch} * p.heads_kv, [&](int64_t item, int) {
+    const int64_t b = item / p.heads_kv, h_kv = item % p.heads_kv;
+    const Sequence seq = sequence_of(p, b);
+    auto dq_row = [&](int64_t h, int64_t i) {
+      return dq + (token_index(p, b, p.seqlen_q, seq.q_begin, i) * p.heads_q + h) * p.hdim_qk;
+    };
+    auto dk_row = [&](int64_t j) {
+      return dk + (token_index(p, b, p.seqlen_k, seq.k_begin, j) * p.heads_kv + h_kv) * p.hdim_qk;
+    };
+    auto dv_row = [&](int64_t j) {
+      return dv + (token_index(p, b, p.seqlen_k, seq.k_begin, j) * p.heads_kv + h_kv) * p.hdim_v;
+    };
+    for (int64_t j = 0; j < seq.seqlen_k; ++j) {
+      std::fill(dk_row(j), dk_row(j) + p.hdim_qk, Real{0});
+      std::fill(dv_row(j), dv_row(j) + p.hdim_v, Real{0});
+    }
+    const Real scale = p.softmax_scale;
+    std::vector<Real> prob, tanh, dprob;
+    for (int64_t h = h_kv * group; h < (h_kv + 1) * group; ++h) {
+      const HeadAttention<Real> head(p, b, h);
+      const std::vector<Real> dout =
+          read_matrix<Real>(problem.dout, p.dtype, problem.dout_stride, b, seq.q_begin, h, seq.seqlen_q,
+                      p.hdim_v);
+      for (int64_t i = 0; i < seq.seqlen_q; ++i) {
+        Real* dq_i = dq_row(h, i);
+        std::fill(dq_i, dq_i + p.hdim_qk, Real{0});
+        head.probabilities(i, prob, tanh);
+        const int64_t first = head.window.first(i);
+        // dP = dO·Vᵀ, and D = Σ P∘dP (= rowsum(dO∘O)).
+        dprob.assign(prob.size(), Real{0});
+        Real d = 0;
+        for (std::size_t jj = 0; jj < prob.size(); ++jj) {
+          const int64_t j = first + static_cast<int64_t>(jj);
+          for (int64_t c = 0; c < p.hdim_v; ++c) {
+            dprob[jj] += dout[i * p.hdim_v + c] * head.v[j * p.hdim_v + c];
+          }
+          d += prob[jj] * dprob[jj];
+        }
+        for (std::size_t jj = 0; jj < prob.size(); ++jj) {
+          const int64_t j = first + static_cast<int64_t>(jj);
+          // dL/ds for the raw score s = scale·q·k, through the softmax and the softcap's tanh.
+          Real ds = prob[jj] * (dprob[jj] - d);
+          if (p.softcap > 0.0f) ds *= 1 - tanh[jj] * tanh[jj];
+          Real* dk_j = dk_row(j);
+          Real* dv_j = dv_row(j);
+          for (int64_t c = 0; c < p.hdim_qk; ++c) {
+            dq_i[c] += ds * scale * head.k[j * p.hdim_qk + c];
+            dk_j[c] += ds * scale * head.q[i * p.hdim_qk + c];
+          }
+          for (int64_t c = 0; c < p.hdim_v; ++c) dv_j[c] += prob[jj] * dout[i * p.hdim_v + c];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void reference_forward(const ForwardProblem& p, double* out, double* lse) { forward(p, out, lse); }
+void reference_backward(const BackwardProblem& p, double* dq, double* dk, double* dv) {
+  backward(p, dq, dk, dv);
+}
+void reference_forward_f32(const ForwardProblem& p, float* out, float* lse) { forward(p, out, lse); }
+void reference_backward_f32(const BackwardProblem& p, float* dq, float* dk, float* dv) {
+  backward(p, dq, dk, dv);
+}
+
+}  // namespace hfa::cpu

@@ -1,0 +1,25 @@
+// The oracle: plain attention in float64, no tiling, no tricks, written to be read. Every test
+// compares against it. Inputs are host memory as described by the problem (its dtype and
+// element strides; cu_seqlens, if any, are host int32 arrays).
+#pragma once
+
+#include "common/problem.hpp"
+
+namespace hfa::cpu {
+
+// out: contiguous (batch, seqlen_q, heads_q, hdim_v), varlen (total_q, heads_q, hdim_v).
+// lse (may be null): natural log, contiguous (batch, heads_q, seqlen_q), varlen (heads_q, total_q).
+// A row that sees no key gets out = 0 and lse = −inf. p.out and p.lse are not touched.
+void reference_forward(const detail::ForwardProblem& p, double* out, double* lse);
+
+// Gradients of the forward, recomputed from q, k, v and dout alone (p.fwd.out and p.fwd.lse are
+// not read). dq, dk, dv are contiguous and shaped like q, k, v; with GQA, dk and dv are summed
+// over the query heads of each group.
+void reference_backward(const detail::BackwardProblem& p, double* dq, double* dk, double* dv);
+
+// The same plain algorithm in float32 (scores, softmax and products in fp32, like the "math"
+// attention of the frameworks): the low-precision peer that sets the error bound of §6.
+void reference_forward_f32(const detail::ForwardProblem& p, float* out, float* lse);
+void reference_backward_f32(const detail::BackwardProblem& p, float* dq, float* dk, float* dv);
+
+}  // namespace hfa::cpu

@@ -1,0 +1,117 @@
+#include "cpu/thread_pool.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <new>
+
+#include <unistd.h>
+
+namespace hfa::cpu {
+namespace {
+
+int default_thread_count() {
+  if (const char* forced = std::getenv("HFA_CPU_THREADS")) {
+    const int count = std::atoi(forced);
+    if (count > 0) return count;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+constexpr std::align_val_t kScratchAlignment{64};
+
+struct AlignedDelete {
+  void operator()(float* block) const { ::operator delete[](block, kScratchAlignment); }
+};
+
+}  // namespace
+
+ThreadPool& ThreadPool::shared() {
+  // One pool per process. A child made by fork() has none of its parent's threads (Python's
+  // multiprocessing does this), so it gets its own pool; the parent's copy is left alone, as its
+  // locks may have been taken at the fork. Pools are never destroyed: workers blocked in a wait
+  // end with the process, and no call can outlive the pool it uses.
+  static std::mutex mutex;
+  static ThreadPool* pool = nullptr;
+  static pid_t owner = 0;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (pool == nullptr || owner != getpid()) {
+    pool = new ThreadPool(default_thread_count());
+    owner = getpid();
+  }
+  return *pool;
+}
+
+ThreadPool::ThreadPool(int thread_count) {
+  for (int thread = 1; thread < thread_count; ++thread) {
+    workers_.emplace_back([this, thread] { worker_main(thread); });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    stopping_ = true;
+  }
+  work_ready_.notify_all();
+  for (std::thread& worker : workers_) worker.join();
+}
+
+void ThreadPool::run(int64_t count, ItemFunction function, void* context) {
+  if (count <= 0) return;
+  std::lock_guard<std::mutex> call_lock(call_mutex_);
+  if (count == 1 || workers_.empty()) {
+    for (int64_t item = 0; item < count; ++item) function(context, item, 0);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    function_ = function;
+    context_ = context;
+    item_count_ = count;
+    next_item_.store(0, std::memory_order_relaxed);
+    workers_busy_ = static_cast<int>(workers_.size());
+    ++generation_;
+  }
+  work_ready_.notify_all();
+  run_items(0);
+  std::unique_lock<std::mutex> lock(state_mutex_);
+  work_done_.wait(lock, [this] { return workers_busy_ == 0; });
+}
+
+void ThreadPool::run_items(int thread) {
+  for (;;) {
+    const int64_t item = next_item_.fetch_add(1, std::memory_order_relaxed);
+    if (item >= item_count_) return;
+    function_(context_, item, thread);
+  }
+}
+
+void ThreadPool::worker_main(int thread) {
+  uint64_t seen_generation = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(state_mutex_);
+      work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen_generation; });
+      if (stopping_) return;
+      seen_generation = generation_;
+    }
+    run_items(thread);
+    {
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      if (--workers_busy_ == 0) work_done_.notify_one();
+    }
+  }
+}
+
+float* thread_scratch(std::size_t floats) {
+  thread_local std::unique_ptr<float[], AlignedDelete> block;
+  thread_local std::size_t capacity = 0;
+  if (floats > capacity) {
+    block.reset(static_cast<float*>(::operator new[](floats * sizeof(float), kScratchAlignment)));
+    capacity = floats;
+  }
+  return block.get();
+}
+
+}  // namespace hfa::cpu

@@ -1,0 +1,15 @@
+// The FlashAttention algorithm on the CPU: the kernels behind the "cpu" backend. Inputs and
+// outputs are host memory described by the problem; work is spread over ThreadPool::shared().
+#pragma once
+
+#include "common/problem.hpp"
+
+namespace hfa::cpu {
+
+// Writes p.out (in p.out_dtype) and, when not null, p.lse.
+Status tiled_forward(const detail::ForwardProblem& p);
+
+// Writes dq, dk, dv in the input dtype from q, k, v, out, lse and dout.
+Status tiled_backward(const detail::BackwardProblem& p);
+
+}  // namespace hfa::cpu

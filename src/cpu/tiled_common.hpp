@@ -1,0 +1,121 @@
+// Pieces shared by the tiled forward and backward: tile sizes, the score transform into the
+// exp2 domain, moving row blocks between tensors and fp32 tiles, and masking.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "common/problem.hpp"
+#include "cpu/kernels.hpp"
+#include "cpu/sequence.hpp"
+#include "cpu/thread_pool.hpp"
+
+namespace hfa::cpu {
+
+// Tile sizes. Query tiles are 64 wide: one row of four zmm vectors in the gemm micro-kernel.
+// Key tiles trade the per-tile softmax bookkeeping against the L1/L2 footprint. A forward work
+// item holds up to 4 query tiles that share each K/V tile (converting 16-bit K/V once per
+// block instead of once per tile saved a fifth of the bf16 time), about 400 KB of L2 at d 128.
+constexpr int kForwardQueryRows = 64;
+constexpr int kForwardKeys = 128;
+constexpr int kForwardQueryTilesPerItem = 4;
+constexpr int kBackwardQueryRows = 64;
+constexpr int kBackwardKeys = 64;
+
+constexpr double kLog2e = 1.4426950408889634;
+constexpr double kLn2 = 0.6931471805599453;
+constexpr float kInfinity = std::numeric_limits<float>::infinity();
+
+// Scores in the exp2 domain: x = log2(e)·s with s = scale·q·k, or log2(e)·softcap·tanh(s/softcap).
+// The factor on q·k is folded into the packed Q (or K); the softcap, when on, is applied to each
+// score tile right after the product.
+struct ScoreTransform {
+  float qk_factor;    // multiplies q·k
+  float softcap_log2;  // softcap·log2(e); 0 = off
+
+  explicit ScoreTransform(const detail::ForwardProblem& p)
+      : qk_factor(static_cast<float>(p.softcap > 0.0f ? double{p.softmax_scale} / p.softcap
+                                                      : p.softmax_scale * kLog2e)),
+        softcap_log2(static_cast<float>(p.softcap > 0.0f ? p.softcap * kLog2e : 0.0)) {}
+  bool softcap() const { return softcap_log2 > 0.0f; }
+};
+
+// LSE (natural log) into the exp2 domain as a shift for exp2((x − high) − low), carried as two
+// floats: one rounding of lse·log2(e) would cost up to 4e-6 relative in P when |lse| ~ 100.
+// A row that saw no key (LSE −inf) gets +inf, so that its probabilities come out 0, not NaN.
+struct Exp2Shift {
+  float high, low;
+};
+inline Exp2Shift lse_to_exp2_shift(float lse) {
+  if (lse == -kInfinity) return {kInfinity, 0.0f};
+  const double shift = static_cast<double>(lse) * kLog2e;
+  const auto high = static_cast<float>(shift);
+  return {high, static_cast<float>(shift - high)};
+}
+
+// Carves consecutive 64-byte aligned pieces out of one scratch block (or, with a null block,
+// only counts the floats they need).
+class ScratchCarver {
+ public:
+  explicit ScratchCarver(float* block) : next_(block) {}
+  float* take(std::size_t count) {
+    float* piece = next_;
+    used_ += scratch_floats(count);
+    if (next_ != nullptr) next_ += scratch_floats(count);
+    return piece;
+  }
+  std::size_t used() const { return used_; }
+
+ private:
+  float* next_;
+  std::size_t used_ = 0;
+};
+
+using InputRows = Rows<const std::byte>;
+
+// rows [first, first + count) × cols of a tensor as fp32 with leading dimension `ld`: the tensor
+// itself when it is f32 (no copy), else converted into buffer.
+struct FloatBlock {
+  const float* data;
+  int ld;
+};
+
+inline FloatBlock load_block(const Kernels& kernels, DType dtype, const InputRows& rows,
+                             int64_t first, int count, int cols, float* buffer) {
+  if (dtype == DType::f32 && rows.row_bytes % static_cast<int64_t>(sizeof(float)) == 0) {
+    return {reinterpret_cast<const float*>(rows.row(first)),
+            static_cast<int>(rows.row_bytes / static_cast<int64_t>(sizeof(float)))};
+  }
+  for (int r = 0; r < count; ++r) kernels.load(dtype, rows.row(first + r), cols, 1.0f, buffer + static_cast<int64_t>(r) * cols);
+  return {buffer, cols};
+}
+
+// Asks the caches for rows [first, first + count) (`bytes` each) ahead of their use: K/V tiles
+// stream from L3 or memory, and the loads that convert them otherwise wait on every miss.
+inline void prefetch_rows(const InputRows& rows, int64_t first, int count, int64_t bytes) {
+  constexpr int64_t kCacheLine = 64;
+  for (int r = 0; r < count; ++r) {
+    const std::byte* row = rows.row(first + r);
+    for (int64_t offset = 0; offset < bytes; offset += kCacheLine) __builtin_prefetch(row + offset);
+  }
+}
+
+// dst[c·ld + r] = factor·(row first + r)[c]: a transposed, scaled copy through one staging row.
+inline void load_transposed(const Kernels& kernels, DType dtype, const InputRows& rows,
+                            int64_t first, int count, int cols, float factor, float* staging,
+                            float* dst, int ld) {
+  for (int r = 0; r < count; ++r) {
+    kernels.load(dtype, rows.row(first + r), cols, factor, staging);
+    for (int c = 0; c < cols; ++c) dst[static_cast<int64_t>(c) * ld + r] = staging[c];
+  }
+}
+
+// Sets x[j] = −inf outside the visible columns [visible_first, visible_last] (may be empty).
+inline void mask_outside(float* x, int n, int64_t visible_first, int64_t visible_last) {
+  for (int j = 0; j < n; ++j) {
+    if (j < visible_first || j > visible_last) x[j] = -kInfinity;
+  }
+}
+
+}  // namespace hfa::cpu

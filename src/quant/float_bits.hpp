@@ -1,0 +1,91 @@
+// fp32 bit helpers shared by the quantization codecs.
+//
+// Host and device must produce the same bytes, so every step is either integer arithmetic on the
+// float's bits or one correctly rounded fp32 operation. Two things differ between a CPU and a GPU
+// built with --use_fast_math: subnormal handling (-ftz) and the bits of a NaN. So the helpers
+// read and write fp32 subnormals as signed zero and return a single canonical NaN; the result is
+// then the same whether or not the device code was built with -ftz.
+#pragma once
+
+#include <cstdint>
+
+#ifndef HFA_HD
+#if defined(__CUDACC__)
+#define HFA_HD __host__ __device__
+#else
+#define HFA_HD
+#endif
+#endif
+
+namespace hfa::quant {
+
+namespace fp32 {
+inline constexpr uint32_t kSignMask = 0x80000000u;
+inline constexpr uint32_t kAbsMask = 0x7fffffffu;
+inline constexpr uint32_t kInfBits = 0x7f800000u;        // also the exponent-field mask
+inline constexpr uint32_t kMinNormalBits = 0x00800000u;  // 2^-126
+inline constexpr uint32_t kCanonicalNaN = 0x7fc00000u;   // the only NaN the codecs produce
+inline constexpr uint32_t kMantissaMask = 0x007fffffu;
+inline constexpr int kMantissaBits = 23;
+inline constexpr int kBias = 127;
+inline constexpr int kMaxBiasedExponent = 254;  // finite numbers
+}  // namespace fp32
+
+HFA_HD constexpr uint32_t bits_of(float x) { return __builtin_bit_cast(uint32_t, x); }
+HFA_HD constexpr float from_bits(uint32_t b) { return __builtin_bit_cast(float, b); }
+
+HFA_HD constexpr bool is_nan(float x) { return (bits_of(x) & fp32::kAbsMask) > fp32::kInfBits; }
+HFA_HD constexpr bool is_finite(float x) { return (bits_of(x) & fp32::kAbsMask) < fp32::kInfBits; }
+
+// Subnormal → signed zero, any NaN → the canonical NaN; everything else unchanged.
+HFA_HD constexpr float canonical(float x) {
+  const uint32_t b = bits_of(x);
+  const uint32_t a = b & fp32::kAbsMask;
+  if (a > fp32::kInfBits) return from_bits(fp32::kCanonicalNaN);
+  if (a < fp32::kMinNormalBits) return from_bits(b & fp32::kSignMask);
+  return x;
+}
+
+// One correctly rounded product / quotient. Explicit intrinsics on the device: --use_fast_math
+// would otherwise turn `/` into an approximate reciprocal and a*b+c into an FMA.
+HFA_HD inline float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return canonical(__fmul_rn(canonical(a), canonical(b)));
+#else
+  return canonical(canonical(a) * canonical(b));
+#endif
+}
+
+HFA_HD inline float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return canonical(__fdiv_rn(canonical(a), canonical(b)));
+#else
+  return canonical(canonical(a) / canonical(b));
+#endif
+}
+
+// x · 2^k, exact unless it leaves the normal range: overflow gives ±inf, underflow ±0.
+HFA_HD constexpr float scale_pow2(float x, int k) {
+  const uint32_t b = bits_of(canonical(x));
+  const uint32_t a = b & fp32::kAbsMask;
+  if (a == 0 || a >= fp32::kInfBits) return from_bits(b);
+  const int e = static_cast<int>(a >> fp32::kMantissaBits) + k;
+  const uint32_t sign = b & fp32::kSignMask;
+  if (e > fp32::kMaxBiasedExponent) return from_bits(sign | fp32::kInfBits);
+  if (e <= 0) return from_bits(sign);
+  return from_bits(sign | (static_cast<uint32_t>(e) << fp32::kMantissaBits) |
+                   (a & fp32::kMantissaMask));
+}
+
+// max |x[i]|: NaN if any element is NaN, else inf if any is infinite. Integer compare of the
+// magnitude bits orders finite values, inf and NaN in exactly that way.
+HFA_HD constexpr float amax_abs(const float* x, int n) {
+  uint32_t m = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint32_t a = bits_of(x[i]) & fp32::kAbsMask;
+    m = a > m ? a : m;
+  }
+  return canonical(from_bits(m));
+}
+
+}  // namespace hfa::quant

@@ -1,0 +1,73 @@
+// The backward checks everything the forward does, plus dout, dq, dk, dv and the lse it needs.
+#include "fixture.hpp"
+
+namespace hfa::test {
+namespace {
+
+TEST(BackwardArgs, ChecksTheForwardArguments) {
+  Attention a;
+  a.k.tensor.shape[3] = 128;
+  EXPECT_TRUE(BackwardRejected(a, "k", "expected headdim 64 (as q), got 128"));
+}
+
+TEST(BackwardArgs, DoutShape) {
+  Attention a;
+  a.dout.tensor.shape[1] = 2;
+  EXPECT_TRUE(BackwardRejected(a, "dout", "expected seqlen 3 (as out), got 2"));
+}
+
+TEST(BackwardArgs, DoutDtype) {
+  Attention a;
+  a.dout.tensor.dtype = HFA_BF16;
+  EXPECT_TRUE(BackwardRejected(a, "dout", "expected dtype f32 (as q), got bf16"));
+}
+
+TEST(BackwardArgs, GradientShapes) {
+  Attention a;
+  a.dq.tensor.shape[2] = 2;
+  EXPECT_TRUE(BackwardRejected(a, "dq", "expected heads 4 (as q), got 2"));
+  a = Attention{};
+  a.dk.tensor.shape[1] = 4;
+  EXPECT_TRUE(BackwardRejected(a, "dk", "expected seqlen 5 (as k), got 4"));
+  a = Attention{};
+  a.dv.tensor.shape[3] = 128;
+  EXPECT_TRUE(BackwardRejected(a, "dv", "expected headdim 64 (as v), got 128"));
+}
+
+TEST(BackwardArgs, GradientDtypes) {
+  Attention a;
+  a.dk.tensor.dtype = HFA_F16;
+  EXPECT_TRUE(BackwardRejected(a, "dk", "expected dtype f32 (as q), got f16"));
+}
+
+TEST(BackwardArgs, GradientOnAnotherDevice) {
+  Attention a;
+  a.dv.tensor.device = HFA_CUDA;
+  EXPECT_TRUE(BackwardRejected(a, "dv", "on cuda:0, expected cpu"));
+}
+
+TEST(BackwardArgs, GradientNullData) {
+  Attention a;
+  a.dq.tensor.data = nullptr;
+  EXPECT_TRUE(BackwardRejected(a, "dq", "null"));
+}
+
+TEST(BackwardArgs, LseRequired) {
+  Attention a;
+  a.poison_outputs();
+  const hfa_options options = to_c(a.options);
+  EXPECT_EQ(hfa_backward(&a.dout.tensor, &a.q.tensor, &a.k.tensor, &a.v.tensor, &a.out.tensor,
+                         nullptr, &a.dq.tensor, &a.dk.tensor, &a.dv.tensor, &options),
+            HFA_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(hfa_last_error(), "lse: is null");
+  EXPECT_TRUE(a.backward_outputs_untouched());
+}
+
+TEST(BackwardArgs, LseShape) {
+  Attention a;
+  a.lse.tensor.shape[2] = 4;
+  EXPECT_TRUE(BackwardRejected(a, "lse", "expected shape (2, 4, 3)"));
+}
+
+}  // namespace
+}  // namespace hfa::test

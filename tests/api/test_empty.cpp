@@ -1,0 +1,93 @@
+// Empty problems are valid: nothing to compute, and rows that see no key give O = 0 and
+// LSE = -inf, never NaN.
+#include <cmath>
+
+#include "fixture.hpp"
+
+namespace hfa::test {
+namespace {
+
+constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+
+TEST(Empty, BatchZeroWithNullData) {
+  Attention a;
+  a.batch = 0;
+  a.allocate();
+  for (Buffer* b : {&a.q, &a.k, &a.v, &a.out, &a.lse}) b->tensor.data = nullptr;
+  EXPECT_TRUE(a.forward().is_ok()) << a.forward().message();
+}
+
+TEST(Empty, SeqlenQZero) {
+  Attention a;
+  a.seqlen_q = 0;
+  a.allocate();
+  EXPECT_TRUE(a.forward().is_ok());
+}
+
+TEST(Empty, SeqlenKZeroGivesZeroOutAndMinusInfLse) {
+  Attention a;
+  a.seqlen_k = 0;
+  a.allocate();
+  ASSERT_TRUE(a.forward().is_ok()) << a.forward().message();
+  for (float x : a.out.data) ASSERT_EQ(x, 0.0f);
+  for (float x : a.lse.data) ASSERT_EQ(x, kMinusInf);
+}
+
+TEST(Empty, FullyMaskedRows) {
+  // seqlen_q > seqlen_k, causal, bottom-right aligned: row i sees keys j <= i - 2, so rows 0 and
+  // 1 see nothing.
+  Attention a;
+  a.seqlen_q = 5;
+  a.seqlen_k = 3;
+  a.options.causal = true;
+  a.allocate();
+  ASSERT_TRUE(a.forward().is_ok()) << a.forward().message();
+  for (int64_t b = 0; b < a.batch; ++b)
+    for (int64_t i = 0; i < a.seqlen_q; ++i)
+      for (int64_t h = 0; h < a.heads_q; ++h) {
+        const float lse = a.lse.data[(b * a.heads_q + h) * a.seqlen_q + i];
+        const float* row = &a.out.data[((b * a.seqlen_q + i) * a.heads_q + h) * a.hdim_v];
+        if (i < 2) {
+          ASSERT_EQ(lse, kMinusInf);
+          for (int64_t d = 0; d < a.hdim_v; ++d) ASSERT_EQ(row[d], 0.0f);
+        } else {
+          ASSERT_TRUE(std::isfinite(lse));
+          for (int64_t d = 0; d < a.hdim_v; ++d) ASSERT_TRUE(std::isfinite(row[d]));
+        }
+      }
+}
+
+TEST(Empty, WindowThatSeesNothing) {
+  // A (0, 0) window with seqlen_k < seqlen_q: row i sees only key i - 2.
+  Attention a;
+  a.seqlen_q = 4;
+  a.seqlen_k = 2;
+  a.options.window_left = 0;
+  a.options.window_right = 0;
+  a.allocate();
+  ASSERT_TRUE(a.forward().is_ok());
+  for (float x : a.out.data) ASSERT_FALSE(std::isnan(x));
+  for (float x : a.lse.data) ASSERT_FALSE(std::isnan(x));
+  EXPECT_EQ(a.lse.data[0], kMinusInf);  // (b 0, h 0, row 0)
+}
+
+TEST(Empty, BackwardWithNoQueriesZeroesDkDv) {
+  Attention a;
+  a.seqlen_q = 0;
+  a.allocate();
+  const Status status = a.backward();
+  if (status.code() == Code::not_supported) GTEST_SKIP() << status.message();
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  for (float x : a.dk.data) ASSERT_EQ(x, 0.0f);
+  for (float x : a.dv.data) ASSERT_EQ(x, 0.0f);
+}
+
+TEST(Empty, BackwardBatchZero) {
+  Attention a;
+  a.batch = 0;
+  a.allocate();
+  EXPECT_TRUE(a.backward().is_ok()) << a.backward().message();
+}
+
+}  // namespace
+}  // namespace hfa::test

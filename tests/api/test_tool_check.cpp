@@ -1,0 +1,97 @@
+// The tool's sampled check cuts each block of query rows out as a small problem with a shifted
+// window. Feed it outputs computed by the full float64 reference: whatever the lengths and
+// mask, the errors it reports must be rounding only.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <vector>
+
+#include "api/validate.hpp"
+#include "check.hpp"
+#include "cpu/reference.hpp"
+
+namespace hfa::tool {
+namespace {
+
+// Replaces the workload's outputs by the full reference's.
+void fill_with_reference(Workload& w) {
+  const Spec& s = w.spec();
+  Tensor q = make_tensor(w.q.data(), s.dtype, {s.batch, s.seqlen_q, s.heads, s.hdim});
+  Tensor k = make_tensor(w.k.data(), s.dtype, {s.batch, s.seqlen_k, s.kv_heads, s.hdim});
+  Tensor v = make_tensor(w.v.data(), s.dtype, {s.batch, s.seqlen_k, s.kv_heads, s.hdim_v});
+  Tensor out = make_tensor(w.out.data(), s.dtype, {s.batch, s.seqlen_q, s.heads, s.hdim_v});
+  Tensor lse = make_tensor(w.lse.data(), DType::f32, {s.batch, s.heads, s.seqlen_q});
+  Tensor dout = make_tensor(w.dout.data(), s.dtype, {s.batch, s.seqlen_q, s.heads, s.hdim_v});
+  const Options options = s.options();
+  detail::BackwardProblem p;
+  // The gradients' tensors only need the right shapes here: the reference writes to vectors.
+  const Status status = detail::build_backward_problem(
+      {&dout, &q, &k, &v, &out, &lse, &q, &k, &v, &options}, detail::Purpose::run, &p);
+  ASSERT_TRUE(status.is_ok()) << status.message();
+
+  std::vector<double> o(w.out.size()), l(w.lse.size()), dq(w.q.size()), dk(w.k.size()), dv(w.v.size());
+  cpu::reference_forward(p.fwd, o.data(), l.data());
+  cpu::reference_backward(p, dq.data(), dk.data(), dv.data());
+  const auto store = [](HostArray& to, const std::vector<double>& from) {
+    for (std::size_t i = 0; i < from.size(); ++i) to.set(static_cast<int64_t>(i), static_cast<float>(from[i]));
+  };
+  store(w.out, o);
+  store(w.lse, l);
+  store(w.dq, dq);
+  store(w.dk, dk);
+  store(w.dv, dv);
+}
+
+TEST(ToolCheck, SampledBlocksMatchTheFullReference) {
+  for (int64_t seqlen_q : {1, 5, 40, 77})
+    for (int64_t seqlen_k : {0, 3, 40, 90})
+      for (int mask = 0; mask < 5; ++mask) {
+        Spec s;
+        s.device = Device::cpu();
+        s.dtype = DType::f32;
+        s.batch = 2, s.heads = 2, s.kv_heads = 1, s.hdim = s.hdim_v = 64;
+        s.seqlen_q = seqlen_q;
+        s.seqlen_k = seqlen_k;
+        s.causal = mask == 1 || mask == 3;
+        if (mask == 2) s.window_left = 7, s.window_right = 3;
+        if (mask == 3) s.window_left = 5;
+        if (mask == 4) s.window_right = 20;
+        SCOPED_TRACE(s.describe());
+        Workload w(s, 1, true);
+        fill_with_reference(w);
+        std::ostringstream log;
+        const CheckResult result = check_against_reference(w, true, log);
+        EXPECT_TRUE(result.passed) << log.str();
+        EXPECT_LT(result.out_error, 1e-6) << log.str();
+        EXPECT_LT(result.lse_error, 1e-5) << log.str();
+        EXPECT_LT(result.dq_error, 1e-5) << log.str();
+      }
+}
+
+TEST(ToolCheck, WrongOutputsFail) {
+  Spec s;
+  s.device = Device::cpu();
+  s.dtype = DType::f32;
+  s.batch = 1, s.heads = 1, s.kv_heads = 1, s.seqlen_q = s.seqlen_k = 32, s.hdim = s.hdim_v = 64;
+  s.causal = true;
+  Workload w(s, 1, true);  // with dout: fill_with_reference runs the backward too
+  fill_with_reference(w);
+  w.out.set(31 * 64 + 5, w.out.get(31 * 64 + 5) + 0.01f);  // last row, in the bottom block
+  std::ostringstream log;
+  EXPECT_FALSE(check_against_reference(w, false, log).passed) << log.str();
+}
+
+TEST(ToolFlops, Formula) {
+  Spec s;
+  s.batch = 2, s.heads = 3, s.seqlen_q = s.seqlen_k = 100, s.hdim = s.hdim_v = 64;
+  EXPECT_DOUBLE_EQ(forward_flops(s), 4.0 * 2 * 3 * 100 * 100 * 64);
+  s.causal = true;
+  EXPECT_DOUBLE_EQ(forward_flops(s), 2.0 * 2 * 3 * 100 * 100 * 64);
+  s.hdim_v = 128;  // d = (d_qk + d_v) / 2
+  s.causal = false;
+  EXPECT_DOUBLE_EQ(forward_flops(s), 4.0 * 2 * 3 * 100 * 100 * 96);
+  EXPECT_DOUBLE_EQ(backward_flops(s), 2.5 * forward_flops(s));
+}
+
+}  // namespace
+}  // namespace hfa::tool

@@ -1,0 +1,88 @@
+// What a case should produce: the float64 oracle (src/cpu/reference) and the float32 peer that
+// sets the tolerance (§6), both on the case's rounded inputs, in the logical order of the
+// output tensors (HostTensor::values()).
+//
+// The peer is the same plain algorithm in float32 with its results rounded to the output dtype:
+// what a framework's "math" attention gives for 16-bit inputs (fp32 compute, 16-bit results).
+// So a 16-bit result may err by about its own rounding, and an f32 one by fp32 arithmetic.
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "attention_case.hpp"
+#include "cpu/reference.hpp"
+
+namespace hfa::test {
+
+struct ForwardExpectation {
+  std::vector<double> out_ref, lse_ref;    // float64 oracle
+  std::vector<double> out_peer, lse_peer;  // float32 peer, out rounded to the output dtype
+};
+
+struct BackwardExpectation {
+  std::vector<double> dq_ref, dk_ref, dv_ref;
+  std::vector<double> dq_peer, dk_peer, dv_peer;  // rounded to the input dtype
+};
+
+inline std::vector<double> rounded(DType dtype, const std::vector<float>& values) {
+  std::vector<double> result(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) result[i] = round_to(dtype, values[i]);
+  return result;
+}
+
+inline ForwardExpectation expected_forward(AttentionData& data) {
+  const detail::ForwardProblem p = data.forward_problem();
+  ForwardExpectation e;
+  e.out_ref.resize(static_cast<std::size_t>(data.out.numel()));
+  e.lse_ref.resize(static_cast<std::size_t>(data.lse.numel()));
+  cpu::reference_forward(p, e.out_ref.data(), e.lse_ref.data());
+  std::vector<float> out(e.out_ref.size()), lse(e.lse_ref.size());
+  cpu::reference_forward_f32(p, out.data(), lse.data());
+  e.out_peer = rounded(p.out_dtype, out);
+  e.lse_peer = rounded(DType::f32, lse);
+  return e;
+}
+
+inline BackwardExpectation expected_backward(AttentionData& data) {
+  const detail::BackwardProblem p = data.backward_problem();
+  BackwardExpectation e;
+  e.dq_ref.resize(static_cast<std::size_t>(data.dq.numel()));
+  e.dk_ref.resize(static_cast<std::size_t>(data.dk.numel()));
+  e.dv_ref.resize(static_cast<std::size_t>(data.dv.numel()));
+  cpu::reference_backward(p, e.dq_ref.data(), e.dk_ref.data(), e.dv_ref.data());
+  std::vector<float> dq(e.dq_ref.size()), dk(e.dk_ref.size()), dv(e.dv_ref.size());
+  cpu::reference_backward_f32(p, dq.data(), dk.data(), dv.data());
+  e.dq_peer = rounded(p.fwd.dtype, dq);
+  e.dk_peer = rounded(p.fwd.dtype, dk);
+  e.dv_peer = rounded(p.fwd.dtype, dv);
+  return e;
+}
+
+// Indices (into out's logical order) of the outputs of rows that see no key, found from the
+// reference LSE (−inf): those must be exactly 0, and so must their dq.
+inline std::vector<std::size_t> empty_row_elements(const AttentionData& data,
+                                                   const std::vector<double>& lse_ref, int hdim) {
+  const AttentionCase& c = data.spec();
+  std::vector<std::size_t> indices;
+  for (std::size_t index = 0; index < lse_ref.size(); ++index) {
+    if (!(std::isinf(lse_ref[index]) && lse_ref[index] < 0)) continue;
+    // lse is (batch, heads, seqlen_q), or (heads, total_q) for varlen; out is
+    // (batch, seqlen_q, heads, hdim), or (total_q, heads, hdim).
+    int64_t token, head;
+    if (c.is_varlen()) {
+      head = static_cast<int64_t>(index) / data.total_q();
+      token = static_cast<int64_t>(index) % data.total_q();
+    } else {
+      const int64_t i = static_cast<int64_t>(index) % c.seqlen_q;
+      head = static_cast<int64_t>(index) / c.seqlen_q % c.heads_q;
+      token = static_cast<int64_t>(index) / (int64_t{c.seqlen_q} * c.heads_q) * c.seqlen_q + i;
+    }
+    for (int d = 0; d < hdim; ++d) {
+      indices.push_back(static_cast<std::size_t>((token * c.heads_q + head) * hdim + d));
+    }
+  }
+  return indices;
+}
+
+}  // namespace hfa::test

@@ -1,0 +1,279 @@
+#include "check.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <ostream>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "common/problem.hpp"
+#include "cpu/reference.hpp"
+
+namespace hfa::tool {
+namespace {
+
+using detail::BackwardProblem;
+using detail::ForwardProblem;
+using detail::Strides;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int64_t kBlockRows = 16;
+// Above this many score elements (group heads × seqlen_q × seqlen_k), checking dk and dv with
+// a full float64 reference over one kv-head group takes too long; dq is still checked.
+constexpr double kMaxFullReferenceScores = 1 << 21;
+
+// Errors are measured against max(1, max |ref|): outputs are O(1) but gradients can be larger.
+double tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::bf16: return 2e-2;  // a few bf16 roundings (2^-8 each) of P and the output
+    case DType::f16: return 4e-3;
+    default: return 2e-4;
+  }
+}
+constexpr double kLseTolerance = 2e-3;  // LSE is fp32 whatever the inputs
+
+Strides contiguous(int64_t rows, int64_t heads, int64_t dim) {
+  return {rows * heads * dim, heads * dim, dim};
+}
+
+// Rows [row_begin, row_begin + rows) and heads [head_begin, head_begin + heads) of batch b of a
+// (batch, seqlen, heads_total, dim) array, as a contiguous (rows, heads, dim) array.
+HostArray slice(const HostArray& src, int64_t seqlen, int64_t heads_total, int64_t dim, int64_t b,
+                int64_t row_begin, int64_t rows, int64_t head_begin, int64_t heads) {
+  HostArray dst(src.dtype(), rows * heads * dim);
+  const std::size_t element = dtype_size(src.dtype());
+  const auto* from = static_cast<const std::byte*>(src.data());
+  auto* to = static_cast<std::byte*>(dst.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t source = ((b * seqlen + row_begin + r) * heads_total + head_begin + h) * dim;
+      std::memcpy(to + (r * heads + h) * dim * element, from + source * element, dim * element);
+    }
+  return dst;
+}
+
+// Running max |got - ref| and max |ref|; a NaN or a wrong infinity counts as an infinite error.
+struct ErrorStat {
+  double error = 0;
+  double magnitude = 0;
+  void add(double got, double ref) {
+    if (std::isfinite(ref)) magnitude = std::max(magnitude, std::abs(ref));
+    if (std::isnan(got) || std::isinf(got)) {
+      if (got != ref) error = kInf;
+      return;
+    }
+    error = std::max(error, std::abs(got - ref));
+  }
+  bool within(double tol) const { return error <= tol * std::max(1.0, magnitude); }
+};
+
+// The keys and window of a reduced problem: q rows [a, a + r) of the full problem, keys
+// [0, seqlen_k), with the bottom-right alignment shifted so every row sees exactly the keys it
+// sees in the full problem. (Row a + i of the full problem sits on diagonal a + i + s_k - s_q;
+// the reduced row i on i + seqlen_k - r; the window absorbs the difference d.)
+struct Reduced {
+  int64_t seqlen_k = 0;
+  int32_t left = -1, right = -1;
+};
+
+Reduced reduce(const Spec& s, int64_t a, int64_t r) {
+  const int64_t left = s.window_left;
+  const int64_t right = s.causal ? 0 : s.window_right;
+  const int64_t offset = s.seqlen_k - s.seqlen_q;
+  // Keys past the last one the block's bottom row sees are dropped (only with a right bound).
+  const int64_t keys = right < 0 ? s.seqlen_k : std::clamp<int64_t>(a + r + offset + right, 0, s.seqlen_k);
+  if (keys == 0) return {0, -1, -1};
+  const int64_t d = a + offset - (keys - r);  // <= 0 in every case
+  Reduced reduced{keys, -1, -1};
+  if (right >= 0) reduced.right = static_cast<int32_t>(right + d);
+  if (left >= 0 && left - d < keys) reduced.left = static_cast<int32_t>(left - d);  // else: no bound
+  return reduced;
+}
+
+ForwardProblem base_problem(const Spec& s) {
+  ForwardProblem p;
+  p.dtype = p.out_dtype = s.dtype;
+  p.batch = 1;
+  p.hdim_qk = static_cast<int32_t>(s.hdim);
+  p.hdim_v = static_cast<int32_t>(s.hdim_v);
+  p.softmax_scale = s.softmax_scale();
+  p.softcap = s.softcap;
+  p.window_left = s.window_left;
+  p.window_right = s.causal ? 0 : s.window_right;
+  return p;
+}
+
+struct Errors {
+  ErrorStat out, lse, dq, dk, dv;
+};
+
+// One block of q rows of one (batch, head): out, lse and (with backward) dq.
+void check_block(const Workload& w, bool backward, int64_t b, int64_t h, int64_t a, int64_t r,
+                 Errors* errors) {
+  const Spec& s = w.spec();
+  const int64_t hk = h / (s.heads / s.kv_heads);
+  const Reduced reduced = reduce(s, a, r);
+  const HostArray q = slice(w.q, s.seqlen_q, s.heads, s.hdim, b, a, r, h, 1);
+  const HostArray k = slice(w.k, s.seqlen_k, s.kv_heads, s.hdim, b, 0, reduced.seqlen_k, hk, 1);
+  const HostArray v = slice(w.v, s.seqlen_k, s.kv_heads, s.hdim_v, b, 0, reduced.seqlen_k, hk, 1);
+
+  ForwardProblem p = base_problem(s);
+  p.seqlen_q = static_cast<int32_t>(r);
+  p.seqlen_k = static_cast<int32_t>(reduced.seqlen_k);
+  p.heads_q = p.heads_kv = 1;
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  p.q_stride = contiguous(r, 1, s.hdim);
+  p.k_stride = contiguous(reduced.seqlen_k, 1, s.hdim);
+  p.v_stride = contiguous(reduced.seqlen_k, 1, s.hdim_v);
+  p.window_left = reduced.left;
+  p.window_right = reduced.right;
+  p.causal = p.window_left < 0 && p.window_right == 0;
+
+  std::vector<double> out(r * s.hdim_v), lse(r);
+  cpu::reference_forward(p, out.data(), lse.data());
+  for (int64_t i = 0; i < r; ++i) {
+    const int64_t row = (b * s.seqlen_q + a + i) * s.heads + h;
+    for (int64_t d = 0; d < s.hdim_v; ++d) errors->out.add(w.out.get(row * s.hdim_v + d), out[i * s.hdim_v + d]);
+    errors->lse.add(w.lse.get((b * s.heads + h) * s.seqlen_q + a + i), lse[i]);
+  }
+  if (!backward) return;
+
+  // dq of a row depends on that row alone (and the keys it sees), so the block gives it exactly.
+  const HostArray dout = slice(w.dout, s.seqlen_q, s.heads, s.hdim_v, b, a, r, h, 1);
+  BackwardProblem bp;
+  bp.fwd = p;
+  bp.dout = dout.data();
+  bp.dout_stride = contiguous(r, 1, s.hdim_v);
+  std::vector<double> dq(r * s.hdim), dk(reduced.seqlen_k * s.hdim), dv(reduced.seqlen_k * s.hdim_v);
+  cpu::reference_backward(bp, dq.data(), dk.data(), dv.data());
+  for (int64_t i = 0; i < r; ++i) {
+    const int64_t row = (b * s.seqlen_q + a + i) * s.heads + h;
+    for (int64_t d = 0; d < s.hdim; ++d) errors->dq.add(w.dq.get(row * s.hdim + d), dq[i * s.hdim + d]);
+  }
+}
+
+// dk and dv of one (batch, kv head): they sum over every query row of the group's heads.
+void check_key_gradients(const Workload& w, int64_t b, int64_t g, Errors* errors) {
+  const Spec& s = w.spec();
+  const int64_t group = s.heads / s.kv_heads;
+  const HostArray q = slice(w.q, s.seqlen_q, s.heads, s.hdim, b, 0, s.seqlen_q, g * group, group);
+  const HostArray dout = slice(w.dout, s.seqlen_q, s.heads, s.hdim_v, b, 0, s.seqlen_q, g * group, group);
+  const HostArray k = slice(w.k, s.seqlen_k, s.kv_heads, s.hdim, b, 0, s.seqlen_k, g, 1);
+  const HostArray v = slice(w.v, s.seqlen_k, s.kv_heads, s.hdim_v, b, 0, s.seqlen_k, g, 1);
+
+  BackwardProblem bp;
+  ForwardProblem& p = bp.fwd;
+  p = base_problem(s);
+  p.seqlen_q = static_cast<int32_t>(s.seqlen_q);
+  p.seqlen_k = static_cast<int32_t>(s.seqlen_k);
+  p.heads_q = static_cast<int32_t>(group);
+  p.heads_kv = 1;
+  p.causal = p.window_left < 0 && p.window_right == 0;
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  p.q_stride = contiguous(s.seqlen_q, group, s.hdim);
+  p.k_stride = contiguous(s.seqlen_k, 1, s.hdim);
+  p.v_stride = contiguous(s.seqlen_k, 1, s.hdim_v);
+  bp.dout = dout.data();
+  bp.dout_stride = contiguous(s.seqlen_q, group, s.hdim_v);
+  std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
+  cpu::reference_backward(bp, dq.data(), dk.data(), dv.data());
+  for (int64_t j = 0; j < s.seqlen_k; ++j) {
+    const int64_t row = (b * s.seqlen_k + j) * s.kv_heads + g;
+    for (int64_t d = 0; d < s.hdim; ++d) errors->dk.add(w.dk.get(row * s.hdim + d), dk[j * s.hdim + d]);
+    for (int64_t d = 0; d < s.hdim_v; ++d) errors->dv.add(w.dv.get(row * s.hdim_v + d), dv[j * s.hdim_v + d]);
+  }
+}
+
+// Outputs start as NaN (the workload poisons them), and no correct result is NaN: a NaN
+// anywhere means an element was never written, or a masked row went wrong.
+int64_t count_nans(const HostArray& a) {
+  int64_t nans = 0;
+  for (int64_t i = 0; i < a.size(); ++i) nans += std::isnan(a.get(i)) ? 1 : 0;
+  return nans;
+}
+
+bool report_nans(std::ostream& log, const Workload& w, bool backward) {
+  const std::pair<const char*, const HostArray*> outputs[] = {
+      {"out", &w.out}, {"lse", &w.lse}, {"dq", &w.dq}, {"dk", &w.dk}, {"dv", &w.dv}};
+  bool ok = true;
+  for (const auto& [name, array] : outputs) {
+    if (!backward && name[0] == 'd') continue;
+    if (const int64_t nans = count_nans(*array); nans > 0) {
+      log << "  " << name << ": " << nans << " of " << array->size() << " elements are NaN (unwritten?)  FAIL\n";
+      ok = false;
+    }
+  }
+  if (ok) log << "  every output element written, no NaN  ok\n";
+  return ok;
+}
+
+bool report(std::ostream& log, const char* name, const ErrorStat& stat, double tol) {
+  const bool ok = stat.within(tol);
+  char line[200];
+  std::snprintf(line, sizeof line, "  %-4s max abs error %.3e  (max |ref| %.3g, tolerance %.1e x max(1, |ref|))  %s\n",
+                name, stat.error, stat.magnitude, tol, ok ? "ok" : "FAIL");
+  log << line;
+  return ok;
+}
+
+}  // namespace
+
+CheckResult check_against_reference(const Workload& w, bool backward, std::ostream& log) {
+  const Spec& s = w.spec();
+  CheckResult result;
+  if (s.batch == 0 || s.seqlen_q == 0) {
+    // No query rows: no output, and the key gradients are exactly zero.
+    bool zero = true;
+    if (backward)
+      for (const HostArray* g : {&w.dk, &w.dv})
+        for (int64_t i = 0; i < g->size(); ++i) zero = zero && g->get(i) == 0.0f;
+    result.passed = zero;
+    log << (zero ? "  check: no query rows; dk, dv (if any) are zero  ok\n"
+                 : "  check: no query rows, but dk or dv is not zero  FAIL\n");
+    return result;
+  }
+
+  const std::set<std::pair<int64_t, int64_t>> pairs = {
+      {0, 0}, {s.batch / 2, s.heads / 2}, {s.batch - 1, s.heads - 1}};
+  const int64_t r = std::min(kBlockRows, s.seqlen_q);
+  const std::set<int64_t> blocks = {0, (s.seqlen_q - r) / 2, s.seqlen_q - r};
+
+  Errors errors;
+  for (const auto& [b, h] : pairs)
+    for (int64_t a : blocks) check_block(w, backward, b, h, a, r, &errors);
+
+  const double group = static_cast<double>(s.heads / s.kv_heads);
+  result.checked_dkdv = backward && group * s.seqlen_q * s.seqlen_k <= kMaxFullReferenceScores;
+  if (result.checked_dkdv) check_key_gradients(w, s.batch - 1, s.kv_heads - 1, &errors);
+
+  log << "  check against the float64 reference: " << pairs.size() << " (batch, head) pairs x "
+      << blocks.size() * r << " rows\n";
+  const double tol = tolerance(s.dtype);
+  result.passed &= report_nans(log, w, backward);
+  result.passed &= report(log, "out", errors.out, tol);
+  result.passed &= report(log, "lse", errors.lse, kLseTolerance);
+  if (backward) {
+    result.passed &= report(log, "dq", errors.dq, 2 * tol);
+    if (result.checked_dkdv) {
+      result.passed &= report(log, "dk", errors.dk, 2 * tol);
+      result.passed &= report(log, "dv", errors.dv, 2 * tol);
+    } else {
+      log << "  dk, dv not checked: too large for a full float64 reference of one kv-head group\n";
+    }
+  }
+  result.out_error = errors.out.error;
+  result.lse_error = errors.lse.error;
+  result.dq_error = errors.dq.error;
+  result.dk_error = errors.dk.error;
+  result.dv_error = errors.dv.error;
+  return result;
+}
+
+}  // namespace hfa::tool

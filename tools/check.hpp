@@ -1,0 +1,23 @@
+// Checks a run against the float64 reference on a sample: a few (batch, head) pairs and a few
+// blocks of query rows each (top, middle, bottom), since the full reference would take hours
+// at benchmark sizes. Each block is cut out as a small problem of its own with the same mask.
+#pragma once
+
+#include <iosfwd>
+
+#include "workload.hpp"
+
+namespace hfa::tool {
+
+struct CheckResult {
+  bool passed = true;
+  double out_error = 0, lse_error = 0, dq_error = 0, dk_error = 0, dv_error = 0;
+  bool checked_dkdv = false;
+};
+
+// Compares out and lse (and dq; dk and dv when the problem is small enough for a full
+// reference over one kv-head group) with the reference, printing one line per quantity.
+// `workload` must have been download()ed.
+CheckResult check_against_reference(const Workload& workload, bool backward, std::ostream& log);
+
+}  // namespace hfa::tool

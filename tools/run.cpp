@@ -1,0 +1,91 @@
+// `hfa run`: one problem, timed and checked.
+#include <cstdio>
+#include <cstdint>
+#include <iostream>
+#include <memory>
+
+#include "check.hpp"
+#include "commands.hpp"
+#include "timer.hpp"
+#include "workload.hpp"
+
+namespace hfa::tool {
+namespace {
+
+constexpr const char* kUsage = R"(Usage: hfa run [flags]
+
+Runs attention on random normal inputs, prints its time and TFLOP/s, and compares it with the
+float64 reference on a sample of rows. Exits 1 when the comparison fails.
+
+  --device cpu|cuda|auto   where to run; auto = cuda when a GPU is present  [auto]
+  --batch N                                                                [2]
+  --heads N                query heads                                     [8]
+  --kv-heads N             key/value heads, dividing --heads (GQA/MQA)     [= --heads]
+  --seqlen N               query and key length                            [1024]
+  --seqlen-q N, --seqlen-k N   the two lengths apart (bottom-right aligned masks)
+  --hdim N                 query/key head dim                              [128]
+  --hdim-v N               value head dim                                  [= --hdim]
+  --dtype bf16|f16|f32                                                     [bf16]
+  --causal                 causal mask
+  --window L,R             sliding window, -1 = unbounded
+  --softcap X              softcap·tanh(scores/softcap) when > 0           [0]
+  --backward               also run and check the backward
+  --seed N                 seed of the random inputs                       [0]
+  --iters N                timed iterations (after one warm-up)            [cuda 20, cpu 3]
+)";
+
+void print_timing(const char* what, const Timing& t, double flops) {
+  std::printf("  %-9s %10.3f ms  %8.3f TFLOP/s   (median of %d; min %.3f ms)\n", what, t.median_ms,
+              t.median_ms > 0 ? flops / (t.median_ms * 1e-3) / 1e12 : 0.0, t.iterations, t.min_ms);
+}
+
+int report_failure(const char* what, const Status& status) {
+  std::fprintf(stderr, "hfa run: %s failed (%s): %s\n", what,
+               hfa_status_name(static_cast<hfa_status>(status.code())), status.message().c_str());
+  return exit_code_for(status);
+}
+
+}  // namespace
+
+int run_command(Args& args) {
+  if (args.wants_help()) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  Spec spec;
+  spec.device = parse_device(args);
+  parse_spec(args, &spec);
+  const bool backward = args.flag("backward");
+  const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0, 0, INT64_MAX));
+  const bool on_gpu = spec.device.kind == DeviceKind::cuda;
+  const int iterations = static_cast<int>(args.integer("iters", on_gpu ? 20 : 3, 1, 100000));
+  args.finish();
+
+  std::printf("hfa run: %s on %s\n", spec.describe().c_str(), describe_device(spec.device).c_str());
+  std::fflush(stdout);
+
+  std::unique_ptr<Workload> workload;
+  try {
+    workload = std::make_unique<Workload>(spec, seed, backward);
+  } catch (const WorkloadError& e) {
+    return report_failure("setup", e.status());
+  }
+  Status status;
+  const Timing forward = time_calls(spec.device, 1, iterations, [&] { return workload->forward(); }, &status);
+  if (!status) return report_failure("forward", status);
+  print_timing("forward", forward, forward_flops(spec));
+  if (backward) {
+    const Timing timing =
+        time_calls(spec.device, 1, iterations, [&] { return workload->backward(); }, &status);
+    if (!status) return report_failure("backward", status);
+    print_timing("backward", timing, backward_flops(spec));
+  }
+  std::fflush(stdout);
+
+  workload->download();
+  const CheckResult check = check_against_reference(*workload, backward, std::cout);
+  std::cout << (check.passed ? "PASS" : "FAIL") << std::endl;
+  return check.passed ? 0 : 1;
+}
+
+}  // namespace hfa::tool

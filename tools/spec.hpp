@@ -1,0 +1,48 @@
+// One attention problem as the tool describes it: shape, dtype, mask, device. Shared by `run`
+// and `bench`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "args.hpp"
+#include "hfa/hfa.hpp"
+
+namespace hfa::tool {
+
+struct Spec {
+  int64_t batch = 2;
+  int64_t heads = 8;
+  int64_t kv_heads = 8;
+  int64_t seqlen_q = 1024;
+  int64_t seqlen_k = 1024;
+  int64_t hdim = 128;
+  int64_t hdim_v = 128;
+  DType dtype = DType::bf16;
+  bool causal = false;
+  int32_t window_left = -1;
+  int32_t window_right = -1;
+  float softcap = 0.0f;
+  Device device;
+
+  float softmax_scale() const;  // the default, 1/sqrt(hdim)
+  Options options() const;
+  std::string describe() const;
+};
+
+// Reads --device (cpu, cuda, auto: cuda when a GPU is there) into a Device; errors name the
+// flag when cuda is asked for and cannot be used.
+Device parse_device(Args& args);
+
+// Reads the shape and mask flags of `run` over the defaults in `spec`.
+void parse_spec(Args& args, Spec* spec);
+
+DType parse_dtype(const std::string& text);
+
+// FLOPs of one forward (design §5, FlashAttention's formula): 2·s_q·s_k·(d + d_v) per (batch,
+// head), with s_k replaced by the average keys a row sees under causal (which halves the count
+// when s_q = s_k). The backward is 2.5 times the forward.
+double forward_flops(const Spec& spec);
+inline double backward_flops(const Spec& spec) { return 2.5 * forward_flops(spec); }
+
+}  // namespace hfa::tool
