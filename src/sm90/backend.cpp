@@ -99,8 +99,8 @@ Status forward(const ForwardProblem& p) {
   return dispatch_head_dim<__half>(p, facts.context);
 }
 
-Status forward_workspace_size(const ForwardProblem&, std::size_t* bytes) {
-  *bytes = 0;
+Status forward_workspace_size(const ForwardProblem& p, std::size_t* bytes) {
+  *bytes = fwd::workspace_bytes(p);
   return Status::ok();
 }
 

@@ -154,9 +154,14 @@ TEST_P(ForwardSm90, MatchesFloat64Reference) {
                                       Device::cuda(0));
   Options options;
   options.causal = c.causal;
-  const Status status = forward(q.view(dq.get(), c.dtype), k.view(dk.get(), c.dtype),
-                                v.view(dv.get(), c.dtype), out.view(dout.get(), c.dtype),
-                                &lse_view, options);
+  const Tensor qt = q.view(dq.get(), c.dtype), kt = k.view(dk.get(), c.dtype);
+  const Tensor vt = v.view(dv.get(), c.dtype);
+  std::size_t workspace_bytes = 0;
+  ASSERT_TRUE(forward_workspace_size(qt, kt, vt, options, &workspace_bytes).is_ok());
+  DeviceBuffer workspace(workspace_bytes);
+  options.workspace = workspace.get();
+  options.workspace_bytes = workspace_bytes;
+  const Status status = forward(qt, kt, vt, out.view(dout.get(), c.dtype), &lse_view, options);
   ASSERT_TRUE(status.is_ok()) << status.message();
   HFA_CUDA_CHECK(cudaDeviceSynchronize());
   HFA_CUDA_CHECK(dout.download(out.bits));

@@ -23,18 +23,21 @@ __global__ void __launch_bounds__(Config::kThreads, 1) forward_kernel(const __gr
 
   if (threadIdx.x == 0) {
     smem.q_full.init(1);
-    smem.q_empty.init(kConsumers);
+    smem.q_empty.init(kConsumers * kWarpsPerConsumerGroup);
     for (int stage = 0; stage < Config::kStages; ++stage) {
       smem.k_full[stage].init(1);
       smem.v_full[stage].init(1);
       smem.k_empty[stage].init(kConsumers * kWarpsPerConsumerGroup);
       smem.v_empty[stage].init(kConsumers * kWarpsPerConsumerGroup);
     }
+    for (int slot = 0; slot < Storage::kTileSlots; ++slot) {
+      smem.tile_full[slot].init(1);
+      smem.tile_empty[slot].init(kConsumers * kWarpsPerConsumerGroup);
+    }
     ptx::fence_barrier_init();
     ptx::prefetch_tensor_map(&p.q_map);
     ptx::prefetch_tensor_map(&p.k_map);
     ptx::prefetch_tensor_map(&p.v_map);
-    ptx::prefetch_tensor_map(&p.out_map);
   }
   __syncthreads();
 
@@ -46,16 +49,19 @@ __global__ void __launch_bounds__(Config::kThreads, 1) forward_kernel(const __gr
 
   ptx::claim_registers<Config::kConsumerRegisters>();
   ConsumerMainloop<Config, Element> mainloop{p, smem, warpgroup - 1, thread};
-  Epilogue<Config, Element> epilogue{p, smem, warpgroup - 1, thread};
+  Epilogue<Config, Element> epilogue{p, warpgroup - 1, thread};
   mainloop.start_ping_pong();
   float o[ConsumerMainloop<Config, Element>::kOAcc];
   OnlineSoftmax softmax;
-  for (int index = blockIdx.x; index < p.num_tiles; index += gridDim.x) {
+  for (ptx::RingPosition<Storage::kTileSlots> slot;; slot.advance()) {
+    smem.tile_full[slot.stage].wait(slot.phase);
+    const int index = smem.tile_slot[slot.stage];
+    if (thread % 32 == 0) smem.tile_empty[slot.stage].arrive();
+    if (index >= p.num_tiles) break;
     const WorkTile tile = decode_tile<Config>(p, index);
     mainloop.run(tile, block_range<Config>(p, tile.m_block), o, softmax);
     epilogue.store(tile, o, softmax);
   }
-  if (thread == 0) ptx::store_wait_all();  // the last O store must land before the CTA exits
 }
 
 }  // namespace hfa::sm90::fwd

@@ -46,22 +46,22 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
   constexpr auto kDtype = tma_dtype<Element>();
   Params params{};
   const int b = problem.batch, d = Config::kHeadDim;
-  const TileMapShape maps[4] = {
+  const TileMapShape maps[3] = {
       tile_map_shape<Element>(problem.q, d, problem.seqlen_q, problem.heads_q, b, problem.q_stride,
                               Config::kBlockM),
       tile_map_shape<Element>(problem.k, d, problem.seqlen_k, problem.heads_kv, b, problem.k_stride,
                               Config::kBlockN),
       tile_map_shape<Element>(problem.v, d, problem.seqlen_k, problem.heads_kv, b, problem.v_stride,
                               Config::kBlockN),
-      tile_map_shape<Element>(problem.out, d, problem.seqlen_q, problem.heads_q, b,
-                              problem.out_stride, kRowsPerWarpgroup),
   };
-  CUtensorMap* targets[4] = {&params.q_map, &params.k_map, &params.v_map, &params.out_map};
-  for (int i = 0; i < 4; ++i) {
+  CUtensorMap* targets[3] = {&params.q_map, &params.k_map, &params.v_map};
+  for (int i = 0; i < 3; ++i) {
     if (Status status = make_tile_map(targets[i], maps[i], kDtype); !status) return status;
   }
 
   constexpr float kLog2e = 1.4426950408889634f;
+  params.out = problem.out;
+  params.out_stride = {problem.out_stride.batch, problem.out_stride.row, problem.out_stride.head};
   params.lse = problem.lse;
   params.lse_batch_stride = problem.lse_batch_stride;
   params.lse_head_stride = problem.lse_head_stride;
@@ -75,6 +75,15 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
   params.num_tiles = params.num_m_blocks * problem.heads_q * b;
   params.heads_per_section = heads_per_section(problem, context.l2_bytes);
   if (params.num_tiles == 0) return Status::ok();
+  if (Config::kCausal) {  // dynamic schedule (forward_workspace_bytes reserved the counter)
+    params.tile_counter = static_cast<int32_t*>(problem.workspace);
+    if (cudaError_t error = cudaMemsetAsync(params.tile_counter, 0, sizeof(int32_t),
+                                            static_cast<cudaStream_t>(problem.stream));
+        error != cudaSuccess) {
+      return {Code::cuda, std::string("sm90 forward: cannot reset the tile counter: ") +
+                              cudaGetErrorString(error)};
+    }
+  }
 
   auto kernel = forward_kernel<Config, Element>;
   constexpr int kSmem = kSharedBytes<Storage>;

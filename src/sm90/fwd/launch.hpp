@@ -11,6 +11,14 @@ struct LaunchContext {
   std::size_t l2_bytes;
 };
 
+// The caller's workspace: a tile counter for the causal (dynamic) schedule. 16 bytes keeps any
+// caller's sub-allocation aligned.
+inline constexpr std::size_t kTileCounterBytes = 16;
+
+inline std::size_t workspace_bytes(const detail::ForwardProblem& problem) {
+  return problem.causal ? kTileCounterBytes : 0;
+}
+
 template <int kHeadDim, typename Element>
 Status run_forward(const detail::ForwardProblem& problem, const LaunchContext& context);
 

@@ -117,7 +117,10 @@ struct ConsumerMainloop {
     softmax.reset();
     smem.q_full.wait(q_phase);
     q_phase ^= 1;
-    if (blocks.count() == 0) return;
+    if (blocks.count() == 0) {
+      release(smem.q_empty);
+      return;
+    }
 
     const ptx::FragmentCoords at = ptx::fragment_coords(thread);
     float s[kSAcc];
@@ -133,6 +136,7 @@ struct ConsumerMainloop {
     ptx::fence_operands(s);
     release(smem.k_empty[k_ring.stage]);
     k_ring.advance();
+    if (blocks.count() == 1) release(smem.q_empty);  // that was the tile's last Q·Kᵀ
     softmax_step(s, softmax, rescale, tile, n, at);
     ptx::accumulator_to_operand<Element>(s, pm);
 
@@ -147,6 +151,7 @@ struct ConsumerMainloop {
       ptx::fence_operands(s);
       release(smem.k_empty[k_ring.stage]);
       k_ring.advance();
+      if (n == blocks.n_begin) release(smem.q_empty);  // the next tile's Q may load now
       softmax_step(s, softmax, rescale, tile, n, at);
       ptx::wait_group<0>();
       ptx::fence_operands(o);

@@ -7,12 +7,15 @@
 namespace hfa::sm90::fwd {
 
 struct Params {
-  // Rank-4 (dim, row, head, batch) maps; boxes of 64 dims × {kBlockM (q), kBlockN (k, v),
-  // 64 (out: one consumer warpgroup's rows)} rows.
+  // Rank-4 (dim, row, head, batch) maps; boxes of 64 dims × kBlockM (q) or kBlockN (k, v) rows.
   CUtensorMap q_map;
   CUtensorMap k_map;
   CUtensorMap v_map;
-  CUtensorMap out_map;
+
+  void* out;  // written from registers (epilogue.cuh)
+  struct {
+    int64_t batch, row, head;  // elements
+  } out_stride;
 
   float* lse;  // null: not wanted
   int64_t lse_batch_stride;
@@ -29,6 +32,10 @@ struct Params {
   int32_t num_m_blocks;
   int32_t num_tiles;           // num_m_blocks · heads_q · batch
   int32_t heads_per_section;   // causal tile order: (batch, head) pairs whose K/V share L2
+
+  // Dynamic schedule: a zeroed counter in the caller's workspace from which CTAs take their
+  // next tile (see scheduler.cuh). Null: the static schedule.
+  int32_t* tile_counter;
 };
 
 }  // namespace hfa::sm90::fwd

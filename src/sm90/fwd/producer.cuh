@@ -24,7 +24,7 @@ struct Producer {
   uint32_t q_phase = 0;
 
   __device__ __forceinline__ void load_q(const WorkTile& tile) {
-    smem.q_empty.wait(q_phase ^ 1);  // the previous tile's O has left the Q buffer
+    smem.q_empty.wait(q_phase ^ 1);  // the previous tile's last Q·Kᵀ is done with it
     smem.q_full.arrive_expect_tx(Storage::QTile::kBytes);
 #pragma unroll
     for (int slab = 0; slab < Config::kSlabs; ++slab) {
@@ -57,13 +57,24 @@ struct Producer {
     load_kv(smem.v, smem.v_full, smem.v_empty, v_ring, &p.v_map, n_block, kv_head, batch);
   }
 
+  // Publishes the next tile's index to the consumers (num_tiles or more: no more work).
+  __device__ __forceinline__ void announce(int index, ptx::RingPosition<Storage::kTileSlots>& slot) {
+    smem.tile_empty[slot.stage].wait(slot.phase ^ 1);
+    smem.tile_slot[slot.stage] = index;
+    smem.tile_full[slot.stage].arrive();
+    slot.advance();
+  }
+
   __device__ void run() {
-    for (int index = blockIdx.x; index < p.num_tiles; index += gridDim.x) {
+    ptx::RingPosition<Storage::kTileSlots> slot;
+    for (int index = blockIdx.x;; index = next_tile(p, index)) {
+      announce(index, slot);
+      if (index >= p.num_tiles) break;
       const WorkTile tile = decode_tile<Config>(p, index);
       const BlockRange blocks = block_range<Config>(p, tile.m_block);
       const int kv_head = tile.head / p.heads_per_kv;
-      // The first K of the tile goes before Q: Q waits for the previous tile's epilogue to
-      // leave its buffer, and that K load can already run during the epilogue.
+      // The first K of the tile goes before Q: Q waits until the previous tile's last Q·Kᵀ
+      // is done, and this K load need not wait with it.
       if (blocks.count() > 0) load_k(blocks.n_end - 1, kv_head, tile.batch);
       load_q(tile);
       if (blocks.count() == 0) continue;

@@ -24,18 +24,24 @@ struct SharedStorage {
   using QTile = SwizzledTile<Element, Config::kBlockM, Config::kHeadDim>;
   using KVTile = SwizzledTile<Element, Config::kBlockN, Config::kHeadDim>;
 
-  // Q of the current tile. The epilogue reuses it to stage O (each consumer warpgroup its own
-  // 64 rows), which is why the next Q waits for q_empty.
+  // Q of the current tile; freed (q_empty) as soon as the tile's last Q·Kᵀ has read it.
   QTile q;
   KVTile k[Config::kStages];
   KVTile v[Config::kStages];
 
   ptx::Mbarrier q_full;   // TMA bytes of Q landed
-  ptx::Mbarrier q_empty;  // every consumer warpgroup has stored its O out of the Q buffer
+  ptx::Mbarrier q_empty;  // every consumer warp is past the tile's last Q·Kᵀ
   ptx::Mbarrier k_full[Config::kStages];
   ptx::Mbarrier k_empty[Config::kStages];
   ptx::Mbarrier v_full[Config::kStages];
   ptx::Mbarrier v_empty[Config::kStages];
+
+  // The producer picks each next tile and hands its index to the consumers (tile_slot);
+  // two slots so it can run one tile ahead.
+  static constexpr int kTileSlots = 2;
+  int32_t tile_slot[kTileSlots];
+  ptx::Mbarrier tile_full[kTileSlots];
+  ptx::Mbarrier tile_empty[kTileSlots];
 };
 
 // Dynamic shared memory is only guaranteed 16-byte aligned; the swizzle needs 1024.

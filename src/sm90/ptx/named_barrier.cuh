@@ -9,8 +9,7 @@ namespace hfa::sm90::ptx {
 enum class NamedBarrier : uint32_t {
   sync_threads = 0,      // reserved: __syncthreads
   warp_scheduler = 1,    // 1..3: turn of consumer warpgroup 0..2 to issue its GEMMs (ping-pong)
-  epilogue = 4,          // 4..6: one consumer warpgroup's epilogue (its O tile in shared memory)
-  count = 7,
+  count = 4,
 };
 
 inline constexpr uint32_t kWarpgroupThreads = 128;
