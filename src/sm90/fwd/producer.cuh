@@ -67,9 +67,11 @@ struct Producer {
 
   __device__ void run() {
     ptx::RingPosition<Storage::kTileSlots> slot;
-    for (int index = blockIdx.x;; index = next_tile(p, index)) {
+    for (int index = blockIdx.x;;) {
       announce(index, slot);
       if (index >= p.num_tiles) break;
+      // Claimed now, used after this tile's loads: the atomic's round trip hides behind them.
+      const int next = next_tile(p, index);
       const WorkTile tile = decode_tile<Config>(p, index);
       const BlockRange blocks = block_range<Config>(p, tile.m_block);
       const int kv_head = tile.head / p.heads_per_kv;
@@ -77,12 +79,14 @@ struct Producer {
       // is done, and this K load need not wait with it.
       if (blocks.count() > 0) load_k(blocks.n_end - 1, kv_head, tile.batch);
       load_q(tile);
-      if (blocks.count() == 0) continue;
-      for (int n = blocks.n_end - 2; n >= blocks.n_begin; --n) {
-        load_k(n, kv_head, tile.batch);
-        load_v(n + 1, kv_head, tile.batch);
+      if (blocks.count() > 0) {
+        for (int n = blocks.n_end - 2; n >= blocks.n_begin; --n) {
+          load_k(n, kv_head, tile.batch);
+          load_v(n + 1, kv_head, tile.batch);
+        }
+        load_v(blocks.n_begin, kv_head, tile.batch);
       }
-      load_v(blocks.n_begin, kv_head, tile.batch);
+      index = next;
     }
   }
 };

@@ -14,8 +14,8 @@
 #ifndef HFA_SM90_D128_CAUSAL_BLOCK_N
 #define HFA_SM90_D128_CAUSAL_BLOCK_N 128
 #endif
-#ifndef HFA_SM90_RESCALE_THRESHOLD
-#define HFA_SM90_RESCALE_THRESHOLD 0
+#ifndef HFA_SM90_D128_RESCALE_THRESHOLD
+#define HFA_SM90_D128_RESCALE_THRESHOLD 8
 #endif
 #ifndef HFA_SM90_EXP2_EMULATE_EVERY_D64
 #define HFA_SM90_EXP2_EMULATE_EVERY_D64 0
@@ -53,8 +53,11 @@ struct TileConfig {
   static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
   static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
 
-  // Softmax levers (see OnlineSoftmax::update), measured in bench/results.
-  static constexpr int kRescaleThreshold = HFA_SM90_RESCALE_THRESHOLD;
+  // Softmax levers (see OnlineSoftmax::update), each measured as a delta (bench/results).
+  // Lazy rescaling (threshold 8, FlashAttention-4) paid at hdim 128 and lost at 64 and 256;
+  // exp2 on the FMA pipes lost 5-8 % at hdim 64 (the FMA pipes are not idle there), so it is
+  // off by default.
+  static constexpr int kRescaleThreshold = kHeadDim == 128 ? HFA_SM90_D128_RESCALE_THRESHOLD : 0;
   static constexpr int kExp2EmulateEvery = kHeadDim == 64 ? HFA_SM90_EXP2_EMULATE_EVERY_D64 : 0;
 
   static constexpr int kSlabs = kHeadDim / kSlabColumns;
