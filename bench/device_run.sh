@@ -13,7 +13,7 @@ status=0
 
 step_info() {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
-    --format=csv | tee "$out/gpu.txt"
+    --format=csv
   "$bin/hfa" info || status=1
 }
 
@@ -29,12 +29,12 @@ step_tests() {  # [BINARY...] (default: all GPU test binaries)
         > "/tmp/$test.$shard.log" 2>&1 &
     done
     wait
-    cat /tmp/"$test".*.log > "$out/$test.log"
+    cat /tmp/"$test".*.log >> "$out/gpu-tests.log"
     local failed
-    failed=$(grep -c "^\[  FAILED  \] .*\." "$out/$test.log")
+    failed=$(cat /tmp/"$test".*.log | grep -c "^\[  FAILED  \] .*\.")
     echo "$test: $(grep -h "PASSED" /tmp/"$test".*.log | awk '{s+=$4} END {print s+0}') passed," \
          "$(grep -h "SKIPPED \]" /tmp/"$test".*.log | grep tests | awk '{s+=$4} END {print s+0}') skipped, $failed failed"
-    grep -h "FAILED\|Failure\|error" "$out/$test.log" | head -20
+    grep -h "FAILED\|Failure\|error" /tmp/"$test".*.log | head -20
     [ "$failed" -eq 0 ] || status=1
   done
 }
