@@ -48,7 +48,7 @@ step_sass() {
 }
 
 step_sanitize() {
-  local filter='Grid/ForwardSm90.MatchesFloat64Reference/d*_bf16_*_b2_h4_kv1_q255_k1000'
+  local filter='*d128_bf16_*_b2_h4_kv1_q255_k1000:*d64_bf16_causal_b2_h4_kv1_q17_k17'
   for tool in memcheck racecheck; do
     compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/test_sm90_forward" \
       --gtest_filter="$filter" 2>&1 | tail -6 | tee -a "$out/sanitizer.txt" || status=1
