@@ -33,8 +33,8 @@ struct Params {
   int32_t num_tiles;           // num_m_blocks · heads_q · batch
   int32_t heads_per_section;   // causal tile order: (batch, head) pairs whose K/V share L2
 
-  // Causal (dynamic) schedule: a zeroed counter in the caller's workspace from which CTAs take
-  // their next tile (see scheduler.cuh).
+  // Dynamic schedule: a zeroed counter in the caller's workspace from which CTAs take their
+  // next tile (see scheduler.cuh). Null: the static schedule.
   int32_t* tile_counter;
 };
 

@@ -26,7 +26,7 @@ struct Producer {
   __device__ __forceinline__ void load_q(const WorkTile& tile) {
     smem.q_empty.wait(q_phase ^ 1);  // the previous tile's last Q·Kᵀ is done with it
     smem.q_full.arrive_expect_tx(Storage::QTile::kBytes);
-#pragma unroll 1  // a loop, not kSlabs copies: the producer has 32 registers
+#pragma unroll
     for (int slab = 0; slab < Config::kSlabs; ++slab) {
       ptx::load_4d(smem.q.data + slab * kQSlabElements, &p.q_map, &smem.q_full, slab * kSlabColumns,
                    tile.m_block * Config::kBlockM, tile.head, tile.batch, ptx::CacheHint::evict_first);
@@ -41,7 +41,7 @@ struct Producer {
                                           int batch) {
     empty[ring.stage].wait(ring.phase ^ 1);
     full[ring.stage].arrive_expect_tx(Storage::KVTile::kBytes);
-#pragma unroll 1  // a loop, not kSlabs copies: the producer has 32 registers
+#pragma unroll
     for (int slab = 0; slab < Config::kSlabs; ++slab) {
       ptx::load_4d(stages[ring.stage].data + slab * kKVSlabElements, map, &full[ring.stage],
                    slab * kSlabColumns, n_block * Config::kBlockN, kv_head, batch,
@@ -67,12 +67,9 @@ struct Producer {
 
   __device__ void run() {
     ptx::RingPosition<Storage::kTileSlots> slot;
-    int index = blockIdx.x;
-    announce(index, slot);
-    while (index < p.num_tiles) {
-      // Claim the next tile first and announce it after this tile's first loads: the atomic's
-      // round trip hides behind them, and the consumers learn their next tile early.
-      const int next = next_tile<Config>(p, index);
+    for (int index = blockIdx.x;; index = next_tile(p, index)) {
+      announce(index, slot);
+      if (index >= p.num_tiles) break;
       const WorkTile tile = decode_tile<Config>(p, index);
       const BlockRange blocks = block_range<Config>(p, tile.m_block);
       const int kv_head = tile.head / p.heads_per_kv;
@@ -80,15 +77,12 @@ struct Producer {
       // is done, and this K load need not wait with it.
       if (blocks.count() > 0) load_k(blocks.n_end - 1, kv_head, tile.batch);
       load_q(tile);
-      announce(next, slot);
-      if (blocks.count() > 0) {
-        for (int n = blocks.n_end - 2; n >= blocks.n_begin; --n) {
-          load_k(n, kv_head, tile.batch);
-          load_v(n + 1, kv_head, tile.batch);
-        }
-        load_v(blocks.n_begin, kv_head, tile.batch);
+      if (blocks.count() == 0) continue;
+      for (int n = blocks.n_end - 2; n >= blocks.n_begin; --n) {
+        load_k(n, kv_head, tile.batch);
+        load_v(n + 1, kv_head, tile.batch);
       }
-      index = next;
+      load_v(blocks.n_begin, kv_head, tile.batch);
     }
   }
 };

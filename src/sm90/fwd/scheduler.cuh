@@ -13,15 +13,14 @@ struct WorkTile {
 };
 
 // Persistent schedule, one CTA per SM. Every CTA starts with tile blockIdx.x; then
-//   non-causal (static): tile + gridDim.x — all tiles cost the same;
-//   causal (dynamic): the next unclaimed tile of a global counter — causal tiles cost ∝ m_block,
-//            and CTAs that drew short ones come back for more instead of idling at the end.
+//   static:  tile + gridDim.x — right when all tiles cost the same (non-causal);
+//   dynamic: the next unclaimed tile of a global counter — causal tiles cost ∝ m_block, and
+//            CTAs that drew short ones come back for more instead of idling at the end.
 // Tile order: non-causal, m_block fastest, so CTAs that run together share one head's K/V in
 // L2. Causal, longest first (LPT) within sections of (batch, head) pairs whose K/V fit in L2.
-template <typename Config>
 __device__ __forceinline__ int next_tile(const Params& p, int tile) {
-  if constexpr (Config::kCausal) return atomicAdd(p.tile_counter, 1) + int(gridDim.x);
-  return tile + int(gridDim.x);
+  return p.tile_counter != nullptr ? atomicAdd(p.tile_counter, 1) + int(gridDim.x)
+                                   : tile + int(gridDim.x);
 }
 
 template <typename Config>

@@ -49,25 +49,31 @@ struct TileConfig {
   static constexpr int kConsumerWarpgroups = kBlockM / kRowsPerWarpgroup;
   static constexpr int kThreads = kThreadsPerWarpgroup * (kConsumerWarpgroups + 1);
   // setmaxnreg budgets: the producer only issues TMA; consumers hold S, P and O in registers.
-  // Totals fill the 64K register file: 128·(32 + 2·240) = 128·(32 + 3·160) = 65536. (24 for the
-  // producer, as FlashAttention-3 gives it, spilled its tile bookkeeping to local memory.)
-  static constexpr int kProducerRegisters = 32;
+  // setmaxnreg.inc only hands out what the CTA's warps gave back with setmaxnreg.dec, so the
+  // split must balance the launch allocation (launch bounds: 168 registers a thread at 384
+  // threads, 128 at 512): 128·(168 − 24) = 256·(240 − 168), 128·(128 − 32) = 384·(160 − 128).
+  // A split that asks for more (seen: 32/240) leaves the consumers waiting in setmaxnreg forever.
+  static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
   static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
 
   // Softmax levers (see OnlineSoftmax::update), each measured as a delta (bench/results), both
   // off by default:
-  //   lazy rescaling (threshold 8, FlashAttention-4) gained at most a few percent at hdim 128,
-  //     within run-to-run noise elsewhere, and costs accuracy: the row's largest probability is
-  //     no longer exactly 1 before rounding to 16 bits, which tripled the worst error on peaked
-  //     rows (the hdim 128 test failed its 2x-peer bound);
-  //   exp2 on the FMA pipes lost 5-8 % at hdim 64: those pipes are not idle there.
+  //   lazy rescaling (threshold 8, FlashAttention-4): within run-to-run noise (a few percent
+  //     either way) and it costs accuracy: a row's largest probability is no longer exactly 1
+  //     before rounding to 16 bits, which tripled the worst error on peaked rows (an hdim 128
+  //     test failed its 2x-peer bound);
+  //   exp2 on the FMA pipes: 5-8 % slower at hdim 64, whose FMA pipes are not idle.
   static constexpr int kRescaleThreshold = HFA_SM90_RESCALE_THRESHOLD;
   static constexpr int kExp2EmulateEvery = kHeadDim == 64 ? HFA_SM90_EXP2_EMULATE_EVERY_D64 : 0;
 
   static constexpr int kSlabs = kHeadDim / kSlabColumns;
   static_assert(kHeadDim % kSlabColumns == 0);
   static_assert(kBlockN % kMmaK == 0 && kBlockN % 8 == 0);
-  static_assert(128 * (kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) <= 65536);
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;  // what launch bounds grant
+  static_assert((kLaunchRegisters - kProducerRegisters) * kThreadsPerWarpgroup >=
+                    (kConsumerRegisters - kLaunchRegisters) * kThreadsPerWarpgroup *
+                        kConsumerWarpgroups,
+                "setmaxnreg: consumers would claim registers the producer never gave back");
 };
 
 }  // namespace hfa::sm90::fwd
