@@ -74,6 +74,28 @@ typedef struct hfa_options {
   void* stream;              /* cudaStream_t for CUDA tensors; ignored on the CPU */
   void* workspace;           /* scratch from the caller, sized by hfa_*_workspace_size */
   size_t workspace_bytes;
+
+  /* Added after the fields above, which keep their offsets. All optional (NULL = off), all on
+   * the tensors' device. */
+
+  /* Learnable attention sinks (gpt-oss): fp32, contiguous (heads_q). Each query row's softmax
+   * denominator gains exp(sinks[h]), a logit in the units of the scaled (and softcapped)
+   * scores that contributes no value. LSE includes it: a row that sees no key gets O = 0 and
+   * LSE = sinks[h]. */
+  const hfa_tensor* sinks;
+  /* Used lengths of a padded allocation: int32, contiguous (batch). Only the first
+   * seqused_q[b] query rows and seqused_k[b] keys of sequence b take part (fixed length or
+   * varlen); causal and window alignment use these lengths. The forward leaves the out and lse
+   * rows beyond seqused_q[b] untouched; the backward writes zeros to the dq rows beyond
+   * seqused_q[b] and the dk/dv rows beyond seqused_k[b] (their true gradient) and never reads
+   * the out, lse or dout rows beyond them. On the CPU each value is checked to lie in
+   * [0, the sequence's allocated length]; on a GPU the values are trusted. */
+  const hfa_tensor* seqused_q;
+  const hfa_tensor* seqused_k;
+  /* Backward only (the forward ignores it): the gradient of sinks, fp32, contiguous
+   * (heads_q), overwritten: dsinks[h] = -sum over batch and rows of P_sink * rowsum(dO*O),
+   * P_sink = exp(sinks[h] - LSE). Needs sinks; NULL: not wanted. */
+  const hfa_tensor* dsinks;
 } hfa_options;
 
 HFA_API hfa_options hfa_default_options(void);

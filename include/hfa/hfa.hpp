@@ -84,6 +84,13 @@ struct Options {
   void* stream = nullptr;  // cudaStream_t
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
+
+  // See hfa_options: attention sinks (fp32, heads_q), used lengths (int32, batch) and, for the
+  // backward only, the sinks' gradient (fp32, heads_q). Null = off.
+  const Tensor* sinks = nullptr;
+  const Tensor* seqused_q = nullptr;
+  const Tensor* seqused_k = nullptr;
+  const Tensor* dsinks = nullptr;
 };
 
 HFA_API hfa_options to_c(const Options& options);

@@ -18,6 +18,10 @@ hfa_options to_c(const Options& options) {
   c.stream = options.stream;
   c.workspace = options.workspace;
   c.workspace_bytes = options.workspace_bytes;
+  c.sinks = options.sinks;
+  c.seqused_q = options.seqused_q;
+  c.seqused_k = options.seqused_k;
+  c.dsinks = options.dsinks;
   return c;
 }
 
@@ -45,6 +49,10 @@ Options from_c(const hfa_options& c) {
   options.stream = c.stream;
   options.workspace = c.workspace;
   options.workspace_bytes = c.workspace_bytes;
+  options.sinks = c.sinks;
+  options.seqused_q = c.seqused_q;
+  options.seqused_k = c.seqused_k;
+  options.dsinks = c.dsinks;
   return options;
 }
 

@@ -325,6 +325,59 @@ Status check_scalars(const Options& options) {
   return Status::ok();
 }
 
+// A small per-head or per-sequence vector (sinks, dsinks, seqused_*): rank 1 with `length`
+// elements of `dtype`, contiguous, on q's device.
+Status check_vector(const char* name, const Tensor* t, const char* layout, int64_t length,
+                    hfa_dtype dtype, const Tensor& q, bool is_output) {
+  HFA_RETURN_IF_ERROR(check_form(name, t, 1, layout, is_output));
+  if (t->dtype != dtype)
+    return invalid(name, "expected dtype ", name_of(dtype), ", got ", name_of(t->dtype));
+  if (t->shape[0] != length)
+    return invalid(name, "expected shape (", length, ") ", layout, ", got ", shape_string(*t));
+  if (t->shape[0] > 1 && t->stride[0] != 1)
+    return invalid(name, "must be contiguous, got stride ", t->stride[0]);
+  return expect_same_device(name, *t, q);
+}
+
+// seqused_*: each used length in [0, the allocated length of its sequence]. Only on the CPU,
+// where the values (and cu_seqlens') can be read without a copy.
+Status check_seqused_values(const char* name, const Tensor& used, const Tensor* cu,
+                            int64_t fixed_length) {
+  const auto* lengths = static_cast<const int32_t*>(used.data);
+  const auto* offsets = cu ? static_cast<const int32_t*>(cu->data) : nullptr;
+  for (int64_t b = 0; b < used.shape[0]; ++b) {
+    const int64_t allocated = offsets ? int64_t{offsets[b + 1]} - offsets[b] : fixed_length;
+    if (lengths[b] < 0) return invalid(name, "element ", b, " is negative (", lengths[b], ")");
+    if (lengths[b] > allocated)
+      return invalid(name, "element ", b, " (", lengths[b], ") exceeds sequence ", b,
+                     "'s allocated length ", allocated);
+  }
+  return Status::ok();
+}
+
+// sinks (heads_q) and seqused_q/k (batch), when given.
+Status check_sinks_and_seqused(const Options& options, const Core& core, const Varlen& varlen) {
+  const Tensor& q = *core.q.tensor;
+  if (options.sinks != nullptr)
+    HFA_RETURN_IF_ERROR(check_vector("sinks", options.sinks, "(heads_q)", core.q.extent[kHeads],
+                                     HFA_F32, q, false));
+  const int64_t batch = varlen.cu_q ? varlen.batch : core.q.extent[kBatch];
+  const struct {
+    const char* name;
+    const Tensor* used;
+    const Tensor* cu;
+    int64_t fixed_length;
+  } seqused[] = {{"seqused_q", options.seqused_q, varlen.cu_q, core.q.extent[kRows]},
+                 {"seqused_k", options.seqused_k, varlen.cu_k, core.k.extent[kRows]}};
+  for (const auto& s : seqused) {
+    if (s.used == nullptr) continue;
+    HFA_RETURN_IF_ERROR(check_vector(s.name, s.used, "(batch)", batch, HFA_I32, q, false));
+    if (q.device == HFA_CPU)
+      HFA_RETURN_IF_ERROR(check_seqused_values(s.name, *s.used, s.cu, s.fixed_length));
+  }
+  return Status::ok();
+}
+
 // Fills every ForwardProblem field from checked arguments.
 void fill_forward(const Core& core, const Varlen& varlen, const Tensor* lse,
                   const Options& options, ForwardProblem* p) {
@@ -363,6 +416,12 @@ void fill_forward(const Core& core, const Varlen& varlen, const Tensor* lse,
     p->lse_batch_stride = is_varlen ? 0 : lse->stride[0];
     p->lse_head_stride = is_varlen ? lse->stride[0] : lse->stride[1];
   }
+
+  if (options.sinks != nullptr) p->sinks = static_cast<const float*>(options.sinks->data);
+  if (options.seqused_q != nullptr)
+    p->seqused_q = static_cast<const int32_t*>(options.seqused_q->data);
+  if (options.seqused_k != nullptr)
+    p->seqused_k = static_cast<const int32_t*>(options.seqused_k->data);
 
   p->softmax_scale = options.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(p->hdim_qk)));
   p->softcap = options.softcap;
@@ -405,6 +464,7 @@ Status check_forward_part(const Tensor* q, const Tensor* k, const Tensor* v, con
   const bool is_varlen = wants_varlen(options);
   HFA_RETURN_IF_ERROR(check_core(q, k, v, out, out_is_output, is_varlen, core));
   if (is_varlen) HFA_RETURN_IF_ERROR(check_varlen(options, *core, varlen));
+  HFA_RETURN_IF_ERROR(check_sinks_and_seqused(options, *core, *varlen));
   return check_scalars(options);
 }
 
@@ -476,6 +536,13 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
     problem->dq_stride = dq.strides;
     problem->dk_stride = dk.strides;
     problem->dv_stride = dv.strides;
+
+    if (options.dsinks != nullptr) {
+      if (options.sinks == nullptr) return invalid("dsinks", "is given but sinks is null");
+      HFA_RETURN_IF_ERROR(check_vector("dsinks", options.dsinks, "(heads_q)",
+                                       core.q.extent[kHeads], HFA_F32, *args.q, true));
+      problem->dsinks = static_cast<float*>(options.dsinks->data);
+    }
   }
   fill_forward(core, varlen, run ? args.lse : nullptr, options, &problem->fwd);
   problem->deterministic = options.deterministic;
@@ -502,7 +569,8 @@ int64_t rows_of(const ForwardProblem& p, bool queries) {
 bool forward_is_empty(const ForwardProblem& p) { return rows_of(p, true) == 0; }
 
 bool backward_is_empty(const BackwardProblem& p) {
-  return rows_of(p.fwd, true) == 0 && rows_of(p.fwd, false) == 0;
+  // dsinks is an output over heads, not rows: it is written (as zeros) even then.
+  return rows_of(p.fwd, true) == 0 && rows_of(p.fwd, false) == 0 && p.dsinks == nullptr;
 }
 
 }  // namespace hfa::detail

@@ -47,6 +47,15 @@ struct ForwardProblem {
   int64_t lse_batch_stride = 0;
   int64_t lse_head_stride = 0;
 
+  // Attention sinks: fp32 (heads_q), contiguous, on the tensors' device; null = none. Logits in
+  // the units of the scaled (and softcapped) scores that join every row's softmax denominator.
+  const float* sinks = nullptr;
+  // Used lengths: int32 (batch), contiguous, on the tensors' device; null = the whole sequence.
+  // Sequence b uses its first seqused_q[b] rows and seqused_k[b] keys (<= its allocated
+  // lengths); the window alignment uses these. Rows of out and lse beyond them are not touched.
+  const int32_t* seqused_q = nullptr;
+  const int32_t* seqused_k = nullptr;
+
   float softmax_scale = 0.0f;  // resolved (never the "default" marker)
   float softcap = 0.0f;        // 0 = off
   // Bottom-right aligned window: query i of a sequence sees key j iff
@@ -73,6 +82,9 @@ struct BackwardProblem {
   void* dk = nullptr;
   void* dv = nullptr;
   Strides dout_stride, dq_stride, dk_stride, dv_stride;
+  // fp32 (heads_q), contiguous: the gradient of fwd.sinks (overwritten); null = not wanted.
+  // Only set when fwd.sinks is.
+  float* dsinks = nullptr;
   bool deterministic = false;
 };
 

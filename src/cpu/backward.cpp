@@ -240,6 +240,55 @@ void backward_query_tile(const BackwardProblem& bp, const Kernels& kernels, int6
   }
 }
 
+// ---- rows beyond seqused, and the sinks' gradient -----------------------------------------
+
+// Rows [first, end) of one (batch, head) of a gradient tensor set to 0 (all-zero bits are 0 in
+// f32, f16 and bf16; the last dim has unit stride).
+void zero_rows(void* data, DType dtype, const detail::Strides& strides, int64_t b,
+               int64_t token_begin, int64_t head, int64_t first, int64_t end, int cols) {
+  const Rows<std::byte> rows = rows_of(data, dtype, strides, b, token_begin, head);
+  for (int64_t i = first; i < end; ++i) {
+    std::fill_n(rows.row(i), cols * element_size(dtype), std::byte{0});
+  }
+}
+
+// A query row beyond seqused_q or a key beyond seqused_k takes no part in the attention: its
+// gradient is 0, written so that callers who allocate the gradients uninitialised get it.
+void zero_unused_rows(const BackwardProblem& bp, int64_t b) {
+  const ForwardProblem& p = bp.fwd;
+  const Sequence seq = sequence_of(p, b);
+  for (int64_t h = 0; h < p.heads_q; ++h) {
+    zero_rows(bp.dq, p.dtype, bp.dq_stride, b, seq.q_begin, h, seq.seqlen_q, seq.allocated_q, p.hdim_qk);
+  }
+  for (int64_t h = 0; h < p.heads_kv; ++h) {
+    zero_rows(bp.dk, p.dtype, bp.dk_stride, b, seq.k_begin, h, seq.seqlen_k, seq.allocated_k, p.hdim_qk);
+    zero_rows(bp.dv, p.dtype, bp.dv_stride, b, seq.k_begin, h, seq.seqlen_k, seq.allocated_k, p.hdim_v);
+  }
+}
+
+// dsinks[h] = −Σ over the batch and the rows of exp(sink − LSE)·D, D = rowsum(dO∘O): the sink
+// is one more logit of the softmax, with no value, so dL/dsink = −P_sink·Σ_j P_j·dP_j. In
+// double, one head per item and a fixed order: the result does not depend on the threads.
+void sink_gradient(const BackwardProblem& bp, const Kernels& kernels, int64_t h, float* staging_o,
+                   float* staging_do) {
+  const ForwardProblem& p = bp.fwd;
+  const double sink = p.sinks[h];
+  double sum = 0.0;
+  if (sink != -kInfinity) {
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const Sequence seq = sequence_of(p, b);
+      const HeadRows head(bp, b, h, seq);
+      for (int64_t i = 0; i < seq.seqlen_q; ++i) {
+        kernels.load(p.out_dtype, head.out.row(i), p.hdim_v, 1.0f, staging_o);
+        kernels.load(p.dtype, head.dout.row(i), p.hdim_v, 1.0f, staging_do);
+        const double d = kernels.dot(staging_o, staging_do, p.hdim_v);
+        sum += std::exp(sink - double{head.lse[i]}) * d;
+      }
+    }
+  }
+  bp.dsinks[h] = static_cast<float>(-sum);
+}
+
 }  // namespace
 
 Status tiled_backward(const BackwardProblem& bp) {
@@ -273,6 +322,17 @@ Status tiled_backward(const BackwardProblem& bp) {
       backward_query_tile(bp, kernels, b, h, i_first, seq, tiles);
     }
   });
+
+  if (p.seqused_q != nullptr || p.seqused_k != nullptr) {
+    ThreadPool::shared().parallel_for(p.batch, [&](int64_t b, int) { zero_unused_rows(bp, b); });
+  }
+  if (bp.dsinks != nullptr && p.sinks != nullptr) {
+    const std::size_t row = scratch_floats(static_cast<std::size_t>(p.hdim_v));
+    ThreadPool::shared().parallel_for(p.heads_q, [&](int64_t h, int) {
+      float* staging = thread_scratch(2 * row);
+      sink_gradient(bp, kernels, h, staging, staging + row);
+    });
+  }
   return Status::ok();
 }
 

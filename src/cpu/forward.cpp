@@ -107,7 +107,8 @@ void store_query_tile(const ForwardProblem& p, const Kernels& kernels, int64_t b
   for (int i = 0; i < q.rows; ++i) {
     float* o_row = q.o + static_cast<int64_t>(i) * dv;
     const float sum = q.row_sum[i];
-    // sum is 0 exactly when the row saw no key: O = 0 and LSE = −inf.
+    // sum is 0 exactly when the row saw no key and has no sink: O = 0 and LSE = −inf. With a
+    // sink the sum is >= 1 and O = 0 / sum for a row without keys.
     kernels.scale(o_row, dv, sum > 0.0f ? 1.0f / sum : 0.0f);
     kernels.store(p.out_dtype, o_row, dv, out_rows.row(q.i_first + i));
     if (p.lse != nullptr) {
@@ -128,6 +129,16 @@ void forward_query_block(const ForwardProblem& p, const Kernels& kernels, int64_
   const InputRows k_rows = rows_of(p.k, p.dtype, p.k_stride, b, seq.k_begin, h_kv);
   const InputRows v_rows = rows_of(p.v, p.dtype, p.v_stride, b, seq.k_begin, h_kv);
 
+  // A sink starts every row's online softmax as one logit already seen, with no value: the
+  // running max is the sink and the sum exp2(sink − sink) = 1. So it takes part in the max and
+  // the denominator, and a row that sees no key ends with O = 0 and LSE = the sink. A sink of
+  // −inf is no sink (its sum would be exp2(−inf + inf)).
+  float start_max = -kInfinity, start_sum = 0.0f;
+  if (p.sinks != nullptr && p.sinks[h] != -kInfinity) {
+    start_max = static_cast<float>(p.sinks[h] * kLog2e);
+    start_sum = 1.0f;
+  }
+
   int count = 0;  // query tiles of the block inside the sequence
   for (; count < tiles && i_first + count * kRows < seq.seqlen_q; ++count) {
     QueryTile& q = t.queries[count];
@@ -135,8 +146,8 @@ void forward_query_block(const ForwardProblem& p, const Kernels& kernels, int64_
     q.rows = static_cast<int>(std::min<int64_t>(kRows, seq.seqlen_q - q.i_first));
     load_transposed(kernels, p.dtype, q_rows, q.i_first, q.rows, p.hdim_qk, transform.qk_factor,
                     t.staging, q.q_t, kRows);
-    std::fill(q.row_max, q.row_max + q.rows, -kInfinity);
-    std::fill(q.row_sum, q.row_sum + q.rows, 0.0f);
+    std::fill(q.row_max, q.row_max + q.rows, start_max);
+    std::fill(q.row_sum, q.row_sum + q.rows, start_sum);
     std::fill(q.o, q.o + static_cast<int64_t>(q.rows) * p.hdim_v, 0.0f);
   }
   if (count == 0) return;

@@ -62,9 +62,13 @@ struct HeadAttention {
   Sequence seq;
   KeyWindow window;
   std::vector<Real> q, k, v;  // (seqlen, hdim)
+  bool has_sink = false;
+  Real sink = 0;  // the head's sink logit, when has_sink
 
   HeadAttention(const ForwardProblem& problem, int64_t b, int64_t head_q)
       : p(problem), seq(sequence_of(problem, b)), window(problem, seq) {
+    has_sink = p.sinks != nullptr;
+    if (has_sink) sink = static_cast<Real>(p.sinks[head_q]);
     const int64_t head_kv = head_q / (p.heads_q / p.heads_kv);
     q = read_matrix<Real>(p.q, p.dtype, p.q_stride, b, seq.q_begin, head_q, seq.seqlen_q, p.hdim_qk);
     k = read_matrix<Real>(p.k, p.dtype, p.k_stride, b, seq.k_begin, head_kv, seq.seqlen_k, p.hdim_qk);
@@ -85,19 +89,23 @@ struct HeadAttention {
   }
 
   // Softmax probabilities of row i over its visible keys [first, last] (p[j − first]), with the
-  // tanh of each score; returns the log-sum-exp (−inf for a row that sees nothing).
+  // tanh of each score; returns the log-sum-exp. A sink is one more logit in the denominator
+  // (no entry in prob: it has no value vector). A row that sees nothing gets the sink's logit
+  // as its LSE, or −inf without a sink.
   Real probabilities(int64_t i, std::vector<Real>& prob, std::vector<Real>& tanh) const {
     const int64_t first = window.first(i), last = window.last(i);
     const int64_t count = std::max<int64_t>(0, last - first + 1);
     prob.assign(static_cast<std::size_t>(count), Real{0});
     tanh.assign(static_cast<std::size_t>(count), Real{0});
-    if (count == 0) return -std::numeric_limits<Real>::infinity();
-    Real max_score = -std::numeric_limits<Real>::infinity();
+    const Real no_logit = -std::numeric_limits<Real>::infinity();
+    if (count == 0) return has_sink ? sink : no_logit;
+    Real max_score = has_sink ? sink : no_logit;
     for (int64_t j = 0; j < count; ++j) {
       prob[j] = score(i, first + j, &tanh[j]);
       max_score = std::max(max_score, prob[j]);
     }
-    Real sum = 0;
+    // max_score is finite here (a score is); exp(−inf − max) = 0 for a sink of −inf.
+    Real sum = has_sink ? std::exp(sink - max_score) : Real{0};
     for (Real& x : prob) sum += (x = std::exp(x - max_score));
     for (Real& x : prob) x /= sum;
     return max_score + std::log(sum);
@@ -131,9 +139,13 @@ void forward(const ForwardProblem& p, Real* out, Real* lse) {
 }
 
 template <class Real>
-void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv) {
+void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv, Real* dsinks) {
   const ForwardProblem& p = problem.fwd;
   const int64_t group = p.heads_q / p.heads_kv;
+  // dL/dsink of each (batch, head), summed over the batch after the parallel part so that the
+  // order of the sum does not depend on the threads.
+  const bool want_dsinks = dsinks != nullptr && p.sinks != nullptr;
+  std::vector<Real> dsink_parts(want_dsinks ? static_cast<std::size_t>(p.batch) * p.heads_q : 0);
   // One item per (batch, kv head): it owns dk and dv of that head and dq of its query heads.
   ThreadPool::shared().parallel_for(int64_t{p.batch} * p.heads_kv, [&](int64_t item, int) {
     const int64_t b = item / p.heads_kv, h_kv = item % p.heads_kv;
@@ -147,9 +159,16 @@ void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv) {
     auto dv_row = [&](int64_t j) {
       return dv + (token_index(p, b, p.seqlen_k, seq.k_begin, j) * p.heads_kv + h_kv) * p.hdim_v;
     };
-    for (int64_t j = 0; j < seq.seqlen_k; ++j) {
+    // Every allocated row: the gradient of a key beyond seqused_k (and of a query row beyond
+    // seqused_q, below) is 0.
+    for (int64_t j = 0; j < seq.allocated_k; ++j) {
       std::fill(dk_row(j), dk_row(j) + p.hdim_qk, Real{0});
       std::fill(dv_row(j), dv_row(j) + p.hdim_v, Real{0});
+    }
+    for (int64_t h = h_kv * group; h < (h_kv + 1) * group; ++h) {
+      for (int64_t i = seq.seqlen_q; i < seq.allocated_q; ++i) {
+        std::fill(dq_row(h, i), dq_row(h, i) + p.hdim_qk, Real{0});
+      }
     }
     const Real scale = p.softmax_scale;
     std::vector<Real> prob, tanh, dprob;
@@ -161,7 +180,7 @@ void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv) {
       for (int64_t i = 0; i < seq.seqlen_q; ++i) {
         Real* dq_i = dq_row(h, i);
         std::fill(dq_i, dq_i + p.hdim_qk, Real{0});
-        head.probabilities(i, prob, tanh);
+        const Real row_lse = head.probabilities(i, prob, tanh);
         const int64_t first = head.window.first(i);
         // dP = dO·Vᵀ, and D = Σ P∘dP (= rowsum(dO∘O)).
         dprob.assign(prob.size(), Real{0});
@@ -172,6 +191,11 @@ void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv) {
             dprob[jj] += dout[i * p.hdim_v + c] * head.v[j * p.hdim_v + c];
           }
           d += prob[jj] * dprob[jj];
+        }
+        // The sink's probability exp(sink − LSE) enters the loss only through the denominator:
+        // dL/dsink = −P_sink·D.
+        if (want_dsinks && head.has_sink && head.sink != -std::numeric_limits<Real>::infinity()) {
+          dsink_parts[b * p.heads_q + h] -= std::exp(head.sink - row_lse) * d;
         }
         for (std::size_t jj = 0; jj < prob.size(); ++jj) {
           const int64_t j = first + static_cast<int64_t>(jj);
@@ -189,17 +213,26 @@ void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv) {
       }
     }
   });
+  if (want_dsinks) {
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      Real sum = 0;
+      for (int64_t b = 0; b < p.batch; ++b) sum += dsink_parts[b * p.heads_q + h];
+      dsinks[h] = sum;
+    }
+  }
 }
 
 }  // namespace
 
 void reference_forward(const ForwardProblem& p, double* out, double* lse) { forward(p, out, lse); }
-void reference_backward(const BackwardProblem& p, double* dq, double* dk, double* dv) {
-  backward(p, dq, dk, dv);
+void reference_backward(const BackwardProblem& p, double* dq, double* dk, double* dv,
+                        double* dsinks) {
+  backward(p, dq, dk, dv, dsinks);
 }
 void reference_forward_f32(const ForwardProblem& p, float* out, float* lse) { forward(p, out, lse); }
-void reference_backward_f32(const BackwardProblem& p, float* dq, float* dk, float* dv) {
-  backward(p, dq, dk, dv);
+void reference_backward_f32(const BackwardProblem& p, float* dq, float* dk, float* dv,
+                            float* dsinks) {
+  backward(p, dq, dk, dv, dsinks);
 }
 
 }  // namespace hfa::cpu

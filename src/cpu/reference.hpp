@@ -9,17 +9,21 @@ namespace hfa::cpu {
 
 // out: contiguous (batch, seqlen_q, heads_q, hdim_v), varlen (total_q, heads_q, hdim_v).
 // lse (may be null): natural log, contiguous (batch, heads_q, seqlen_q), varlen (heads_q, total_q).
-// A row that sees no key gets out = 0 and lse = −inf. p.out and p.lse are not touched.
+// A row that sees no key gets out = 0 and lse = −inf (the sink's logit with p.sinks). Rows
+// beyond seqused_q are not written. p.out and p.lse are not touched.
 void reference_forward(const detail::ForwardProblem& p, double* out, double* lse);
 
 // Gradients of the forward, recomputed from q, k, v and dout alone (p.fwd.out and p.fwd.lse are
 // not read). dq, dk, dv are contiguous and shaped like q, k, v; with GQA, dk and dv are summed
-// over the query heads of each group.
-void reference_backward(const detail::BackwardProblem& p, double* dq, double* dk, double* dv);
+// over the query heads of each group. Rows beyond seqused_q/k get 0. dsinks (heads_q; may be
+// null, ignored without p.fwd.sinks) gets the sinks' gradient; p.dsinks is not touched.
+void reference_backward(const detail::BackwardProblem& p, double* dq, double* dk, double* dv,
+                        double* dsinks = nullptr);
 
 // The same plain algorithm in float32 (scores, softmax and products in fp32, like the "math"
 // attention of the frameworks): the low-precision peer that sets the error bound of §6.
 void reference_forward_f32(const detail::ForwardProblem& p, float* out, float* lse);
-void reference_backward_f32(const detail::BackwardProblem& p, float* dq, float* dk, float* dv);
+void reference_backward_f32(const detail::BackwardProblem& p, float* dq, float* dk, float* dv,
+                            float* dsinks = nullptr);
 
 }  // namespace hfa::cpu

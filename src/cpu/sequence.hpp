@@ -17,14 +17,30 @@ inline std::size_t element_size(DType dtype) { return dtype == DType::f32 ? 4 : 
 struct Sequence {
   int64_t q_begin = 0;  // token index of row 0 (0 for fixed length)
   int64_t k_begin = 0;
-  int64_t seqlen_q = 0;
+  int64_t seqlen_q = 0;  // the rows and keys that take part (seqused_*, else all allocated)
   int64_t seqlen_k = 0;
+  int64_t allocated_q = 0;  // rows the tensors hold for the sequence (>= seqlen_q)
+  int64_t allocated_k = 0;
 };
 
 inline Sequence sequence_of(const detail::ForwardProblem& p, int64_t b) {
-  if (!p.is_varlen()) return {0, 0, p.seqlen_q, p.seqlen_k};
-  return {p.cu_seqlens_q[b], p.cu_seqlens_k[b], p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b],
-          p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b]};
+  Sequence s;
+  if (p.is_varlen()) {
+    s.q_begin = p.cu_seqlens_q[b];
+    s.k_begin = p.cu_seqlens_k[b];
+    s.allocated_q = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
+    s.allocated_k = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+  } else {
+    s.allocated_q = p.seqlen_q;
+    s.allocated_k = p.seqlen_k;
+  }
+  // The API checked 0 <= seqused <= allocated; the clamp keeps a direct backend caller in bounds.
+  auto used = [](const int32_t* seqused, int64_t b, int64_t allocated) {
+    return seqused ? std::clamp<int64_t>(seqused[b], 0, allocated) : allocated;
+  };
+  s.seqlen_q = used(p.seqused_q, b, s.allocated_q);
+  s.seqlen_k = used(p.seqused_k, b, s.allocated_k);
+  return s;
 }
 
 // The longest query and key sequences: for varlen, read from cu_seqlens rather than trusted from

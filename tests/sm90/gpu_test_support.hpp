@@ -11,7 +11,7 @@
 
 namespace hfa::test {
 
-// Empty when a Hopper (sm_90) GPU is here; otherwise why the GPU tests are skipped.
+// Empty when device 0 is a Hopper (sm_90) GPU; otherwise why the GPU tests are skipped.
 inline std::string hopper_unavailable() {
   int count = 0;
   if (cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess) {
@@ -32,7 +32,8 @@ inline std::string hopper_unavailable() {
     }                                                                                     \
   } while (0)
 
-#define HFA_CUDA_CHECK(call)                                                              \
+// A failing call ends the test (ASSERT): use it in TEST bodies and void helpers only.
+#define HFA_CUDA_OK(call)                                                                 \
   do {                                                                                    \
     const cudaError_t hfa_error_ = (call);                                                \
     ASSERT_EQ(hfa_error_, cudaSuccess) << #call << ": " << cudaGetErrorString(hfa_error_); \

@@ -144,11 +144,11 @@ TEST_P(ForwardSm90, MatchesFloat64Reference) {
 
   DeviceBuffer dq(q.bits.size() * 2), dk(k.bits.size() * 2), dv(v.bits.size() * 2);
   DeviceBuffer dout(out.bits.size() * 2), dlse(lse.size() * 4);
-  HFA_CUDA_CHECK(dq.upload(q.bits));
-  HFA_CUDA_CHECK(dk.upload(k.bits));
-  HFA_CUDA_CHECK(dv.upload(v.bits));
-  HFA_CUDA_CHECK(dout.upload(out.bits));
-  HFA_CUDA_CHECK(dlse.upload(lse));
+  HFA_CUDA_OK(dq.upload(q.bits));
+  HFA_CUDA_OK(dk.upload(k.bits));
+  HFA_CUDA_OK(dv.upload(v.bits));
+  HFA_CUDA_OK(dout.upload(out.bits));
+  HFA_CUDA_OK(dlse.upload(lse));
 
   const Tensor lse_view = make_tensor(dlse.get(), DType::f32, {c.batch, c.heads_q, c.seqlen_q}, {},
                                       Device::cuda(0));
@@ -163,9 +163,9 @@ TEST_P(ForwardSm90, MatchesFloat64Reference) {
   options.workspace_bytes = workspace_bytes;
   const Status status = forward(qt, kt, vt, out.view(dout.get(), c.dtype), &lse_view, options);
   ASSERT_TRUE(status.is_ok()) << status.message();
-  HFA_CUDA_CHECK(cudaDeviceSynchronize());
-  HFA_CUDA_CHECK(dout.download(out.bits));
-  HFA_CUDA_CHECK(dlse.download(lse));
+  HFA_CUDA_OK(cudaDeviceSynchronize());
+  HFA_CUDA_OK(dout.download(out.bits));
+  HFA_CUDA_OK(dlse.download(lse));
 
   const detail::ForwardProblem problem = host_problem(c, q, k, v);
   std::vector<double> ref(out.bits.size()), ref_lse(lse.size());
@@ -240,7 +240,7 @@ TEST(ForwardSm90Support, UnsupportedCallsSayNotSupported) {
                                  Variant{"softcap", 128, DType::bf16, 30.0f}}) {
     const size_t bytes = size_t(b) * s * h * variant.hdim * dtype_size(variant.dtype);
     DeviceBuffer q(bytes), k(bytes), v(bytes), out(bytes);
-    HFA_CUDA_CHECK(cudaMemset(out.get(), 0x7F, bytes));
+    HFA_CUDA_OK(cudaMemset(out.get(), 0x7F, bytes));
     auto view = [&](const DeviceBuffer& buffer) {
       return make_tensor(buffer.get(), variant.dtype, {b, s, h, variant.hdim}, {}, Device::cuda(0));
     };
@@ -250,7 +250,7 @@ TEST(ForwardSm90Support, UnsupportedCallsSayNotSupported) {
     EXPECT_EQ(status.code(), Code::not_supported) << variant.what << ": " << status.message();
     EXPECT_NE(status.message().find("not supported"), std::string::npos) << status.message();
     std::vector<uint8_t> after(bytes);
-    HFA_CUDA_CHECK(out.download(after));
+    HFA_CUDA_OK(out.download(after));
     EXPECT_TRUE(std::all_of(after.begin(), after.end(), [](uint8_t x) { return x == 0x7F; }))
         << variant.what << ": output was written by a rejected call";
   }

@@ -1,4 +1,4 @@
-// Helpers shared by the primitive-layer tests: the Hopper check, device buffers, 16-bit element
+// Helpers shared by the primitive-layer tests: device buffers, 16-bit element
 // conversion, the 128-byte swizzle, and mbarrier waits that fail a test instead of hanging it.
 #pragma once
 
@@ -15,18 +15,12 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "sm90/gpu_test_support.hpp"  // HFA_REQUIRE_HOPPER, HFA_CUDA_OK
 #include "sm90/ptx/mbarrier.cuh"
 
 namespace hfa::sm90::ptx_test {
 
 // ---- Host: CUDA calls and the device --------------------------------------------------------
-
-// A failing call ends the test (ASSERT), so use it in TEST bodies and void helpers only.
-#define HFA_CUDA_OK(call)                                                                   \
-  do {                                                                                      \
-    const cudaError_t hfa_status_ = (call);                                                 \
-    ASSERT_EQ(hfa_status_, cudaSuccess) << #call << ": " << cudaGetErrorString(hfa_status_); \
-  } while (0)
 
 // After every launch: the launch itself, then the kernel's execution.
 #define HFA_KERNEL_OK()                                                                      \
@@ -43,33 +37,6 @@ namespace hfa::sm90::ptx_test {
     ASSERT_EQ(hfa_status_, cudaSuccess) << "kernel launch or run failed: "                   \
                                         << cudaGetErrorString(hfa_status_)                   \
                                         << (watchdog).describe();                            \
-  } while (0)
-
-// Empty when device 0 can run these sm_90a kernels, otherwise the reason it cannot.
-inline std::string why_not_hopper() {
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) {
-    cudaGetLastError();  // clear it; nothing else runs
-    return std::string("no CUDA device: cudaGetDeviceCount failed: ") + cudaGetErrorString(status);
-  }
-  if (count == 0) return "no CUDA device: cudaGetDeviceCount returned 0";
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess) {
-    return "cannot read the compute capability of device 0";
-  }
-  if (major != 9 || minor != 0) {
-    return "device 0 is compute capability " + std::to_string(major) + "." + std::to_string(minor) +
-           "; these kernels are sm_90a (compute capability 9.0) only";
-  }
-  return {};
-}
-
-#define HFA_REQUIRE_HOPPER()                                             \
-  do {                                                                   \
-    const std::string hfa_why_ = ::hfa::sm90::ptx_test::why_not_hopper(); \
-    if (!hfa_why_.empty()) GTEST_SKIP() << hfa_why_;                     \
   } while (0)
 
 // Owns count elements of device memory.
