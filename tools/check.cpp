@@ -93,8 +93,11 @@ Reduced reduce(const Spec& s, int64_t a, int64_t r) {
   return reduced;
 }
 
-ForwardProblem base_problem(const Spec& s) {
+// The problem of heads [head_begin, ...) alone, with their sinks when the run has them.
+ForwardProblem base_problem(const Workload& w, int64_t head_begin) {
+  const Spec& s = w.spec();
   ForwardProblem p;
+  if (s.sinks) p.sinks = static_cast<const float*>(w.sinks.data()) + head_begin;
   p.dtype = p.out_dtype = s.dtype;
   p.batch = 1;
   p.hdim_qk = static_cast<int32_t>(s.hdim);
@@ -120,7 +123,7 @@ void check_block(const Workload& w, bool backward, int64_t b, int64_t h, int64_t
   const HostArray k = slice(w.k, s.seqlen_k, s.kv_heads, s.hdim, b, 0, reduced.seqlen_k, hk, 1);
   const HostArray v = slice(w.v, s.seqlen_k, s.kv_heads, s.hdim_v, b, 0, reduced.seqlen_k, hk, 1);
 
-  ForwardProblem p = base_problem(s);
+  ForwardProblem p = base_problem(w, h);
   p.seqlen_q = static_cast<int32_t>(r);
   p.seqlen_k = static_cast<int32_t>(reduced.seqlen_k);
   p.heads_q = p.heads_kv = 1;
@@ -168,7 +171,7 @@ void check_key_gradients(const Workload& w, int64_t b, int64_t g, Errors* errors
 
   BackwardProblem bp;
   ForwardProblem& p = bp.fwd;
-  p = base_problem(s);
+  p = base_problem(w, g * group);
   p.seqlen_q = static_cast<int32_t>(s.seqlen_q);
   p.seqlen_k = static_cast<int32_t>(s.seqlen_k);
   p.heads_q = static_cast<int32_t>(group);

@@ -29,6 +29,7 @@ float64 reference on a sample of rows. Exits 1 when the comparison fails.
   --causal                 causal mask
   --window L,R             sliding window, -1 = unbounded
   --softcap X              softcap·tanh(scores/softcap) when > 0           [0]
+  --sinks                  random attention sinks (one logit per query head)
   --backward               also run and check the backward
   --seed N                 seed of the random inputs                       [0]
   --iters N                timed iterations (after one warm-up)            [cuda 20, cpu 3]

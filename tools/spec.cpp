@@ -28,6 +28,7 @@ std::string Spec::describe() const {
   if (causal) s << ", causal";
   if (window_left >= 0 || window_right >= 0) s << ", window (" << window_left << ", " << window_right << ")";
   if (softcap > 0) s << ", softcap " << softcap;
+  if (sinks) s << ", sinks";
   return s.str();
 }
 
@@ -70,6 +71,7 @@ void parse_spec(Args& args, Spec* spec) {
     spec->window_right = static_cast<int32_t>(parse_integer("--window", window->substr(comma + 1), -1, kMaxExtent));
   }
   spec->softcap = static_cast<float>(args.number("softcap", 0.0, 0.0, 1e6));
+  spec->sinks = args.flag("sinks");
 }
 
 double forward_flops(const Spec& s) {

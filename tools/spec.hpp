@@ -23,6 +23,7 @@ struct Spec {
   int32_t window_left = -1;
   int32_t window_right = -1;
   float softcap = 0.0f;
+  bool sinks = false;  // random attention sinks, one logit per query head
   Device device;
 
   float softmax_scale() const;  // the default, 1/sqrt(hdim)

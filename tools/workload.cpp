@@ -37,6 +37,13 @@ Workload::Workload(const Spec& spec, uint64_t seed, bool backward)
   v_ = make_slot(v, {s.batch, s.seqlen_k, s.kv_heads, s.hdim_v}, true);
   out_ = make_slot(out, {s.batch, s.seqlen_q, s.heads, s.hdim_v}, false);
   lse_ = make_slot(lse, {s.batch, s.heads, s.seqlen_q}, false);
+  if (s.sinks) {
+    // Logits around the size of a score, so that some rows lean on their sink and some not.
+    sinks = HostArray(DType::f32, s.heads);
+    sinks.fill_normal(rng);
+    sinks_ = make_slot(sinks, {s.heads}, true);
+    options_.sinks = &sinks_.tensor;
+  }
   allocate_workspace();
   if (!backward) return;
 

@@ -25,6 +25,7 @@ class WorkloadError : public std::runtime_error {
 
 class Workload {
  public:
+  Workload(const Workload&) = delete;  // options_ points at the sinks slot of this object
   // Inputs q, k, v (and dout with `backward`) are random normals from `seed`.
   // Throws WorkloadError when the library rejects the problem already at the workspace query.
   Workload(const Spec& spec, uint64_t seed, bool backward);
@@ -37,8 +38,9 @@ class Workload {
 
   const Spec& spec() const { return spec_; }
 
-  // Host copies: inputs as uploaded, outputs after download().
-  HostArray q, k, v, dout, out, lse, dq, dk, dv;
+  // Host copies: inputs as uploaded, outputs after download(). sinks: f32 (heads), with
+  // spec.sinks only.
+  HostArray q, k, v, dout, out, lse, dq, dk, dv, sinks;
 
  private:
   struct Slot {
@@ -51,7 +53,7 @@ class Workload {
   Spec spec_;
   bool with_backward_ = false;
   Options options_;
-  Slot q_, k_, v_, dout_, out_, lse_, dq_, dk_, dv_;
+  Slot q_, k_, v_, dout_, out_, lse_, dq_, dk_, dv_, sinks_;
   std::unique_ptr<DeviceMemory> workspace_;  // what the backend asks for, if anything
 };
 

@@ -58,58 +58,74 @@ def _frontend(q):
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
-                    softcap=0.0, deterministic=False, return_attn_probs=False):
+                    softcap=0.0, deterministic=False, return_attn_probs=False,
+                    learnable_sink=None):
     """Attention over fixed-length batches (FlashAttention-3's signature).
 
     softmax_scale: default 1/sqrt(headdim). causal and window_size=(left, right) are aligned
     to the bottom-right corner when seqlen_q != seqlen_k; -1 = unbounded. softcap > 0 applies
     softcap·tanh(s/softcap) to the scores. deterministic: reproducible backward.
+    learnable_sink (FlashAttention-4's name): attention sinks, one logit per query head
+    (heads_q,), that join each row's softmax denominator (gpt-oss); the LSE includes them, and
+    with torch they get a gradient.
     Returns out, or (out, lse) when return_attn_probs (the LSE, not the probabilities, as FA3).
     """
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_func(q, k, v, softmax_scale, causal, window_size, softcap,
-                                  deterministic, return_attn_probs)
+                                  deterministic, return_attn_probs, learnable_sink)
     from . import _numpy
     out, lse = _numpy.forward(q, k, v, softmax_scale=softmax_scale, causal=causal,
-                              window_size=window_size, softcap=softcap)
+                              window_size=window_size, softcap=softcap,
+                              learnable_sink=learnable_sink)
     return (out, lse) if return_attn_probs else out
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                           deterministic=False, return_attn_probs=False):
+                           deterministic=False, return_attn_probs=False, seqused_q=None,
+                           seqused_k=None, learnable_sink=None):
     """Attention over variable-length sequences packed as (total_tokens, heads, headdim);
-    sequence b is rows cu_seqlens[b]:cu_seqlens[b+1]. Otherwise as flash_attn_func."""
+    sequence b is rows cu_seqlens[b]:cu_seqlens[b+1]. seqused_q / seqused_k (int32, (batch,),
+    as in FlashAttention-3): only the first seqused[b] rows / keys of sequence b are used; the
+    out rows beyond seqused_q[b] come back 0 and their LSE -inf. Otherwise as flash_attn_func."""
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                          max_seqlen_k, softmax_scale, causal, window_size,
-                                         softcap, deterministic, return_attn_probs)
+                                         softcap, deterministic, return_attn_probs, seqused_q,
+                                         seqused_k, learnable_sink)
     from . import _numpy
     out, lse = _numpy.forward(q, k, v, softmax_scale=softmax_scale, causal=causal,
                               window_size=window_size, softcap=softcap,
                               cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                              max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+                              max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                              learnable_sink=learnable_sink, seqused_q=seqused_q,
+                              seqused_k=seqused_k)
     return (out, lse) if return_attn_probs else out
 
 
 def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=False,
                         window_size=(-1, -1), softcap=0.0, deterministic=False,
                         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                        max_seqlen_k=None):
-    """(dq, dk, dv) for dout, given the forward's out and lse and the same options.
+                        max_seqlen_k=None, learnable_sink=None, seqused_q=None,
+                        seqused_k=None):
+    """(dq, dk, dv) for dout, given the forward's out and lse and the same options; with
+    learnable_sink, (dq, dk, dv, dsink). Gradient rows beyond seqused_q/k are 0.
     For numpy arrays (no autograd there) and for torch users who call it directly."""
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_backward(dout, q, k, v, out, lse, softmax_scale, causal,
                                       window_size, softcap, deterministic, cu_seqlens_q,
-                                      cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+                                      cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
+                                      seqused_q, seqused_k)
     from . import _numpy
     return _numpy.backward(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
                            window_size=window_size, softcap=softcap, deterministic=deterministic,
                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                           max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+                           max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                           learnable_sink=learnable_sink, seqused_q=seqused_q,
+                           seqused_k=seqused_k)
 
 
 # When torch is already loaded, register hfa::fwd / hfa::bwd now rather than on the first call,

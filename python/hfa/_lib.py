@@ -59,6 +59,11 @@ class Options(ctypes.Structure):
         ("stream", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_size_t),
+        # Appended later in hfa.h (the fields above keep their offsets).
+        ("sinks", ctypes.POINTER(Tensor)),
+        ("seqused_q", ctypes.POINTER(Tensor)),
+        ("seqused_k", ctypes.POINTER(Tensor)),
+        ("dsinks", ctypes.POINTER(Tensor)),
     ]
 
 
@@ -202,9 +207,12 @@ def check(status: int) -> None:
 def make_options(*, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                  deterministic=False, cu_seqlens_q: Optional[Tensor] = None,
                  cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q=0, max_seqlen_k=0,
-                 stream=None) -> Options:
-    """hfa_default_options() with the flash_attn-style arguments applied. The cu_seqlens
-    Tensors must outlive the returned Options (it stores pointers to them)."""
+                 stream=None, sinks: Optional[Tensor] = None,
+                 seqused_q: Optional[Tensor] = None, seqused_k: Optional[Tensor] = None,
+                 dsinks: Optional[Tensor] = None) -> Options:
+    """hfa_default_options() with the flash_attn-style arguments applied. The Tensors given
+    (cu_seqlens, sinks, seqused, dsinks) must outlive the returned Options (it stores pointers
+    to them)."""
     o = library().hfa_default_options()
     if softmax_scale is not None:
         o.has_softmax_scale = 1
@@ -223,6 +231,10 @@ def make_options(*, softmax_scale=None, causal=False, window_size=(-1, -1), soft
     o.max_seqlen_q = int(max_seqlen_q)
     o.max_seqlen_k = int(max_seqlen_k)
     o.stream = stream
+    for name, t in (("sinks", sinks), ("seqused_q", seqused_q), ("seqused_k", seqused_k),
+                    ("dsinks", dsinks)):
+        if t is not None:
+            setattr(o, name, ctypes.pointer(t))
     return o
 
 

@@ -72,10 +72,30 @@ def _out_shapes(q, v, varlen: bool):
     return out_shape, lse_shape
 
 
+def _vector_view(a, name, dtype):
+    """(array kept alive, hfa Tensor) for a 1-D vector (sinks, seqused_*): sinks are converted
+    to float32 (FA's learnable_sink is a float parameter of any precision); seqused must be
+    int32 already, like cu_seqlens."""
+    if dtype == np.float32 and isinstance(a, np.ndarray) and a.dtype.kind == "f":
+        a = a.astype(np.float32, copy=False)
+    a, t = _view(a, name, {np.dtype(dtype): _lib.F32 if dtype == np.float32 else _lib.I32})
+    if a.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D array, got shape {a.shape}")
+    return a, t
+
+
 def _options(softmax_scale, causal, window_size, softcap, deterministic, cu_q, cu_k,
-             max_seqlen_q, max_seqlen_k):
-    """Options plus the cu_seqlens views it points at (keep both alive for the call)."""
+             max_seqlen_q, max_seqlen_k, sinks=None, seqused_q=None, seqused_k=None,
+             dsinks=None):
+    """Options plus the views it points at (keep both alive for the call)."""
     keep = []
+    vectors = {}
+    for name, a, dtype in (("sinks", sinks, np.float32), ("seqused_q", seqused_q, np.int32),
+                           ("seqused_k", seqused_k, np.int32), ("dsinks", dsinks, np.float32)):
+        if a is not None:
+            label = "learnable_sink" if name == "sinks" else name
+            a, vectors[name] = _vector_view(a, label, dtype)
+            keep += [a, vectors[name]]
     cu_q_t = cu_k_t = None
     if (cu_q is None) != (cu_k is None):
         raise ValueError("cu_seqlens_q, cu_seqlens_k: give both or neither")
@@ -88,7 +108,7 @@ def _options(softmax_scale, causal, window_size, softcap, deterministic, cu_q, c
     opts = _lib.make_options(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                              softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_q_t,
                              cu_seqlens_k=cu_k_t, max_seqlen_q=max_seqlen_q or 0,
-                             max_seqlen_k=max_seqlen_k or 0)
+                             max_seqlen_k=max_seqlen_k or 0, **vectors)
     return opts, keep
 
 
@@ -103,18 +123,23 @@ def _workspace(nbytes: int, opts):
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
             cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-            out=None, lse=None):
+            out=None, lse=None, learnable_sink=None, seqused_q=None, seqused_k=None):
     """(out, lse) for host arrays. `out` / `lse` may be given (preallocated); lse is float32
-    (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen."""
+    (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen. learnable_sink: one logit
+    per query head (float32). seqused_q/k: int32 used lengths per sequence; the library leaves
+    the rows beyond seqused_q untouched, so the out / lse allocated here hold 0 / -inf there
+    (a preallocated out / lse keeps what it had)."""
     varlen = cu_seqlens_q is not None
     q, qt = _view(q, "q")
     k, kt = _view(k, "k")
     v, vt = _view(v, "v")
     out_shape, lse_shape = _out_shapes(q, v, varlen)
     if out is None:
-        out = np.empty(out_shape, dtype=q.dtype)
+        out = np.zeros(out_shape, dtype=q.dtype) if seqused_q is not None else \
+            np.empty(out_shape, dtype=q.dtype)
     if lse is None:
-        lse = np.empty(lse_shape, dtype=np.float32)
+        lse = np.full(lse_shape, -np.inf, dtype=np.float32) if seqused_q is not None else \
+            np.empty(lse_shape, dtype=np.float32)
     # Preallocated outputs are written in place: no copy, so their views must be taken as is.
     for name, a, dt in (("out", out, q.dtype), ("lse", lse, np.float32)):
         if not isinstance(a, np.ndarray) or a.dtype != dt:
@@ -122,7 +147,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), 
     ot = _lib.make_tensor(out.ctypes.data, _DTYPES[out.dtype], out.shape, _strides(out))
     lt = _lib.make_tensor(lse.ctypes.data, _lib.F32, lse.shape, _strides(lse))
     opts, keep = _options(softmax_scale, causal, window_size, softcap, False, cu_seqlens_q,
-                          cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+                          cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink, seqused_q,
+                          seqused_k)
     ws = _workspace(_lib.forward_workspace_size(qt, kt, vt, opts), opts)
     _lib.forward(qt, kt, vt, ot, lt, opts)
     del keep, ws
@@ -131,9 +157,11 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), 
 
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window_size=(-1, -1),
              softcap=0.0, deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None,
-             max_seqlen_q=None, max_seqlen_k=None):
+             max_seqlen_q=None, max_seqlen_k=None, learnable_sink=None, seqused_q=None,
+             seqused_k=None):
     """(dq, dk, dv) for host arrays, given the forward's out and lse. With GQA, dk and dv hold
-    the sum over the query heads of each group."""
+    the sum over the query heads of each group. With learnable_sink: (dq, dk, dv, dsink),
+    dsink float32 like the sinks. Gradient rows beyond seqused_q/k are 0."""
     dout, dot = _view(dout, "dout")
     q, qt = _view(q, "q")
     k, kt = _view(k, "k")
@@ -146,9 +174,13 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     _, dqt = _view(dq, "dq")
     _, dkt = _view(dk, "dk")
     _, dvt = _view(dv, "dv")
+    dsink = None
+    if learnable_sink is not None:
+        dsink = np.empty(np.shape(learnable_sink), dtype=np.float32)
     opts, keep = _options(softmax_scale, causal, window_size, softcap, deterministic,
-                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
+                          seqused_q, seqused_k, dsink)
     ws = _workspace(_lib.backward_workspace_size(qt, kt, vt, opts), opts)
     _lib.backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, opts)
     del keep, ws
-    return dq, dk, dv
+    return (dq, dk, dv) if dsink is None else (dq, dk, dv, dsink)

@@ -87,7 +87,8 @@ class _Call:
     """Options for one library call plus everything they point at, kept alive together."""
 
     def __init__(self, ref: Tensor, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                 softmax_scale, causal, window_left, window_right, softcap, deterministic):
+                 softmax_scale, causal, window_left, window_right, softcap, deterministic,
+                 sinks=None, seqused_q=None, seqused_k=None, dsinks=None):
         if (cu_seqlens_q is None) != (cu_seqlens_k is None):
             raise ValueError("cu_seqlens_q, cu_seqlens_k: give both or neither")
         self.keep = []
@@ -96,6 +97,12 @@ class _Call:
             cu_q, cu_q_t = _view(cu_seqlens_q, "cu_seqlens_q")
             cu_k, cu_k_t = _view(cu_seqlens_k, "cu_seqlens_k")
             self.keep += [cu_q, cu_k, cu_q_t, cu_k_t]
+        vectors = {}
+        for name, t in (("sinks", sinks), ("seqused_q", seqused_q), ("seqused_k", seqused_k),
+                        ("dsinks", dsinks)):
+            if t is not None:
+                t, vectors[name] = _view(t, name)
+                self.keep += [t, vectors[name]]
         stream = None
         if ref.device.type == "cuda":
             stream = torch.cuda.current_stream(ref.device).cuda_stream
@@ -103,7 +110,7 @@ class _Call:
             softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
             softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_q_t,
             cu_seqlens_k=cu_k_t, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-            stream=stream)
+            stream=stream, **vectors)
         self.device = ref.device
 
     def workspace(self, nbytes: int) -> None:
@@ -120,19 +127,27 @@ class _Call:
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
         cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
         softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
-        softcap: float, deterministic: bool) -> Tuple[Tensor, Tensor]:
-    """(out, lse). `deterministic` is unused here; it rides along for the backward."""
+        softcap: float, deterministic: bool, sinks: Optional[Tensor] = None,
+        seqused_q: Optional[Tensor] = None,
+        seqused_k: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """(out, lse). `deterministic` is unused here; it rides along for the backward. sinks:
+    float32 (heads_q,); seqused_q/k: int32 (batch,). The library leaves the out and lse rows
+    beyond seqused_q untouched, so with seqused_q they are allocated as 0 and -inf."""
     varlen = cu_seqlens_q is not None
     out_shape, lse_shape = _out_shapes(q, v, varlen)
     q, qt = _view(q, "q")
     k, kt = _view(k, "k")
     v, vt = _view(v, "v")
-    out = torch.empty(out_shape, dtype=_out_dtype(q.dtype), device=q.device)
-    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    if seqused_q is not None:
+        out = torch.zeros(out_shape, dtype=_out_dtype(q.dtype), device=q.device)
+        lse = torch.full(lse_shape, float("-inf"), dtype=torch.float32, device=q.device)
+    else:
+        out = torch.empty(out_shape, dtype=_out_dtype(q.dtype), device=q.device)
+        lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
     _, ot = _view(out, "out")
     _, lt = _view(lse, "lse")
     call = _Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                 causal, window_left, window_right, softcap, False)
+                 causal, window_left, window_right, softcap, False, sinks, seqused_q, seqused_k)
     with _on_device(q):
         call.workspace(_lib.forward_workspace_size(qt, kt, vt, call.options))
         _lib.forward(qt, kt, vt, ot, lt, call.options)
@@ -141,7 +156,8 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
 
 @fwd.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-              causal, window_left, window_right, softcap, deterministic):
+              causal, window_left, window_right, softcap, deterministic, sinks=None,
+              seqused_q=None, seqused_k=None):
     out_shape, lse_shape = _out_shapes(q, v, cu_seqlens_q is not None)
     return (q.new_empty(out_shape, dtype=_out_dtype(q.dtype)),
             q.new_empty(lse_shape, dtype=torch.float32))
@@ -149,15 +165,24 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, s
 
 # --- hfa::bwd ----------------------------------------------------------------------------------
 
+def _dsinks_shape(sinks: Optional[Tensor]):
+    # A custom op cannot return None: without sinks, dsinks is an empty tensor.
+    return tuple(sinks.shape) if sinks is not None else (0,)
+
+
 @torch.library.custom_op("hfa::bwd", mutates_args=())
 def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
         cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
         max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_left: int,
-        window_right: int, softcap: float, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    """(dq, dk, dv), each of its input's shape and dtype; contiguous."""
+        window_right: int, softcap: float, deterministic: bool, sinks: Optional[Tensor] = None,
+        seqused_q: Optional[Tensor] = None,
+        seqused_k: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(dq, dk, dv, dsinks): the first three of their input's shape and dtype, contiguous;
+    dsinks float32 (heads_q,) with sinks, else empty (0,). Gradient rows beyond seqused are 0."""
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    dsinks = torch.empty(_dsinks_shape(sinks), dtype=torch.float32, device=q.device)
     dout, dot = _view(dout, "dout")
     q, qt = _view(q, "q")
     k, kt = _view(k, "k")
@@ -168,38 +193,48 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
     _, dkt = _view(dk, "dk")
     _, dvt = _view(dv, "dv")
     call = _Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                 causal, window_left, window_right, softcap, deterministic)
+                 causal, window_left, window_right, softcap, deterministic, sinks, seqused_q,
+                 seqused_k, dsinks if sinks is not None else None)
     with _on_device(q):
         call.workspace(_lib.backward_workspace_size(qt, kt, vt, call.options))
         _lib.backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, call.options)
-    return dq, dk, dv
+    return dq, dk, dv, dsinks
 
 
 @bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-              softmax_scale, causal, window_left, window_right, softcap, deterministic):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+              softmax_scale, causal, window_left, window_right, softcap, deterministic,
+              sinks=None, seqused_q=None, seqused_k=None):
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
+            q.new_empty(_dsinks_shape(sinks), dtype=torch.float32))
 
 
 # --- autograd ----------------------------------------------------------------------------------
 
 def _setup_context(ctx, inputs, output):
-    (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, deterministic) = inputs
+    (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, deterministic) = inputs[:13]
+    # sinks, seqused_q, seqused_k have defaults: a caller of the op may leave them out.
+    sinks, seqused_q, seqused_k = (tuple(inputs[13:]) + (None,) * 3)[:3]
+    ctx.num_inputs = len(inputs)
     out, lse = output
     # No gradient flows through the LSE (the C ABI has no dLSE input yet, and FlashAttention-3
     # drops it silently). Marking it says so: lse.requires_grad is False.
     ctx.mark_non_differentiable(lse)
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, sinks, seqused_q, seqused_k)
     ctx.params = (max_q, max_k, scale, causal, wl, wr, softcap, deterministic)
 
 
 def _backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    q, k, v, out, lse, cu_q, cu_k, sinks, seqused_q, seqused_k = ctx.saved_tensors
     if grad_out is None:  # only lse was used downstream: the gradient through out is zero
         grad_out = torch.zeros_like(out)
     # grad_lse is None or zeros: lse is marked non-differentiable in _setup_context.
-    dq, dk, dv = torch.ops.hfa.bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, *ctx.params)
-    return (dq, dk, dv) + (None,) * 10
+    dq, dk, dv, dsinks = torch.ops.hfa.bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, *ctx.params,
+                                           sinks, seqused_q, seqused_k)
+    # One entry per input of hfa::fwd: q, k, v, ten options, then sinks, seqused_q, seqused_k
+    # (as many of those as the call passed).
+    grads = (dq, dk, dv) + (None,) * 10 + (dsinks if sinks is not None else None, None, None)
+    return grads[:ctx.num_inputs]
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -221,33 +256,49 @@ def _as_int(n, name):
     return n
 
 
+def _sinks(learnable_sink):
+    # The library takes float32 sinks; a parameter of another float dtype is converted here,
+    # where autograd sees the cast and carries the gradient back through it.
+    if learnable_sink is None or learnable_sink.dtype == torch.float32:
+        return learnable_sink
+    return learnable_sink.to(torch.float32)
+
+
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
-                    softcap=0.0, deterministic=False, return_attn_probs=False):
+                    softcap=0.0, deterministic=False, return_attn_probs=False,
+                    learnable_sink=None):
     wl, wr = _window(window_size)
     out, lse = torch.ops.hfa.fwd(q, k, v, None, None, 0, 0, softmax_scale, bool(causal), wl, wr,
-                                 float(softcap), bool(deterministic))
+                                 float(softcap), bool(deterministic), _sinks(learnable_sink),
+                                 None, None)
     return (out, lse) if return_attn_probs else out
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                           deterministic=False, return_attn_probs=False):
+                           deterministic=False, return_attn_probs=False, seqused_q=None,
+                           seqused_k=None, learnable_sink=None):
     wl, wr = _window(window_size)
     out, lse = torch.ops.hfa.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k,
                                  _as_int(max_seqlen_q, "max_seqlen_q"),
                                  _as_int(max_seqlen_k, "max_seqlen_k"), softmax_scale,
-                                 bool(causal), wl, wr, float(softcap), bool(deterministic))
+                                 bool(causal), wl, wr, float(softcap), bool(deterministic),
+                                 _sinks(learnable_sink), seqused_q, seqused_k)
     return (out, lse) if return_attn_probs else out
 
 
 def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=False,
                         window_size=(-1, -1), softcap=0.0, deterministic=False,
                         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                        max_seqlen_k=None):
+                        max_seqlen_k=None, learnable_sink=None, seqused_q=None,
+                        seqused_k=None):
     wl, wr = _window(window_size)
     varlen = cu_seqlens_q is not None
     mq = _as_int(max_seqlen_q, "max_seqlen_q") if varlen else 0
     mk = _as_int(max_seqlen_k, "max_seqlen_k") if varlen else 0
-    return torch.ops.hfa.bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, mq, mk,
-                             softmax_scale, bool(causal), wl, wr, float(softcap),
-                             bool(deterministic))
+    sinks = _sinks(learnable_sink)
+    dq, dk, dv, dsinks = torch.ops.hfa.bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                                           mq, mk, softmax_scale, bool(causal), wl, wr,
+                                           float(softcap), bool(deterministic), sinks, seqused_q,
+                                           seqused_k)
+    return (dq, dk, dv) if sinks is None else (dq, dk, dv, dsinks)

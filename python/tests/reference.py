@@ -43,15 +43,23 @@ def visible(seqlen_q, seqlen_k, causal=False, window=(-1, -1)):
     return m
 
 
-def _head(q, k, v, do, scale, softcap, mask, compute, lowp):
-    """One (sequence, head): q (sq, d), k (sk, d), v (sk, dv), do (sq, dv) or None."""
+def _head(q, k, v, do, scale, softcap, mask, compute, lowp, sink=None):
+    """One (sequence, head): q (sq, d), k (sk, d), v (sk, dv), do (sq, dv) or None. sink: the
+    head's sink logit (one more term of the denominator, with no value), or None."""
     s = (q @ k.T) * compute(scale)
     t = softcap * np.tanh(s / softcap) if softcap > 0 else s
     t = np.where(mask, t, -np.inf)
     seen = mask.any(axis=1)
-    m = np.where(seen, np.max(np.where(mask, t, -np.inf), axis=1, initial=-np.inf), 0)
+    m = np.max(np.where(mask, t, -np.inf), axis=1, initial=-np.inf)
+    if sink is not None:
+        # The sink takes part in the max, so a row that sees no key has m = sink and l = 1.
+        m = np.maximum(m, compute(sink))
+        seen = np.ones_like(seen)
+    m = np.where(seen, m, 0)
     p = np.where(mask, np.exp(t - m[:, None]), 0).astype(compute)
     l = p.sum(axis=1)
+    if sink is not None:
+        l = l + np.exp(compute(sink) - m)
     l_safe = np.where(seen, l, 1)
     lse = np.where(seen, m + np.log(l_safe), -np.inf)
     # A kernel multiplies the unnormalized P (rounded to the input dtype) by V, divides at the end.
@@ -71,13 +79,19 @@ def _head(q, k, v, do, scale, softcap, mask, compute, lowp):
         res["dq"] = (ds @ k) * compute(scale)
         res["dk"] = (ds.T @ q) * compute(scale)
         res["dv"] = dv
+        if sink is not None:  # dL/dsink = -sum_i P_sink,i * D_i
+            res["dsink"] = -np.sum(np.exp(compute(sink) - lse) * delta)
     return res
 
 
 def attention(q, k, v, dout=None, *, cu_seqlens_q=None, cu_seqlens_k=None, softmax_scale=None,
-              causal=False, window=(-1, -1), softcap=0.0, compute=np.float64, lowp=None):
-    """dict with out, lse (and dq, dk, dv when dout is given), in `compute` precision, with
-    out/dq/dk/dv rounded through `lowp`. lse is (batch, heads_q, seqlen_q) / (heads_q, total)."""
+              causal=False, window=(-1, -1), softcap=0.0, compute=np.float64, lowp=None,
+              sinks=None, seqused_q=None, seqused_k=None):
+    """dict with out, lse (and dq, dk, dv when dout is given, plus dsink with sinks), in
+    `compute` precision, with out/dq/dk/dv rounded through `lowp`. lse is (batch, heads_q,
+    seqlen_q) / (heads_q, total). sinks: (heads_q,) logits. seqused_q/k: used lengths per
+    sequence; the rows beyond get out 0, lse -inf and zero gradients (what the package's
+    wrappers return there)."""
     varlen = cu_seqlens_q is not None
     if not varlen:  # treat a fixed batch as varlen over flattened rows
         b, sq, hq, d = q.shape
@@ -96,26 +110,36 @@ def attention(q, k, v, dout=None, *, cu_seqlens_q=None, cu_seqlens_k=None, softm
     group = hq // hk
     scale = softmax_scale if softmax_scale is not None else 1.0 / np.sqrt(q.shape[2])
     out = np.zeros(q.shape[:2] + (v.shape[2],), dtype=compute)
-    lse = np.zeros((hq, q.shape[0]), dtype=compute)
+    lse = np.full((hq, q.shape[0]), -np.inf, dtype=compute)
     grads = dout is not None
     if grads:
         dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+        dsink = np.zeros(hq, dtype=compute)
     for bi in range(len(cu_q) - 1):
         qs, qe, ks, ke = cu_q[bi], cu_q[bi + 1], cu_k[bi], cu_k[bi + 1]
+        if seqused_q is not None:
+            qe = qs + int(seqused_q[bi])
+        if seqused_k is not None:
+            ke = ks + int(seqused_k[bi])
         mask = visible(qe - qs, ke - ks, causal, window)
         for h in range(hq):
             hk_ = h // group
             r = _head(q[qs:qe, h], k[ks:ke, hk_], v[ks:ke, hk_],
-                      dout[qs:qe, h] if grads else None, scale, softcap, mask, compute, lowp)
+                      dout[qs:qe, h] if grads else None, scale, softcap, mask, compute, lowp,
+                      None if sinks is None else sinks[h])
             out[qs:qe, h] = r["out"]
             lse[h, qs:qe] = r["lse"]
             if grads:
                 dq[qs:qe, h] = r["dq"]
                 dk[ks:ke, hk_] += r["dk"]  # GQA: a kv head sums over its query heads
                 dv[ks:ke, hk_] += r["dv"]
+                if sinks is not None:
+                    dsink[h] += r["dsink"]
     res = {"out": round_to(out, lowp), "lse": lse}
     if grads:
         res.update(dq=round_to(dq, lowp), dk=round_to(dk, lowp), dv=round_to(dv, lowp))
+        if sinks is not None:
+            res["dsink"] = dsink
     if not varlen:
         bsz = len(cu_q) - 1
         for name in ("out", "dq", "dk", "dv"):

@@ -32,7 +32,9 @@ def run_and_check(rng, dtype, q, k, v, *, backward=True, varlen=None, **opts):
     `opts` are flash_attn keyword arguments; `varlen` is (cu_q, cu_k) or None."""
     window = opts.get("window_size", (-1, -1))
     ref_opts = dict(softmax_scale=opts.get("softmax_scale"), causal=opts.get("causal", False),
-                    window=window, softcap=opts.get("softcap", 0.0))
+                    window=window, softcap=opts.get("softcap", 0.0),
+                    sinks=opts.get("learnable_sink"), seqused_q=opts.get("seqused_q"),
+                    seqused_k=opts.get("seqused_k"))
     if varlen is not None:
         cu_q, cu_k = varlen
         out, lse = hfa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, None, None,
@@ -51,10 +53,16 @@ def run_and_check(rng, dtype, q, k, v, *, backward=True, varlen=None, **opts):
     check_s6("out", out, oracle["out"], peer["out"])
     check_s6("lse", lse, oracle["lse"], peer["lse"], floor=lse_floor(oracle["lse"]))
     if backward:
-        dq, dk, dv = hfa.flash_attn_backward(dout, q, k, v, out, lse, **opts, **bwd_var)
+        grads = hfa.flash_attn_backward(dout, q, k, v, out, lse, **opts, **bwd_var)
+        dq, dk, dv = grads[:3]
         for name, g, x in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
             assert g.shape == x.shape and g.dtype == x.dtype, name
             check_s6(name, g, oracle[name], peer[name])
+        if opts.get("learnable_sink") is not None:
+            assert len(grads) == 4 and grads[3].dtype == np.float32
+            check_s6("dsink", grads[3], oracle["dsink"], peer["dsink"])
+        else:
+            assert len(grads) == 3
     return out, lse
 
 
@@ -156,6 +164,123 @@ def test_varlen(case, dtype):
     k = make(rng, (cu_k[-1], hk, d), dtype)
     v = make(rng, (cu_k[-1], hk, d), dtype)
     run_and_check(rng, dtype, q, k, v, varlen=(cu_q, cu_k), **opts)
+
+
+SINK_CASES = {
+    # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, d, options)
+    "plain": (2, 33, 47, 2, 2, 64, {}),
+    # seqlen_q > seqlen_k: the first rows see no key and get O = 0, LSE = sink.
+    "causal_gqa": (1, 70, 30, 4, 2, 64, {"causal": True}),
+    "window_softcap": (1, 90, 90, 2, 1, 128, {"window_size": (16, 4), "softcap": 5.0}),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", list(SINK_CASES), ids=list(SINK_CASES))
+def test_sinks(case, dtype):
+    b, sq, sk, hq, hk, d, opts = SINK_CASES[case]
+    rng = np.random.default_rng(seed("sinks", case, dtype))
+    q, k, v = make(rng, (b, sq, hq, d), dtype), make(rng, (b, sk, hk, d), dtype), \
+        make(rng, (b, sk, hk, d), dtype)
+    sinks = (rng.standard_normal(hq) * 2).astype(np.float32)
+    out, lse = run_and_check(rng, dtype, q, k, v, learnable_sink=sinks, **opts)
+    # The sink is one more term of every row's denominator: LSE >= the sink, everywhere.
+    assert np.all(lse >= sinks[None, :, None] - 1e-6)
+
+
+def test_sink_rows_that_see_no_key():
+    """A row that sees no key has only the sink: O = 0 and LSE = the sink, and its gradient
+    flows to the sink alone."""
+    rng = np.random.default_rng(11)
+    q, k, v = make(rng, (1, 20, 2, 64), "float32"), make(rng, (1, 5, 2, 64), "float32"), \
+        make(rng, (1, 5, 2, 64), "float32")
+    sinks = np.array([0.25, -3.0], np.float32)
+    out, lse = hfa.flash_attn_func(q, k, v, causal=True, return_attn_probs=True,
+                                   learnable_sink=sinks)
+    assert np.all(out[:, :15] == 0)
+    assert np.allclose(lse[:, :, :15], sinks[None, :, None], rtol=0, atol=1e-6)
+    dout = make(rng, out.shape, "float32")
+    dq, dk, dv, dsink = hfa.flash_attn_backward(dout, q, k, v, out, lse, causal=True,
+                                                learnable_sink=sinks)
+    assert np.all(dq[:, :15] == 0) and dsink.shape == (2,) and np.isfinite(dsink).all()
+    # float64 sinks are taken (converted to float32, the library's dtype).
+    out64 = hfa.flash_attn_func(q, k, v, causal=True, learnable_sink=sinks.astype(np.float64))
+    assert max_err(out64, out) == 0
+
+
+SEQUSED_CASES = {
+    # allocated lengths per sequence (q, k), used lengths (q, k), options
+    "causal": ([20, 7, 33], [25, 9, 40], [13, 0, 33], [25, 3, 17], {"causal": True}),
+    "window_softcap": ([40, 16], [50, 16], [37, 16], [12, 16],
+                       {"window_size": (6, 2), "softcap": 8.0}),
+    "sinks": ([30, 12], [30, 20], [17, 12], [30, 0],
+              {"causal": True, "learnable_sink": np.array([0.5, -1, 2, 0.1], np.float32)}),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", list(SEQUSED_CASES), ids=list(SEQUSED_CASES))
+def test_seqused_varlen(case, dtype):
+    """Only the used part of each sequence takes part; causal and windows align on it."""
+    lq, lk, uq, uk, opts = SEQUSED_CASES[case]
+    rng = np.random.default_rng(seed("seqused", case, dtype))
+    cu_q = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+    q = make(rng, (cu_q[-1], 4, 64), dtype)
+    k = make(rng, (cu_k[-1], 2, 64), dtype)
+    v = make(rng, (cu_k[-1], 2, 64), dtype)
+    used_q, used_k = np.array(uq, np.int32), np.array(uk, np.int32)
+    out, lse = run_and_check(rng, dtype, q, k, v, varlen=(cu_q, cu_k), seqused_q=used_q,
+                             seqused_k=used_k, **opts)
+    # The rows beyond seqused_q come back 0 / -inf from the wrapper.
+    for b in range(len(lq)):
+        rows = slice(cu_q[b] + uq[b], cu_q[b + 1])
+        assert np.all(out[rows] == 0) and np.all(np.isneginf(lse[:, rows]))
+    # Keys beyond seqused_k are not read: poisoning them changes nothing.
+    k2, v2 = k.copy(), v.copy()
+    for b in range(len(lk)):
+        k2[cu_k[b] + uk[b]:cu_k[b + 1]] = np.nan
+        v2[cu_k[b] + uk[b]:cu_k[b + 1]] = np.nan
+    out2 = hfa.flash_attn_varlen_func(q, k2, v2, cu_q, cu_k, None, None, seqused_q=used_q,
+                                      seqused_k=used_k, **opts)
+    assert max_err(out2, out) == 0
+
+
+def test_seqused_leaves_preallocated_rows_untouched():
+    """The library writes no out or lse row beyond seqused_q: a preallocated buffer keeps its
+    poison there."""
+    rng = np.random.default_rng(12)
+    q, k, v = (make(rng, (2, 24, 2, 64), "float32") for _ in range(3))
+    used = np.array([10, 24], np.int32)
+    out = np.full(q.shape, 7.0, np.float32)
+    lse = np.full((2, 2, 24), 7.0, np.float32)
+    _numpy.forward(q, k, v, causal=True, out=out, lse=lse, seqused_q=used, seqused_k=used)
+    assert np.all(out[0, 10:] == 7.0) and np.all(lse[0, :, 10:] == 7.0)
+    assert not np.any(out[0, :10] == 7.0) and not np.any(out[1] == 7.0)
+    # The used part is the attention of the shorter sequence on its own.
+    short = hfa.flash_attn_func(q[:1, :10], k[:1, :10], v[:1, :10], causal=True)
+    assert max_err(out[:1, :10], short) <= 1e-6
+
+
+def test_error_sinks_and_seqused():
+    rng = np.random.default_rng(13)
+    q = make(rng, (2, 8, 4, 64), "float32")
+    with pytest.raises(ValueError, match=r"^sinks: expected shape \(4\)"):
+        hfa.flash_attn_func(q, q, q, learnable_sink=np.zeros(3, np.float32))
+    cu = np.array([0, 8, 16], np.int32)
+    flat = q.reshape(16, 4, 64)
+    with pytest.raises(ValueError, match=r"^seqused_k: element 1 \(9\) exceeds"):
+        hfa.flash_attn_varlen_func(flat, flat, flat, cu, cu, 8, 8,
+                                   seqused_k=np.array([8, 9], np.int32))
+    with pytest.raises(ValueError, match=r"^seqused_q: element 0 is negative"):
+        hfa.flash_attn_varlen_func(flat, flat, flat, cu, cu, 8, 8,
+                                   seqused_q=np.array([-1, 8], np.int32))
+    with pytest.raises(ValueError, match=r"^seqused_q: expected shape \(2\)"):
+        hfa.flash_attn_varlen_func(flat, flat, flat, cu, cu, 8, 8,
+                                   seqused_q=np.array([8], np.int32))
+    with pytest.raises(TypeError, match="seqused_q"):
+        hfa.flash_attn_varlen_func(flat, flat, flat, cu, cu, 8, 8,
+                                   seqused_q=np.array([8, 8], np.int64))
 
 
 def test_varlen_matches_fixed():

@@ -117,6 +117,47 @@ def test_varlen_autograd(device):
         check_s6(name, to_np(x.grad), oracle[name], peer[name])
 
 
+@pytest.mark.parametrize("dtype", DTYPES["cpu"], ids=lambda d: str(d).split(".")[-1])
+def test_sinks_and_seqused_autograd_cpu(dtype):
+    """learnable_sink gets its gradient through autograd; seqused_q/k limit each sequence
+    (CPU only: the sm90 forward has neither yet)."""
+    rng = np.random.default_rng(21)
+    lq, lk, uq, uk = [20, 0, 33], [25, 9, 40], [13, 0, 30], [25, 3, 17]
+    cu_q = torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32)
+    cu_k = torch.tensor(np.concatenate([[0], np.cumsum(lk)]), dtype=torch.int32)
+    used_q = torch.tensor(uq, dtype=torch.int32)
+    used_k = torch.tensor(uk, dtype=torch.int32)
+    q = rand(rng, (sum(lq), 4, 64), dtype, "cpu", grad=True)
+    k = rand(rng, (sum(lk), 2, 64), dtype, "cpu", grad=True)
+    v = rand(rng, (sum(lk), 2, 64), dtype, "cpu", grad=True)
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.1], dtype=torch.float32, requires_grad=True)
+    out, lse = hfa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True,
+                                          return_attn_probs=True, seqused_q=used_q,
+                                          seqused_k=used_k, learnable_sink=sinks)
+    dout = rand(rng, out.shape, dtype, "cpu")
+    out.backward(dout)
+    kw = dict(cu_seqlens_q=cu_q.numpy(), cu_seqlens_k=cu_k.numpy(), causal=True,
+              sinks=sinks.detach().numpy(), seqused_q=uq, seqused_k=uk)
+    args = [to_np(x) for x in (q, k, v, dout)]
+    oracle = attention(*args, **kw)
+    peer = attention(*args, compute=np.float32, lowp=LOWP[dtype], **kw)
+    check_s6("out", to_np(out), oracle["out"], peer["out"])
+    check_s6("lse", to_np(lse), oracle["lse"], peer["lse"], floor=lse_floor(oracle["lse"]))
+    for name, x in (("dq", q), ("dk", k), ("dv", v)):
+        check_s6(name, to_np(x.grad), oracle[name], peer[name])
+    assert sinks.grad is not None and sinks.grad.dtype == torch.float32
+    check_s6("dsink", to_np(sinks.grad), oracle["dsink"], peer["dsink"])
+    # The explicit backward gives the same four gradients.
+    grads = hfa.flash_attn_backward(dout, q.detach(), k.detach(), v.detach(), out.detach(), lse,
+                                    causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                                    max_seqlen_q=max(lq), max_seqlen_k=max(lk),
+                                    learnable_sink=sinks.detach(), seqused_q=used_q,
+                                    seqused_k=used_k)
+    assert len(grads) == 4
+    for g, x in zip(grads, (q, k, v, sinks)):
+        assert torch.equal(g, x.grad)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_explicit_backward_matches_autograd(device):
     dtype = DTYPES[device][-1]

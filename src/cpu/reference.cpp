@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "common/half_float.hpp"
@@ -31,6 +32,15 @@ double to_double(DType dtype, const std::byte* row, int64_t c) {
     }
     default:
       return std::numeric_limits<double>::quiet_NaN();
+  }
+}
+
+// value as `dtype` (f32, f16, bf16) holds it.
+float round_to_dtype(DType dtype, float value) {
+  switch (dtype) {
+    case DType::f16: return detail::fp16_to_float(detail::float_to_fp16(value));
+    case DType::bf16: return detail::bf16_to_float(detail::float_to_bf16(value));
+    default: return value;
   }
 }
 
@@ -191,6 +201,19 @@ void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv, Real
             dprob[jj] += dout[i * p.hdim_v + c] * head.v[j * p.hdim_v + c];
           }
           d += prob[jj] * dprob[jj];
+        }
+        if constexpr (std::is_same_v<Real, float>) {
+          // The peer gets D the way every FlashAttention-style backward does: from the out the
+          // forward stored, rounded to its dtype. So its error includes what that rounding
+          // costs (visible in dsinks above all, which is fp32 and not rounded again).
+          d = 0;
+          for (int64_t c = 0; c < p.hdim_v; ++c) {
+            Real o = 0;
+            for (std::size_t jj = 0; jj < prob.size(); ++jj) {
+              o += prob[jj] * head.v[(first + static_cast<int64_t>(jj)) * p.hdim_v + c];
+            }
+            d += dout[i * p.hdim_v + c] * round_to_dtype(p.out_dtype, o);
+          }
         }
         // The sink's probability exp(sink − LSE) enters the loss only through the denominator:
         // dL/dsink = −P_sink·D.

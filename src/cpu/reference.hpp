@@ -21,7 +21,9 @@ void reference_backward(const detail::BackwardProblem& p, double* dq, double* dk
                         double* dsinks = nullptr);
 
 // The same plain algorithm in float32 (scores, softmax and products in fp32, like the "math"
-// attention of the frameworks): the low-precision peer that sets the error bound of §6.
+// attention of the frameworks): the low-precision peer that sets the error bound of §6. Its
+// backward takes D = rowsum(dO∘O) from out rounded to out's dtype, as FlashAttention-style
+// backwards (which are given the stored out) do.
 void reference_forward_f32(const detail::ForwardProblem& p, float* out, float* lse);
 void reference_backward_f32(const detail::BackwardProblem& p, float* dq, float* dk, float* dv,
                             float* dsinks = nullptr);

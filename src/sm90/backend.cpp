@@ -62,8 +62,10 @@ Status check_forward_support(const ForwardProblem& p) {
   }
   if (p.is_varlen()) return not_supported("varlen (cu_seqlens)");
   if (p.softcap > 0.0f) return not_supported("softcap");
-  if (p.sinks != nullptr) return not_supported("attention sinks");
-  if (p.seqused_q != nullptr || p.seqused_k != nullptr) return not_supported("seqused_q/seqused_k");
+  if (p.sinks != nullptr) return not_supported("attention with sinks");
+  if (p.seqused_q != nullptr || p.seqused_k != nullptr) {
+    return not_supported("attention with seqused_q/seqused_k");
+  }
   if (p.window_left >= 0 || (p.window_right >= 0 && !(p.causal && p.window_right == 0))) {
     return not_supported("a sliding window");
   }

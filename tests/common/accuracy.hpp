@@ -102,4 +102,18 @@ inline Report check_zero(std::string_view what, const std::vector<double>& value
   return {true, std::string(what) + ": all zero"};
 }
 
+// Elements an operation must not write: they still hold the NaN they were filled with.
+inline Report check_untouched(std::string_view what, const std::vector<double>& values,
+                              const std::vector<std::size_t>& indices) {
+  for (std::size_t i : indices) {
+    if (!std::isnan(values.at(i))) {
+      std::ostringstream text;
+      text << what << ": index " << i << " was written (" << values[i]
+           << "), expected the NaN it was filled with";
+      return {false, text.str()};
+    }
+  }
+  return {true, std::string(what) + ": untouched"};
+}
+
 }  // namespace hfa::test

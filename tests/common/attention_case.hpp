@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -34,6 +35,10 @@ struct AttentionCase {
   // Varlen when not empty: one length per sequence (batch = their count; 0 is allowed).
   std::vector<int32_t> varlen_q;
   std::vector<int32_t> varlen_k;
+  // Used lengths (seqused_q/k), one per sequence, when not empty; <= the allocated lengths.
+  std::vector<int32_t> seqused_q;
+  std::vector<int32_t> seqused_k;
+  bool sinks = false;        // random attention sinks (one logit per query head)
   int64_t padding = 0;       // unused elements after every head row: non-contiguous tensors
   double input_scale = 1.0;  // stddev of q and k (large values stress the softmax)
   uint64_t seed = 1;
@@ -61,6 +66,14 @@ struct AttentionCase {
       s << "_varlen";
       for (std::size_t i = 0; i < varlen_q.size(); ++i) s << "_" << varlen_q[i] << "x" << varlen_k[i];
     }
+    auto lengths = [&](const char* what, const std::vector<int32_t>& used) {
+      if (used.empty()) return;
+      s << "_" << what;
+      for (int32_t n : used) s << "_" << n;
+    };
+    lengths("usedq", seqused_q);
+    lengths("usedk", seqused_k);
+    if (sinks) s << "_sinks";
     if (padding > 0) s << "_padded";
     if (input_scale != 1.0) s << "_large";
     return s.str();
@@ -102,6 +115,13 @@ class AttentionData {
     dq.fill_nan();
     dk.fill_nan();
     dv.fill_nan();
+    if (c.sinks) {
+      // Around the size of a score (stddev 2): some rows are dominated by their sink, some not.
+      HostTensor draw(DType::f32, {c.heads_q});
+      draw.fill_normal(c.seed * 8 + 5, 2.0);
+      for (int64_t h = 0; h < c.heads_q; ++h) sinks.push_back(static_cast<float>(draw.get(h)));
+      dsinks.assign(static_cast<std::size_t>(c.heads_q), std::numeric_limits<float>::quiet_NaN());
+    }
   }
 
   const AttentionCase& spec() const { return case_; }
@@ -140,6 +160,9 @@ class AttentionData {
     p.lse = static_cast<float*>(lse.data());
     p.lse_batch_stride = c.is_varlen() ? 0 : lse.stride(0);
     p.lse_head_stride = c.is_varlen() ? lse.stride(0) : lse.stride(1);
+    if (c.sinks) p.sinks = sinks.data();
+    if (!c.seqused_q.empty()) p.seqused_q = c.seqused_q.data();
+    if (!c.seqused_k.empty()) p.seqused_k = c.seqused_k.data();
     p.softmax_scale = c.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(c.hdim_qk)));
     p.softcap = c.softcap;
     p.window_left = c.window_left;
@@ -160,10 +183,28 @@ class AttentionData {
     p.dq_stride = strides_of(dq);
     p.dk_stride = strides_of(dk);
     p.dv_stride = strides_of(dv);
+    if (case_.sinks) p.dsinks = dsinks.data();
     return p;
   }
 
+  // Whether query (key) token t of the q (k) tensors is used: inside seqused of its sequence.
+  std::vector<bool> used_tokens(bool queries) const {
+    const AttentionCase& c = case_;
+    const std::vector<int32_t>& used = queries ? c.seqused_q : c.seqused_k;
+    const std::vector<int32_t>& cu = queries ? cu_seqlens_q_ : cu_seqlens_k_;
+    const int64_t total = queries ? total_q() : total_k();
+    std::vector<bool> result(static_cast<std::size_t>(total), true);
+    if (used.empty()) return result;
+    for (int64_t b = 0; b < c.sequences(); ++b) {
+      const int64_t begin = c.is_varlen() ? cu[b] : b * (queries ? c.seqlen_q : c.seqlen_k);
+      const int64_t end = c.is_varlen() ? cu[b + 1] : begin + (queries ? c.seqlen_q : c.seqlen_k);
+      for (int64_t t = begin + used[b]; t < end; ++t) result[t] = false;
+    }
+    return result;
+  }
+
   HostTensor q, k, v, out, lse, dout, dq, dk, dv;
+  std::vector<float> sinks, dsinks;  // (heads_q) when the case has sinks; dsinks starts NaN
 
  private:
   static std::vector<int32_t> prefix_sums(const std::vector<int32_t>& lengths) {

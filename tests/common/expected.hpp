@@ -21,8 +21,9 @@ struct ForwardExpectation {
 };
 
 struct BackwardExpectation {
-  std::vector<double> dq_ref, dk_ref, dv_ref;
+  std::vector<double> dq_ref, dk_ref, dv_ref, dsinks_ref;  // dsinks: empty without sinks
   std::vector<double> dq_peer, dk_peer, dv_peer;  // rounded to the input dtype
+  std::vector<double> dsinks_peer;                // fp32, like the result
 };
 
 inline std::vector<double> rounded(DType dtype, const std::vector<float>& values) {
@@ -50,13 +51,60 @@ inline BackwardExpectation expected_backward(AttentionData& data) {
   e.dq_ref.resize(static_cast<std::size_t>(data.dq.numel()));
   e.dk_ref.resize(static_cast<std::size_t>(data.dk.numel()));
   e.dv_ref.resize(static_cast<std::size_t>(data.dv.numel()));
-  cpu::reference_backward(p, e.dq_ref.data(), e.dk_ref.data(), e.dv_ref.data());
+  const bool sinks = p.fwd.sinks != nullptr;
+  e.dsinks_ref.resize(sinks ? static_cast<std::size_t>(p.fwd.heads_q) : 0);
+  cpu::reference_backward(p, e.dq_ref.data(), e.dk_ref.data(), e.dv_ref.data(),
+                          sinks ? e.dsinks_ref.data() : nullptr);
   std::vector<float> dq(e.dq_ref.size()), dk(e.dk_ref.size()), dv(e.dv_ref.size());
-  cpu::reference_backward_f32(p, dq.data(), dk.data(), dv.data());
+  std::vector<float> dsinks(e.dsinks_ref.size());
+  cpu::reference_backward_f32(p, dq.data(), dk.data(), dv.data(), sinks ? dsinks.data() : nullptr);
   e.dq_peer = rounded(p.fwd.dtype, dq);
   e.dk_peer = rounded(p.fwd.dtype, dk);
   e.dv_peer = rounded(p.fwd.dtype, dv);
+  e.dsinks_peer = rounded(DType::f32, dsinks);
   return e;
+}
+
+// Indices (into the logical order of out, or of lse with `lse`) of the rows beyond seqused_q:
+// the forward must leave them as they were.
+inline std::vector<std::size_t> unused_row_elements(const AttentionData& data, int hdim, bool lse) {
+  const AttentionCase& c = data.spec();
+  const std::vector<bool> used = data.used_tokens(true);
+  std::vector<std::size_t> indices;
+  if (!lse) {
+    for (std::size_t index = 0; index < used.size() * c.heads_q * hdim; ++index) {
+      if (!used[index / (static_cast<std::size_t>(c.heads_q) * hdim)]) indices.push_back(index);
+    }
+    return indices;
+  }
+  const int64_t total = data.total_q();
+  for (int64_t index = 0; index < total * c.heads_q; ++index) {
+    // lse is (heads, total_q) for varlen, else (batch, heads, seqlen_q).
+    const int64_t token = c.is_varlen() ? index % total
+                                        : index / (int64_t{c.heads_q} * c.seqlen_q) * c.seqlen_q +
+                                              index % c.seqlen_q;
+    if (!used[token]) indices.push_back(static_cast<std::size_t>(index));
+  }
+  return indices;
+}
+
+// Indices of the gradient rows (dq with queries, else dk/dv) beyond seqused: they must be 0.
+inline std::vector<std::size_t> unused_gradient_elements(const AttentionData& data, bool queries,
+                                                         int heads, int hdim) {
+  const std::vector<bool> used = data.used_tokens(queries);
+  std::vector<std::size_t> indices;
+  const std::size_t per_token = static_cast<std::size_t>(heads) * hdim;
+  for (std::size_t index = 0; index < used.size() * per_token; ++index) {
+    if (!used[index / per_token]) indices.push_back(index);
+  }
+  return indices;
+}
+
+// `values` with the given elements set to 0 (to compare the rest against the reference).
+inline std::vector<double> zeroed(std::vector<double> values,
+                                  const std::vector<std::size_t>& indices) {
+  for (std::size_t i : indices) values.at(i) = 0.0;
+  return values;
 }
 
 // Indices (into out's logical order) of the outputs of rows that see no key, found from the

@@ -81,6 +81,89 @@ TEST(Reference, CausalBottomRightByHand) {
   for (double x : {dq[1], dq[2], dk[0], dk[1], dv[0], dv[1]}) EXPECT_TRUE(std::isfinite(x));
 }
 
+// The two-key case with a sink of logit 0.5 in the denominator (scores [0, 1]).
+TEST(Reference, SinkByHand) {
+  AttentionData data = two_key_case(0.0f);
+  data.sinks = {0.5f};
+  detail::ForwardProblem p = data.forward_problem();
+  p.sinks = data.sinks.data();
+  double out = 0, lse = 0;
+  cpu::reference_forward(p, &out, &lse);
+  const double e = std::exp(1.0), s = std::exp(0.5);
+  EXPECT_NEAR(out, (1.0 + 3.0 * e) / (1.0 + e + s), 1e-15);
+  EXPECT_NEAR(lse, std::log(1.0 + e + s), 1e-15);
+}
+
+// A sink larger than every score sets the running max; a row that sees no key gets O = 0 and
+// LSE = the sink (causal, seqlen_q 3 > seqlen_k 2: row 0 sees nothing).
+TEST(Reference, SinkOnEmptyAndDominatedRows) {
+  AttentionCase c;
+  c.seqlen_q = 3;
+  c.seqlen_k = 2;
+  c.hdim_qk = c.hdim_v = 1;
+  c.softmax_scale = 1.0f;
+  c.causal = true;
+  c.sinks = true;
+  AttentionData data(c);
+  for (int i = 0; i < 3; ++i) data.q.set(i, 1.0);
+  data.k.set(0, 0.0);
+  data.k.set(1, 1.0);
+  data.v.set(0, 1.0);
+  data.v.set(1, 3.0);
+  data.sinks = {800.0f};  // exp(800) overflows a double: only a max that includes it works
+  double out[3], lse[3];
+  cpu::reference_forward(data.forward_problem(), out, lse);
+  EXPECT_EQ(out[0], 0.0);
+  EXPECT_EQ(lse[0], 800.0);
+  EXPECT_NEAR(lse[1], 800.0, 1e-12);
+  EXPECT_NEAR(out[1], std::exp(-800.0), 1e-300);
+  EXPECT_TRUE(std::isfinite(out[2]) && std::isfinite(lse[2]));
+
+  data.sinks = {-std::numeric_limits<float>::infinity()};  // −inf is no sink at all
+  cpu::reference_forward(data.forward_problem(), out, lse);
+  EXPECT_EQ(lse[0], -kInf);
+  EXPECT_NEAR(out[1], 1.0, 1e-15);
+  EXPECT_NEAR(lse[1], 0.0, 1e-15);
+}
+
+// Used lengths: only the first seqused rows and keys take part, bottom-right aligned on them;
+// rows beyond are not written, gradients beyond are 0.
+TEST(Reference, SequsedByHand) {
+  AttentionCase c;
+  c.seqlen_q = 3;
+  c.seqlen_k = 4;
+  c.hdim_qk = c.hdim_v = 1;
+  c.softmax_scale = 1.0f;
+  c.causal = true;
+  c.seqused_q = {2};
+  c.seqused_k = {2};
+  AttentionData data(c);
+  for (int i = 0; i < 3; ++i) data.q.set(i, 1.0);
+  const double keys[4] = {0.0, 1.0, 100.0, 100.0}, values[4] = {1.0, 3.0, 50.0, 50.0};
+  for (int j = 0; j < 4; ++j) {
+    data.k.set(j, keys[j]);
+    data.v.set(j, values[j]);
+  }
+  double out[3] = {7, 7, 7}, lse[3] = {7, 7, 7};
+  cpu::reference_forward(data.forward_problem(), out, lse);
+  // Used 2 × 2, causal aligned on them: row 0 sees key 0, row 1 keys 0 and 1.
+  const double e = std::exp(1.0);
+  EXPECT_NEAR(out[0], 1.0, 1e-15);
+  EXPECT_NEAR(lse[0], 0.0, 1e-15);
+  EXPECT_NEAR(out[1], (1.0 + 3.0 * e) / (1.0 + e), 1e-15);
+  EXPECT_EQ(out[2], 7.0);
+  EXPECT_EQ(lse[2], 7.0);
+
+  double dq[3] = {7, 7, 7}, dk[4] = {7, 7, 7, 7}, dv[4] = {7, 7, 7, 7};
+  cpu::reference_backward(data.backward_problem(), dq, dk, dv);
+  EXPECT_EQ(dq[2], 0.0);
+  for (int j : {2, 3}) {
+    EXPECT_EQ(dk[j], 0.0);
+    EXPECT_EQ(dv[j], 0.0);
+  }
+  EXPECT_NE(dv[1], 0.0);
+}
+
 // L = Σ out∘W with W = dout: dL/dx from reference_backward against central differences.
 // Inputs are multiples of 2⁻¹⁰ and the step is 2⁻¹⁰, so x ± h is exact in f32.
 void check_gradients_by_finite_differences(AttentionCase c) {
@@ -90,6 +173,7 @@ void check_gradients_by_finite_differences(AttentionCase c) {
   for (HostTensor* t : {&data.q, &data.k, &data.v, &data.dout}) {
     for (int64_t i = 0; i < t->numel(); ++i) t->set(i, std::round(t->get(i) / kGrid) * kGrid);
   }
+  for (float& sink : data.sinks) sink = static_cast<float>(std::round(sink / kGrid) * kGrid);
   const std::vector<double> weight = data.dout.values();
   std::vector<double> out(static_cast<std::size_t>(data.out.numel()));
   auto loss = [&] {
@@ -99,7 +183,8 @@ void check_gradients_by_finite_differences(AttentionCase c) {
     return sum;
   };
   std::vector<double> dq(data.dq.numel()), dk(data.dk.numel()), dv(data.dv.numel());
-  cpu::reference_backward(data.backward_problem(), dq.data(), dk.data(), dv.data());
+  std::vector<double> dsinks(data.sinks.size());
+  cpu::reference_backward(data.backward_problem(), dq.data(), dk.data(), dv.data(), dsinks.data());
 
   const double step = kGrid;
   auto check = [&](const char* name, HostTensor& input, const std::vector<double>& gradient) {
@@ -118,6 +203,16 @@ void check_gradients_by_finite_differences(AttentionCase c) {
   check("dq", data.q, dq);
   check("dk", data.k, dk);
   check("dv", data.v, dv);
+  for (std::size_t h = 0; h < data.sinks.size(); ++h) {
+    const float x = data.sinks[h];
+    data.sinks[h] = static_cast<float>(x + step);
+    const double up = loss();
+    data.sinks[h] = static_cast<float>(x - step);
+    const double down = loss();
+    data.sinks[h] = x;
+    const double numeric = (up - down) / (2 * step);
+    EXPECT_NEAR(dsinks[h], numeric, 1e-5 * (1.0 + std::fabs(numeric))) << "dsinks[" << h << "]";
+  }
 }
 
 AttentionCase small_case() {
@@ -155,6 +250,28 @@ TEST(Reference, GradientsMatchFiniteDifferencesVarlen) {
   c.varlen_k = {5, 2, 0};
   c.window_left = 1;
   c.window_right = 2;
+  check_gradients_by_finite_differences(c);
+}
+
+TEST(Reference, GradientsMatchFiniteDifferencesSinks) {
+  AttentionCase c = small_case();
+  c.seqlen_q = 9;  // rows that see no key: their gradient flows to the sink alone
+  c.causal = true;
+  c.softcap = 3.0f;
+  c.sinks = true;
+  check_gradients_by_finite_differences(c);
+}
+
+TEST(Reference, GradientsMatchFiniteDifferencesSinksSequsedVarlen) {
+  AttentionCase c = small_case();
+  c.heads_q = 4;
+  c.heads_kv = 2;
+  c.varlen_q = {3, 0, 5};
+  c.varlen_k = {5, 2, 4};
+  c.seqused_q = {2, 0, 4};
+  c.seqused_k = {5, 1, 2};
+  c.causal = true;
+  c.sinks = true;
   check_gradients_by_finite_differences(c);
 }
 

@@ -36,7 +36,14 @@ void check_forward_and_backward(const AttentionCase& c) {
   const ForwardExpectation fwd = expected_forward(data);
   const Status forward_status = cpu.forward(data.forward_problem());
   ASSERT_TRUE(forward_status.is_ok()) << forward_status.message();
-  const std::vector<double> out = data.out.values(), lse = data.lse.values();
+  // Rows beyond seqused_q keep the NaN they were filled with; the rest is compared as usual
+  // (the reference leaves those rows 0, and so the comparison sees them as 0 on both sides).
+  const std::vector<std::size_t> unused_out = unused_row_elements(data, c.hdim_v, false);
+  const std::vector<std::size_t> unused_lse = unused_row_elements(data, 0, true);
+  EXPECT_REPORT(check_untouched("out rows beyond seqused_q", data.out.values(), unused_out));
+  EXPECT_REPORT(check_untouched("lse rows beyond seqused_q", data.lse.values(), unused_lse));
+  const std::vector<double> out = zeroed(data.out.values(), unused_out);
+  const std::vector<double> lse = zeroed(data.lse.values(), unused_lse);
   EXPECT_REPORT(check_all_written("out", out));
   EXPECT_REPORT(check_all_written("lse", lse));
   EXPECT_REPORT(check_accuracy("out", out, fwd.out_peer, fwd.out_ref));
@@ -57,6 +64,17 @@ void check_forward_and_backward(const AttentionCase& c) {
   EXPECT_REPORT(check_accuracy("dv", dv, bwd.dv_peer, bwd.dv_ref));
   EXPECT_REPORT(check_zero("dq of rows that see no key", dq,
                            empty_row_elements(data, fwd.lse_ref, c.hdim_qk)));
+  EXPECT_REPORT(check_zero("dq beyond seqused_q", dq,
+                           unused_gradient_elements(data, true, c.heads_q, c.hdim_qk)));
+  EXPECT_REPORT(check_zero("dk beyond seqused_k", dk,
+                           unused_gradient_elements(data, false, c.heads_kv, c.hdim_qk)));
+  EXPECT_REPORT(check_zero("dv beyond seqused_k", dv,
+                           unused_gradient_elements(data, false, c.heads_kv, c.hdim_v)));
+  if (c.sinks) {
+    const std::vector<double> dsinks(data.dsinks.begin(), data.dsinks.end());
+    EXPECT_REPORT(check_all_written("dsinks", dsinks));
+    EXPECT_REPORT(check_accuracy("dsinks", dsinks, bwd.dsinks_peer, bwd.dsinks_ref));
+  }
 }
 
 struct Mask {
@@ -131,6 +149,35 @@ std::vector<AttentionCase> special_cases() {
   return cases;
 }
 
+// Attention sinks and used lengths (seqused_q/k) against every other option: each dtype meets
+// causal, windows, softcap, GQA, varlen and padding, with and without sinks.
+std::vector<AttentionCase> sink_and_seqused_cases() {
+  std::vector<AttentionCase> cases;
+  auto add = [&](auto&& edit) {
+    AttentionCase c;
+    c.seed = 700 + cases.size();
+    edit(c);
+    cases.push_back(c);
+  };
+  const DType dtypes[] = {DType::f32, DType::f16, DType::bf16};
+  for (int i = 0; i < 3; ++i) {
+    const DType dtype = dtypes[i];
+    // Sinks alone: plain, causal with rows that see no key, window + softcap, GQA, varlen.
+    add([&](AttentionCase& c) { c.dtype = dtype; c.sinks = true; c.seqlen_q = 100; c.seqlen_k = 300; c.heads_q = 2; });
+    add([&](AttentionCase& c) { c.dtype = dtype; c.sinks = true; c.seqlen_q = 255; c.seqlen_k = 17; c.causal = true; c.heads_q = 4; c.heads_kv = 2; });
+    add([&](AttentionCase& c) { c.dtype = dtype; c.sinks = true; c.seqlen_q = 200; c.seqlen_k = 150; c.window_left = 30; c.window_right = 5; c.softcap = 5.0f; c.heads_q = 4; c.heads_kv = 1; c.hdim_qk = 128; c.hdim_v = 128; });
+    add([&](AttentionCase& c) { c.dtype = dtype; c.sinks = true; c.varlen_q = {0, 70, 130, 1}; c.varlen_k = {4, 0, 260, 9}; c.causal = true; c.heads_q = 4; c.heads_kv = 2; c.input_scale = 3.0; });
+    // Used lengths, fixed length: rows and keys beyond them are padding (NaN poison in out).
+    add([&](AttentionCase& c) { c.dtype = dtype; c.batch = 3; c.seqlen_q = 130; c.seqlen_k = 200; c.seqused_q = {130, 70, 0}; c.seqused_k = {150, 200, 9}; c.causal = true; c.heads_q = 2; c.heads_kv = 1; });
+    add([&](AttentionCase& c) { c.dtype = dtype; c.batch = 2; c.seqlen_q = 90; c.seqlen_k = 90; c.seqused_q = {65, 90}; c.seqused_k = {0, 33}; c.window_left = 20; c.window_right = 0; c.softcap = 10.0f; c.hdim_qk = 192; c.hdim_v = 128; });
+    // Used lengths with varlen, and everything together.
+    add([&](AttentionCase& c) { c.dtype = dtype; c.varlen_q = {80, 0, 140, 5}; c.varlen_k = {100, 30, 150, 0}; c.seqused_q = {64, 0, 139, 5}; c.seqused_k = {100, 17, 1, 0}; c.causal = true; c.heads_q = 4; c.heads_kv = 2; });
+    add([&](AttentionCase& c) { c.dtype = dtype; c.sinks = true; c.padding = 3; c.varlen_q = {150, 33}; c.varlen_k = {140, 200}; c.seqused_q = {129, 20}; c.seqused_k = {70, 199}; c.window_left = 40; c.window_right = 10; c.softcap = 5.0f; c.heads_q = 6; c.heads_kv = 2; c.hdim_qk = 96; c.hdim_v = 96; });
+    add([&](AttentionCase& c) { c.dtype = dtype; c.sinks = true; c.batch = 2; c.seqlen_q = 70; c.seqlen_k = 60; c.seqused_q = {70, 10}; c.seqused_k = {20, 60}; c.causal = true; c.heads_q = 2; c.heads_kv = 2; c.hdim_qk = 64; c.hdim_v = 64; });
+  }
+  return cases;
+}
+
 class TiledMatrix : public ::testing::TestWithParam<AttentionCase> {};
 TEST_P(TiledMatrix, ForwardAndBackwardMatchReference) { check_forward_and_backward(GetParam()); }
 
@@ -140,6 +187,8 @@ std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Matrix, TiledMatrix, ::testing::ValuesIn(matrix_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Special, TiledMatrix, ::testing::ValuesIn(special_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(SinksSeqused, TiledMatrix, ::testing::ValuesIn(sink_and_seqused_cases()),
+                         case_name);
 
 TEST(TiledBackend, ReportsNoWorkspace) {
   AttentionCase c;
