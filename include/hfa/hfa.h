@@ -34,7 +34,11 @@ typedef enum hfa_dtype {
   HFA_BF16 = 2,
   HFA_E4M3 = 3,
   HFA_E5M2 = 4,
-  HFA_I32 = 5 /* cu_seqlens */
+  HFA_I32 = 5, /* cu_seqlens */
+  /* KV-cache storage (hfa_forward_kvcache only). */
+  HFA_FP4_E2M1X2 = 6, /* two FP4 E2M1 values per byte, element 2i in the low nibble; a tensor's
+                         last extent counts bytes (headdim / 2) */
+  HFA_UE8M0 = 7       /* a power-of-two scale 2^(e - 127), one byte (MXFP4 block scales) */
 } hfa_dtype;
 
 typedef enum hfa_device_kind { HFA_CPU = 0, HFA_CUDA = 1 } hfa_device_kind;
@@ -120,6 +124,63 @@ HFA_API hfa_status hfa_backward(const hfa_tensor* dout, const hfa_tensor* q, con
 HFA_API hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_tensor* k,
                                                const hfa_tensor* v, const hfa_options* options,
                                                size_t* bytes);
+
+/* Attention of a few new query tokens over a KV cache (decode, speculative verification).
+ *
+ * q: (batch, seqlen_q, heads_q, d) f16/bf16 (f32 on the CPU). out: as q, headdim d_v.
+ * lse (optional): fp32, contiguous (batch, heads_q, seqlen_q), natural log.
+ * k_cache / v_cache, paged (block_table given): (num_pages, page_size, heads_kv, d), any
+ * strides with a unit last stride; token j of sequence b lives in page
+ * block_table[b][j / page_size], slot j % page_size. Contiguous (block_table NULL):
+ * (batch, max_seqlen_cache, heads_kv, d). Sequence b attends to its first cache_seqlens[b]
+ * tokens (the new tokens' own K/V must already be in the cache: there is no append yet).
+ * Cache formats, told apart by the caches' dtype and k_scale's dtype:
+ *   - q's dtype: plain; no scales.
+ *   - HFA_E4M3 with fp32 k_scale / v_scale: per kv-head (heads_kv), or per (token, kv-head),
+ *     shaped like the cache without d ((num_pages, page_size, heads_kv) or
+ *     (batch, max_seqlen_cache, heads_kv)); value = e4m3 · scale (src/quant/fp8_kv.hpp).
+ *   - NVFP4: HFA_FP4_E2M1X2 caches (last extent d / 2), HFA_E4M3 k_scale / v_scale shaped like
+ *     the cache with last extent d / 16, and fp32 k_global_scale / v_global_scale of shape (1);
+ *     value = e2m1 · (e4m3 · global) (src/quant/nvfp4.hpp).
+ *   - MXFP4: HFA_FP4_E2M1X2 caches, HFA_UE8M0 k_scale / v_scale with last extent d / 32, no
+ *     global scale; value = e2m1 · 2^(scale − 127) (src/quant/mxfp4.hpp).
+ * Causal and windows are bottom-right aligned within each sequence: query i sees cache key j
+ * iff j <= cache_seqlens[b] - seqlen_q + i (+ window_right), as in hfa_forward with
+ * seqlen_k = cache_seqlens[b]. A row that sees no key gets O = 0 and LSE = -inf. */
+typedef struct hfa_kvcache_options {
+  const hfa_tensor* cache_seqlens; /* int32, contiguous (batch); required */
+  const hfa_tensor* block_table;   /* int32 (batch, max_pages), unit last stride; NULL = contiguous */
+  const hfa_tensor* k_scale;       /* quantized caches only, see above */
+  const hfa_tensor* v_scale;
+  const hfa_tensor* k_global_scale; /* NVFP4 only: fp32 (1) */
+  const hfa_tensor* v_global_scale;
+
+  int32_t has_softmax_scale; /* 0: scale = 1/sqrt(headdim_qk) */
+  float softmax_scale;
+  int32_t causal;
+  int32_t window_left; /* -1 = unbounded */
+  int32_t window_right;
+  float softcap; /* 0 = off */
+
+  int32_t num_splits; /* split-KV: chunks per sequence merged by LSE; 0 = chosen by hfa */
+  /* Nonzero: read block_table and cache_seqlens before the attention and reject the first
+   * entry out of range (also turned on by the environment variable HFA_VALIDATE_KVCACHE=1).
+   * CPU tensors are always checked; CUDA tensors only in this mode (it costs a copy and a
+   * sync). */
+  int32_t validate;
+
+  void* stream; /* cudaStream_t for CUDA tensors; ignored on the CPU */
+  void* workspace;
+  size_t workspace_bytes;
+} hfa_kvcache_options;
+
+HFA_API hfa_kvcache_options hfa_default_kvcache_options(void);
+
+/* options may be NULL only to get an error: cache_seqlens is required. CUDA tensors answer
+ * HFA_ERROR_NOT_SUPPORTED for now (the CPU backend implements everything above). */
+HFA_API hfa_status hfa_forward_kvcache(const hfa_tensor* q, const hfa_tensor* k_cache,
+                                       const hfa_tensor* v_cache, const hfa_tensor* out,
+                                       const hfa_tensor* lse, const hfa_kvcache_options* options);
 
 /* The message of the last failed call on this thread ("" if none). */
 HFA_API const char* hfa_last_error(void);

@@ -22,6 +22,8 @@ enum class DType : int32_t {
   e4m3 = HFA_E4M3,
   e5m2 = HFA_E5M2,
   i32 = HFA_I32,
+  fp4_e2m1x2 = HFA_FP4_E2M1X2,  // two E2M1 values per byte (KV caches)
+  ue8m0 = HFA_UE8M0,            // MXFP4 block scales
 };
 
 enum class DeviceKind : int32_t { cpu = HFA_CPU, cuda = HFA_CUDA };
@@ -107,6 +109,36 @@ HFA_API Status backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         const Tensor& dv, const Options& options = {});
 HFA_API Status backward_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v,
                                        const Options& options, std::size_t* bytes);
+
+// See hfa_kvcache_options for every field.
+struct KVCacheOptions {
+  const Tensor* cache_seqlens = nullptr;  // int32 (batch); required
+  const Tensor* block_table = nullptr;    // int32 (batch, max_pages); null = contiguous cache
+  const Tensor* k_scale = nullptr;        // quantized caches only
+  const Tensor* v_scale = nullptr;
+  const Tensor* k_global_scale = nullptr;  // NVFP4 only: fp32 (1)
+  const Tensor* v_global_scale = nullptr;
+
+  std::optional<float> softmax_scale;  // default 1/sqrt(headdim_qk)
+  bool causal = false;                 // bottom-right aligned within each sequence
+  int32_t window_left = -1;            // -1 = unbounded
+  int32_t window_right = -1;
+  float softcap = 0.0f;  // 0 = off
+
+  int32_t num_splits = 0;  // 0 = chosen by hfa
+  bool validate = false;   // check block_table / cache_seqlens values on CUDA too
+
+  void* stream = nullptr;
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+};
+
+HFA_API hfa_kvcache_options to_c(const KVCacheOptions& options);
+
+// See hfa_forward_kvcache. lse may be null.
+HFA_API Status forward_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                               const Tensor& out, const Tensor* lse,
+                               const KVCacheOptions& options);
 
 HFA_API int32_t cuda_device_count();
 

@@ -17,7 +17,7 @@ from ._lib import (HfaError, HfaInvalidArgument, HfaNotSupported, candidate_path
                    cuda_device_count, library_path, version)
 
 __all__ = [
-    "flash_attn_func", "flash_attn_varlen_func", "flash_attn_backward",
+    "flash_attn_func", "flash_attn_varlen_func", "flash_attn_backward", "flash_attn_with_kvcache",
     "HfaError", "HfaInvalidArgument", "HfaNotSupported",
     "version", "cuda_device_count", "library_path", "candidate_paths",
 ]
@@ -126,6 +126,54 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
                            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                            learnable_sink=learnable_sink, seqused_q=seqused_q,
                            seqused_k=seqused_k)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None,
+                            rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
+                            cache_leftpad=None, page_table=None, cu_seqlens_q=None,
+                            cu_seqlens_k_new=None, max_seqlen_q=None, rotary_seqlens=None,
+                            q_descale=None, k_descale=None, v_descale=None, softmax_scale=None,
+                            causal=False, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
+                            rotary_interleaved=True, scheduler_metadata=None, num_splits=0,
+                            pack_gqa=None, sm_margin=0, return_softmax_lse=False, *,
+                            block_table=None, k_scale=None, v_scale=None, k_global_scale=None,
+                            v_global_scale=None):
+    """Attention of a few new query tokens over a KV cache (FlashAttention-3's signature).
+
+    q (batch, seqlen_q, heads_q, headdim); k_cache / v_cache paged (num_pages, page_size,
+    heads_kv, headdim) with page_table (int32, (batch, max_pages); FlashAttention-2's name
+    block_table works too), or contiguous (batch, max_seqlen_cache, heads_kv, headdim).
+    cache_seqlens: int32 (batch,) or an int: the cache tokens each sequence attends to (default
+    the whole cache). causal / window_size are bottom-right aligned: query i sees cache key
+    j <= cache_seqlens[b] - seqlen_q + i. num_splits: split-KV chunks (0 = auto).
+    Quantized caches (hfa's own keywords; see hfa._kvcache for how the dtypes pick a format):
+    FP8 E4M3 with float32 k_scale / v_scale per kv-head or per (token, kv-head); NVFP4 / MXFP4
+    packed two per byte with block scales (and k_global_scale / v_global_scale for NVFP4).
+    Not yet: appending k/v (with rotary), cache_batch_idx, cache_leftpad, varlen q, descales;
+    they raise NotImplementedError. pack_gqa, sm_margin and rotary_interleaved are accepted and
+    ignored (they change speed or only matter with rotary).
+    Returns out, or (out, lse) with return_softmax_lse (lse float32 (batch, heads_q, seqlen_q)).
+    """
+    from . import _kvcache
+    _kvcache.check_not_yet(attention_chunk, k=k, v=v, qv=qv, rotary_cos=rotary_cos,
+                           rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx,
+                           cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q,
+                           cu_seqlens_k_new=cu_seqlens_k_new, max_seqlen_q=max_seqlen_q,
+                           rotary_seqlens=rotary_seqlens, q_descale=q_descale,
+                           k_descale=k_descale, v_descale=v_descale,
+                           scheduler_metadata=scheduler_metadata)
+    if block_table is not None and page_table is not None:
+        raise ValueError("page_table, block_table: give one (they are the same argument)")
+    kw = dict(cache_seqlens=cache_seqlens,
+              page_table=page_table if page_table is not None else block_table,
+              k_scale=k_scale, v_scale=v_scale, k_global_scale=k_global_scale,
+              v_global_scale=v_global_scale, softmax_scale=softmax_scale, causal=causal,
+              window_size=window_size, softcap=softcap, num_splits=num_splits)
+    if _frontend(q) is not None:
+        out, lse = _kvcache.torch_forward(q, k_cache, v_cache, **kw)
+    else:
+        out, lse = _kvcache.numpy_forward(q, k_cache, v_cache, **kw)
+    return (out, lse) if return_softmax_lse else out
 
 
 # When torch is already loaded, register hfa::fwd / hfa::bwd now rather than on the first call,

@@ -22,8 +22,9 @@ ERROR_CUDA = 3
 ERROR_INTERNAL = 4
 
 F32, F16, BF16, E4M3, E5M2, I32 = 0, 1, 2, 3, 4, 5
+FP4_E2M1X2, UE8M0 = 6, 7  # KV caches: two E2M1 values per byte; MXFP4 block scales
 DTYPE_NAMES = {F32: "float32", F16: "float16", BF16: "bfloat16", E4M3: "float8_e4m3",
-               E5M2: "float8_e5m2", I32: "int32"}
+               E5M2: "float8_e5m2", I32: "int32", FP4_E2M1X2: "fp4_e2m1x2", UE8M0: "ue8m0"}
 
 CPU, CUDA = 0, 1
 MAX_RANK = 4
@@ -64,6 +65,28 @@ class Options(ctypes.Structure):
         ("seqused_q", ctypes.POINTER(Tensor)),
         ("seqused_k", ctypes.POINTER(Tensor)),
         ("dsinks", ctypes.POINTER(Tensor)),
+    ]
+
+
+class KVCacheOptions(ctypes.Structure):
+    _fields_ = [
+        ("cache_seqlens", ctypes.POINTER(Tensor)),
+        ("block_table", ctypes.POINTER(Tensor)),
+        ("k_scale", ctypes.POINTER(Tensor)),
+        ("v_scale", ctypes.POINTER(Tensor)),
+        ("k_global_scale", ctypes.POINTER(Tensor)),
+        ("v_global_scale", ctypes.POINTER(Tensor)),
+        ("has_softmax_scale", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("softcap", ctypes.c_float),
+        ("num_splits", ctypes.c_int32),
+        ("validate", ctypes.c_int32),
+        ("stream", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
     ]
 
 
@@ -125,6 +148,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "hfa_forward_workspace_size": (ctypes.c_int, [T, T, T, O, size_p]),
         "hfa_backward": (ctypes.c_int, [T, T, T, T, T, T, T, T, T, O]),
         "hfa_backward_workspace_size": (ctypes.c_int, [T, T, T, O, size_p]),
+        "hfa_default_kvcache_options": (KVCacheOptions, []),
+        "hfa_forward_kvcache": (ctypes.c_int, [T, T, T, T, T, ctypes.POINTER(KVCacheOptions)]),
         "hfa_last_error": (ctypes.c_char_p, []),
         "hfa_status_name": (ctypes.c_char_p, [ctypes.c_int]),
         "hfa_version": (ctypes.c_char_p, []),
@@ -266,6 +291,40 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
              dq: Tensor, dk: Tensor, dv: Tensor, options: Options) -> None:
     check(library().hfa_backward(_ref(dout), _ref(q), _ref(k), _ref(v), _ref(out), _ref(lse),
                                  _ref(dq), _ref(dk), _ref(dv), ctypes.byref(options)))
+
+
+def make_kvcache_options(*, cache_seqlens: Tensor, block_table: Optional[Tensor] = None,
+                         k_scale: Optional[Tensor] = None, v_scale: Optional[Tensor] = None,
+                         k_global_scale: Optional[Tensor] = None,
+                         v_global_scale: Optional[Tensor] = None, softmax_scale=None,
+                         causal=False, window_size=(-1, -1), softcap=0.0, num_splits=0,
+                         stream=None) -> KVCacheOptions:
+    """hfa_default_kvcache_options() with the arguments applied. The Tensors given must outlive
+    the returned options (it stores pointers to them)."""
+    o = library().hfa_default_kvcache_options()
+    tensors = (("cache_seqlens", cache_seqlens), ("block_table", block_table),
+               ("k_scale", k_scale), ("v_scale", v_scale), ("k_global_scale", k_global_scale),
+               ("v_global_scale", v_global_scale))
+    for name, t in tensors:
+        if t is not None:
+            setattr(o, name, ctypes.pointer(t))
+    if softmax_scale is not None:
+        o.has_softmax_scale = 1
+        o.softmax_scale = float(softmax_scale)
+    o.causal = 1 if causal else 0
+    left, right = window_size
+    o.window_left = -1 if left is None else int(left)
+    o.window_right = -1 if right is None else int(right)
+    o.softcap = float(softcap)
+    o.num_splits = int(num_splits)
+    o.stream = stream
+    return o
+
+
+def forward_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, out: Tensor,
+                    lse: Optional[Tensor], options: KVCacheOptions) -> None:
+    check(library().hfa_forward_kvcache(_ref(q), _ref(k_cache), _ref(v_cache), _ref(out),
+                                        _ref(lse), ctypes.byref(options)))
 
 
 def version() -> str:

@@ -2,6 +2,7 @@
 #include "api/dispatch.hpp"
 #include "api/errors.hpp"
 #include "api/validate.hpp"
+#include "api/validate_kvcache.hpp"
 
 namespace hfa {
 
@@ -59,6 +60,18 @@ Status backward_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v
     BackwardProblem problem;
     HFA_RETURN_IF_ERROR(build_backward_problem(args, Purpose::workspace_query, &problem));
     return dispatch_backward_workspace_size(problem, bytes);
+  });
+}
+
+Status forward_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                       const Tensor& out, const Tensor* lse, const KVCacheOptions& options) {
+  return guarded("forward_kvcache", [&]() -> Status {
+    KVCacheProblem problem;
+    HFA_RETURN_IF_ERROR(
+        build_kvcache_problem({&q, &k_cache, &v_cache, &out, lse, &options}, &problem));
+    // The CPU path needs no workspace; a GPU one will size its split partials here.
+    if (int64_t{problem.batch} * problem.seqlen_q == 0) return Status::ok();
+    return dispatch_forward_kvcache(problem);
   });
 }
 

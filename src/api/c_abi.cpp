@@ -83,6 +83,23 @@ hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_tensor* k,
   }));
 }
 
+hfa_kvcache_options hfa_default_kvcache_options(void) {
+  return hfa::detail::default_c_kvcache_options();
+}
+
+hfa_status hfa_forward_kvcache(const hfa_tensor* q, const hfa_tensor* k_cache,
+                               const hfa_tensor* v_cache, const hfa_tensor* out,
+                               const hfa_tensor* lse, const hfa_kvcache_options* options) {
+  return finish(hfa::detail::guarded("hfa_forward_kvcache", [&]() -> hfa::Status {
+    if (const char* name =
+            first_null({{"q", q}, {"k_cache", k_cache}, {"v_cache", v_cache}, {"out", out}}))
+      return null_argument(name);
+    // Unlike hfa_forward's, these options carry a required tensor: no defaults to fall back on.
+    if (options == nullptr) return null_argument("options");
+    return hfa::forward_kvcache(*q, *k_cache, *v_cache, *out, lse, hfa::detail::from_c(*options));
+  }));
+}
+
 const char* hfa_last_error(void) { return last_error.c_str(); }
 
 const char* hfa_status_name(hfa_status status) {

@@ -44,4 +44,10 @@ Status dispatch_backward(const BackwardProblem& problem) {
   return backend.backward ? backend.backward(problem) : missing(backend, "backward");
 }
 
+Status dispatch_forward_kvcache(const KVCacheProblem& problem) {
+  if (problem.device.kind != DeviceKind::cpu)
+    return not_supported("the KV-cache forward is not supported on this device yet");
+  return cpu_forward_kvcache(problem);
+}
+
 }  // namespace hfa::detail

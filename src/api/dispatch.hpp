@@ -17,6 +17,8 @@ Status dispatch_forward_workspace_size(const ForwardProblem& problem, std::size_
 Status dispatch_forward(const ForwardProblem& problem);
 Status dispatch_backward_workspace_size(const BackwardProblem& problem, std::size_t* bytes);
 Status dispatch_backward(const BackwardProblem& problem);
+// CPU only for now: validation answers not_supported for CUDA tensors before this.
+Status dispatch_forward_kvcache(const KVCacheProblem& problem);
 
 // Runs `fn`, turning an escaping exception (bad_alloc in a CPU buffer, say) into a Status:
 // nothing may unwind through the API, and never through the C ABI.

@@ -10,4 +10,7 @@ hfa_options default_c_options();
 
 Options from_c(const hfa_options& options);
 
+hfa_kvcache_options default_c_kvcache_options();
+KVCacheOptions from_c(const hfa_kvcache_options& options);
+
 }  // namespace hfa::detail

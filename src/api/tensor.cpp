@@ -46,6 +46,8 @@ std::size_t dtype_size(DType dtype) {
     case DType::e4m3: return 1;
     case DType::e5m2: return 1;
     case DType::i32: return 4;
+    case DType::fp4_e2m1x2: return 1;  // one byte holds two values
+    case DType::ue8m0: return 1;
   }
   return 0;  // not a dtype: callers treat size 0 as "unknown"
 }
@@ -58,6 +60,8 @@ const char* dtype_name(DType dtype) {
     case DType::e4m3: return "e4m3";
     case DType::e5m2: return "e5m2";
     case DType::i32: return "i32";
+    case DType::fp4_e2m1x2: return "fp4_e2m1x2";
+    case DType::ue8m0: return "ue8m0";
   }
   return "unknown";
 }

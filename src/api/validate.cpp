@@ -19,7 +19,7 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int32_t kHeadDims[] = {64, 96, 128, 192, 256};
 constexpr const char* kHeadDimList = "64, 96, 128, 192, 256";
 
-bool is_known_dtype(hfa_dtype d) { return d >= HFA_F32 && d <= HFA_I32; }
+bool is_known_dtype(hfa_dtype d) { return d >= HFA_F32 && d <= HFA_UE8M0; }
 bool is_fp8(hfa_dtype d) { return d == HFA_E4M3 || d == HFA_E5M2; }
 const char* name_of(hfa_dtype d) { return dtype_name(static_cast<DType>(d)); }
 
@@ -468,6 +468,22 @@ Status check_forward_part(const Tensor* q, const Tensor* k, const Tensor* v, con
 }
 
 }  // namespace
+
+Status check_tensor_form(const char* name, const Tensor* t, int32_t rank, const char* layout,
+                         bool is_output) {
+  return check_form(name, t, rank, layout, is_output);
+}
+
+Status check_same_device(const char* name, const Tensor& t, const Tensor& q) {
+  return expect_same_device(name, t, q);
+}
+
+Status check_supported_head_dim(const char* name, int64_t headdim) {
+  if (is_supported_head_dim(headdim)) return Status::ok();
+  return invalid(name, "headdim ", headdim, " is not supported (supported: ", kHeadDimList, ")");
+}
+
+std::string tensor_shape_string(const Tensor& t) { return shape_string(t); }
 
 Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardProblem* problem) {
   if (args.options == nullptr) return invalid("options", "is null");

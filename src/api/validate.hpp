@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "common/problem.hpp"
 
@@ -36,6 +37,14 @@ enum class Purpose { run, workspace_query };
 Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardProblem* problem);
 Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
                               BackwardProblem* problem);
+
+// Single-tensor checks shared with the KV-cache validation (validate_kvcache.cpp); see
+// validate.cpp for what each checks.
+Status check_tensor_form(const char* name, const Tensor* t, int32_t rank, const char* layout,
+                         bool is_output);
+Status check_same_device(const char* name, const Tensor& t, const Tensor& q);
+Status check_supported_head_dim(const char* name, int64_t headdim);
+std::string tensor_shape_string(const Tensor& t);
 
 // The caller's workspace (options.workspace, workspace_bytes) must hold `needed` bytes.
 Status check_workspace(std::size_t needed, const Options& options);

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 
+#include "common/kvcache_problem.hpp"
 #include "common/problem.hpp"
 
 namespace hfa::detail {
@@ -17,6 +18,11 @@ struct Backend {
 
 // The CPU backend: always built (src/cpu).
 const Backend& cpu_backend();
+
+// The KV-cache forward of the CPU backend (src/cpu/kvcache.cpp). Not in the table yet: only
+// the CPU has one, so the API calls it directly and answers not_supported for CUDA tensors; it
+// joins the Backend struct when a GPU kernel does.
+Status cpu_forward_kvcache(const KVCacheProblem& problem);
 
 // The Hopper backend (src/sm90); null when this build has no CUDA.
 const Backend* sm90_backend();

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "cpu/kvcache.hpp"
 #include "cpu/sequence.hpp"
 #include "cpu/tiled_attention.hpp"
 
@@ -49,6 +50,14 @@ Status backward_workspace_size(const BackwardProblem&, std::size_t* bytes) {
 }
 
 }  // namespace
+
+Status cpu_forward_kvcache(const KVCacheProblem& p) {
+  if (!is_supported(p.dtype)) {
+    return {Code::not_supported, std::string("cpu backend: q of dtype ") + dtype_name(p.dtype) +
+                                     " is not supported (f32, f16, bf16)"};
+  }
+  return cpu::kvcache_forward(p);
+}
 
 const Backend& cpu_backend() {
   static const Backend backend{"cpu", forward, forward_workspace_size, backward,

@@ -3,6 +3,7 @@
 // element strides; cu_seqlens, if any, are host int32 arrays).
 #pragma once
 
+#include "common/kvcache_problem.hpp"
 #include "common/problem.hpp"
 
 namespace hfa::cpu {
@@ -27,5 +28,13 @@ void reference_backward(const detail::BackwardProblem& p, double* dq, double* dk
 void reference_forward_f32(const detail::ForwardProblem& p, float* out, float* lse);
 void reference_backward_f32(const detail::BackwardProblem& p, float* dq, float* dk, float* dv,
                             float* dsinks = nullptr);
+
+// The KV-cache forward in float64: each sequence's first cache_seqlens[b] cache rows, read
+// through the block table and dequantized with the same codecs as the backend (the fp32 values
+// they decode to are exact in float64), then plain attention with seqlen_k = cache_seqlens[b].
+// out: contiguous (batch, seqlen_q, heads_q, hdim_v); lse (may be null): contiguous
+// (batch, heads_q, seqlen_q). A row that sees no key gets out = 0 and lse = −inf. p.out and
+// p.lse are not touched.
+void reference_forward_kvcache(const detail::KVCacheProblem& p, double* out, double* lse);
 
 }  // namespace hfa::cpu

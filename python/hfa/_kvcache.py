@@ -1,0 +1,200 @@
+"""flash_attn_with_kvcache over hfa_forward_kvcache, for numpy arrays and torch tensors.
+
+The cache format follows from the dtypes (see hfa.h, hfa_kvcache_options):
+  - k_cache of q's dtype: a plain cache, no scales;
+  - float8 e4m3 (torch.float8_e4m3fn), or uint8 with float32 k_scale: FP8 E4M3, k_scale/v_scale
+    per kv-head (heads_kv,) or per (token, kv-head) (cache shape without the last dim);
+  - uint8 with uint8 (or torch float8 e4m3 / e8m0) k_scale: packed FP4 E2M1, last dim headdim/2;
+    NVFP4 (E4M3 scale per 16 values) when k_global_scale/v_global_scale (float32, (1,)) are
+    given, MXFP4 (UE8M0 scale per 32 values) when not.
+Nothing is appended to the cache: K/V of the new tokens must already be in it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from . import _lib
+
+# FlashAttention-3 arguments hfa does not implement yet. Passing any of them raises rather
+# than silently computing something else.
+_NOT_YET = ("k", "v", "qv", "rotary_cos", "rotary_sin", "cache_batch_idx", "cache_leftpad",
+            "cu_seqlens_q", "cu_seqlens_k_new", "max_seqlen_q", "rotary_seqlens", "q_descale",
+            "k_descale", "v_descale", "scheduler_metadata")
+
+
+def check_not_yet(attention_chunk, **given):
+    for name in _NOT_YET:
+        if given.get(name) is not None:
+            hint = (" (appending new K/V, with rotary, comes later: write them into the cache "
+                    "and count them in cache_seqlens)" if name in ("k", "v", "rotary_cos",
+                                                                  "rotary_sin") else "")
+            raise NotImplementedError(f"flash_attn_with_kvcache: {name} is not supported by hfa "
+                                      f"yet{hint}")
+    if attention_chunk:
+        raise NotImplementedError("flash_attn_with_kvcache: attention_chunk is not supported by "
+                                  "hfa yet")
+
+
+_FLOAT_CODES = {"f32": _lib.F32, "f16": _lib.F16, "bf16": _lib.BF16}
+
+
+def _cache_codes(cache_kind: str, scale_kind, has_global: bool):
+    """(cache dtype code, scale dtype code) from the kinds of k_cache and k_scale: 'f32', 'f16',
+    'bf16', 'e4m3', 'e8m0', 'u8' (uint8) or 'other'; scale_kind None when there is no k_scale.
+    A float cache is passed as it is (the library checks it matches q and has no scales)."""
+    if cache_kind in _FLOAT_CODES:
+        scale_code = _FLOAT_CODES.get(scale_kind, _lib.F32) if scale_kind is not None else None
+        return _FLOAT_CODES[cache_kind], scale_code
+    if cache_kind == "e4m3":
+        if scale_kind not in (None, "f32"):
+            raise TypeError("k_scale: an e4m3 cache takes float32 scales")
+        return _lib.E4M3, _lib.F32
+    if cache_kind != "u8":
+        raise TypeError("k_cache: expected q's dtype, float8 e4m3 or uint8 (packed FP4, or FP8 "
+                        "codes with float32 scales)")
+    fp4_scales = {"e4m3": _lib.E4M3, "e8m0": _lib.UE8M0,
+                  "u8": _lib.E4M3 if has_global else _lib.UE8M0}
+    if scale_kind is None:
+        raise ValueError("k_scale: a uint8 k_cache needs k_scale (float32: FP8 E4M3 codes; "
+                         "uint8: FP4 block scales, NVFP4 with k_global_scale, MXFP4 without)")
+    if scale_kind == "f32":
+        return _lib.E4M3, _lib.F32
+    if scale_kind in fp4_scales:
+        return _lib.FP4_E2M1X2, fp4_scales[scale_kind]
+    raise TypeError("k_scale: expected float32 (FP8 cache) or uint8 / float8 (FP4 block scales)")
+
+
+def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, full_seqlens,
+        cache_seqlens, page_table, k_scale, v_scale, k_global_scale, v_global_scale,
+        softmax_scale, causal, window_size, softcap, num_splits, stream):
+    """The front-end-independent part. kind_of(a) -> a kind of _cache_codes; view(a, name, code) -> (kept, Tensor); alloc_out(shape) and
+    alloc_lse(shape) allocate outputs like q; full_seqlens(batch, length) makes an int32 vector
+    on q's device."""
+    if q.ndim != 4:
+        raise ValueError(f"q: expected rank 4 (batch, seqlen_q, heads_q, headdim), got shape "
+                         f"{tuple(q.shape)}")
+    if k_cache.ndim != 4 or v_cache.ndim != 4:
+        raise ValueError("k_cache, v_cache: expected rank 4 (num_pages, page_size, heads_kv, "
+                         "headdim) or (batch, max_seqlen_cache, heads_kv, headdim)")
+    cache_kind = kind_of(k_cache)
+    scale_kind = kind_of(k_scale) if k_scale is not None else None
+    cache_code, scale_code = _cache_codes(cache_kind, scale_kind, k_global_scale is not None)
+    if scale_code is None:  # a stray v_scale alone: labelled f32, the library rejects it
+        scale_code = _lib.F32
+    keep = []  # every array and view the call reads, alive until it returns
+
+    def tensor(a, name, code):
+        if a is None:
+            return None
+        kept, t = view(a, name, code)
+        keep.append((kept, t))
+        return t
+
+    batch, seqlen_q, heads_q = int(q.shape[0]), int(q.shape[1]), int(q.shape[2])
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = full_seqlens(batch, cache_seqlens)
+    elif cache_seqlens is None:
+        # FlashAttention's default: the whole cache (every page of the table).
+        capacity = (int(page_table.shape[1]) * int(k_cache.shape[1]) if page_table is not None
+                    else int(k_cache.shape[1]))
+        cache_seqlens = full_seqlens(batch, capacity)
+    packed = cache_code == _lib.FP4_E2M1X2
+    hdim_v = int(v_cache.shape[-1]) * (2 if packed else 1)
+    out = alloc_out((batch, seqlen_q, heads_q, hdim_v))
+    lse = alloc_lse((batch, heads_q, seqlen_q))
+
+    qt = tensor(q, "q", q_code)
+    kt = tensor(k_cache, "k_cache", cache_code)
+    vt = tensor(v_cache, "v_cache", cache_code)
+    ot = tensor(out, "out", q_code)
+    lt = tensor(lse, "lse", _lib.F32)
+    options = _lib.make_kvcache_options(
+        cache_seqlens=tensor(cache_seqlens, "cache_seqlens", _lib.I32),
+        block_table=tensor(page_table, "page_table", _lib.I32),
+        k_scale=tensor(k_scale, "k_scale", scale_code),
+        v_scale=tensor(v_scale, "v_scale", scale_code),
+        k_global_scale=tensor(k_global_scale, "k_global_scale", _lib.F32),
+        v_global_scale=tensor(v_global_scale, "v_global_scale", _lib.F32),
+        softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+        num_splits=num_splits, stream=stream)
+    _lib.forward_kvcache(qt, kt, vt, ot, lt, options)
+    return out, lse
+
+
+# --- numpy -------------------------------------------------------------------------------------
+
+def numpy_forward(q, k_cache, v_cache, **kw):
+    import numpy as np
+
+    from . import _numpy
+
+    floats = {np.dtype(np.float32): _lib.F32, np.dtype(np.float16): _lib.F16}
+    if not isinstance(q, np.ndarray) or q.dtype not in floats:
+        raise TypeError("q: expected a float32 or float16 numpy array")
+
+    kinds = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16",
+             np.dtype(np.uint8): "u8"}
+
+    def kind_of(a):
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"expected a numpy array, got {type(a).__name__}")
+        return kinds.get(a.dtype, "other")
+
+    def view(a, name, code):
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"{name}: expected a numpy array, got {type(a).__name__}")
+        if name in ("cache_seqlens", "page_table") and a.dtype != np.int32:
+            raise TypeError(f"{name}: expected an int32 array, got {a.dtype}")
+        return _numpy._view(a, name, {a.dtype: code})
+
+    return run(q, k_cache, v_cache, q_code=floats[q.dtype], kind_of=kind_of, view=view,
+               alloc_out=lambda shape: np.empty(shape, dtype=q.dtype),
+               alloc_lse=lambda shape: np.empty(shape, dtype=np.float32),
+               full_seqlens=lambda b, n: np.full((b,), n, dtype=np.int32), stream=None, **kw)
+
+
+# --- torch -------------------------------------------------------------------------------------
+
+def torch_forward(q, k_cache, v_cache, **kw):
+    import torch
+
+    floats = {torch.float32: _lib.F32, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16}
+    if q.dtype not in floats:
+        raise TypeError(f"q: dtype {q.dtype} is not supported (float32, float16, bfloat16)")
+    e4m3 = getattr(torch, "float8_e4m3fn", None)
+    e8m0 = getattr(torch, "float8_e8m0fnu", None)
+
+    kinds = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+             torch.uint8: "u8"}
+    if e4m3 is not None:
+        kinds[e4m3] = "e4m3"
+    if e8m0 is not None:
+        kinds[e8m0] = "e8m0"
+
+    def kind_of(t):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"expected a torch.Tensor, got {type(t).__name__}")
+        return kinds.get(t.dtype, "other")
+
+    def view(t, name, code):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if name in ("cache_seqlens", "page_table") and t.dtype != torch.int32:
+            raise TypeError(f"{name}: expected an int32 tensor, got {t.dtype}")
+        if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+            t = t.contiguous()
+        if t.device.type == "cuda":
+            device, index = _lib.CUDA, t.device.index or 0
+        else:
+            device, index = _lib.CPU, 0
+        return t, _lib.make_tensor(t.data_ptr(), code, t.shape, t.stride(), device, index)
+
+    stream = None
+    if q.device.type == "cuda":
+        stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream).value
+    return run(q, k_cache, v_cache, q_code=floats[q.dtype], kind_of=kind_of, view=view,
+               alloc_out=lambda shape: torch.empty(shape, dtype=q.dtype, device=q.device),
+               alloc_lse=lambda shape: torch.empty(shape, dtype=torch.float32, device=q.device),
+               full_seqlens=lambda b, n: torch.full((b,), n, dtype=torch.int32, device=q.device),
+               stream=stream, **kw)

@@ -1,0 +1,182 @@
+"""flash_attn_with_kvcache through the numpy front end, against a float64 attention over the
+gathered (and, for quantized caches, dequantized) cache."""
+
+import numpy as np
+import pytest
+
+import hfa
+
+
+def reference(q, k_rows, v_rows, seqlens, causal):
+    """out, lse in float64; k_rows[b] / v_rows[b] are (seqlen_k, heads_kv, d) float64."""
+    batch, sq, hq, d = q.shape
+    out = np.zeros((batch, sq, hq, v_rows[0].shape[-1] if batch else d))
+    lse = np.full((batch, hq, sq), -np.inf)
+    for b in range(batch):
+        n = int(seqlens[b])
+        group = hq // k_rows[b].shape[1]
+        for h in range(hq):
+            k = k_rows[b][:n, h // group].astype(np.float64)
+            v = v_rows[b][:n, h // group].astype(np.float64)
+            for i in range(sq):
+                last = n - 1 if not causal else min(n - 1, i + n - sq)
+                if last < 0:
+                    continue
+                s = k[: last + 1] @ q[b, i, h].astype(np.float64) / np.sqrt(d)
+                m = s.max()
+                p = np.exp(s - m)
+                out[b, i, h] = p @ v[: last + 1] / p.sum()
+                lse[b, h, i] = m + np.log(p.sum())
+    return out, lse
+
+
+def block_table(rng, seqlens, page_size):
+    """A shuffled block table (unused entries -1) and the number of pages it addresses."""
+    need = [(int(n) + page_size - 1) // page_size for n in seqlens]
+    num_pages = sum(need) + 1  # one page no sequence uses
+    order = rng.permutation(num_pages).astype(np.int32)
+    table = np.full((len(seqlens), max(max(need), 1)), -1, dtype=np.int32)
+    used = 0
+    for b, pages in enumerate(need):
+        table[b, :pages] = order[used:used + pages]
+        used += pages
+    return table, num_pages
+
+
+def scatter(cache, table, num_pages, page_size):
+    """Contiguous (batch, n, heads, d) rows into the pages the table names."""
+    pages = np.zeros((num_pages, page_size) + cache.shape[2:], dtype=cache.dtype)
+    for b in range(table.shape[0]):
+        for p, page in enumerate(table[b]):
+            if page >= 0:
+                rows = cache[b, p * page_size:(p + 1) * page_size]
+                pages[page, : rows.shape[0]] = rows
+    return pages
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("page_size", [None, 1, 16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_plain_cache(dtype, page_size, causal):
+    rng = np.random.default_rng(7)
+    batch, sq, hq, hkv, d, cap = 3, 4, 4, 2, 64, 50
+    seqlens = np.array([0, 1, 47], dtype=np.int32)
+    q = rng.standard_normal((batch, sq, hq, d)).astype(dtype)
+    k = rng.standard_normal((batch, cap, hkv, d)).astype(dtype)
+    v = rng.standard_normal((batch, cap, hkv, d)).astype(dtype)
+    if page_size is None:
+        kc, vc, table = k, v, None
+    else:
+        table, num_pages = block_table(rng, seqlens, page_size)
+        kc = scatter(k, table, num_pages, page_size)
+        vc = scatter(v, table, num_pages, page_size)
+    out, lse = hfa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, page_table=table,
+                                           causal=causal, num_splits=3, return_softmax_lse=True)
+    ref_out, ref_lse = reference(q, k, v, seqlens, causal)
+    tol = 1e-5 if dtype == "float32" else 2e-3
+    np.testing.assert_allclose(out.astype(np.float64), ref_out, atol=tol, rtol=tol)
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
+    assert out.dtype == q.dtype and lse.dtype == np.float32
+
+
+def e4m3_table():
+    codes = np.arange(256)
+    sign = np.where(codes & 0x80, -1.0, 1.0)
+    e, m = (codes >> 3) & 15, codes & 7
+    value = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8) * 2.0 ** (e - 7))
+    value = sign * value
+    value[(codes & 0x7f) == 0x7f] = np.nan
+    return value
+
+
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+
+
+def random_e4m3_codes(rng, shape):
+    codes = rng.integers(0, 256, size=shape, dtype=np.uint8)
+    codes[(codes & 0x7f) == 0x7f] = 0x38  # no NaN codes
+    codes[(codes & 0x7f) > 0x50] &= 0xc7  # keep the values moderate (|x| < 64)
+    return codes
+
+
+def unpack_fp4(packed):
+    low = E2M1[packed & 0xf]
+    high = E2M1[packed >> 4]
+    return np.stack([low, high], axis=-1).reshape(packed.shape[:-1] + (packed.shape[-1] * 2,))
+
+
+@pytest.mark.parametrize("fmt", ["fp8_per_head", "fp8_per_token", "nvfp4", "mxfp4"])
+def test_quantized_cache(fmt):
+    rng = np.random.default_rng(11)
+    batch, sq, hq, hkv, d, cap = 2, 2, 4, 2, 64, 30
+    seqlens = np.array([30, 9], dtype=np.int32)
+    q = rng.standard_normal((batch, sq, hq, d)).astype(np.float32)
+    extra = {}
+    if fmt.startswith("fp8"):
+        codes = [random_e4m3_codes(rng, (batch, cap, hkv, d)) for _ in range(2)]
+        if fmt == "fp8_per_head":
+            scales = [rng.uniform(0.01, 0.05, (hkv,)).astype(np.float32) for _ in range(2)]
+            values = [e4m3_table()[c] * s[None, None, :, None] for c, s in zip(codes, scales)]
+        else:
+            scales = [rng.uniform(0.01, 0.05, (batch, cap, hkv)).astype(np.float32) for _ in range(2)]
+            values = [e4m3_table()[c] * s[..., None] for c, s in zip(codes, scales)]
+    else:
+        codes = [rng.integers(0, 256, (batch, cap, hkv, d // 2), dtype=np.uint8) for _ in range(2)]
+        if fmt == "nvfp4":
+            scales = [rng.choice([0x28, 0x30, 0x38, 0x3c], (batch, cap, hkv, d // 16)).astype(np.uint8)
+                      for _ in range(2)]
+            globals_ = [np.array([0.25], np.float32), np.array([0.5], np.float32)]
+            extra = dict(k_global_scale=globals_[0], v_global_scale=globals_[1])
+            values = [unpack_fp4(c) * np.repeat(e4m3_table()[s], 16, axis=-1) * g[0]
+                      for c, s, g in zip(codes, scales, globals_)]
+        else:
+            scales = [rng.integers(124, 129, (batch, cap, hkv, d // 32), dtype=np.uint8) for _ in range(2)]
+            values = [unpack_fp4(c) * np.repeat(2.0 ** (s.astype(np.float64) - 127), 32, axis=-1)
+                      for c, s in zip(codes, scales)]
+    out, lse = hfa.flash_attn_with_kvcache(q, codes[0], codes[1], cache_seqlens=seqlens,
+                                           k_scale=scales[0], v_scale=scales[1], causal=True,
+                                           return_softmax_lse=True, **extra)
+    ref_out, ref_lse = reference(q, values[0], values[1], seqlens, True)
+    np.testing.assert_allclose(out, ref_out, atol=2e-5 * max(1, np.abs(ref_out).max()), rtol=1e-4)
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
+
+
+def test_defaults_and_int_seqlens():
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2, 1, 2, 64)).astype(np.float32)
+    k = rng.standard_normal((2, 12, 2, 64)).astype(np.float32)
+    v = rng.standard_normal((2, 12, 2, 64)).astype(np.float32)
+    whole = hfa.flash_attn_with_kvcache(q, k, v)  # default: the whole cache
+    ref, _ = reference(q, k, v, [12, 12], False)
+    np.testing.assert_allclose(whole, ref, atol=1e-5)
+    five = hfa.flash_attn_with_kvcache(q, k, v, cache_seqlens=5)
+    ref, _ = reference(q, k, v, [5, 5], False)
+    np.testing.assert_allclose(five, ref, atol=1e-5)
+
+
+def test_not_yet_and_errors():
+    q = np.zeros((1, 1, 2, 64), np.float32)
+    k = np.zeros((1, 8, 2, 64), np.float32)
+    seqlens = np.array([4], np.int32)
+    for name in ("k", "rotary_cos", "cache_batch_idx", "cu_seqlens_q", "k_descale"):
+        with pytest.raises(NotImplementedError, match=name):
+            hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, **{name: k})
+    with pytest.raises(hfa.HfaInvalidArgument, match="^block_table: entry \\(0, 0\\) = 5"):
+        hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens,
+                                    page_table=np.array([[5]], np.int32))
+    with pytest.raises(hfa.HfaInvalidArgument, match="^cache_seqlens: element 0 \\(9\\)"):
+        hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=np.array([9], np.int32))
+    with pytest.raises(hfa.HfaInvalidArgument, match="^k_cache: dtype f16 is not supported"):
+        hfa.flash_attn_with_kvcache(q, k.astype(np.float16), k.astype(np.float16),
+                                    cache_seqlens=seqlens)
+    with pytest.raises(hfa.HfaInvalidArgument, match="^k_scale: must be null"):
+        hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens,
+                                    k_scale=np.ones(2, np.float32))
+    with pytest.raises(hfa.HfaInvalidArgument, match="^v_scale: must be null"):
+        hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens,
+                                    v_scale=np.ones(2, np.float32))
+    with pytest.raises(TypeError, match="k_scale"):
+        hfa.flash_attn_with_kvcache(q, k.astype(np.uint8), k.astype(np.uint8),
+                                    cache_seqlens=seqlens, k_scale=np.ones(2, np.float64))
+    with pytest.raises(hfa.HfaInvalidArgument, match="^num_splits"):
+        hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, num_splits=-2)

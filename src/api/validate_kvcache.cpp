@@ -1,0 +1,371 @@
+// Every check a KV-cache call goes through before a backend sees it, in the order of
+// validate.cpp: each tensor on its own, then how the tensors relate (devices, shapes, the cache
+// format and its scales), then the scalar options, then (CPU, or validation mode) the values of
+// cache_seqlens and block_table. The first failure is returned.
+#include "api/validate_kvcache.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "api/errors.hpp"
+#include "api/validate.hpp"
+
+namespace hfa::detail {
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kNvfp4Block = 16;  // values per E4M3 scale (src/quant/nvfp4.hpp)
+constexpr int64_t kMxfp4Block = 32;  // values per UE8M0 scale (src/quant/mxfp4.hpp)
+
+const char* name_of(hfa_dtype d) { return dtype_name(static_cast<DType>(d)); }
+
+bool is_float_input(hfa_dtype d) { return d == HFA_F32 || d == HFA_F16 || d == HFA_BF16; }
+
+// A rank-4 attention tensor: its own checks plus extents that fit the int32 indices of the
+// backends.
+Status check_rank4(const char* name, const Tensor* t, const char* layout, bool is_output) {
+  HFA_RETURN_IF_ERROR(check_tensor_form(name, t, 4, layout, is_output));
+  for (int d = 0; d < 4; ++d)
+    if (t->shape[d] > kInt32Max)
+      return invalid(name, "extent ", t->shape[d], " in dim ", d, " exceeds int32");
+  return Status::ok();
+}
+
+Status expect_extent(const char* name, const Tensor& t, int dim, const char* what, int64_t want,
+                     const char* ref) {
+  if (t.shape[dim] == want) return Status::ok();
+  return invalid(name, "expected ", what, " ", want, " (as ", ref, "), got ", t.shape[dim]);
+}
+
+// The values a cache row holds: one per element, two per byte for packed FP4.
+int64_t values_per_row(const Tensor& cache) {
+  return cache.dtype == HFA_FP4_E2M1X2 ? 2 * cache.shape[3] : cache.shape[3];
+}
+
+// A scale tensor of a quantized cache. Per-kv-head fp32 scales are (heads_kv); every other
+// kind is shaped like the cache's first three dims (page, slot, head), plus a last dim of
+// blocks per row for the FP4 formats.
+Status check_scale(const char* name, const Tensor* scale, hfa_dtype dtype, const Tensor& cache,
+                   const char* cache_name, int64_t blocks, const Tensor& q, CacheFormat format,
+                   PagedStrides* strides) {
+  if (scale == nullptr)
+    return invalid(name, "is null, but a ", cache_name, " of dtype ", name_of(cache.dtype), " needs it");
+  const bool per_head = format == CacheFormat::fp8_per_head;
+  const int32_t rank = per_head ? 1 : (blocks > 0 ? 4 : 3);
+  const char* layout = per_head ? "(heads_kv)"
+                       : blocks > 0 ? "(pages, page_size, heads_kv, blocks per row)"
+                                    : "(pages, page_size, heads_kv)";
+  HFA_RETURN_IF_ERROR(check_tensor_form(name, scale, rank, layout, false));
+  if (scale->dtype != dtype)
+    return invalid(name, "expected dtype ", name_of(dtype), ", got ", name_of(scale->dtype));
+  HFA_RETURN_IF_ERROR(check_same_device(name, *scale, q));
+  if (per_head) {
+    if (scale->shape[0] != cache.shape[2])
+      return invalid(name, "expected shape (", cache.shape[2], ") (heads_kv, as ", cache_name,
+                     "), got ", tensor_shape_string(*scale));
+    *strides = {0, 0, scale->stride[0]};
+    return Status::ok();
+  }
+  for (int d = 0; d < 3; ++d) {
+    if (scale->shape[d] != cache.shape[d]) {
+      return invalid(name, "expected extent ", cache.shape[d], " in dim ", d, " (as ", cache_name,
+                     "), got shape ", tensor_shape_string(*scale));
+    }
+  }
+  if (blocks > 0 && scale->shape[3] != blocks)
+    return invalid(name, "expected ", blocks, " scales per row (headdim / ",
+                   format == CacheFormat::nvfp4 ? kNvfp4Block : kMxfp4Block, "), got ",
+                   scale->shape[3]);
+  *strides = {scale->stride[0], scale->stride[1], scale->stride[2]};
+  return Status::ok();
+}
+
+// NVFP4's per-tensor multiplier: fp32, (1).
+Status check_global_scale(const char* name, const Tensor* global, const Tensor& q) {
+  if (global == nullptr) return invalid(name, "is null, but an NVFP4 cache needs it");
+  HFA_RETURN_IF_ERROR(check_tensor_form(name, global, 1, "(1)", false));
+  if (global->dtype != HFA_F32)
+    return invalid(name, "expected dtype f32, got ", name_of(global->dtype));
+  if (global->shape[0] != 1) return invalid(name, "expected shape (1), got ", tensor_shape_string(*global));
+  return check_same_device(name, *global, q);
+}
+
+// Picks the format from the caches' dtype and k_scale's.
+Status cache_format(const Tensor& q, const Tensor& k_cache, const KVCacheOptions& o,
+                    CacheFormat* format) {
+  if (k_cache.dtype == q.dtype) {
+    *format = CacheFormat::plain;
+  } else if (k_cache.dtype == HFA_E4M3) {
+    *format = o.k_scale != nullptr && o.k_scale->rank == 1 ? CacheFormat::fp8_per_head
+                                                          : CacheFormat::fp8_per_token;
+  } else if (k_cache.dtype == HFA_FP4_E2M1X2) {
+    if (o.k_scale == nullptr)
+      return invalid("k_scale", "is null, but an fp4_e2m1x2 k_cache needs e4m3 (NVFP4) or ue8m0 "
+                                "(MXFP4) block scales");
+    if (o.k_scale->dtype == HFA_E4M3) {
+      *format = CacheFormat::nvfp4;
+    } else if (o.k_scale->dtype == HFA_UE8M0) {
+      *format = CacheFormat::mxfp4;
+    } else {
+      return invalid("k_scale", "dtype ", name_of(o.k_scale->dtype), " does not name an FP4 "
+                     "format (e4m3: NVFP4, ue8m0: MXFP4)");
+    }
+  } else {
+    return invalid("k_cache", "dtype ", name_of(k_cache.dtype), " is not supported (expected ",
+                   name_of(q.dtype), " as q, e4m3, or fp4_e2m1x2)");
+  }
+  return Status::ok();
+}
+
+// Scales and global scales for the format; in a plain cache none may be given.
+Status check_scales(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                    const KVCacheOptions& o, KVCacheProblem* p) {
+  const bool fp4 = p->format == CacheFormat::nvfp4 || p->format == CacheFormat::mxfp4;
+  if (p->format == CacheFormat::plain) {
+    const std::pair<const char*, const Tensor*> unused[] = {
+        {"k_scale", o.k_scale}, {"v_scale", o.v_scale},
+        {"k_global_scale", o.k_global_scale}, {"v_global_scale", o.v_global_scale}};
+    for (const auto& [name, t] : unused)
+      if (t != nullptr)
+        return invalid(name, "must be null for a ", name_of(k_cache.dtype), " cache (q's dtype)");
+    return Status::ok();
+  }
+  hfa_dtype scale_dtype = HFA_F32;
+  int64_t block = 0;
+  if (p->format == CacheFormat::nvfp4) {
+    scale_dtype = HFA_E4M3;
+    block = kNvfp4Block;
+  } else if (p->format == CacheFormat::mxfp4) {
+    scale_dtype = HFA_UE8M0;
+    block = kMxfp4Block;
+  }
+  // Every supported headdim is a multiple of 32; the check keeps a later headdim honest.
+  if (fp4 && (p->hdim_qk % block != 0 || p->hdim_v % block != 0))
+    return invalid("k_cache", "headdim must be a multiple of ", block, " for this FP4 format");
+  const int64_t k_blocks = fp4 ? p->hdim_qk / block : 0;
+  const int64_t v_blocks = fp4 ? p->hdim_v / block : 0;
+  HFA_RETURN_IF_ERROR(check_scale("k_scale", o.k_scale, scale_dtype, k_cache, "k_cache", k_blocks,
+                                  q, p->format, &p->k.scale_stride));
+  // V's scales have K's granularity: one format for the whole cache.
+  if (p->format == CacheFormat::fp8_per_head && o.v_scale != nullptr && o.v_scale->rank != 1)
+    return invalid("v_scale", "expected rank 1 (heads_kv), as k_scale, got rank ", o.v_scale->rank);
+  HFA_RETURN_IF_ERROR(check_scale("v_scale", o.v_scale, scale_dtype, v_cache, "v_cache", v_blocks,
+                                  q, p->format, &p->v.scale_stride));
+  p->k.scale = o.k_scale->data;
+  p->v.scale = o.v_scale->data;
+  if (p->format == CacheFormat::nvfp4) {
+    HFA_RETURN_IF_ERROR(check_global_scale("k_global_scale", o.k_global_scale, q));
+    HFA_RETURN_IF_ERROR(check_global_scale("v_global_scale", o.v_global_scale, q));
+    p->k.global_scale = static_cast<const float*>(o.k_global_scale->data);
+    p->v.global_scale = static_cast<const float*>(o.v_global_scale->data);
+  } else {
+    if (o.k_global_scale != nullptr) return invalid("k_global_scale", "is only used by NVFP4 caches");
+    if (o.v_global_scale != nullptr) return invalid("v_global_scale", "is only used by NVFP4 caches");
+  }
+  return Status::ok();
+}
+
+Status check_scalars(const KVCacheOptions& o) {
+  if (o.softmax_scale && (!std::isfinite(*o.softmax_scale) || *o.softmax_scale < 0.0f))
+    return invalid("softmax_scale", "must be finite and >= 0, got ", *o.softmax_scale);
+  if (!std::isfinite(o.softcap) || o.softcap < 0.0f)
+    return invalid("softcap", "must be finite and >= 0 (0 = off), got ", o.softcap);
+  if (o.window_left < -1)
+    return invalid("window_left", "must be >= -1 (-1 = unbounded), got ", o.window_left);
+  if (o.window_right < -1)
+    return invalid("window_right", "must be >= -1 (-1 = unbounded), got ", o.window_right);
+  if (o.num_splits < 0 || o.num_splits > kMaxKVSplits)
+    return invalid("num_splits", "must be in [0, ", kMaxKVSplits, "] (0 = auto), got ", o.num_splits);
+  return Status::ok();
+}
+
+// The values: each length within the cache's capacity, each block-table entry a sequence uses
+// a page of the cache. Entries past a sequence's last page are never read and not checked
+// (engines pad block tables with anything).
+Status check_values(const KVCacheProblem& p) {
+  const int64_t capacity = int64_t{p.max_pages} * p.page_size;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int32_t length = p.cache_seqlens[b];
+    if (length < 0) return invalid("cache_seqlens", "element ", b, " is negative (", length, ")");
+    if (length > capacity) {
+      return invalid("cache_seqlens", "element ", b, " (", length, ") exceeds the cache's capacity ",
+                     capacity, p.block_table ? " (max_pages · page_size)" : " (max_seqlen_cache)");
+    }
+  }
+  if (p.block_table == nullptr) return Status::ok();
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t pages = (int64_t{p.cache_seqlens[b]} + p.page_size - 1) / p.page_size;
+    for (int64_t i = 0; i < pages; ++i) {
+      const int64_t page = p.page_of(b, i);
+      if (page < 0 || page >= p.num_pages)
+        return invalid("block_table", "entry (", b, ", ", i, ") = ", page, " is outside [0, ",
+                       p.num_pages, ") (num_pages of k_cache)");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+bool kvcache_validation_from_env() {
+  // Read on every call (a scan of the environment, small next to an attention call), so that a
+  // process can turn it on after its first call.
+  const char* value = std::getenv("HFA_VALIDATE_KVCACHE");
+  return value != nullptr && value[0] != '\0' && std::strcmp(value, "0") != 0;
+}
+
+Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
+  if (args.options == nullptr) return invalid("options", "is null");
+  const KVCacheOptions& o = *args.options;
+  const bool paged = o.block_table != nullptr;
+  const char* cache_layout = paged ? "(num_pages, page_size, heads_kv, headdim) with block_table"
+                                   : "(batch, max_seqlen_cache, heads_kv, headdim)";
+
+  // Each tensor on its own.
+  HFA_RETURN_IF_ERROR(check_rank4("q", args.q, "(batch, seqlen_q, heads_q, headdim)", false));
+  HFA_RETURN_IF_ERROR(check_rank4("k_cache", args.k_cache, cache_layout, false));
+  HFA_RETURN_IF_ERROR(check_rank4("v_cache", args.v_cache, cache_layout, false));
+  HFA_RETURN_IF_ERROR(check_rank4("out", args.out, "(batch, seqlen_q, heads_q, headdim_v)", true));
+  const Tensor& q = *args.q;
+  const Tensor& k = *args.k_cache;
+  const Tensor& v = *args.v_cache;
+  const Tensor& out = *args.out;
+
+  // Dtypes and devices.
+  if (!is_float_input(q.dtype))
+    return invalid("q", "dtype ", name_of(q.dtype), " is not supported (expected f32, f16 or bf16)");
+  if (v.dtype != k.dtype)
+    return invalid("v_cache", "expected dtype ", name_of(k.dtype), " (as k_cache), got ", name_of(v.dtype));
+  if (out.dtype != q.dtype)
+    return invalid("out", "expected dtype ", name_of(q.dtype), " (as q), got ", name_of(out.dtype));
+  HFA_RETURN_IF_ERROR(check_same_device("k_cache", k, q));
+  HFA_RETURN_IF_ERROR(check_same_device("v_cache", v, q));
+  HFA_RETURN_IF_ERROR(check_same_device("out", out, q));
+
+  KVCacheProblem p;
+  HFA_RETURN_IF_ERROR(cache_format(q, k, o, &p.format));
+
+  // Shapes.
+  const int64_t batch = q.shape[0];
+  p.batch = static_cast<int32_t>(batch);
+  p.seqlen_q = static_cast<int32_t>(q.shape[1]);
+  p.heads_q = static_cast<int32_t>(q.shape[2]);
+  p.hdim_qk = static_cast<int32_t>(q.shape[3]);
+  if (p.heads_q == 0) return invalid("q", "heads must be at least 1, got 0");
+  HFA_RETURN_IF_ERROR(check_supported_head_dim("q", p.hdim_qk));
+  if (k.shape[2] == 0) return invalid("k_cache", "heads must be at least 1, got 0");
+  if (p.heads_q % k.shape[2] != 0)
+    return invalid("k_cache", "heads ", k.shape[2], " must divide q's heads ", p.heads_q,
+                   " (GQA/MQA need heads_q % heads_kv == 0)");
+  p.heads_kv = static_cast<int32_t>(k.shape[2]);
+  const char* row_unit = k.dtype == HFA_FP4_E2M1X2 ? "headdim / 2 (packed bytes)" : "headdim";
+  HFA_RETURN_IF_ERROR(expect_extent("k_cache", k, 3, row_unit,
+                                    k.dtype == HFA_FP4_E2M1X2 ? p.hdim_qk / 2 : p.hdim_qk, "q"));
+  if (!paged) HFA_RETURN_IF_ERROR(expect_extent("k_cache", k, 0, "batch", batch, "q"));
+  if (paged && k.shape[1] == 0) return invalid("k_cache", "page_size must be at least 1, got 0");
+  HFA_RETURN_IF_ERROR(expect_extent("v_cache", v, 0, paged ? "num_pages" : "batch", k.shape[0], "k_cache"));
+  HFA_RETURN_IF_ERROR(expect_extent("v_cache", v, 1, paged ? "page_size" : "max_seqlen_cache",
+                                    k.shape[1], "k_cache"));
+  HFA_RETURN_IF_ERROR(expect_extent("v_cache", v, 2, "heads", k.shape[2], "k_cache"));
+  p.hdim_v = static_cast<int32_t>(values_per_row(v));
+  HFA_RETURN_IF_ERROR(check_supported_head_dim("v_cache", p.hdim_v));
+  HFA_RETURN_IF_ERROR(expect_extent("out", out, 0, "batch", batch, "q"));
+  HFA_RETURN_IF_ERROR(expect_extent("out", out, 1, "seqlen", p.seqlen_q, "q"));
+  HFA_RETURN_IF_ERROR(expect_extent("out", out, 2, "heads", p.heads_q, "q"));
+  HFA_RETURN_IF_ERROR(expect_extent("out", out, 3, "headdim", p.hdim_v, "v_cache"));
+
+  // lse: fp32, contiguous (batch, heads_q, seqlen_q).
+  if (args.lse != nullptr) {
+    const Tensor& lse = *args.lse;
+    HFA_RETURN_IF_ERROR(check_tensor_form("lse", &lse, 3, "(batch, heads_q, seqlen_q)", true));
+    if (lse.dtype != HFA_F32) return invalid("lse", "expected dtype f32, got ", name_of(lse.dtype));
+    HFA_RETURN_IF_ERROR(check_same_device("lse", lse, q));
+    if (lse.shape[0] != batch || lse.shape[1] != p.heads_q || lse.shape[2] != p.seqlen_q)
+      return invalid("lse", "expected shape (", batch, ", ", p.heads_q, ", ", p.seqlen_q,
+                     ") (batch, heads_q, seqlen_q), got ", tensor_shape_string(lse));
+    // Contiguous, as hfa_forward's, ignoring the strides of dims with one element.
+    int64_t running = 1;
+    for (int d = 2; d >= 0; --d) {
+      if (lse.shape[d] > 1 && lse.stride[d] != running)
+        return invalid("lse", "must be contiguous (batch, heads_q, seqlen_q), got stride ",
+                       lse.stride[d], " in dim ", d, " (expected ", running, ")");
+      running *= lse.shape[d];
+    }
+    p.lse = static_cast<float*>(lse.data);
+    p.lse_batch_stride = lse.stride[0];
+    p.lse_head_stride = lse.stride[1];
+  }
+
+  // cache_seqlens and block_table.
+  if (o.cache_seqlens == nullptr) return invalid("cache_seqlens", "is null (it is required)");
+  HFA_RETURN_IF_ERROR(check_tensor_form("cache_seqlens", o.cache_seqlens, 1, "(batch)", false));
+  if (o.cache_seqlens->dtype != HFA_I32)
+    return invalid("cache_seqlens", "expected dtype i32, got ", name_of(o.cache_seqlens->dtype));
+  if (o.cache_seqlens->shape[0] != batch)
+    return invalid("cache_seqlens", "expected shape (", batch, ") (batch, as q), got ",
+                   tensor_shape_string(*o.cache_seqlens));
+  HFA_RETURN_IF_ERROR(check_same_device("cache_seqlens", *o.cache_seqlens, q));
+  if (paged) {
+    const Tensor& table = *o.block_table;
+    HFA_RETURN_IF_ERROR(check_tensor_form("block_table", &table, 2, "(batch, max_pages)", false));
+    if (table.dtype != HFA_I32)
+      return invalid("block_table", "expected dtype i32, got ", name_of(table.dtype));
+    if (table.shape[0] != batch)
+      return invalid("block_table", "expected ", batch, " rows (batch, as q), got ", table.shape[0]);
+    if (table.shape[1] > kInt32Max)
+      return invalid("block_table", "max_pages ", table.shape[1], " exceeds int32");
+    HFA_RETURN_IF_ERROR(check_same_device("block_table", table, q));
+    p.block_table = static_cast<const int32_t*>(table.data);
+    p.block_table_stride = table.stride[0];
+    p.max_pages = static_cast<int32_t>(table.shape[1]);
+  }
+  p.cache_seqlens = static_cast<const int32_t*>(o.cache_seqlens->data);
+  p.page_size = static_cast<int32_t>(k.shape[1]);
+  p.num_pages = k.shape[0];
+
+  // The format's scales, then the scalar options.
+  HFA_RETURN_IF_ERROR(check_scales(q, k, v, o, &p));
+  HFA_RETURN_IF_ERROR(check_scalars(o));
+
+  // Everything about the call's form is right; only the values remain, and they live on the
+  // tensors' device.
+  if (q.device == HFA_CUDA)
+    return not_supported("q: the KV-cache forward on ", "cuda:", q.device_index,
+                         " is not supported on this device yet (the CPU backend implements it)");
+
+  p.dtype = static_cast<DType>(q.dtype);
+  p.out_dtype = p.dtype;
+  p.cache_dtype = static_cast<DType>(k.dtype);
+  p.q = q.data;
+  p.q_stride = {q.stride[0], q.stride[1], q.stride[2]};
+  p.out = out.data;
+  p.out_stride = {out.stride[0], out.stride[1], out.stride[2]};
+  p.k.data = k.data;
+  p.k.stride = {k.stride[0], k.stride[1], k.stride[2]};
+  p.k.hdim = p.hdim_qk;
+  p.v.data = v.data;
+  p.v.stride = {v.stride[0], v.stride[1], v.stride[2]};
+  p.v.hdim = p.hdim_v;
+  p.softmax_scale = o.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(p.hdim_qk)));
+  p.softcap = o.softcap;
+  p.window_left = o.window_left;
+  p.window_right = o.causal ? 0 : o.window_right;
+  p.causal = p.window_left < 0 && p.window_right == 0;
+  p.num_splits = o.num_splits;
+  p.validate = o.validate || kvcache_validation_from_env();
+  p.device = Device{DeviceKind::cpu, 0};
+  p.stream = o.stream;
+  p.workspace = o.workspace;
+  p.workspace_bytes = o.workspace_bytes;
+
+  // CPU tensors are read where they are: always checked (a bad entry would read outside the
+  // cache). Validation mode matters once a GPU backend trusts the values by default.
+  HFA_RETURN_IF_ERROR(check_values(p));
+  *problem = p;
+  return Status::ok();
+}
+
+}  // namespace hfa::detail

@@ -1,0 +1,27 @@
+// Argument checks of the KV-cache forward: turn what the user passed into a KVCacheProblem, or
+// reject it with a Status naming the argument at fault. Nothing here touches an output tensor.
+#pragma once
+
+#include "common/kvcache_problem.hpp"
+
+namespace hfa::detail {
+
+struct KVCacheArgs {
+  const Tensor* q = nullptr;
+  const Tensor* k_cache = nullptr;
+  const Tensor* v_cache = nullptr;
+  const Tensor* out = nullptr;
+  const Tensor* lse = nullptr;  // optional
+  const KVCacheOptions* options = nullptr;
+};
+
+// The most splits a caller may ask for: more would only add combine work (the GPU's combine
+// keeps one partial per split of a row in shared memory).
+inline constexpr int32_t kMaxKVSplits = 256;
+
+Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem);
+
+// Whether HFA_VALIDATE_KVCACHE (set, not "0") asks for the value checks on every device.
+bool kvcache_validation_from_env();
+
+}  // namespace hfa::detail

@@ -1,0 +1,92 @@
+// The KV-cache (decode) attention problem as a backend sees it: validated, defaults resolved,
+// strides in elements of each tensor's own dtype (bytes for the one-byte formats). The API
+// layer builds it (src/api/validate_kvcache.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/problem.hpp"
+
+namespace hfa::detail {
+
+// How a cache row of d values is stored.
+enum class CacheFormat {
+  plain,          // the cache's dtype (f32, f16, bf16), no scale
+  fp8_per_head,   // E4M3 codes, fp32 scale per kv-head
+  fp8_per_token,  // E4M3 codes, fp32 scale per (token, kv-head)
+  nvfp4,          // packed E2M1, E4M3 scale per 16 values, fp32 global scale
+  mxfp4,          // packed E2M1, UE8M0 scale per 32 values
+};
+
+// A (page, slot, head, ...) tensor: the element (page, slot, head) starts at
+// page·page + slot·slot + head·head. A per-kv-head scale vector has page = slot = 0.
+struct PagedStrides {
+  int64_t page = 0;
+  int64_t slot = 0;
+  int64_t head = 0;
+};
+
+// One side of the cache (K or V).
+struct CacheSide {
+  const void* data = nullptr;  // codes (or plain values)
+  PagedStrides stride;         // in elements of data's storage type (bytes for FP4 and FP8)
+  const void* scale = nullptr;  // fp32 (FP8), E4M3 bytes (NVFP4), UE8M0 bytes (MXFP4); null: plain
+  PagedStrides scale_stride;    // in scale elements
+  const float* global_scale = nullptr;  // NVFP4: one fp32
+  int32_t hdim = 0;                     // values per row (not bytes)
+};
+
+struct KVCacheProblem {
+  DType dtype = DType::bf16;        // of q
+  DType out_dtype = DType::bf16;    // of out (= q's)
+  DType cache_dtype = DType::bf16;  // of the caches' storage
+  CacheFormat format = CacheFormat::plain;
+
+  int32_t batch = 0;
+  int32_t seqlen_q = 0;
+  int32_t heads_q = 0;
+  int32_t heads_kv = 0;  // heads_q % heads_kv == 0
+  int32_t hdim_qk = 0;
+  int32_t hdim_v = 0;
+
+  const void* q = nullptr;
+  void* out = nullptr;
+  Strides q_stride, out_stride;
+  float* lse = nullptr;  // (batch, heads_q, seqlen_q) with the strides below; null: not wanted
+  int64_t lse_batch_stride = 0;
+  int64_t lse_head_stride = 0;
+
+  // Token j of sequence b lives in page page_of(b, j / page_size), slot j % page_size. A
+  // contiguous cache (batch, max_seqlen_cache, ...) is the paged one with one page per sequence:
+  // page_size = max_seqlen_cache and no block table (page b for sequence b).
+  const int32_t* cache_seqlens = nullptr;  // (batch), contiguous
+  const int32_t* block_table = nullptr;    // (batch, max_pages); null: contiguous cache
+  int64_t block_table_stride = 0;          // between sequences, in elements
+  int32_t max_pages = 1;                   // block_table's second extent (1 when contiguous)
+  int32_t page_size = 0;
+  int64_t num_pages = 0;
+  CacheSide k, v;
+
+  float softmax_scale = 0.0f;  // resolved
+  float softcap = 0.0f;
+  // As ForwardProblem, with seqlen_k = cache_seqlens[b]: causal is window_right = 0.
+  int32_t window_left = -1;
+  int32_t window_right = -1;
+  bool causal = false;
+  int32_t num_splits = 0;  // 0: the backend chooses
+  // Validation mode (the option or HFA_VALIDATE_KVCACHE): a GPU backend checks block_table and
+  // cache_seqlens before launch when set. The CPU path has always checked them (in the API).
+  bool validate = false;
+
+  Device device;
+  void* stream = nullptr;
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+
+  int64_t page_of(int64_t b, int64_t page_index) const {
+    return block_table ? block_table[b * block_table_stride + page_index] : b;
+  }
+};
+
+}  // namespace hfa::detail

@@ -1,0 +1,149 @@
+#include "cpu/kvcache.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "common/combine_splits.hpp"
+#include "common/half_float.hpp"
+#include "cpu/kvcache_rows.hpp"
+#include "cpu/thread_pool.hpp"
+
+namespace hfa::cpu {
+namespace {
+
+using detail::KVCacheProblem;
+
+constexpr int64_t kKeysPerAutoSplit = 256;
+constexpr int32_t kMaxAutoSplits = 8;
+
+void store_row(DType dtype, const float* values, int64_t n, void* row) {
+  if (dtype == DType::f32) {
+    std::copy(values, values + n, static_cast<float*>(row));
+    return;
+  }
+  auto* bits = static_cast<uint16_t*>(row);
+  for (int64_t c = 0; c < n; ++c)
+    bits[c] = dtype == DType::f16 ? detail::float_to_fp16(values[c]) : detail::float_to_bf16(values[c]);
+}
+
+std::size_t element_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+
+// The cache tokens a sequence attends to. The API checked 0 <= length <= capacity; the clamp
+// keeps a direct backend caller inside the cache.
+int64_t cache_length(const KVCacheProblem& p, int64_t b) {
+  return std::clamp<int64_t>(p.cache_seqlens[b], 0, int64_t{p.max_pages} * p.page_size);
+}
+
+// Scratch of one worker: a sequence's dequantized K and V rows for one kv-head, and one query
+// row's partial results per split.
+struct Scratch {
+  std::vector<float> k, v;        // (seqlen_k, hdim)
+  std::vector<float> q;           // (hdim_qk)
+  std::vector<float> partial_out; // (splits, hdim_v)
+  std::vector<float> partial_lse; // (splits)
+  std::vector<float> out;         // (hdim_v)
+};
+
+// Online softmax over keys [first, last] for one query row: the normalized output of those keys
+// and their log-sum-exp (−inf and zeros when the range is empty).
+float attend(const KVCacheProblem& p, const Scratch& s, int64_t first, int64_t last, float* o) {
+  const int dk = p.hdim_qk;
+  const int dv = p.hdim_v;
+  std::fill(o, o + dv, 0.0f);
+  if (first > last) return -INFINITY;
+  float running_max = -INFINITY;
+  float running_sum = 0.0f;
+  for (int64_t j = first; j <= last; ++j) {
+    const float* key = s.k.data() + j * dk;
+    float score = 0.0f;
+    for (int c = 0; c < dk; ++c) score += s.q[c] * key[c];
+    score *= p.softmax_scale;
+    if (p.softcap > 0.0f) score = p.softcap * std::tanh(score / p.softcap);
+    // A new maximum rescales what has been accumulated so far, keeping every exp <= 1.
+    if (score > running_max) {
+      const float rescale = running_max == -INFINITY ? 0.0f : std::exp(running_max - score);
+      running_sum *= rescale;
+      for (int c = 0; c < dv; ++c) o[c] *= rescale;
+      running_max = score;
+    }
+    const float weight = std::exp(score - running_max);
+    running_sum += weight;
+    const float* value = s.v.data() + j * dv;
+    for (int c = 0; c < dv; ++c) o[c] += weight * value[c];
+  }
+  // NaN scores (a NaN in the cache) make the sum NaN, and so o and the LSE: never hidden.
+  for (int c = 0; c < dv; ++c) o[c] /= running_sum;
+  return running_max + std::log(running_sum);
+}
+
+// One (sequence, kv-head): every query head of its GQA group shares the gathered rows.
+void run_group(const KVCacheProblem& p, int64_t b, int64_t kv_head, Scratch& s) {
+  const int64_t seqlen_k = cache_length(p, b);
+  s.k.resize(static_cast<std::size_t>(seqlen_k * p.hdim_qk));
+  s.v.resize(static_cast<std::size_t>(seqlen_k * p.hdim_v));
+  for (int64_t j = 0; j < seqlen_k; ++j) {
+    load_cache_row(p, p.k, b, j, kv_head, s.k.data() + j * p.hdim_qk);
+    load_cache_row(p, p.v, b, j, kv_head, s.v.data() + j * p.hdim_v);
+  }
+
+  const int32_t splits = kvcache_splits(p, seqlen_k);
+  const int64_t chunk = std::max<int64_t>(1, (seqlen_k + splits - 1) / splits);
+  const int64_t group = p.heads_q / p.heads_kv;
+  const std::size_t q_bytes = element_bytes(p.dtype);
+  const std::size_t out_bytes = element_bytes(p.out_dtype);
+  for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+    for (int64_t i = 0; i < p.seqlen_q; ++i) {
+      const int64_t q_offset = b * p.q_stride.batch + i * p.q_stride.row + h * p.q_stride.head;
+      load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes, p.hdim_qk,
+                     s.q.data());
+      const CacheKeyRange seen = cache_keys_seen(p, seqlen_k, i);
+      for (int32_t split = 0; split < splits; ++split) {
+        const int64_t first = std::max(seen.first, split * chunk);
+        const int64_t last = std::min(seen.last, (split + 1) * chunk - 1);
+        s.partial_lse[split] = attend(p, s, first, last, s.partial_out.data() + split * p.hdim_v);
+      }
+      const float lse = detail::combine_splits(s.partial_lse.data(), s.partial_out.data(),
+                                               p.hdim_v, splits, p.hdim_v, s.out.data());
+      const int64_t out_offset =
+          b * p.out_stride.batch + i * p.out_stride.row + h * p.out_stride.head;
+      store_row(p.out_dtype, s.out.data(), p.hdim_v,
+                static_cast<std::byte*>(p.out) + out_offset * out_bytes);
+      if (p.lse != nullptr) p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i] = lse;
+    }
+  }
+}
+
+}  // namespace
+
+int32_t kvcache_splits(const KVCacheProblem& p, int64_t seqlen_k) {
+  if (p.num_splits > 0) return p.num_splits;
+  return static_cast<int32_t>(std::clamp<int64_t>(seqlen_k / kKeysPerAutoSplit, 1, kMaxAutoSplits));
+}
+
+Status kvcache_forward(const KVCacheProblem& p) {
+  ThreadPool& pool = ThreadPool::shared();
+  // Scratch is sized here, where an allocation failure can still become a Status (the API's
+  // guard turns bad_alloc into one); the workers only resize K/V, whose largest size is
+  // reserved up front.
+  int64_t longest = 0;
+  for (int64_t b = 0; b < p.batch; ++b) longest = std::max(longest, cache_length(p, b));
+  int32_t most_splits = 1;
+  for (int64_t b = 0; b < p.batch; ++b) most_splits = std::max(most_splits, kvcache_splits(p, cache_length(p, b)));
+  std::vector<Scratch> scratch(static_cast<std::size_t>(pool.thread_count()));
+  for (Scratch& s : scratch) {
+    s.k.reserve(static_cast<std::size_t>(longest * p.hdim_qk));
+    s.v.reserve(static_cast<std::size_t>(longest * p.hdim_v));
+    s.q.resize(static_cast<std::size_t>(p.hdim_qk));
+    s.partial_out.resize(static_cast<std::size_t>(most_splits) * p.hdim_v);
+    s.partial_lse.resize(static_cast<std::size_t>(most_splits));
+    s.out.resize(static_cast<std::size_t>(p.hdim_v));
+  }
+  pool.parallel_for(int64_t{p.batch} * p.heads_kv, [&](int64_t item, int thread) {
+    run_group(p, item / p.heads_kv, item % p.heads_kv, scratch[static_cast<std::size_t>(thread)]);
+  });
+  return Status::ok();
+}
+
+}  // namespace hfa::cpu

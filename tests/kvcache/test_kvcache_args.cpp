@@ -1,0 +1,280 @@
+// Every bad argument of the KV-cache forward is rejected with a message naming it, and nothing
+// is written to out or lse.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "api/fixture.hpp"
+#include "api/validate_kvcache.hpp"
+#include "kvcache/kv_case.hpp"
+
+namespace hfa::test {
+namespace {
+
+// Makes `c` a valid case to bend: paged bf16 by default. Built in place, since the options
+// point at the case's own tensors.
+void reset(KVCase& c, CacheKind kind = CacheKind::bf16, bool paged = true) {
+  c = KVCase{};
+  c.kind = kind;
+  c.paged = paged;
+  c.group = 2;
+  c.seqlen_q = 2;
+  c.cache_seqlens = {5, 0, 40};
+  c.build();
+}
+
+// Rejected as described, outputs untouched (they still hold the NaN poison, bit for bit).
+::testing::AssertionResult KVRejected(KVCase& c, const std::string& argument,
+                                      const std::string& fragment = "",
+                                      Code code = Code::invalid_argument) {
+  const std::vector<unsigned char> out_before = c.out.bytes, lse_before = c.lse.bytes;
+  if (auto result = Rejected(c.run(), code, argument, fragment); !result) return result;
+  if (c.out.bytes != out_before || c.lse.bytes != lse_before)
+    return ::testing::AssertionFailure() << "an output was written";
+  return ::testing::AssertionSuccess();
+}
+
+TEST(KVCacheArgs, ValidCasesRun) {
+  for (CacheKind kind : {CacheKind::bf16, CacheKind::fp8_per_head, CacheKind::fp8_per_token,
+                         CacheKind::nvfp4, CacheKind::mxfp4}) {
+    for (bool paged : {true, false}) {
+      KVCase c;
+      reset(c, kind, paged);
+      const Status status = c.run();
+      EXPECT_TRUE(status.is_ok()) << kind_name(kind) << ": " << status.message();
+    }
+  }
+}
+
+TEST(KVCacheArgs, CacheSeqlens) {
+  KVCase c;
+  reset(c);
+  c.options.cache_seqlens = nullptr;
+  EXPECT_TRUE(KVRejected(c, "cache_seqlens", "required"));
+  reset(c);
+  c.seqlens.tensor.dtype = HFA_F32;
+  c.options.cache_seqlens = &c.seqlens.tensor;
+  EXPECT_TRUE(KVRejected(c, "cache_seqlens", "expected dtype i32"));
+  reset(c);
+  c.seqlens.tensor.shape[0] = 2;
+  c.options.cache_seqlens = &c.seqlens.tensor;
+  EXPECT_TRUE(KVRejected(c, "cache_seqlens", "expected shape (3)"));
+  reset(c);
+  *c.seqlens.at<int32_t>({1}) = -1;
+  EXPECT_TRUE(KVRejected(c, "cache_seqlens", "element 1 is negative"));
+  reset(c);  // capacity: max_pages · page_size = (3 + 1) · 16
+  *c.seqlens.at<int32_t>({2}) = 65;
+  EXPECT_TRUE(KVRejected(c, "cache_seqlens", "element 2 (65) exceeds the cache's capacity 64"));
+  reset(c, CacheKind::bf16, false);  // contiguous: max_seqlen_cache = 43
+  *c.seqlens.at<int32_t>({0}) = 44;
+  EXPECT_TRUE(KVRejected(c, "cache_seqlens", "max_seqlen_cache"));
+}
+
+TEST(KVCacheArgs, BlockTable) {
+  KVCase c;
+  reset(c);
+  *c.table.at<int32_t>({2, 1}) = 99;
+  EXPECT_TRUE(KVRejected(c, "block_table", "entry (2, 1) = 99 is outside [0, 6)"));
+  reset(c);
+  *c.table.at<int32_t>({0, 0}) = -1;
+  EXPECT_TRUE(KVRejected(c, "block_table", "entry (0, 0) = -1"));
+  reset(c);  // entries past a sequence's last page are not read: -1 there is fine
+  *c.table.at<int32_t>({1, 0}) = -7;
+  EXPECT_TRUE(c.run().is_ok());
+  reset(c);
+  c.table.tensor.dtype = HFA_I32 == HFA_F32 ? HFA_F16 : HFA_F32;
+  EXPECT_TRUE(KVRejected(c, "block_table", "expected dtype i32"));
+  reset(c);
+  c.table.tensor.shape[0] = 2;
+  EXPECT_TRUE(KVRejected(c, "block_table", "expected 3 rows"));
+  reset(c);
+  c.table.tensor.rank = 3;
+  EXPECT_TRUE(KVRejected(c, "block_table", "expected rank 2"));
+}
+
+TEST(KVCacheArgs, Shapes) {
+  KVCase c;
+  reset(c);
+  c.k.tensor.shape[3] = 32;
+  EXPECT_TRUE(KVRejected(c, "k_cache", "expected headdim 64 (as q), got 32"));
+  reset(c);
+  c.v.tensor.shape[1] = 8;
+  EXPECT_TRUE(KVRejected(c, "v_cache", "expected page_size 16 (as k_cache), got 8"));
+  reset(c);
+  c.v.tensor.shape[0] = 3;
+  EXPECT_TRUE(KVRejected(c, "v_cache", "num_pages"));
+  reset(c, CacheKind::bf16, false);
+  c.k.tensor.shape[0] = 2;
+  EXPECT_TRUE(KVRejected(c, "k_cache", "expected batch 3 (as q)"));
+  reset(c);
+  c.k.tensor.shape[2] = 3;
+  c.v.tensor.shape[2] = 3;
+  EXPECT_TRUE(KVRejected(c, "k_cache", "must divide q's heads 4"));
+  reset(c);
+  c.out.tensor.shape[1] = 1;
+  EXPECT_TRUE(KVRejected(c, "out", "expected seqlen 2 (as q), got 1"));
+  reset(c);
+  c.lse.tensor.shape[2] = 1;
+  EXPECT_TRUE(KVRejected(c, "lse", "expected shape (3, 4, 2)"));
+  reset(c);
+  c.lse.tensor.stride[0] = 100;
+  EXPECT_TRUE(KVRejected(c, "lse", "must be contiguous"));
+  reset(c);
+  c.k.tensor.shape[1] = 0;
+  c.v.tensor.shape[1] = 0;
+  EXPECT_TRUE(KVRejected(c, "k_cache", "page_size must be at least 1"));
+  reset(c);
+  c.k.tensor.stride[3] = 2;
+  EXPECT_TRUE(KVRejected(c, "k_cache", "unit stride"));
+  reset(c);
+  c.q.tensor.rank = 3;
+  EXPECT_TRUE(KVRejected(c, "q", "expected rank 4"));
+}
+
+TEST(KVCacheArgs, Dtypes) {
+  KVCase c;
+  reset(c);
+  c.k.tensor.dtype = HFA_E5M2;
+  c.v.tensor.dtype = HFA_E5M2;
+  EXPECT_TRUE(KVRejected(c, "k_cache", "dtype e5m2 is not supported"));
+  reset(c);
+  c.v.tensor.dtype = HFA_F16;
+  EXPECT_TRUE(KVRejected(c, "v_cache", "expected dtype bf16 (as k_cache)"));
+  reset(c);
+  c.out.tensor.dtype = HFA_F32;
+  EXPECT_TRUE(KVRejected(c, "out", "expected dtype bf16 (as q)"));
+  reset(c);
+  c.q.tensor.dtype = HFA_E4M3;
+  EXPECT_TRUE(KVRejected(c, "q", "not supported"));
+}
+
+TEST(KVCacheArgs, Scales) {
+  KVCase c;
+  reset(c);
+  Storage stray;
+  stray.make(DType::f32, {2});
+  c.options.k_scale = &stray.tensor;
+  EXPECT_TRUE(KVRejected(c, "k_scale", "must be null"));
+
+  reset(c, CacheKind::fp8_per_token);
+  c.options.k_scale = nullptr;
+  EXPECT_TRUE(KVRejected(c, "k_scale", "is null"));
+  reset(c, CacheKind::fp8_per_token);
+  c.k_scale.tensor.shape[1] = 3;
+  EXPECT_TRUE(KVRejected(c, "k_scale", "expected extent 16 in dim 1"));
+  reset(c, CacheKind::fp8_per_head);
+  c.k_scale.tensor.shape[0] = 3;
+  EXPECT_TRUE(KVRejected(c, "k_scale", "heads_kv"));
+  reset(c, CacheKind::fp8_per_head);
+  c.options.v_scale = &c.k_scale.tensor;  // fine: same shape
+  EXPECT_TRUE(c.run().is_ok());
+  reset(c, CacheKind::fp8_per_head);
+  c.v_scale.tensor.dtype = HFA_F16;
+  EXPECT_TRUE(KVRejected(c, "v_scale", "expected dtype f32"));
+
+  reset(c, CacheKind::nvfp4);
+  c.options.k_global_scale = nullptr;
+  EXPECT_TRUE(KVRejected(c, "k_global_scale", "is null"));
+  reset(c, CacheKind::nvfp4);
+  c.k_scale.tensor.shape[3] = 2;
+  EXPECT_TRUE(KVRejected(c, "k_scale", "expected 4 scales per row"));
+  reset(c, CacheKind::nvfp4);
+  c.k.tensor.shape[3] = 64;
+  c.v.tensor.shape[3] = 64;
+  EXPECT_TRUE(KVRejected(c, "k_cache", "headdim / 2"));
+  reset(c, CacheKind::mxfp4);
+  Storage global;
+  global.make(DType::f32, {1});
+  c.options.k_global_scale = &global.tensor;
+  EXPECT_TRUE(KVRejected(c, "k_global_scale", "only used by NVFP4"));
+  reset(c, CacheKind::mxfp4);
+  c.options.k_scale = nullptr;
+  EXPECT_TRUE(KVRejected(c, "k_scale", "e4m3 (NVFP4) or ue8m0 (MXFP4)"));
+  reset(c, CacheKind::mxfp4);
+  c.k_scale.tensor.dtype = HFA_F32;
+  EXPECT_TRUE(KVRejected(c, "k_scale", "does not name an FP4 format"));
+  reset(c, CacheKind::mxfp4);
+  c.v_scale.tensor.dtype = HFA_E4M3;
+  EXPECT_TRUE(KVRejected(c, "v_scale", "expected dtype ue8m0"));
+}
+
+TEST(KVCacheArgs, Scalars) {
+  KVCase c;
+  reset(c);
+  c.options.num_splits = -1;
+  EXPECT_TRUE(KVRejected(c, "num_splits", "got -1"));
+  c.options.num_splits = 257;
+  EXPECT_TRUE(KVRejected(c, "num_splits", "[0, 256]"));
+  reset(c);
+  c.options.softcap = -1.0f;
+  EXPECT_TRUE(KVRejected(c, "softcap"));
+  reset(c);
+  c.options.window_left = -2;
+  EXPECT_TRUE(KVRejected(c, "window_left"));
+  reset(c);
+  c.options.softmax_scale = -0.5f;
+  EXPECT_TRUE(KVRejected(c, "softmax_scale"));
+}
+
+// The mode a GPU backend will check values in: the option, or HFA_VALIDATE_KVCACHE set and not
+// "0". (CPU tensors are checked either way: see CacheSeqlens and BlockTable.)
+TEST(KVCacheArgs, ValidationModeFromOptionOrEnvironment) {
+  KVCase c;
+  reset(c);
+  auto mode = [&c] {
+    detail::KVCacheProblem p;
+    const Status status = detail::build_kvcache_problem(
+        {&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor, &c.lse.tensor, &c.options}, &p);
+    EXPECT_TRUE(status.is_ok()) << status.message();
+    return p.validate;
+  };
+  unsetenv("HFA_VALIDATE_KVCACHE");
+  EXPECT_FALSE(mode());
+  c.options.validate = true;
+  EXPECT_TRUE(mode());
+  c.options.validate = false;
+  setenv("HFA_VALIDATE_KVCACHE", "1", 1);
+  EXPECT_TRUE(mode());
+  setenv("HFA_VALIDATE_KVCACHE", "0", 1);
+  EXPECT_FALSE(mode());
+  unsetenv("HFA_VALIDATE_KVCACHE");
+}
+
+// CUDA tensors are well formed but have no kernel yet; nothing is dereferenced.
+TEST(KVCacheArgs, CudaIsNotSupportedYet) {
+  KVCase c;
+  reset(c);
+  for (Storage* s : {&c.q, &c.k, &c.v, &c.out, &c.lse, &c.seqlens, &c.table})
+    s->tensor.device = HFA_CUDA;
+  EXPECT_TRUE(KVRejected(c, "q", "not supported on this device yet", Code::not_supported));
+  reset(c);
+  c.k.tensor.device = HFA_CUDA;
+  EXPECT_TRUE(KVRejected(c, "k_cache", "expected cpu (as q)"));
+}
+
+TEST(KVCacheArgs, CAbi) {
+  KVCase c;
+  reset(c);
+  hfa_kvcache_options options = to_c(c.options);
+  EXPECT_EQ(hfa_forward_kvcache(&c.q.tensor, nullptr, &c.v.tensor, &c.out.tensor, nullptr, &options),
+            HFA_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(hfa_last_error(), "k_cache: is null");
+  EXPECT_EQ(hfa_forward_kvcache(&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor, nullptr, nullptr),
+            HFA_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(hfa_last_error(), "options: is null");
+  const hfa_kvcache_options defaults = hfa_default_kvcache_options();
+  EXPECT_EQ(defaults.window_left, -1);
+  EXPECT_EQ(defaults.num_splits, 0);
+  EXPECT_EQ(defaults.cache_seqlens, nullptr);
+  EXPECT_EQ(hfa_forward_kvcache(&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor, &c.lse.tensor,
+                                &options),
+            HFA_SUCCESS)
+      << hfa_last_error();
+  EXPECT_FALSE(std::isnan(c.out_at(0, 0, 0, 0)));
+  EXPECT_EQ(*c.lse.at<float>({1, 0, 0}), -INFINITY);  // cache_seqlens[1] = 0
+  EXPECT_EQ(c.out_at(1, 0, 0, 0), 0.0f);
+}
+
+}  // namespace
+}  // namespace hfa::test

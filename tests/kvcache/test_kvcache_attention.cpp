@@ -1,0 +1,173 @@
+// The KV-cache forward against the float64 oracle on the same dequantized cache, for every
+// cache format × page size × GQA ratio × seqlen_q, paged and contiguous, with ragged lengths
+// (0 and 1 included); and split-KV against one split.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "api/validate_kvcache.hpp"
+#include "cpu/reference.hpp"
+#include "kvcache/kv_case.hpp"
+
+namespace hfa::test {
+namespace {
+
+struct Oracle {
+  std::vector<double> out, lse;
+};
+
+Oracle oracle_of(KVCase& c) {
+  detail::KVCacheProblem problem;
+  const Status status = detail::build_kvcache_problem(
+      {&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor, &c.lse.tensor, &c.options}, &problem);
+  EXPECT_TRUE(status.is_ok()) << status.message();
+  Oracle o;
+  o.out.assign(static_cast<std::size_t>(c.batch() * c.seqlen_q * c.heads_q() * c.hdim), 0.0);
+  o.lse.assign(static_cast<std::size_t>(c.batch() * c.heads_q() * c.seqlen_q), 0.0);
+  cpu::reference_forward_kvcache(problem, o.out.data(), o.lse.data());
+  return o;
+}
+
+// Output error allowed: the rounding of out to its dtype plus fp32 accumulation.
+double out_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 2e-5;
+    case DType::f16: return 2e-3;
+    default: return 1e-2;
+  }
+}
+
+// Runs the case and compares every out element and LSE with the oracle.
+void expect_matches_oracle(KVCase& c) {
+  SCOPED_TRACE(c.describe());
+  c.build();
+  const Oracle o = oracle_of(c);
+  const Status status = c.run();
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  const double tol = out_tolerance(c.q_dtype());
+  int failures = 0;
+  for (int64_t b = 0; b < c.batch(); ++b)
+    for (int64_t h = 0; h < c.heads_q(); ++h)
+      for (int64_t i = 0; i < c.seqlen_q; ++i) {
+        const double want_lse = o.lse[(b * c.heads_q() + h) * c.seqlen_q + i];
+        const float got_lse = *c.lse.at<float>({b, h, i});
+        if (std::isinf(want_lse)) {
+          EXPECT_TRUE(std::isinf(got_lse) && got_lse < 0) << "b " << b << " h " << h << " i " << i << ": lse " << got_lse;
+        } else {
+          EXPECT_NEAR(got_lse, want_lse, 1e-4 * std::max(1.0, std::abs(want_lse)))
+              << "b " << b << " h " << h << " i " << i;
+        }
+        for (int64_t d = 0; d < c.hdim; ++d) {
+          const double want = o.out[((b * c.seqlen_q + i) * c.heads_q() + h) * c.hdim + d];
+          const double got = c.out_at(b, i, h, d);
+          if (!(std::abs(got - want) <= tol * (1.0 + std::abs(want))) && ++failures <= 5)
+            ADD_FAILURE() << "out(" << b << ", " << i << ", " << h << ", " << d << ") = " << got
+                          << ", oracle " << want;
+        }
+      }
+  EXPECT_EQ(failures, 0);
+}
+
+// One format, the whole sweep: page sizes {1, 16, 64, 256} paged and one contiguous layout,
+// GQA ratios {1, 4}, seqlen_q {1, 4, 33}; causal on every other case.
+void sweep(CacheKind kind) {
+  int n = 0;
+  for (int64_t page_size : {int64_t{0}, int64_t{1}, int64_t{16}, int64_t{64}, int64_t{256}}) {
+    for (int64_t group : {1, 4}) {
+      for (int64_t seqlen_q : {1, 4, 33}) {
+        KVCase c;
+        c.kind = kind;
+        c.paged = page_size > 0;
+        c.page_size = page_size;
+        c.group = group;
+        c.seqlen_q = seqlen_q;
+        // Ragged: empty, one token, shorter than seqlen_q (rows that see nothing when causal),
+        // a few pages.
+        c.cache_seqlens = {0, 1, 20, 141};
+        c.options.causal = (n % 2) == 1;
+        c.seed = static_cast<uint32_t>(100 + n++);
+        expect_matches_oracle(c);
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(KVCacheOracle, F32Cache) { sweep(CacheKind::f32); }
+TEST(KVCacheOracle, F16Cache) { sweep(CacheKind::f16); }
+TEST(KVCacheOracle, Bf16Cache) { sweep(CacheKind::bf16); }
+TEST(KVCacheOracle, Fp8PerKvHeadCache) { sweep(CacheKind::fp8_per_head); }
+TEST(KVCacheOracle, Fp8PerTokenCache) { sweep(CacheKind::fp8_per_token); }
+TEST(KVCacheOracle, Nvfp4Cache) { sweep(CacheKind::nvfp4); }
+TEST(KVCacheOracle, Mxfp4Cache) { sweep(CacheKind::mxfp4); }
+
+TEST(KVCacheOracle, WindowSoftcapScaleAndHeaddim128) {
+  KVCase c;
+  c.kind = CacheKind::bf16;
+  c.hdim = 128;
+  c.group = 4;
+  c.seqlen_q = 5;
+  c.cache_seqlens = {3, 90, 200};
+  c.options.window_left = 17;
+  c.options.window_right = 2;
+  c.options.softcap = 5.0f;
+  c.options.softmax_scale = 0.2f;
+  c.options.num_splits = 3;
+  expect_matches_oracle(c);
+}
+
+// Split-KV merges to the one-split result up to fp32 rounding, for every split count, with
+// splits that hold no key at all (8 splits over 1 key) and auto.
+TEST(KVCacheSplits, SameResultAsOneSplit) {
+  for (bool causal : {false, true}) {
+    KVCase one;
+    one.kind = CacheKind::f32;
+    one.group = 4;
+    one.seqlen_q = 4;
+    one.cache_seqlens = {0, 1, 5, 300, 777};
+    one.options.causal = causal;
+    one.options.num_splits = 1;
+    one.build();
+    ASSERT_TRUE(one.run().is_ok());
+    for (int32_t splits : {0, 3, 8, 256}) {
+      SCOPED_TRACE(testing::Message() << "splits " << splits << (causal ? " causal" : ""));
+      KVCase c = one;  // same seed: the same tensors
+      c.options.num_splits = splits;
+      c.build();
+      ASSERT_TRUE(c.run().is_ok());
+      for (int64_t b = 0; b < c.batch(); ++b)
+        for (int64_t h = 0; h < c.heads_q(); ++h)
+          for (int64_t i = 0; i < c.seqlen_q; ++i) {
+            const float a = *one.lse.at<float>({b, h, i});
+            const float z = *c.lse.at<float>({b, h, i});
+            if (std::isinf(a)) {
+              EXPECT_EQ(a, z);
+            } else {
+              EXPECT_NEAR(z, a, 1e-5f * std::max(1.0f, std::abs(a)));
+            }
+            for (int64_t d = 0; d < c.hdim; ++d)
+              EXPECT_NEAR(c.out_at(b, i, h, d), one.out_at(b, i, h, d), 1e-5f) << b << " " << i << " " << h << " " << d;
+          }
+    }
+  }
+}
+
+// A NaN in the cache reaches every row that sees it, whatever the split it falls in.
+TEST(KVCacheSplits, NanInTheCachePropagates) {
+  KVCase c;
+  c.kind = CacheKind::f32;
+  c.paged = false;
+  c.cache_seqlens = {600};
+  c.options.num_splits = 4;
+  c.build();
+  *c.k.at<float>({0, 599, 0, 3}) = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_TRUE(c.run().is_ok());
+  EXPECT_TRUE(std::isnan(c.out_at(0, 0, 0, 0)));
+  EXPECT_TRUE(std::isnan(*c.lse.at<float>({0, 0, 0})));
+  EXPECT_FALSE(std::isnan(c.out_at(0, 0, 1, 0)));  // the other kv-head does not read it
+}
+
+}  // namespace
+}  // namespace hfa::test
