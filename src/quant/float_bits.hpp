@@ -9,13 +9,7 @@
 
 #include <cstdint>
 
-#ifndef HFA_HD
-#if defined(__CUDACC__)
-#define HFA_HD __host__ __device__
-#else
-#define HFA_HD
-#endif
-#endif
+#include "common/host_device.hpp"
 
 namespace hfa::quant {
 
