@@ -239,6 +239,23 @@ def make_options(*, softmax_scale=None, causal=False, window_size=(-1, -1), soft
     (cu_seqlens, sinks, seqused, dsinks) must outlive the returned Options (it stores pointers
     to them)."""
     o = library().hfa_default_options()
+    _apply_common(o, softmax_scale, causal, window_size, softcap, stream)
+    o.deterministic = 1 if deterministic else 0
+    if cu_seqlens_q is not None:
+        o.cu_seqlens_q = ctypes.pointer(cu_seqlens_q)
+    if cu_seqlens_k is not None:
+        o.cu_seqlens_k = ctypes.pointer(cu_seqlens_k)
+    o.max_seqlen_q = int(max_seqlen_q)
+    o.max_seqlen_k = int(max_seqlen_k)
+    for name, t in (("sinks", sinks), ("seqused_q", seqused_q), ("seqused_k", seqused_k),
+                    ("dsinks", dsinks)):
+        if t is not None:
+            setattr(o, name, ctypes.pointer(t))
+    return o
+
+
+def _apply_common(o, softmax_scale, causal, window_size, softcap, stream) -> None:
+    """The fields Options and KVCacheOptions share, under the same names."""
     if softmax_scale is not None:
         o.has_softmax_scale = 1
         o.softmax_scale = float(softmax_scale)
@@ -248,19 +265,7 @@ def make_options(*, softmax_scale=None, causal=False, window_size=(-1, -1), soft
     o.window_left = -1 if left is None else int(left)
     o.window_right = -1 if right is None else int(right)
     o.softcap = float(softcap)
-    o.deterministic = 1 if deterministic else 0
-    if cu_seqlens_q is not None:
-        o.cu_seqlens_q = ctypes.pointer(cu_seqlens_q)
-    if cu_seqlens_k is not None:
-        o.cu_seqlens_k = ctypes.pointer(cu_seqlens_k)
-    o.max_seqlen_q = int(max_seqlen_q)
-    o.max_seqlen_k = int(max_seqlen_k)
     o.stream = stream
-    for name, t in (("sinks", sinks), ("seqused_q", seqused_q), ("seqused_k", seqused_k),
-                    ("dsinks", dsinks)):
-        if t is not None:
-            setattr(o, name, ctypes.pointer(t))
-    return o
 
 
 def _ref(t: Optional[Tensor]):
@@ -308,16 +313,8 @@ def make_kvcache_options(*, cache_seqlens: Tensor, block_table: Optional[Tensor]
     for name, t in tensors:
         if t is not None:
             setattr(o, name, ctypes.pointer(t))
-    if softmax_scale is not None:
-        o.has_softmax_scale = 1
-        o.softmax_scale = float(softmax_scale)
-    o.causal = 1 if causal else 0
-    left, right = window_size
-    o.window_left = -1 if left is None else int(left)
-    o.window_right = -1 if right is None else int(right)
-    o.softcap = float(softcap)
+    _apply_common(o, softmax_scale, causal, window_size, softcap, stream)
     o.num_splits = int(num_splits)
-    o.stream = stream
     return o
 
 

@@ -1,23 +1,45 @@
 #include "api/options.hpp"
 
 namespace hfa {
+namespace {
 
-hfa_options to_c(const Options& options) {
-  hfa_options c = detail::default_c_options();
+// The fields every options struct has (forward, backward, kvcache), under the same names in C
+// and C++.
+template <typename CppOptions, typename COptions>
+void common_to_c(const CppOptions& options, COptions& c) {
   c.has_softmax_scale = options.softmax_scale.has_value() ? 1 : 0;
   c.softmax_scale = options.softmax_scale.value_or(0.0f);
   c.causal = options.causal ? 1 : 0;
   c.window_left = options.window_left;
   c.window_right = options.window_right;
   c.softcap = options.softcap;
+  c.stream = options.stream;
+  c.workspace = options.workspace;
+  c.workspace_bytes = options.workspace_bytes;
+}
+
+template <typename COptions, typename CppOptions>
+void common_from_c(const COptions& c, CppOptions& options) {
+  if (c.has_softmax_scale) options.softmax_scale = c.softmax_scale;
+  options.causal = c.causal != 0;
+  options.window_left = c.window_left;
+  options.window_right = c.window_right;
+  options.softcap = c.softcap;
+  options.stream = c.stream;
+  options.workspace = c.workspace;
+  options.workspace_bytes = c.workspace_bytes;
+}
+
+}  // namespace
+
+hfa_options to_c(const Options& options) {
+  hfa_options c = detail::default_c_options();
+  common_to_c(options, c);
   c.cu_seqlens_q = options.cu_seqlens_q;
   c.cu_seqlens_k = options.cu_seqlens_k;
   c.max_seqlen_q = options.max_seqlen_q;
   c.max_seqlen_k = options.max_seqlen_k;
   c.deterministic = options.deterministic ? 1 : 0;
-  c.stream = options.stream;
-  c.workspace = options.workspace;
-  c.workspace_bytes = options.workspace_bytes;
   c.sinks = options.sinks;
   c.seqused_q = options.seqused_q;
   c.seqused_k = options.seqused_k;
@@ -33,17 +55,9 @@ hfa_kvcache_options to_c(const KVCacheOptions& options) {
   c.v_scale = options.v_scale;
   c.k_global_scale = options.k_global_scale;
   c.v_global_scale = options.v_global_scale;
-  c.has_softmax_scale = options.softmax_scale.has_value() ? 1 : 0;
-  c.softmax_scale = options.softmax_scale.value_or(0.0f);
-  c.causal = options.causal ? 1 : 0;
-  c.window_left = options.window_left;
-  c.window_right = options.window_right;
-  c.softcap = options.softcap;
+  common_to_c(options, c);
   c.num_splits = options.num_splits;
   c.validate = options.validate ? 1 : 0;
-  c.stream = options.stream;
-  c.workspace = options.workspace;
-  c.workspace_bytes = options.workspace_bytes;
   return c;
 }
 
@@ -64,16 +78,9 @@ KVCacheOptions from_c(const hfa_kvcache_options& c) {
   options.v_scale = c.v_scale;
   options.k_global_scale = c.k_global_scale;
   options.v_global_scale = c.v_global_scale;
-  if (c.has_softmax_scale) options.softmax_scale = c.softmax_scale;
-  options.causal = c.causal != 0;
-  options.window_left = c.window_left;
-  options.window_right = c.window_right;
-  options.softcap = c.softcap;
+  common_from_c(c, options);
   options.num_splits = c.num_splits;
   options.validate = c.validate != 0;
-  options.stream = c.stream;
-  options.workspace = c.workspace;
-  options.workspace_bytes = c.workspace_bytes;
   return options;
 }
 
@@ -86,19 +93,12 @@ hfa_options default_c_options() {
 
 Options from_c(const hfa_options& c) {
   Options options;
-  if (c.has_softmax_scale) options.softmax_scale = c.softmax_scale;
-  options.causal = c.causal != 0;
-  options.window_left = c.window_left;
-  options.window_right = c.window_right;
-  options.softcap = c.softcap;
+  common_from_c(c, options);
   options.cu_seqlens_q = c.cu_seqlens_q;
   options.cu_seqlens_k = c.cu_seqlens_k;
   options.max_seqlen_q = c.max_seqlen_q;
   options.max_seqlen_k = c.max_seqlen_k;
   options.deterministic = c.deterministic != 0;
-  options.stream = c.stream;
-  options.workspace = c.workspace;
-  options.workspace_bytes = c.workspace_bytes;
   options.sinks = c.sinks;
   options.seqused_q = c.seqused_q;
   options.seqused_k = c.seqused_k;
