@@ -67,7 +67,7 @@ struct Producer {
 
   __device__ void run() {
     ptx::RingPosition<Storage::kTileSlots> slot;
-    for (int index = blockIdx.x;; index = next_tile(p, index)) {
+    for (int index = blockIdx.x;; index = next_tile<Config>(p, index)) {
       announce(index, slot);
       if (index >= p.num_tiles) break;
       const WorkTile tile = decode_tile<Config>(p, index);

@@ -18,9 +18,12 @@ struct WorkTile {
 //            CTAs that drew short ones come back for more instead of idling at the end.
 // Tile order: non-causal, m_block fastest, so CTAs that run together share one head's K/V in
 // L2. Causal, longest first (LPT) within sections of (batch, head) pairs whose K/V fit in L2.
+template <typename Config>
 __device__ __forceinline__ int next_tile(const Params& p, int tile) {
-  return p.tile_counter != nullptr ? atomicAdd(p.tile_counter, 1) + int(gridDim.x)
-                                   : tile + int(gridDim.x);
+  if constexpr (Config::kCausal) {
+    if (p.tile_counter != nullptr) return atomicAdd(p.tile_counter, 1) + int(gridDim.x);
+  }
+  return tile + int(gridDim.x);
 }
 
 template <typename Config>

@@ -51,10 +51,13 @@ struct TileConfig {
   // setmaxnreg budgets: the producer only issues TMA; consumers hold S, P and O in registers.
   // setmaxnreg.inc only hands out what the CTA's warps gave back with setmaxnreg.dec, so the
   // split must balance the launch allocation (launch bounds: 168 registers a thread at 384
-  // threads, 128 at 512): 128·(168 − 24) = 256·(240 − 168), 128·(128 − 32) = 384·(160 − 128).
+  // threads, 128 at 512): 128·(168 − 40) = 256·(232 − 168), 128·(128 − 32) = 384·(160 − 128).
   // A split that asks for more (seen: 32/240) leaves the consumers waiting in setmaxnreg forever.
-  static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
-  static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
+  // The producer gets 40, not FlashAttention-3's 24: at 24 its loop spilled 12-24 bytes to local
+  // memory at hdim 128 and 256. At 232 the consumers spill nothing but 4 bytes at hdim 256
+  // causal (at 224 they spill 56), so there is nothing to move either way.
+  static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 40 : 32;
+  static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 232 : 160;
 
   // Softmax levers (see OnlineSoftmax::update), each measured as a delta (bench/results), both
   // off by default:
@@ -74,6 +77,8 @@ struct TileConfig {
                     (kConsumerRegisters - kLaunchRegisters) * kThreadsPerWarpgroup *
                         kConsumerWarpgroups,
                 "setmaxnreg: consumers would claim registers the producer never gave back");
+  static_assert(kProducerRegisters % 8 == 0 && kConsumerRegisters % 8 == 0,
+                "setmaxnreg takes multiples of 8");
 };
 
 }  // namespace hfa::sm90::fwd
