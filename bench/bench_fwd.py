@@ -74,6 +74,11 @@ def flops(batch, heads, seqlen_q, seqlen_k, d_qk, d_v, causal):
 
 
 def git_commit():
+    """HFA_COMMIT when set: the commit the binaries were built from. The GPU machine's copy of
+    the repository carries the working tree but not always the newest .git, so its own
+    `git rev-parse` can name an older commit (then marked -dirty)."""
+    if os.environ.get("HFA_COMMIT"):
+        return os.environ["HFA_COMMIT"]
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                              text=True, check=True).stdout.strip()
@@ -81,7 +86,7 @@ def git_commit():
                                cwd=REPO, capture_output=True, text=True).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("HFA_COMMIT", "unknown")
+        return "unknown"
 
 
 # --- accuracy ----------------------------------------------------------------------------------
