@@ -123,13 +123,16 @@ struct HeadAttention {
 };
 
 template <class Real>
-void forward(const ForwardProblem& p, Real* out, Real* lse) {
+void forward(const ForwardProblem& p, Real* out, Real* lse, bool round_probabilities = false) {
   ThreadPool::shared().parallel_for(int64_t{p.batch} * p.heads_q, [&](int64_t item, int) {
     const int64_t b = item / p.heads_q, h = item % p.heads_q;
     const HeadAttention<Real> head(p, b, h);
     std::vector<Real> prob, tanh;
     for (int64_t i = 0; i < head.seq.seqlen_q; ++i) {
       const Real row_lse = head.probabilities(i, prob, tanh);
+      if (round_probabilities) {
+        for (Real& x : prob) x = static_cast<Real>(round_to_dtype(p.dtype, static_cast<float>(x)));
+      }
       const int64_t token = token_index(p, b, p.seqlen_q, head.seq.q_begin, i);
       Real* out_row = out + (token * p.heads_q + h) * p.hdim_v;
       for (int64_t c = 0; c < p.hdim_v; ++c) {
@@ -252,7 +255,9 @@ void reference_backward(const BackwardProblem& p, double* dq, double* dk, double
                         double* dsinks) {
   backward(p, dq, dk, dv, dsinks);
 }
-void reference_forward_f32(const ForwardProblem& p, float* out, float* lse) { forward(p, out, lse); }
+void reference_forward_f32(const ForwardProblem& p, float* out, float* lse, bool round_probabilities) {
+  forward(p, out, lse, round_probabilities);
+}
 void reference_backward_f32(const BackwardProblem& p, float* dq, float* dk, float* dv,
                             float* dsinks) {
   backward(p, dq, dk, dv, dsinks);

@@ -24,8 +24,11 @@ void reference_backward(const detail::BackwardProblem& p, double* dq, double* dk
 // The same plain algorithm in float32 (scores, softmax and products in fp32, like the "math"
 // attention of the frameworks): the low-precision peer that sets the error bound of §6. Its
 // backward takes D = rowsum(dO∘O) from out rounded to out's dtype, as FlashAttention-style
-// backwards (which are given the stored out) do.
-void reference_forward_f32(const detail::ForwardProblem& p, float* out, float* lse);
+// backwards (which are given the stored out) do. With round_probabilities, the probabilities
+// are rounded to the input dtype before P·V, as a 16-bit tensor-core kernel feeds them (the
+// peer of the GPU kernels).
+void reference_forward_f32(const detail::ForwardProblem& p, float* out, float* lse,
+                           bool round_probabilities = false);
 void reference_backward_f32(const detail::BackwardProblem& p, float* dq, float* dk, float* dv,
                             float* dsinks = nullptr);
 

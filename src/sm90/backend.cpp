@@ -52,22 +52,28 @@ const DeviceFacts& device_facts(int device) {
   return *cache[device];
 }
 
+// The compiled (hdim_qk, hdim_v) configurations, smallest first. A problem runs on the first
+// that holds both of its head dims, zero-padded (tile_config.hpp): hdim 96 on 128, 192/128 on
+// its own (DeepSeek's shape), 128/64 on 128/128.
+struct HeadDims {
+  int qk, v;
+};
+constexpr HeadDims kCompiledHeadDims[] = {{64, 64}, {128, 128}, {192, 128}, {192, 192}, {256, 256}};
+
+const HeadDims* head_dims_for(const ForwardProblem& p) {
+  for (const HeadDims& dims : kCompiledHeadDims) {
+    if (p.hdim_qk <= dims.qk && p.hdim_v <= dims.v) return &dims;
+  }
+  return nullptr;
+}
+
 Status check_forward_support(const ForwardProblem& p) {
   if (p.dtype != DType::bf16 && p.dtype != DType::f16) {
     return not_supported(std::string("dtype ") + dtype_name(p.dtype) + " (bf16 and fp16 are)");
   }
-  if (p.hdim_qk != p.hdim_v) return not_supported("headdim_v != headdim_qk");
-  if (p.hdim_qk != 64 && p.hdim_qk != 128 && p.hdim_qk != 256) {
-    return not_supported("headdim " + std::to_string(p.hdim_qk) + " (64, 128 and 256 are)");
-  }
-  if (p.is_varlen()) return not_supported("varlen (cu_seqlens)");
-  if (p.softcap > 0.0f) return not_supported("softcap");
-  if (p.sinks != nullptr) return not_supported("attention with sinks");
-  if (p.seqused_q != nullptr || p.seqused_k != nullptr) {
-    return not_supported("attention with seqused_q/seqused_k");
-  }
-  if (p.window_left >= 0 || (p.window_right >= 0 && !(p.causal && p.window_right == 0))) {
-    return not_supported("a sliding window");
+  if (head_dims_for(p) == nullptr) {
+    return not_supported("headdim " + std::to_string(p.hdim_qk) + "/" + std::to_string(p.hdim_v) +
+                         " (up to 256 are)");
   }
   return Status::ok();
 }
@@ -86,11 +92,14 @@ class DeviceGuard {
 };
 
 template <typename Element>
-Status dispatch_head_dim(const ForwardProblem& p, const fwd::LaunchContext& context) {
-  switch (p.hdim_qk) {
-    case 64: return fwd::run_forward<64, Element>(p, context);
-    case 128: return fwd::run_forward<128, Element>(p, context);
-    default: return fwd::run_forward<256, Element>(p, context);
+Status dispatch_head_dims(const ForwardProblem& p, const fwd::LaunchContext& context) {
+  const HeadDims& dims = *head_dims_for(p);
+  switch (dims.qk * 1000 + dims.v) {
+    case 64064: return fwd::run_forward<64, 64, Element>(p, context);
+    case 128128: return fwd::run_forward<128, 128, Element>(p, context);
+    case 192128: return fwd::run_forward<192, 128, Element>(p, context);
+    case 192192: return fwd::run_forward<192, 192, Element>(p, context);
+    default: return fwd::run_forward<256, 256, Element>(p, context);
   }
 }
 
@@ -99,8 +108,8 @@ Status forward(const ForwardProblem& p) {
   DeviceGuard guard(p.device.index);
   const DeviceFacts& facts = device_facts(p.device.index);
   if (!facts.status) return facts.status;
-  if (p.dtype == DType::bf16) return dispatch_head_dim<__nv_bfloat16>(p, facts.context);
-  return dispatch_head_dim<__half>(p, facts.context);
+  if (p.dtype == DType::bf16) return dispatch_head_dims<__nv_bfloat16>(p, facts.context);
+  return dispatch_head_dims<__half>(p, facts.context);
 }
 
 Status forward_workspace_size(const ForwardProblem& p, std::size_t* bytes) {

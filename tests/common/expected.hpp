@@ -32,14 +32,15 @@ inline std::vector<double> rounded(DType dtype, const std::vector<float>& values
   return result;
 }
 
-inline ForwardExpectation expected_forward(AttentionData& data) {
+// round_probabilities: the peer rounds P to the input dtype before P·V (the GPU kernels' peer).
+inline ForwardExpectation expected_forward(AttentionData& data, bool round_probabilities = false) {
   const detail::ForwardProblem p = data.forward_problem();
   ForwardExpectation e;
   e.out_ref.resize(static_cast<std::size_t>(data.out.numel()));
   e.lse_ref.resize(static_cast<std::size_t>(data.lse.numel()));
   cpu::reference_forward(p, e.out_ref.data(), e.lse_ref.data());
   std::vector<float> out(e.out_ref.size()), lse(e.lse_ref.size());
-  cpu::reference_forward_f32(p, out.data(), lse.data());
+  cpu::reference_forward_f32(p, out.data(), lse.data(), round_probabilities);
   e.out_peer = rounded(p.out_dtype, out);
   e.lse_peer = rounded(DType::f32, lse);
   return e;

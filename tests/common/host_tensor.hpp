@@ -52,6 +52,7 @@ class HostTensor {
   const std::vector<int64_t>& strides() const { return strides_; }
   int64_t stride(std::size_t dim) const { return strides_.at(dim); }
   void* data() { return bytes_.data(); }
+  std::size_t storage_bytes() const { return bytes_.size(); }  // padding included
   const void* data() const { return bytes_.data(); }
   std::size_t element_size() const { return dtype_ == DType::f16 || dtype_ == DType::bf16 ? 2 : 4; }
 

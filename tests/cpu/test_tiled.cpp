@@ -17,16 +17,11 @@
 #include "common/attention_case.hpp"
 #include "common/backend.hpp"
 #include "common/expected.hpp"
+#include "common/forward_checks.hpp"
 #include "cpu/kernels.hpp"
 
 namespace hfa::test {
 namespace {
-
-#define EXPECT_REPORT(expression)                  \
-  do {                                             \
-    const Report report_ = (expression);           \
-    EXPECT_TRUE(report_.ok) << report_.text;       \
-  } while (false)
 
 void check_forward_and_backward(const AttentionCase& c) {
   SCOPED_TRACE(c.name() + " on the " + cpu::active_kernels().isa + " kernels");
@@ -36,20 +31,7 @@ void check_forward_and_backward(const AttentionCase& c) {
   const ForwardExpectation fwd = expected_forward(data);
   const Status forward_status = cpu.forward(data.forward_problem());
   ASSERT_TRUE(forward_status.is_ok()) << forward_status.message();
-  // Rows beyond seqused_q keep the NaN they were filled with; the rest is compared as usual
-  // (the reference leaves those rows 0, and so the comparison sees them as 0 on both sides).
-  const std::vector<std::size_t> unused_out = unused_row_elements(data, c.hdim_v, false);
-  const std::vector<std::size_t> unused_lse = unused_row_elements(data, 0, true);
-  EXPECT_REPORT(check_untouched("out rows beyond seqused_q", data.out.values(), unused_out));
-  EXPECT_REPORT(check_untouched("lse rows beyond seqused_q", data.lse.values(), unused_lse));
-  const std::vector<double> out = zeroed(data.out.values(), unused_out);
-  const std::vector<double> lse = zeroed(data.lse.values(), unused_lse);
-  EXPECT_REPORT(check_all_written("out", out));
-  EXPECT_REPORT(check_all_written("lse", lse));
-  EXPECT_REPORT(check_accuracy("out", out, fwd.out_peer, fwd.out_ref));
-  EXPECT_REPORT(check_lse(lse, fwd.lse_peer, fwd.lse_ref));
-  EXPECT_REPORT(check_zero("out of rows that see no key", out,
-                           empty_row_elements(data, fwd.lse_ref, c.hdim_v)));
+  check_forward_results(data, fwd);
 
   // The backward reads the out and lse the forward just wrote, like a training step does.
   const BackwardExpectation bwd = expected_backward(data);

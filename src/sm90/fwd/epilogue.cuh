@@ -19,40 +19,48 @@ namespace hfa::sm90::fwd {
 
 template <typename Config, typename Element>
 struct Epilogue {
-  static constexpr int kOAcc = Config::kHeadDim / 2;
+  static constexpr int kOAcc = Config::kHeadDimV / 2;
 
   const Params& p;
   int warpgroup;
   int thread;
 
   __device__ void store(const WorkTile& tile, float (&o)[kOAcc], const OnlineSoftmax& softmax) {
-    float inverse_sum[2], lse[2];
-    softmax.finalize(p.scale_log2, inverse_sum, lse);
-    scale_rows(o, inverse_sum);
+    constexpr float kLog2e = 1.4426950408889634f;
+    const float sink_log2 = p.sinks != nullptr ? p.sinks[tile.head] * kLog2e : -INFINITY;
+    float normalizer[2], lse[2];
+    softmax.finalize(p.scale_log2, sink_log2, normalizer, lse);
+    scale_rows(o, normalizer);
 
     const ptx::FragmentCoords at = ptx::fragment_coords(thread);
+    // Sequence-relative row of the thread's first row.
     const int row0 = tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup + at.row0;
     Element* out = static_cast<Element*>(p.out) + tile.batch * p.out_stride.batch +
-                   tile.head * p.out_stride.head;
+                   int64_t(tile.seq.q_offset) * p.out_stride.row + tile.head * p.out_stride.head;
     // Each quad writes 16 contiguous bytes of a row per 8-column group: whole 32-byte sectors
-    // once the neighbouring group lands, merged in L2.
+    // once the neighbouring group lands, merged in L2. Columns past hdim_v exist only in a
+    // padded configuration and are not stored.
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = row0 + 8 * half;
-      if (row >= p.seqlen_q) continue;
+      if (row >= tile.seq.seqlen_q) continue;
       Element* out_row = out + row * p.out_stride.row;
 #pragma unroll
       for (int i = 2 * half; i < kOAcc; i += 4) {
+        const int column = ptx::fragment_column(i, at.column_pair);
+        if (column >= p.hdim_v) continue;
         const uint32_t pair = ptx::pack_pair<Element>(o[i], o[i + 1]);
-        *reinterpret_cast<uint32_t*>(out_row + ptx::fragment_column(i, at.column_pair)) = pair;
+        *reinterpret_cast<uint32_t*>(out_row + column) = pair;
       }
     }
 
     if (p.lse != nullptr && at.column_pair == 0) {
-      float* lse_row = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride;
+      // Varlen LSE is (heads, total_q): batch stride 0, rows from the sequence's offset.
+      float* lse_row = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride +
+                       tile.seq.q_offset;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        if (row0 + 8 * half < p.seqlen_q) lse_row[row0 + 8 * half] = lse[half];
+        if (row0 + 8 * half < tile.seq.seqlen_q) lse_row[row0 + 8 * half] = lse[half];
       }
     }
   }

@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) forward_kernel(const __gr
     if (thread % 32 == 0) smem.tile_empty[slot.stage].arrive();
     if (index >= p.num_tiles) break;
     const WorkTile tile = decode_tile<Config>(p, index);
-    mainloop.run(tile, block_range<Config>(p, tile.m_block), o, softmax);
+    mainloop.run(tile, block_range<Config>(p, tile), o, softmax);
     epilogue.store(tile, o, softmax);
   }
 }

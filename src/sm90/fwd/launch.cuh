@@ -40,19 +40,35 @@ inline int heads_per_section(const detail::ForwardProblem& problem, std::size_t 
   return int(std::max<std::size_t>(1, budget / std::max<std::size_t>(1, kv_bytes_per_head)));
 }
 
+// The window as the kernel takes it: −1 (unbounded) or at most the longest possible reach, so
+// that row ± window cannot overflow.
+inline int32_t clamp_window(int32_t window, const detail::ForwardProblem& problem) {
+  return window < 0 ? -1 : std::min(window, problem.seqlen_q + problem.seqlen_k);
+}
+
 template <typename Config, typename Element>
 Status launch(const detail::ForwardProblem& problem, const LaunchContext& context) {
   using Storage = SharedStorage<Config, Element>;
   constexpr auto kDtype = tma_dtype<Element>();
   Params params{};
-  const int b = problem.batch, d = Config::kHeadDim;
+  // Varlen tensors are (total, head, dim): the maps see them as one batch of `total` rows.
+  const bool varlen = problem.is_varlen();
+  const int b = problem.batch, map_batches = varlen ? 1 : b;
+  const int q_rows = varlen ? int(problem.total_q) : problem.seqlen_q;
+  const int k_rows = varlen ? int(problem.total_k) : problem.seqlen_k;
+  // The batch stride of a varlen map spans one batch: never stepped over, but TMA wants it
+  // valid (a multiple of 16 bytes).
+  auto map_strides = [&](detail::Strides strides, int rows) {
+    if (varlen) strides.batch = strides.row * rows;
+    return strides;
+  };
   const TileMapShape maps[3] = {
-      tile_map_shape<Element>(problem.q, d, problem.seqlen_q, problem.heads_q, b, problem.q_stride,
-                              Config::kBlockM),
-      tile_map_shape<Element>(problem.k, d, problem.seqlen_k, problem.heads_kv, b, problem.k_stride,
-                              Config::kBlockN),
-      tile_map_shape<Element>(problem.v, d, problem.seqlen_k, problem.heads_kv, b, problem.v_stride,
-                              Config::kBlockN),
+      tile_map_shape<Element>(problem.q, problem.hdim_qk, q_rows, problem.heads_q, map_batches,
+                              map_strides(problem.q_stride, q_rows), Config::kBlockM),
+      tile_map_shape<Element>(problem.k, problem.hdim_qk, k_rows, problem.heads_kv, map_batches,
+                              map_strides(problem.k_stride, k_rows), Config::kBlockN),
+      tile_map_shape<Element>(problem.v, problem.hdim_v, k_rows, problem.heads_kv, map_batches,
+                              map_strides(problem.v_stride, k_rows), Config::kBlockN),
   };
   CUtensorMap* targets[3] = {&params.q_map, &params.k_map, &params.v_map};
   for (int i = 0; i < 3; ++i) {
@@ -70,12 +86,26 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
   params.heads_per_kv = problem.heads_q / problem.heads_kv;
   params.seqlen_q = problem.seqlen_q;
   params.seqlen_k = problem.seqlen_k;
-  params.scale_log2 = problem.softmax_scale * kLog2e;
+  params.hdim_v = problem.hdim_v;
+  params.cu_seqlens_q = problem.cu_seqlens_q;
+  params.cu_seqlens_k = problem.cu_seqlens_k;
+  params.seqused_q = problem.seqused_q;
+  params.seqused_k = problem.seqused_k;
+  params.window_left = clamp_window(problem.window_left, problem);
+  params.window_right = clamp_window(problem.window_right, problem);
+  if (problem.softcap > 0.0f) {
+    params.softcap_prescale = problem.softmax_scale / problem.softcap;
+    params.scale_log2 = problem.softcap * kLog2e;
+  } else {
+    params.softcap_prescale = 0.0f;
+    params.scale_log2 = problem.softmax_scale * kLog2e;
+  }
+  params.sinks = problem.sinks;
   params.num_m_blocks = (problem.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
   params.num_tiles = params.num_m_blocks * problem.heads_q * b;
   params.heads_per_section = heads_per_section(problem, context.l2_bytes);
   if (params.num_tiles == 0) return Status::ok();
-  if (Config::kCausal) {  // dynamic schedule (forward_workspace_bytes reserved the counter)
+  if (Config::kWindowed) {  // dynamic schedule (workspace_bytes reserved the counter)
     params.tile_counter = static_cast<int32_t*>(problem.workspace);
     if (cudaError_t error = cudaMemsetAsync(params.tile_counter, 0, sizeof(int32_t),
                                             static_cast<cudaStream_t>(problem.stream));
@@ -107,15 +137,25 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
   return Status::ok();
 }
 
-template <int kHeadDim, typename Element>
+template <int kHeadDimQK, int kHeadDimV, bool kWindowed, typename Element>
+Status launch_softcap_or_not(const detail::ForwardProblem& problem, const LaunchContext& context) {
+  if (problem.softcap > 0.0f) {
+    return launch<TileConfig<kHeadDimQK, kHeadDimV, kWindowed, true>, Element>(problem, context);
+  }
+  return launch<TileConfig<kHeadDimQK, kHeadDimV, kWindowed, false>, Element>(problem, context);
+}
+
+template <int kHeadDimQK, int kHeadDimV, typename Element>
 Status run_forward(const detail::ForwardProblem& problem, const LaunchContext& context) {
-  if (problem.causal) return launch<TileConfig<kHeadDim, true>, Element>(problem, context);
-  return launch<TileConfig<kHeadDim, false>, Element>(problem, context);
+  if (uses_window(problem)) {
+    return launch_softcap_or_not<kHeadDimQK, kHeadDimV, true, Element>(problem, context);
+  }
+  return launch_softcap_or_not<kHeadDimQK, kHeadDimV, false, Element>(problem, context);
 }
 
 }  // namespace hfa::sm90::fwd
 
-// One translation unit per (head dim, element type).
-#define HFA_INSTANTIATE_FORWARD(HEAD_DIM, ELEMENT)                                      \
-  template hfa::Status hfa::sm90::fwd::run_forward<HEAD_DIM, ELEMENT>(                  \
+// One translation unit per (head dims, element type).
+#define HFA_INSTANTIATE_FORWARD(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT)                          \
+  template hfa::Status hfa::sm90::fwd::run_forward<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT>(      \
       const hfa::detail::ForwardProblem&, const hfa::sm90::fwd::LaunchContext&);

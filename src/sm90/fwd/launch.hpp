@@ -11,15 +11,21 @@ struct LaunchContext {
   std::size_t l2_bytes;
 };
 
-// The caller's workspace: a tile counter for the causal (dynamic) schedule. 16 bytes keeps any
+// Whether keys are limited by a window (causal or sliding): the kernels with masked diagonals
+// and the dynamic schedule.
+inline bool uses_window(const detail::ForwardProblem& problem) { return problem.has_window(); }
+
+// The caller's workspace: a tile counter for the windowed (dynamic) schedule. 16 bytes keeps any
 // caller's sub-allocation aligned.
 inline constexpr std::size_t kTileCounterBytes = 16;
 
 inline std::size_t workspace_bytes(const detail::ForwardProblem& problem) {
-  return problem.causal ? kTileCounterBytes : 0;
+  return uses_window(problem) ? kTileCounterBytes : 0;
 }
 
-template <int kHeadDim, typename Element>
+// The head dims of the compiled configurations (instantiations/). A problem runs on the
+// smallest that holds it (backend.cpp), padded with zeros.
+template <int kHeadDimQK, int kHeadDimV, typename Element>
 Status run_forward(const detail::ForwardProblem& problem, const LaunchContext& context);
 
 }  // namespace hfa::sm90::fwd

@@ -11,6 +11,7 @@
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/shared_storage.cuh"
+#include "sm90/fwd/softcap.cuh"
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/ptx/fragment.cuh"
 #include "sm90/ptx/named_barrier.cuh"
@@ -23,7 +24,7 @@ struct ConsumerMainloop {
   using Storage = SharedStorage<Config, Element>;
   using Ring = ptx::RingPosition<Config::kStages>;
   static constexpr int kSAcc = Config::kBlockN / 2;   // S: 64 × kBlockN fp32 over 128 threads
-  static constexpr int kOAcc = Config::kHeadDim / 2;  // O: 64 × kHeadDim fp32
+  static constexpr int kOAcc = Config::kHeadDimV / 2;  // O: 64 × kHeadDimV fp32
   static constexpr int kPRegs = Config::kBlockN / 4;  // P: 64 × kBlockN 16-bit, two a register
   static constexpr int kKSteps = kSlabColumns / kMmaK;  // k16 steps inside one 128-byte slab
   static constexpr uint32_t kKStepBytes = kMmaK * sizeof(Element);
@@ -69,12 +70,12 @@ struct ConsumerMainloop {
     ptx::fence_operands(s);
     ptx::fence();
 #pragma unroll
-    for (int slab = 0; slab < Config::kSlabs; ++slab) {
+    for (int slab = 0; slab < Config::kSlabsQK; ++slab) {
 #pragma unroll
       for (int step = 0; step < kKSteps; ++step) {
         const uint32_t offset = step * kKStepBytes;
         const uint64_t a = ptx::kmajor_descriptor(q_base + slab * Storage::QTile::kSlabBytes + offset);
-        const uint64_t b = ptx::kmajor_descriptor(k_base + slab * Storage::KVTile::kSlabBytes + offset);
+        const uint64_t b = ptx::kmajor_descriptor(k_base + slab * Storage::KTile::kSlabBytes + offset);
         ptx::mma_ss<Config::kBlockN, Element>(s, a, b, slab > 0 || step > 0);
       }
     }
@@ -88,21 +89,22 @@ struct ConsumerMainloop {
     ptx::fence();
 #pragma unroll
     for (int step = 0; step < Config::kBlockN / kMmaK; ++step) {
-      const uint64_t b = ptx::mnmajor_descriptor(v_base + step * kVStepBytes, Storage::KVTile::kSlabBytes);
-      ptx::mma_rs<Config::kHeadDim, Element>(
+      const uint64_t b = ptx::mnmajor_descriptor(v_base + step * kVStepBytes, Storage::VTile::kSlabBytes);
+      ptx::mma_rs<Config::kHeadDimV, Element>(
           o, *reinterpret_cast<const uint32_t(*)[4]>(&pm[4 * step]), b, true);
     }
     ptx::commit_group();
   }
 
-  // Masks S where block n_block needs it, then turns S into unnormalized probabilities.
+  // Softcaps S, masks it where block n_block needs it (after the softcap: tanh(−inf) is not
+  // −inf), then turns it into unnormalized probabilities.
   __device__ __forceinline__ void softmax_step(float (&s)[kSAcc], OnlineSoftmax& softmax,
                                                float (&rescale)[2], const WorkTile& tile,
                                                int n_block, const ptx::FragmentCoords& at) {
-    if (block_needs_mask<Config>(p, tile.m_block, n_block)) {
+    if constexpr (Config::kSoftcap) apply_softcap(s, p.softcap_prescale);
+    if (block_needs_mask<Config>(p, tile, n_block)) {
       const int row0 = tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup + at.row0;
-      apply_mask<Config::kCausal>(s, row0, n_block * Config::kBlockN + at.column_pair, p.seqlen_q,
-                                  p.seqlen_k);
+      apply_mask<Config::kWindowed>(s, row0, n_block * Config::kBlockN + at.column_pair, tile.seq, p);
       softmax.update<Config::kRescaleThreshold, 0>(s, p.scale_log2, rescale);
     } else {
       softmax.update<Config::kRescaleThreshold, Config::kExp2EmulateEvery>(s, p.scale_log2, rescale);

@@ -24,10 +24,30 @@ struct Params {
   int32_t batch;
   int32_t heads_q;
   int32_t heads_per_kv;  // GQA group size
-  int32_t seqlen_q;
+  int32_t seqlen_q;      // varlen: the longest sequence's
   int32_t seqlen_k;
+  int32_t hdim_v;        // columns of out to store (fewer than the kernel's when padded)
 
-  float scale_log2;  // softmax_scale · log2(e): exponentials are exp2(s·scale_log2 − max·scale_log2)
+  // Varlen (null: fixed length): sequence b is rows [cu_seqlens[b], cu_seqlens[b + 1]) of the
+  // packed tensors, which the maps see as one batch of all rows. Used lengths (null: all):
+  // sequence b uses its first seqused[b] rows. See sequence.cuh.
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  const int32_t* seqused_q;
+  const int32_t* seqused_k;
+
+  // Bottom-right aligned window, −1 = unbounded on that side (causal: −1, 0). Clamped to the
+  // longest sequences' lengths so that index arithmetic cannot overflow.
+  int32_t window_left;
+  int32_t window_right;
+
+  // Scores s = q·k reach the softmax as exp2(s·scale_log2 − max·scale_log2), scale_log2 =
+  // softmax_scale · log2(e). With a softcap c, s is first replaced by tanh(s·softcap_prescale),
+  // softcap_prescale = softmax_scale / c, and scale_log2 = c · log2(e). 0: no softcap.
+  float scale_log2;
+  float softcap_prescale;
+
+  const float* sinks;  // (heads_q) logits in units of the scaled scores; null: none
 
   int32_t num_m_blocks;
   int32_t num_tiles;           // num_m_blocks · heads_q · batch

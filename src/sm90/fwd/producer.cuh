@@ -27,34 +27,44 @@ struct Producer {
     smem.q_empty.wait(q_phase ^ 1);  // the previous tile's last Q·Kᵀ is done with it
     smem.q_full.arrive_expect_tx(Storage::QTile::kBytes);
 #pragma unroll
-    for (int slab = 0; slab < Config::kSlabs; ++slab) {
+    for (int slab = 0; slab < Config::kSlabsQK; ++slab) {
       ptx::load_4d(smem.q.data + slab * kQSlabElements, &p.q_map, &smem.q_full, slab * kSlabColumns,
-                   tile.m_block * Config::kBlockM, tile.head, tile.batch, ptx::CacheHint::evict_first);
+                   tile.seq.q_offset + tile.m_block * Config::kBlockM, tile.head,
+                   tile.seq.map_batch, ptx::CacheHint::evict_first);
     }
     q_phase ^= 1;
   }
 
-  __device__ __forceinline__ void load_kv(typename Storage::KVTile (&stages)[Config::kStages],
+  template <typename Tile>
+  __device__ __forceinline__ void load_kv(Tile (&stages)[Config::kStages],
                                           ptx::Mbarrier (&full)[Config::kStages],
                                           ptx::Mbarrier (&empty)[Config::kStages], Ring& ring,
                                           const CUtensorMap* map, int n_block, int kv_head,
-                                          int batch) {
+                                          const Sequence& seq) {
     empty[ring.stage].wait(ring.phase ^ 1);
-    full[ring.stage].arrive_expect_tx(Storage::KVTile::kBytes);
+    full[ring.stage].arrive_expect_tx(Tile::kBytes);
 #pragma unroll
-    for (int slab = 0; slab < Config::kSlabs; ++slab) {
+    for (int slab = 0; slab < Tile::kSlabs; ++slab) {
       ptx::load_4d(stages[ring.stage].data + slab * kKVSlabElements, map, &full[ring.stage],
-                   slab * kSlabColumns, n_block * Config::kBlockN, kv_head, batch,
-                   ptx::CacheHint::evict_last);
+                   slab * kSlabColumns, seq.k_offset + n_block * Config::kBlockN, kv_head,
+                   seq.map_batch, ptx::CacheHint::evict_last);
     }
     ring.advance();
   }
 
-  __device__ __forceinline__ void load_k(int n_block, int kv_head, int batch) {
-    load_kv(smem.k, smem.k_full, smem.k_empty, k_ring, &p.k_map, n_block, kv_head, batch);
+  __device__ __forceinline__ void load_k(int n_block, int kv_head, const Sequence& seq) {
+    load_kv(smem.k, smem.k_full, smem.k_empty, k_ring, &p.k_map, n_block, kv_head, seq);
   }
-  __device__ __forceinline__ void load_v(int n_block, int kv_head, int batch) {
-    load_kv(smem.v, smem.v_full, smem.v_empty, v_ring, &p.v_map, n_block, kv_head, batch);
+  __device__ __forceinline__ void load_v(int n_block, int kv_head, const Sequence& seq) {
+    load_kv(smem.v, smem.v_full, smem.v_empty, v_ring, &p.v_map, n_block, kv_head, seq);
+  }
+
+  // The first tile from `index` on that has rows (see scheduler.cuh), or num_tiles or more.
+  __device__ __forceinline__ int skip_empty(int index) {
+    while (index < p.num_tiles && !tile_has_rows<Config>(decode_tile<Config>(p, index))) {
+      index = next_tile<Config>(p, index);
+    }
+    return index;
   }
 
   // Publishes the next tile's index to the consumers (num_tiles or more: no more work).
@@ -67,22 +77,22 @@ struct Producer {
 
   __device__ void run() {
     ptx::RingPosition<Storage::kTileSlots> slot;
-    for (int index = blockIdx.x;; index = next_tile<Config>(p, index)) {
+    for (int index = skip_empty(blockIdx.x);; index = skip_empty(next_tile<Config>(p, index))) {
       announce(index, slot);
       if (index >= p.num_tiles) break;
       const WorkTile tile = decode_tile<Config>(p, index);
-      const BlockRange blocks = block_range<Config>(p, tile.m_block);
+      const BlockRange blocks = block_range<Config>(p, tile);
       const int kv_head = tile.head / p.heads_per_kv;
       // The first K of the tile goes before Q: Q waits until the previous tile's last Q·Kᵀ
       // is done, and this K load need not wait with it.
-      if (blocks.count() > 0) load_k(blocks.n_end - 1, kv_head, tile.batch);
+      if (blocks.count() > 0) load_k(blocks.n_end - 1, kv_head, tile.seq);
       load_q(tile);
       if (blocks.count() == 0) continue;
       for (int n = blocks.n_end - 2; n >= blocks.n_begin; --n) {
-        load_k(n, kv_head, tile.batch);
-        load_v(n + 1, kv_head, tile.batch);
+        load_k(n, kv_head, tile.seq);
+        load_v(n + 1, kv_head, tile.seq);
       }
-      load_v(blocks.n_begin, kv_head, tile.batch);
+      load_v(blocks.n_begin, kv_head, tile.seq);
     }
   }
 };

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "sm90/fwd/params.hpp"
+#include "sm90/fwd/sequence.cuh"
 #include "sm90/fwd/tile_config.hpp"
 
 namespace hfa::sm90::fwd {
@@ -10,17 +11,21 @@ struct WorkTile {
   int m_block;
   int head;
   int batch;
+  Sequence seq;
 };
 
 // Persistent schedule, one CTA per SM. Every CTA starts with tile blockIdx.x; then
-//   static:  tile + gridDim.x — right when all tiles cost the same (non-causal);
-//   dynamic: the next unclaimed tile of a global counter — causal tiles cost ∝ m_block, and
-//            CTAs that drew short ones come back for more instead of idling at the end.
-// Tile order: non-causal, m_block fastest, so CTAs that run together share one head's K/V in
-// L2. Causal, longest first (LPT) within sections of (batch, head) pairs whose K/V fit in L2.
+//   static:  tile + gridDim.x — right when all tiles cost the same (no window);
+//   dynamic: the next unclaimed tile of a global counter — windowed tiles cost ∝ their visible
+//            keys (∝ m_block when causal), and CTAs that drew short ones come back for more
+//            instead of idling at the end.
+// Tile order: no window, m_block fastest, so CTAs that run together share one head's K/V in
+// L2. Windowed, longest first (LPT) within sections of (batch, head) pairs whose K/V fit in L2.
+// Varlen tiles span the longest sequence; a shorter one's surplus tiles have no rows, and the
+// producer skips them (tile_has_rows) so that consumers only ever see tiles with work.
 template <typename Config>
 __device__ __forceinline__ int next_tile(const Params& p, int tile) {
-  if constexpr (Config::kCausal) {
+  if constexpr (Config::kWindowed) {
     if (p.tile_counter != nullptr) return atomicAdd(p.tile_counter, 1) + int(gridDim.x);
   }
   return tile + int(gridDim.x);
@@ -28,10 +33,10 @@ __device__ __forceinline__ int next_tile(const Params& p, int tile) {
 
 template <typename Config>
 __device__ __forceinline__ WorkTile decode_tile(const Params& p, int tile) {
-  if constexpr (!Config::kCausal) {
-    const int m_block = tile % p.num_m_blocks;
-    const int pair = tile / p.num_m_blocks;
-    return {m_block, pair % p.heads_q, pair / p.heads_q};
+  int m_block, pair;
+  if constexpr (!Config::kWindowed) {
+    m_block = tile % p.num_m_blocks;
+    pair = tile / p.num_m_blocks;
   } else {
     const int pairs = p.heads_q * p.batch;
     const int section_tiles = p.heads_per_section * p.num_m_blocks;
@@ -39,15 +44,20 @@ __device__ __forceinline__ WorkTile decode_tile(const Params& p, int tile) {
     const int in_section = tile % section_tiles;
     const int first_pair = section * p.heads_per_section;
     const int pairs_here = min(p.heads_per_section, pairs - first_pair);
-    const int pair = first_pair + in_section % pairs_here;
-    const int m_block = p.num_m_blocks - 1 - in_section / pairs_here;
-    return {m_block, pair % p.heads_q, pair / p.heads_q};
+    pair = first_pair + in_section % pairs_here;
+    m_block = p.num_m_blocks - 1 - in_section / pairs_here;
   }
+  const int batch = pair / p.heads_q;
+  return {m_block, pair % p.heads_q, batch, sequence_of(p, batch)};
 }
 
-// K/V blocks [n_begin, n_end) that tile m_block sees; the mainloop walks them from n_end − 1
-// down, so the only blocks that need masking (the causal diagonal and the seqlen_k tail) come
-// first.
+template <typename Config>
+__device__ __forceinline__ bool tile_has_rows(const WorkTile& tile) {
+  return tile.m_block * Config::kBlockM < tile.seq.seqlen_q;
+}
+
+// K/V blocks [n_begin, n_end) that a tile sees; the mainloop walks them from n_end − 1 down, so
+// the blocks that need masking on the right (the causal diagonal, the seqlen_k tail) come first.
 struct BlockRange {
   int n_begin;
   int n_end;
@@ -55,25 +65,44 @@ struct BlockRange {
 };
 
 template <typename Config>
-__device__ __forceinline__ BlockRange block_range(const Params& p, int m_block) {
-  const int n_blocks = (p.seqlen_k + Config::kBlockN - 1) / Config::kBlockN;
-  if constexpr (!Config::kCausal) {
+__device__ __forceinline__ BlockRange block_range(const Params& p, const WorkTile& tile) {
+  const int n_blocks = (tile.seq.seqlen_k + Config::kBlockN - 1) / Config::kBlockN;
+  if constexpr (!Config::kWindowed) {
     return {0, n_blocks};
   } else {
-    // The tile's last row i sees keys j <= i + seqlen_k - seqlen_q (bottom-right aligned).
-    const int last_row = min((m_block + 1) * Config::kBlockM, p.seqlen_q) - 1;
-    const int last_key = last_row + p.seqlen_k - p.seqlen_q;
-    return {0, last_key < 0 ? 0 : min(n_blocks, last_key / Config::kBlockN + 1)};
+    // Row i sees keys [i + diagonal − left, i + diagonal + right]: the tile's first row bounds
+    // the range below, its last row above.
+    const int first_row = tile.m_block * Config::kBlockM;
+    const int last_row = min(first_row + Config::kBlockM, tile.seq.seqlen_q) - 1;
+    int n_begin = 0, n_end = n_blocks;
+    if (p.window_right >= 0) {
+      const int last_key = last_row + tile.seq.diagonal() + p.window_right;
+      n_end = last_key < 0 ? 0 : min(n_blocks, last_key / Config::kBlockN + 1);
+    }
+    if (p.window_left >= 0) {
+      const int first_key = first_row + tile.seq.diagonal() - p.window_left;
+      n_begin = first_key <= 0 ? 0 : first_key / Config::kBlockN;
+    }
+    return {n_begin, max(n_begin, n_end)};
   }
 }
 
-// Whether block n_block has keys some row of tile m_block must not see.
+// Whether block n_block has keys some row of the tile must not see.
 template <typename Config>
-__device__ __forceinline__ bool block_needs_mask(const Params& p, int m_block, int n_block) {
-  const int block_last_key = (n_block + 1) * Config::kBlockN - 1;
-  bool needed = block_last_key >= p.seqlen_k;
-  if constexpr (Config::kCausal) {
-    needed |= block_last_key > m_block * Config::kBlockM + p.seqlen_k - p.seqlen_q;
+__device__ __forceinline__ bool block_needs_mask(const Params& p, const WorkTile& tile, int n_block) {
+  const int block_first_key = n_block * Config::kBlockN;
+  const int block_last_key = block_first_key + Config::kBlockN - 1;
+  bool needed = block_last_key >= tile.seq.seqlen_k;
+  if constexpr (Config::kWindowed) {
+    // The first row has the lowest right bound, the last row the highest left bound.
+    const int first_row = tile.m_block * Config::kBlockM;
+    const int last_row = first_row + Config::kBlockM - 1;
+    if (p.window_right >= 0) {
+      needed |= block_last_key > first_row + tile.seq.diagonal() + p.window_right;
+    }
+    if (p.window_left >= 0) {
+      needed |= block_first_key < last_row + tile.seq.diagonal() - p.window_left;
+    }
   }
   return needed;
 }

@@ -14,20 +14,22 @@ namespace hfa::sm90::fwd {
 template <typename Element, int kRows, int kHeadDim>
 struct SwizzledTile {
   static constexpr uint32_t kSlabBytes = kRows * ptx::kSwizzleBytes;
-  static constexpr uint32_t kBytes = kSlabBytes * (kHeadDim / kSlabColumns);
+  static constexpr int kSlabs = kHeadDim / kSlabColumns;
+  static constexpr uint32_t kBytes = kSlabBytes * kSlabs;
   static_assert(kSlabBytes % ptx::kSwizzleAtomBytes == 0, "slabs must stay swizzle-atom aligned");
   alignas(ptx::kSwizzleAtomBytes) Element data[kRows * kHeadDim];
 };
 
 template <typename Config, typename Element>
 struct SharedStorage {
-  using QTile = SwizzledTile<Element, Config::kBlockM, Config::kHeadDim>;
-  using KVTile = SwizzledTile<Element, Config::kBlockN, Config::kHeadDim>;
+  using QTile = SwizzledTile<Element, Config::kBlockM, Config::kHeadDimQK>;
+  using KTile = SwizzledTile<Element, Config::kBlockN, Config::kHeadDimQK>;
+  using VTile = SwizzledTile<Element, Config::kBlockN, Config::kHeadDimV>;
 
   // Q of the current tile; freed (q_empty) as soon as the tile's last Q·Kᵀ has read it.
   QTile q;
-  KVTile k[Config::kStages];
-  KVTile v[Config::kStages];
+  KTile k[Config::kStages];
+  VTile v[Config::kStages];
 
   ptx::Mbarrier q_full;   // TMA bytes of Q landed
   ptx::Mbarrier q_empty;  // every consumer warp is past the tile's last Q·Kᵀ

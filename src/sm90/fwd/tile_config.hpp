@@ -28,22 +28,32 @@ inline constexpr int kThreadsPerWarpgroup = 128;
 inline constexpr int kSlabColumns = 64;        // 16-bit columns per 128-byte swizzled slab
 inline constexpr int kMmaK = 16;               // the K of one 16-bit wgmma
 
-template <int kHeadDim_, bool kCausal_>
+// One kernel configuration: the head dims it is compiled for, whether keys are limited by a
+// window (causal is the window (∞, 0)) and whether scores are softcapped. A problem whose head dim is smaller than the
+// configuration's runs on it padded: TMA fills the columns past the tensor's with zeros, which
+// add nothing to Q·Kᵀ, and the epilogue stores only the real columns of O (see dispatch in
+// backend.cpp).
+// Softcap is a compile-time switch too: its tanh, kept in the same kernel behind a runtime
+// test, raised register pressure enough to spill 8-16 bytes at hdim 256 even when off.
+template <int kHeadDimQK_, int kHeadDimV_, bool kWindowed_, bool kSoftcap_>
 struct TileConfig {
-  static constexpr int kHeadDim = kHeadDim_;
-  static constexpr bool kCausal = kCausal_;
+  static constexpr int kHeadDimQK = kHeadDimQK_;
+  static constexpr int kHeadDimV = kHeadDimV_;
+  static constexpr bool kWindowed = kWindowed_;
+  static constexpr bool kSoftcap = kSoftcap_;
 
   // Rows of Q per CTA. hdim 64 has cheap GEMMs per exponential, so a third consumer warpgroup
   // keeps the tensor cores fed while the other two compute softmax.
-  static constexpr int kBlockM = kHeadDim == 64 ? HFA_SM90_D64_BLOCK_M : 128;
+  static constexpr int kBlockM = kHeadDimQK == 64 ? HFA_SM90_D64_BLOCK_M : 128;
   // Keys per K/V tile: as wide as registers (S and O accumulators plus P) and shared memory
   // (Q + 2 stages of K and V, ≤ 227 KB) allow. hdim 128 non-causal: 176 (S 88 + O 64 + P 44
-  // registers; 208 KB). Causal keeps 128 so the diagonal tiles waste less. hdim 256: 80 fills
-  // shared memory (224 KB).
-  static constexpr int kBlockN = kHeadDim == 64    ? HFA_SM90_D64_BLOCK_N
-                                 : kHeadDim == 128 ? (kCausal ? HFA_SM90_D128_CAUSAL_BLOCK_N
-                                                              : HFA_SM90_D128_BLOCK_N)
-                                                   : 80;
+  // registers; 208 KB). Windowed keeps 128 so the diagonal tiles waste less. hdim 192: 112
+  // (220 KB); 192/128 (DeepSeek's): 128 (210 KB). hdim 256: 80 fills shared memory (224 KB).
+  static constexpr int kBlockN = kHeadDimQK == 64    ? HFA_SM90_D64_BLOCK_N
+                                 : kHeadDimQK == 128 ? (kWindowed ? HFA_SM90_D128_CAUSAL_BLOCK_N
+                                                                  : HFA_SM90_D128_BLOCK_N)
+                                 : kHeadDimQK == 192 ? (kHeadDimV == 128 ? 128 : 112)
+                                                     : 80;
   static constexpr int kStages = 2;  // K and V each double-buffered: load tile j+1 during tile j
 
   static constexpr int kConsumerWarpgroups = kBlockM / kRowsPerWarpgroup;
@@ -67,10 +77,11 @@ struct TileConfig {
   //     test failed its 2x-peer bound);
   //   exp2 on the FMA pipes: 5-8 % slower at hdim 64, whose FMA pipes are not idle.
   static constexpr int kRescaleThreshold = HFA_SM90_RESCALE_THRESHOLD;
-  static constexpr int kExp2EmulateEvery = kHeadDim == 64 ? HFA_SM90_EXP2_EMULATE_EVERY_D64 : 0;
+  static constexpr int kExp2EmulateEvery = kHeadDimQK == 64 ? HFA_SM90_EXP2_EMULATE_EVERY_D64 : 0;
 
-  static constexpr int kSlabs = kHeadDim / kSlabColumns;
-  static_assert(kHeadDim % kSlabColumns == 0);
+  static constexpr int kSlabsQK = kHeadDimQK / kSlabColumns;
+  static constexpr int kSlabsV = kHeadDimV / kSlabColumns;
+  static_assert(kHeadDimQK % kSlabColumns == 0 && kHeadDimV % kSlabColumns == 0);
   static_assert(kBlockN % kMmaK == 0 && kBlockN % 8 == 0);
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;  // what launch bounds grant
   static_assert((kLaunchRegisters - kProducerRegisters) * kThreadsPerWarpgroup >=

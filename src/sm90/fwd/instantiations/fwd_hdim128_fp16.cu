@@ -1,3 +1,3 @@
 #include "sm90/fwd/launch.cuh"
 
-HFA_INSTANTIATE_FORWARD(128, __half)
+HFA_INSTANTIATE_FORWARD(128, 128, __half)

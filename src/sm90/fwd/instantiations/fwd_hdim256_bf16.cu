@@ -1,3 +1,3 @@
 #include "sm90/fwd/launch.cuh"
 
-HFA_INSTANTIATE_FORWARD(256, __nv_bfloat16)
+HFA_INSTANTIATE_FORWARD(256, 256, __nv_bfloat16)

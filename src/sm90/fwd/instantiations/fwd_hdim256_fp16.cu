@@ -1,3 +1,3 @@
 #include "sm90/fwd/launch.cuh"
 
-HFA_INSTANTIATE_FORWARD(256, __half)
+HFA_INSTANTIATE_FORWARD(256, 256, __half)

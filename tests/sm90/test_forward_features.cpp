@@ -1,0 +1,195 @@
+// The Hopper forward with every option against every other: for each dtype × head dims, every
+// combination of mask (none, causal, causal sliding window, two-sided window) × softcap ×
+// sinks × GQA × layout (fixed length, varlen with empty sequences, seqused) against the float64
+// oracle, with the checks the CPU backend gets (tests/common/forward_checks.hpp). The peer that
+// sets the bound rounds P to the input dtype, as every 16-bit tensor-core kernel does.
+//
+// One test per (dtype, head dims) runs its combinations in a loop (SCOPED_TRACE names the one
+// that fails), so ctest lists a dozen entries, not a thousand.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/attention_case.hpp"
+#include "common/backend.hpp"
+#include "common/expected.hpp"
+#include "common/forward_checks.hpp"
+#include "sm90/gpu_test_support.hpp"
+
+namespace hfa::test {
+namespace {
+
+// A device copy of host bytes (empty host data: no buffer, null pointer).
+class DeviceCopy {
+ public:
+  DeviceCopy(const void* host, std::size_t bytes) : buffer_(bytes) {
+    if (bytes > 0) copied_ = cudaMemcpy(buffer_.get(), host, bytes, cudaMemcpyHostToDevice);
+    data_ = bytes > 0 ? buffer_.get() : nullptr;
+  }
+  explicit DeviceCopy(const HostTensor& t) : DeviceCopy(t.data(), t.storage_bytes()) {}
+  template <typename T>
+  explicit DeviceCopy(const std::vector<T>& v) : DeviceCopy(v.data(), v.size() * sizeof(T)) {}
+
+  template <typename T>
+  T* get() const { return static_cast<T*>(data_); }
+  cudaError_t status() const { return copied_; }
+
+ private:
+  DeviceBuffer buffer_;
+  void* data_ = nullptr;
+  cudaError_t copied_ = cudaSuccess;
+};
+
+// Runs the case on the sm90 backend over device copies of its buffers (outputs start as the
+// host ones: NaN) and copies out and lse back into the case's host buffers.
+void forward_on_gpu(AttentionData& data) {
+  const AttentionCase& c = data.spec();
+  detail::ForwardProblem p = data.forward_problem();
+  DeviceCopy q(data.q), k(data.k), v(data.v), out(data.out), lse(data.lse);
+  DeviceCopy cu_q(data.cu_seqlens_q()), cu_k(data.cu_seqlens_k()), sinks(data.sinks);
+  DeviceCopy used_q(c.seqused_q), used_k(c.seqused_k);
+  for (const DeviceCopy* copy : {&q, &k, &v, &out, &lse, &cu_q, &cu_k, &sinks, &used_q, &used_k}) {
+    HFA_CUDA_OK(copy->status());
+  }
+  p.q = q.get<void>(), p.k = k.get<void>(), p.v = v.get<void>(), p.out = out.get<void>();
+  p.lse = lse.get<float>();
+  if (p.cu_seqlens_q != nullptr) {
+    p.cu_seqlens_q = cu_q.get<int32_t>();
+    p.cu_seqlens_k = cu_k.get<int32_t>();
+  }
+  if (p.sinks != nullptr) p.sinks = sinks.get<float>();
+  if (p.seqused_q != nullptr) p.seqused_q = used_q.get<int32_t>();
+  if (p.seqused_k != nullptr) p.seqused_k = used_k.get<int32_t>();
+  p.device = Device::cuda(0);
+
+  const detail::Backend& sm90 = *detail::sm90_backend();
+  std::size_t workspace_bytes = 0;
+  ASSERT_TRUE(sm90.forward_workspace_size(p, &workspace_bytes).is_ok());
+  DeviceBuffer workspace(workspace_bytes);
+  p.workspace = workspace.get();
+  p.workspace_bytes = workspace_bytes;
+  const Status status = sm90.forward(p);
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  HFA_CUDA_OK(cudaDeviceSynchronize());
+  HFA_CUDA_OK(cudaMemcpy(data.out.data(), out.get<void>(), data.out.storage_bytes(),
+                         cudaMemcpyDeviceToHost));
+  HFA_CUDA_OK(cudaMemcpy(data.lse.data(), lse.get<void>(), data.lse.storage_bytes(),
+                         cudaMemcpyDeviceToHost));
+}
+
+struct HeadDims {
+  int qk, v;
+};
+
+struct Combination {
+  DType dtype;
+  HeadDims dims;
+};
+
+std::string combination_name(const Combination& c) {
+  std::string name = std::string(dtype_name(c.dtype)) + "_d" + std::to_string(c.dims.qk);
+  if (c.dims.v != c.dims.qk) name += "v" + std::to_string(c.dims.v);
+  return name;
+}
+
+enum class Mask { none, causal, sliding, window };
+enum class Layout { fixed, varlen, seqused };
+
+// Lengths that fill no tile (tiles are 128 or 192 rows × 80 to 176 keys), seqlen_q ≠ seqlen_k,
+// empty sequences (varlen: no queries, no keys; seqused: no keys) and a one-token sequence.
+AttentionCase make_case(const Combination& combination, Mask mask, bool softcap, bool sinks,
+                        bool gqa, Layout layout) {
+  AttentionCase c;
+  c.dtype = combination.dtype;
+  c.hdim_qk = combination.dims.qk;
+  c.hdim_v = combination.dims.v;
+  c.heads_q = gqa ? 6 : 4;
+  c.heads_kv = gqa ? 2 : 4;
+  switch (mask) {
+    case Mask::none: break;
+    case Mask::causal: c.causal = true; break;
+    case Mask::sliding: c.causal = true, c.window_left = 64; break;
+    case Mask::window: c.window_left = 37, c.window_right = 9; break;
+  }
+  if (softcap) c.softcap = 4.0f;  // small enough that tanh bends the scores
+  c.sinks = sinks;
+  switch (layout) {
+    case Layout::fixed: c.batch = 2, c.seqlen_q = 150, c.seqlen_k = 211; break;
+    case Layout::varlen:
+      c.varlen_q = {70, 0, 131, 1};
+      c.varlen_k = {200, 3, 131, 0};
+      break;
+    case Layout::seqused:
+      c.batch = 2, c.seqlen_q = 150, c.seqlen_k = 211;
+      c.seqused_q = {97, 150};
+      c.seqused_k = {211, 0};
+      break;
+  }
+  return c;
+}
+
+class ForwardSm90Features : public ::testing::TestWithParam<Combination> {};
+
+TEST_P(ForwardSm90Features, EveryOptionWithEveryOther) {
+  HFA_REQUIRE_HOPPER();
+  for (Mask mask : {Mask::none, Mask::causal, Mask::sliding, Mask::window})
+    for (bool softcap : {false, true})
+      for (bool sinks : {false, true})
+        for (bool gqa : {false, true})
+          for (Layout layout : {Layout::fixed, Layout::varlen, Layout::seqused}) {
+            const AttentionCase c = make_case(GetParam(), mask, softcap, sinks, gqa, layout);
+            SCOPED_TRACE(c.name());
+            AttentionData data(c);
+            const ForwardExpectation expected = expected_forward(data, true);
+            forward_on_gpu(data);
+            check_forward_results(data, expected);
+          }
+}
+
+std::vector<Combination> combinations() {
+  std::vector<Combination> result;
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (HeadDims dims : {HeadDims{64, 64}, HeadDims{96, 96}, HeadDims{128, 128},
+                          HeadDims{192, 128}, HeadDims{192, 192}, HeadDims{256, 256}}) {
+      result.push_back({dtype, dims});
+    }
+  return result;
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, ForwardSm90Features, ::testing::ValuesIn(combinations()),
+                         [](const auto& info) { return combination_name(info.param); });
+
+// Long sequences where the window skips most blocks, and a varlen batch with long and short
+// sequences, so the skipping and the per-sequence addressing meet more than two blocks.
+TEST(ForwardSm90Long, WindowsAndVarlen) {
+  HFA_REQUIRE_HOPPER();
+  std::vector<AttentionCase> cases;
+  for (int hdim : {64, 128}) {
+    AttentionCase sliding;
+    sliding.dtype = DType::bf16;
+    sliding.hdim_qk = sliding.hdim_v = hdim;
+    sliding.heads_q = sliding.heads_kv = 2;
+    sliding.seqlen_q = sliding.seqlen_k = 2000;
+    sliding.causal = true;
+    sliding.window_left = 300;
+    cases.push_back(sliding);
+
+    AttentionCase varlen = sliding;
+    varlen.window_left = -1;
+    varlen.varlen_q = {1000, 3, 700, 257};
+    varlen.varlen_k = {1000, 900, 700, 1};
+    cases.push_back(varlen);
+  }
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE(c.name());
+    AttentionData data(c);
+    const ForwardExpectation expected = expected_forward(data, true);
+    forward_on_gpu(data);
+    check_forward_results(data, expected);
+  }
+}
+
+}  // namespace
+}  // namespace hfa::test
