@@ -41,6 +41,8 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="directory for the .json, .md and .png")
     p.add_argument("--hdims", type=int, nargs="+", default=GRID_HDIMS)
+    p.add_argument("--hdim-v", type=int, default=None,
+                   help="head dim of v and out (default: each hdim; DeepSeek: --hdims 192 --hdim-v 128)")
     p.add_argument("--seqlens", type=int, nargs="+", default=GRID_SEQLENS)
     p.add_argument("--causal", choices=["both", "true", "false"], default="both")
     p.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
@@ -127,10 +129,14 @@ def run_cell(args, hdim, causal, seqlen, dtype, gen, cpu_gen):
     import hfa
 
     batch, heads = args.tokens // seqlen, args.head_budget // hdim
+    hdim_v = args.hdim_v or hdim
     case = {"hdim": hdim, "causal": causal, "seqlen_q": seqlen, "seqlen_k": seqlen,
             "batch": batch, "heads": heads, "dtype": args.dtype}
+    if hdim_v != hdim:
+        case["hdim_v"] = hdim_v
     shape = (batch, seqlen, heads, hdim)
-    q, k, v = (torch.randn(shape, dtype=dtype, device="cuda", generator=gen) for _ in range(3))
+    q, k = (torch.randn(shape, dtype=dtype, device="cuda", generator=gen) for _ in range(2))
+    v = torch.randn(shape[:-1] + (hdim_v,), dtype=dtype, device="cuda", generator=gen)
     # Contiguous BHSD copies for the transpose-free SDPA runs, made before any timing.
     qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
     qv, kv, vv = (x.transpose(1, 2) for x in (q, k, v))
@@ -209,7 +215,7 @@ def run_cell(args, hdim, causal, seqlen, dtype, gen, cpu_gen):
     # Timing: median of do_bench, per implementation that ran.
     row = {"case": case, "metric": "tflops"}
     ms = {}
-    f = flops(batch, heads, seqlen, seqlen, hdim, hdim, causal)
+    f = flops(batch, heads, seqlen, seqlen, hdim, hdim_v, causal)
     for impl in args.impls:
         if impl in notes:
             row[impl] = None

@@ -19,7 +19,7 @@ step_info() {
 
 step_tests() {  # [BINARY...] (default: all GPU test binaries)
   local tests=("$@")
-  [ ${#tests[@]} -gt 0 ] || tests=(test_sm90_ptx test_sm90_forward)
+  [ ${#tests[@]} -gt 0 ] || tests=(test_sm90_ptx test_sm90_forward test_sm90_forward_features)
   # The float64 oracle runs on the host, one core a process: shard each binary over the cores.
   local shards=8
   for test in "${tests[@]}"; do
