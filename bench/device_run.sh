@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: GPU tests, SASS facts, sanitizers and the peer benchmark.
 #
-#   bench/device_run.sh STEP...     steps: info tests[:BINARIES] sass sanitize bench[:ARGS] variants[:ARGS]
+#   bench/device_run.sh STEP...     steps: info tests[:BINARIES] sass sanitize bench[:ARGS] features[:ARGS] variants[:ARGS]
 #
 # Binaries come prebuilt from this machine (see bench/README.md) in $HFA_BIN (default .device):
 # test_sm90_forward, test_sm90_ptx, hfa, libhfa.so (+ variants/). Results go to $OUT.
@@ -58,6 +58,11 @@ step_sanitize() {
 step_bench() {
   PYTHONUNBUFFERED=1 HFA_LIBRARY="$bin/libhfa.so" PYTHONPATH=python \
     python3 bench/bench_fwd.py --out "$out" "$@" || status=1
+}
+
+step_features() {
+  PYTHONUNBUFFERED=1 HFA_LIBRARY="$bin/libhfa.so" PYTHONPATH=python \
+    python3 bench/bench_features.py --out "$out" "$@" || status=1
 }
 
 # Each variant of .device/variants (bench/build_variants.sh) on its cells, hfa alone.
