@@ -61,6 +61,7 @@ struct Producer {
 
   // The first tile from `index` on that has rows (see scheduler.cuh), or num_tiles or more.
   __device__ __forceinline__ int skip_empty(int index) {
+    if (p.cu_seqlens_q == nullptr && p.seqused_q == nullptr) return index;  // none is empty
     while (index < p.num_tiles && !tile_has_rows<Config>(decode_tile<Config>(p, index))) {
       index = next_tile<Config>(p, index);
     }
