@@ -46,14 +46,28 @@ Status make_tile_map(CUtensorMap* map, const TileMapShape& shape, CUtensorMapDat
   if (encode == nullptr) return {Code::cuda, "sm90: cuTensorMapEncodeTiled is not available"};
 
   // Extents of 0 are not encodable; such tensors are never copied, so any extent will do.
-  cuuint64_t dims[4];
+  cuuint64_t dims[5];
   for (int i = 0; i < 4; ++i) dims[i] = shape.dims[i] > 0 ? shape.dims[i] : 1;
-  cuuint64_t strides[3] = {shape.strides_bytes[0], shape.strides_bytes[1], shape.strides_bytes[2]};
+  cuuint64_t strides[4] = {shape.strides_bytes[0], shape.strides_bytes[1], shape.strides_bytes[2]};
   for (auto& stride : strides) stride = stride > 0 ? stride : kTmaAlignment;
-  const cuuint32_t box[4] = {kSlabElements, shape.box_rows, 1, 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  cuuint32_t box[5] = {kSlabElements, shape.box_rows, 1, 1, 1};
+  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+  cuuint32_t rank = 4;
+  if (const cuuint32_t group = shape.heads_per_row; group > 0) {
+    // (dim, row, head, batch) → (dim, head in group, row, head group, batch).
+    const cuuint64_t row_stride = strides[0], head_stride = strides[1], batch_stride = strides[2];
+    const cuuint64_t rows = dims[1], heads = dims[2], batches = dims[3];
+    const cuuint64_t packed_dims[5] = {dims[0], group, rows, heads / group, batches};
+    const cuuint64_t packed_strides[4] = {head_stride, row_stride, head_stride * group,
+                                          batch_stride};
+    for (int i = 0; i < 5; ++i) dims[i] = packed_dims[i];
+    for (int i = 0; i < 4; ++i) strides[i] = packed_strides[i];
+    box[1] = group;
+    box[2] = shape.box_rows / group;
+    rank = 5;
+  }
   const CUresult result =
-      encode(map, dtype, 4, const_cast<void*>(shape.base), dims, strides, box, element_strides,
+      encode(map, dtype, rank, const_cast<void*>(shape.base), dims, strides, box, element_strides,
              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) {

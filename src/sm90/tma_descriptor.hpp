@@ -15,6 +15,10 @@ struct TileMapShape {
   uint64_t dims[4];           // extents, innermost first
   uint64_t strides_bytes[3];  // of row, head, batch
   uint32_t box_rows;
+  // > 0: PackGQA. A rank-5 map (dim, head in group, row, head group, batch) whose box rows each
+  // hold one row of `heads_per_row` consecutive heads (box_rows / heads_per_row rows of them);
+  // dims[2] still counts heads.
+  uint32_t heads_per_row = 0;
 };
 
 // Encodes the map through the driver entry point the runtime exposes (no -lcuda needed).

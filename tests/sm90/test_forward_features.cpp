@@ -1,7 +1,7 @@
 // The Hopper forward with every option against every other: for each dtype × head dims, every
 // combination of mask (none, causal, causal sliding window, two-sided window) × softcap ×
-// sinks × GQA × layout (fixed length, varlen with empty sequences, seqused) against the float64
-// oracle, with the checks the CPU backend gets (tests/common/forward_checks.hpp). The peer that
+// sinks × GQA × layout (fixed length, varlen with empty sequences, seqused, and both with short
+// queries, where GQA groups are packed into one tile: PackGQA) against the float64 oracle, with the checks the CPU backend gets (tests/common/forward_checks.hpp). The peer that
 // sets the bound rounds P to the input dtype, as every 16-bit tensor-core kernel does.
 //
 // One test per (dtype, head dims) runs its combinations in a loop (SCOPED_TRACE names the one
@@ -95,17 +95,18 @@ std::string combination_name(const Combination& c) {
 }
 
 enum class Mask { none, causal, sliding, window };
-enum class Layout { fixed, varlen, seqused };
+enum class Layout { fixed, varlen, seqused, short_fixed, short_varlen };
 
 // Lengths that fill no tile (tiles are 128 or 192 rows × 80 to 176 keys), seqlen_q ≠ seqlen_k,
 // empty sequences (varlen: no queries, no keys; seqused: no keys) and a one-token sequence.
+// GQA groups of 4 with fewer queries than a tile's rows (the short layouts) run packed.
 AttentionCase make_case(const Combination& combination, Mask mask, bool softcap, bool sinks,
                         bool gqa, Layout layout) {
   AttentionCase c;
   c.dtype = combination.dtype;
   c.hdim_qk = combination.dims.qk;
   c.hdim_v = combination.dims.v;
-  c.heads_q = gqa ? 6 : 4;
+  c.heads_q = gqa ? 8 : 4;
   c.heads_kv = gqa ? 2 : 4;
   switch (mask) {
     case Mask::none: break;
@@ -126,6 +127,11 @@ AttentionCase make_case(const Combination& combination, Mask mask, bool softcap,
       c.seqused_q = {97, 150};
       c.seqused_k = {211, 0};
       break;
+    case Layout::short_fixed: c.batch = 2, c.seqlen_q = 5, c.seqlen_k = 211; break;
+    case Layout::short_varlen:
+      c.varlen_q = {1, 0, 37, 5};
+      c.varlen_k = {200, 3, 131, 0};
+      break;
   }
   return c;
 }
@@ -138,7 +144,8 @@ TEST_P(ForwardSm90Features, EveryOptionWithEveryOther) {
     for (bool softcap : {false, true})
       for (bool sinks : {false, true})
         for (bool gqa : {false, true})
-          for (Layout layout : {Layout::fixed, Layout::varlen, Layout::seqused}) {
+          for (Layout layout : {Layout::fixed, Layout::varlen, Layout::seqused,
+                                Layout::short_fixed, Layout::short_varlen}) {
             const AttentionCase c = make_case(GetParam(), mask, softcap, sinks, gqa, layout);
             SCOPED_TRACE(c.name());
             AttentionData data(c);

@@ -27,24 +27,32 @@ struct Epilogue {
 
   __device__ void store(const WorkTile& tile, float (&o)[kOAcc], const OnlineSoftmax& softmax) {
     constexpr float kLog2e = 1.4426950408889634f;
-    const float sink_log2 = p.sinks != nullptr ? p.sinks[tile.head] * kLog2e : -INFINITY;
+    const ptx::FragmentCoords at = ptx::fragment_coords(thread);
+    // The thread's two rows (8 apart) as (query, head); with PackGQA their heads may differ.
+    const int row0 = tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup + at.row0;
+    const int head_in_group_mask = (1 << p.pack_shift) - 1;
+    int query[2], head[2];
+    float sink_log2[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + 8 * half;
+      query[half] = query_of_row(p, row);
+      head[half] = (tile.head << p.pack_shift) + (row & head_in_group_mask);
+      sink_log2[half] = p.sinks != nullptr ? p.sinks[head[half]] * kLog2e : -INFINITY;
+    }
     float normalizer[2], lse[2];
     softmax.finalize(p.scale_log2, sink_log2, normalizer, lse);
     scale_rows(o, normalizer);
 
-    const ptx::FragmentCoords at = ptx::fragment_coords(thread);
-    // Sequence-relative row of the thread's first row.
-    const int row0 = tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup + at.row0;
-    Element* out = static_cast<Element*>(p.out) + tile.batch * p.out_stride.batch +
-                   int64_t(tile.seq.q_offset) * p.out_stride.row + tile.head * p.out_stride.head;
+    Element* out = static_cast<Element*>(p.out) + tile.batch * p.out_stride.batch;
     // Each quad writes 16 contiguous bytes of a row per 8-column group: whole 32-byte sectors
     // once the neighbouring group lands, merged in L2. Columns past hdim_v exist only in a
     // padded configuration and are not stored.
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = row0 + 8 * half;
-      if (row >= tile.seq.seqlen_q) continue;
-      Element* out_row = out + row * p.out_stride.row;
+      if (query[half] >= tile.seq.seqlen_q) continue;
+      Element* out_row = out + int64_t(tile.seq.q_offset + query[half]) * p.out_stride.row +
+                         head[half] * p.out_stride.head;
 #pragma unroll
       for (int i = 2 * half; i < kOAcc; i += 4) {
         const int column = ptx::fragment_column(i, at.column_pair);
@@ -56,11 +64,11 @@ struct Epilogue {
 
     if (p.lse != nullptr && at.column_pair == 0) {
       // Varlen LSE is (heads, total_q): batch stride 0, rows from the sequence's offset.
-      float* lse_row = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride +
-                       tile.seq.q_offset;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        if (row0 + 8 * half < tile.seq.seqlen_q) lse_row[row0 + 8 * half] = lse[half];
+        if (query[half] >= tile.seq.seqlen_q) continue;
+        p.lse[tile.batch * p.lse_batch_stride + head[half] * p.lse_head_stride +
+              tile.seq.q_offset + query[half]] = lse[half];
       }
     }
   }

@@ -30,12 +30,14 @@ TileMapShape tile_map_shape(const void* base, int dim, int rows, int heads, int 
           uint32_t(box_rows)};
 }
 
-// Causal tiles are ordered longest first within sections of (batch, head) pairs whose K and V
-// fit in half the L2 together, so the CTAs running at once re-read K/V from L2, not HBM.
-inline int heads_per_section(const detail::ForwardProblem& problem, std::size_t l2_bytes) {
+// Causal tiles are ordered longest first within sections of (batch, tile head) pairs whose K
+// and V fit in half the L2 together, so the CTAs running at once re-read K/V from L2, not HBM.
+inline int heads_per_section(const detail::ForwardProblem& problem, int pack_shift,
+                             std::size_t l2_bytes) {
+  const int tile_heads_per_kv_head = (problem.heads_q / problem.heads_kv) >> pack_shift;
   const std::size_t kv_bytes_per_head = std::size_t(problem.seqlen_k) *
                                         (problem.hdim_qk + problem.hdim_v) * 2 /
-                                        (problem.heads_q / problem.heads_kv);
+                                        tile_heads_per_kv_head;
   const std::size_t budget = l2_bytes / 2;
   return int(std::max<std::size_t>(1, budget / std::max<std::size_t>(1, kv_bytes_per_head)));
 }
@@ -44,6 +46,20 @@ inline int heads_per_section(const detail::ForwardProblem& problem, std::size_t 
 // that row ± window cannot overflow.
 inline int32_t clamp_window(int32_t window, const detail::ForwardProblem& problem) {
   return window < 0 ? -1 : std::min(window, problem.seqlen_q + problem.seqlen_k);
+}
+
+// PackGQA (Params::pack_shift) where one head's queries underfill a tile (decode, speculative
+// verification, short chunks): the group's heads then fill it and share one pass over K/V.
+// Needs a power-of-two group that divides the tile's rows. HFA_SM90_PACK_GQA=0 turns it off
+// (to measure it).
+template <typename Config>
+int pack_shift_for(const detail::ForwardProblem& problem) {
+  const int group = problem.heads_q / problem.heads_kv;
+  if (group < 2 || (group & (group - 1)) != 0 || Config::kBlockM % group != 0) return 0;
+  if (problem.seqlen_q >= Config::kBlockM || !pack_gqa_enabled()) return 0;
+  int shift = 0;
+  while ((1 << shift) < group) ++shift;
+  return shift;
 }
 
 template <typename Config, typename Element>
@@ -62,9 +78,13 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
     if (varlen) strides.batch = strides.row * rows;
     return strides;
   };
-  const TileMapShape maps[3] = {
+  const int pack_shift = pack_shift_for<Config>(problem);
+  TileMapShape q_map =
       tile_map_shape<Element>(problem.q, problem.hdim_qk, q_rows, problem.heads_q, map_batches,
-                              map_strides(problem.q_stride, q_rows), Config::kBlockM),
+                              map_strides(problem.q_stride, q_rows), Config::kBlockM);
+  q_map.heads_per_row = 1u << pack_shift;  // rank 5 always: one producer path
+  const TileMapShape maps[3] = {
+      q_map,
       tile_map_shape<Element>(problem.k, problem.hdim_qk, k_rows, problem.heads_kv, map_batches,
                               map_strides(problem.k_stride, k_rows), Config::kBlockN),
       tile_map_shape<Element>(problem.v, problem.hdim_v, k_rows, problem.heads_kv, map_batches,
@@ -84,6 +104,8 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
   params.batch = b;
   params.heads_q = problem.heads_q;
   params.heads_per_kv = problem.heads_q / problem.heads_kv;
+  params.pack_shift = pack_shift;
+  params.tile_heads = problem.heads_q >> pack_shift;
   params.seqlen_q = problem.seqlen_q;
   params.seqlen_k = problem.seqlen_k;
   params.hdim_v = problem.hdim_v;
@@ -101,9 +123,9 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
     params.scale_log2 = problem.softmax_scale * kLog2e;
   }
   params.sinks = problem.sinks;
-  params.num_m_blocks = (problem.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
-  params.num_tiles = params.num_m_blocks * problem.heads_q * b;
-  params.heads_per_section = heads_per_section(problem, context.l2_bytes);
+  params.num_m_blocks = ((problem.seqlen_q << pack_shift) + Config::kBlockM - 1) / Config::kBlockM;
+  params.num_tiles = params.num_m_blocks * params.tile_heads * b;
+  params.heads_per_section = heads_per_section(problem, pack_shift, context.l2_bytes);
   if (params.num_tiles == 0) return Status::ok();
   if (Config::kWindowed) {  // dynamic schedule (workspace_bytes reserved the counter)
     params.tile_counter = static_cast<int32_t*>(problem.workspace);

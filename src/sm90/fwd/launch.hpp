@@ -2,6 +2,9 @@
 // in its own translation unit (instantiations/) so the build compiles them in parallel.
 #pragma once
 
+#include <cstdlib>
+#include <string_view>
+
 #include "common/problem.hpp"
 
 namespace hfa::sm90::fwd {
@@ -10,6 +13,15 @@ struct LaunchContext {
   int sm_count;
   std::size_t l2_bytes;
 };
+
+// Whether PackGQA may be used (HFA_SM90_PACK_GQA=0 turns it off), read once.
+inline bool pack_gqa_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("HFA_SM90_PACK_GQA");
+    return value == nullptr || std::string_view(value) != "0";
+  }();
+  return enabled;
+}
 
 // Whether keys are limited by a window (causal or sliding): the kernels with masked diagonals
 // and the dynamic schedule.

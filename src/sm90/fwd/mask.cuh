@@ -27,8 +27,8 @@ __device__ __forceinline__ void mask_row_half(float (&s)[kAcc], int half, int co
   }
 }
 
-// s: one thread's accumulator of a 64 × kBlockN S tile. row0: the sequence-relative query index
-// of the thread's first row; first_column: the key index of the thread's first column
+// s: one thread's accumulator of a 64 × kBlockN S tile. row0: the tile row (sequence-relative,
+// packed with PackGQA) of the thread's first row; first_column: the key index of its first column
 // (n_block·kBlockN + column_pair). Masked scores become −inf, so exp2 turns them into exact 0.
 template <bool kWindowed, int kAcc>
 __device__ __forceinline__ void apply_mask(float (&s)[kAcc], int row0, int first_column,
@@ -38,7 +38,8 @@ __device__ __forceinline__ void apply_mask(float (&s)[kAcc], int row0, int first
     // This row sees keys [key_begin, key_end).
     int key_end = seq.seqlen_k;
     if constexpr (kWindowed) {
-      const int facing = row0 + 8 * half + seq.diagonal();  // the key on the row's diagonal
+      // The key on the diagonal of the row's query.
+      const int facing = query_of_row(p, row0 + 8 * half) + seq.diagonal();
       if (p.window_right >= 0) key_end = min(key_end, facing + p.window_right + 1);
       if (p.window_left >= 0) {
         mask_row_half<true>(s, half, facing - p.window_left - first_column,

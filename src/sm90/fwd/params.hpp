@@ -7,7 +7,9 @@
 namespace hfa::sm90::fwd {
 
 struct Params {
-  // Rank-4 (dim, row, head, batch) maps; boxes of 64 dims × kBlockM (q) or kBlockN (k, v) rows.
+  // Maps of boxes of 64 dims × kBlockM (q) or kBlockN (k, v) rows: k and v rank 4 (dim, row,
+  // head, batch), q rank 5 (dim, head in group, row, head group, batch) for PackGQA's sake
+  // (groups of 1 head without it).
   CUtensorMap q_map;
   CUtensorMap k_map;
   CUtensorMap v_map;
@@ -24,6 +26,11 @@ struct Params {
   int32_t batch;
   int32_t heads_q;
   int32_t heads_per_kv;  // GQA group size
+  // PackGQA: the rows of a tile are (query, head) pairs of one GQA group, head fastest, so the
+  // group's heads share one pass over K/V. pack_shift = log2(heads per group), 0 = off; the tiles
+  // then run over tile_heads = heads_q >> pack_shift head groups. See sequence.cuh.
+  int32_t pack_shift;
+  int32_t tile_heads;
   int32_t seqlen_q;      // varlen: the longest sequence's
   int32_t seqlen_k;
   int32_t hdim_v;        // columns of out to store (fewer than the kernel's when padded)

@@ -28,8 +28,8 @@ struct Producer {
     smem.q_full.arrive_expect_tx(Storage::QTile::kBytes);
 #pragma unroll
     for (int slab = 0; slab < Config::kSlabsQK; ++slab) {
-      ptx::load_4d(smem.q.data + slab * kQSlabElements, &p.q_map, &smem.q_full, slab * kSlabColumns,
-                   tile.seq.q_offset + tile.m_block * Config::kBlockM, tile.head,
+      ptx::load_5d(smem.q.data + slab * kQSlabElements, &p.q_map, &smem.q_full, slab * kSlabColumns,
+                   0, tile.seq.q_offset + first_query<Config>(p, tile), tile.head,
                    tile.seq.map_batch, ptx::CacheHint::evict_first);
     }
     q_phase ^= 1;
@@ -62,7 +62,7 @@ struct Producer {
   // The first tile from `index` on that has rows (see scheduler.cuh), or num_tiles or more.
   __device__ __forceinline__ int skip_empty(int index) {
     if (p.cu_seqlens_q == nullptr && p.seqused_q == nullptr) return index;  // none is empty
-    while (index < p.num_tiles && !tile_has_rows<Config>(decode_tile<Config>(p, index))) {
+    while (index < p.num_tiles && !tile_has_rows<Config>(p, decode_tile<Config>(p, index))) {
       index = next_tile<Config>(p, index);
     }
     return index;
@@ -83,7 +83,7 @@ struct Producer {
       if (index >= p.num_tiles) break;
       const WorkTile tile = decode_tile<Config>(p, index);
       const BlockRange blocks = block_range<Config>(p, tile);
-      const int kv_head = tile.head / p.heads_per_kv;
+      const int kv_head = (tile.head << p.pack_shift) / p.heads_per_kv;
       // The first K of the tile goes before Q: Q waits until the previous tile's last Q·Kᵀ
       // is done, and this K load need not wait with it.
       if (blocks.count() > 0) load_k(blocks.n_end - 1, kv_head, tile.seq);

@@ -38,7 +38,7 @@ __device__ __forceinline__ WorkTile decode_tile(const Params& p, int tile) {
     m_block = tile % p.num_m_blocks;
     pair = tile / p.num_m_blocks;
   } else {
-    const int pairs = p.heads_q * p.batch;
+    const int pairs = p.tile_heads * p.batch;
     const int section_tiles = p.heads_per_section * p.num_m_blocks;
     const int section = tile / section_tiles;
     const int in_section = tile % section_tiles;
@@ -47,13 +47,23 @@ __device__ __forceinline__ WorkTile decode_tile(const Params& p, int tile) {
     pair = first_pair + in_section % pairs_here;
     m_block = p.num_m_blocks - 1 - in_section / pairs_here;
   }
-  const int batch = pair / p.heads_q;
-  return {m_block, pair % p.heads_q, batch, sequence_of(p, batch)};
+  const int batch = pair / p.tile_heads;
+  return {m_block, pair % p.tile_heads, batch, sequence_of(p, batch)};
 }
 
 template <typename Config>
-__device__ __forceinline__ bool tile_has_rows(const WorkTile& tile) {
-  return tile.m_block * Config::kBlockM < tile.seq.seqlen_q;
+__device__ __forceinline__ bool tile_has_rows(const Params& p, const WorkTile& tile) {
+  return tile.m_block * Config::kBlockM < (tile.seq.seqlen_q << p.pack_shift);
+}
+
+// The queries of the tile's first and last rows.
+template <typename Config>
+__device__ __forceinline__ int first_query(const Params& p, const WorkTile& tile) {
+  return query_of_row(p, tile.m_block * Config::kBlockM);
+}
+template <typename Config>
+__device__ __forceinline__ int last_query(const Params& p, const WorkTile& tile) {
+  return query_of_row(p, (tile.m_block + 1) * Config::kBlockM - 1);
 }
 
 // K/V blocks [n_begin, n_end) that a tile sees; the mainloop walks them from n_end − 1 down, so
@@ -70,10 +80,10 @@ __device__ __forceinline__ BlockRange block_range(const Params& p, const WorkTil
   if constexpr (!Config::kWindowed) {
     return {0, n_blocks};
   } else {
-    // Row i sees keys [i + diagonal − left, i + diagonal + right]: the tile's first row bounds
-    // the range below, its last row above.
-    const int first_row = tile.m_block * Config::kBlockM;
-    const int last_row = min(first_row + Config::kBlockM, tile.seq.seqlen_q) - 1;
+    // Query i sees keys [i + diagonal − left, i + diagonal + right]: the tile's first query
+    // bounds the range below, its last one above.
+    const int first_row = first_query<Config>(p, tile);
+    const int last_row = min(last_query<Config>(p, tile), tile.seq.seqlen_q - 1);
     int n_begin = 0, n_end = n_blocks;
     if (p.window_right >= 0) {
       const int last_key = last_row + tile.seq.diagonal() + p.window_right;
@@ -94,9 +104,9 @@ __device__ __forceinline__ bool block_needs_mask(const Params& p, const WorkTile
   const int block_last_key = block_first_key + Config::kBlockN - 1;
   bool needed = block_last_key >= tile.seq.seqlen_k;
   if constexpr (Config::kWindowed) {
-    // The first row has the lowest right bound, the last row the highest left bound.
-    const int first_row = tile.m_block * Config::kBlockM;
-    const int last_row = first_row + Config::kBlockM - 1;
+    // The first query has the lowest right bound, the last query the highest left bound.
+    const int first_row = first_query<Config>(p, tile);
+    const int last_row = last_query<Config>(p, tile);
     if (p.window_right >= 0) {
       needed |= block_last_key > first_row + tile.seq.diagonal() + p.window_right;
     }

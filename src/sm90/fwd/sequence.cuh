@@ -16,6 +16,10 @@ struct Sequence {
   __device__ __forceinline__ int diagonal() const { return seqlen_k - seqlen_q; }
 };
 
+// A tile row's query index within its sequence: with PackGQA, rows are (query, head) pairs,
+// head fastest (see Params::pack_shift).
+__device__ __forceinline__ int query_of_row(const Params& p, int row) { return row >> p.pack_shift; }
+
 __device__ __forceinline__ Sequence sequence_of(const Params& p, int batch) {
   Sequence seq{0, 0, batch, p.seqlen_q, p.seqlen_k};
   if (p.cu_seqlens_q != nullptr) {

@@ -72,24 +72,24 @@ struct OnlineSoftmax {
     }
   }
 
-  // Per row: the factor that normalizes O and the natural-log LSE. sink_log2 is the row's sink
-  // logit in log2 units (−inf: none): one more term of the denominator, with no value row. A
+  // Per row: the factor that normalizes O and the natural-log LSE. sink_log2: each row's sink
+  // logit in log2 units (−inf: none), one more term of the denominator with no value row. A
   // row that saw no key gets factor 0 and LSE −inf, or its sink's logit.
-  __device__ __forceinline__ void finalize(float scale_log2, float sink_log2,
+  __device__ __forceinline__ void finalize(float scale_log2, const float (&sink_log2)[2],
                                            float (&normalizer)[2], float (&lse)[2]) const {
     constexpr float kLn2 = 0.6931471805599453f;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float sum = quad_sum(row_sum[half]);
       const float row_top = row_max[half] == -INFINITY ? -INFINITY : row_max[half] * scale_log2;
-      const float top = fmaxf(row_top, sink_log2);
+      const float top = fmaxf(row_top, sink_log2[half]);
       if (top == -INFINITY) {
         normalizer[half] = 0.0f;
         lse[half] = -INFINITY;
         continue;
       }
       const float shrink = exp2f(row_top - top);  // 1 without a sink; 0 for a row with no key
-      const float total = fmaf(sum, shrink, exp2f(sink_log2 - top));
+      const float total = fmaf(sum, shrink, exp2f(sink_log2[half] - top));
       normalizer[half] = shrink / total;
       lse[half] = (top + log2f(total)) * kLn2;
     }

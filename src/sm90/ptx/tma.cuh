@@ -35,6 +35,18 @@ __device__ __forceinline__ void load_4d(void* smem_dst, const CUtensorMap* map, 
       : "memory");
 }
 
+// Loads the box at coordinates (c0 innermost .. c4) of a rank-5 map into shared memory.
+__device__ __forceinline__ void load_5d(void* smem_dst, const CUtensorMap* map, Mbarrier* barrier,
+                                        int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4,
+                                        CacheHint hint) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%3, %4, %5, %6, %7}], [%2], %8;\n" ::"r"(smem_address(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_address(barrier)), "r"(c0), "r"(c1), "r"(c2),
+      "r"(c3), "r"(c4), "l"(static_cast<uint64_t>(hint))
+      : "memory");
+}
+
 // Stores a shared-memory box to global memory; complete with commit_group + wait_group_read.
 __device__ __forceinline__ void store_4d(const CUtensorMap* map, const void* smem_src, int32_t c0,
                                          int32_t c1, int32_t c2, int32_t c3) {
