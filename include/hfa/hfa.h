@@ -176,11 +176,21 @@ typedef struct hfa_kvcache_options {
 
 HFA_API hfa_kvcache_options hfa_default_kvcache_options(void);
 
-/* options may be NULL only to get an error: cache_seqlens is required. CUDA tensors answer
- * HFA_ERROR_NOT_SUPPORTED for now (the CPU backend implements everything above). */
+/* options may be NULL only to get an error: cache_seqlens is required. On a Hopper GPU:
+ * bf16/fp16 q, headdim 128, cache rows (and FP4/per-token scale rows) at 16-byte (4-byte)
+ * aligned addresses; other CUDA calls answer HFA_ERROR_NOT_SUPPORTED (the CPU backend implements
+ * everything above). A CUDA call makes no allocation and no host synchronization (validation
+ * mode aside): split partials go to options->workspace, sized by the query below. */
 HFA_API hfa_status hfa_forward_kvcache(const hfa_tensor* q, const hfa_tensor* k_cache,
                                        const hfa_tensor* v_cache, const hfa_tensor* out,
                                        const hfa_tensor* lse, const hfa_kvcache_options* options);
+/* Bytes of workspace hfa_forward_kvcache needs with these tensors and options (0 on the CPU and
+ * for one split). Depends on shapes, num_splits and the device, never on the lengths' values. */
+HFA_API hfa_status hfa_forward_kvcache_workspace_size(const hfa_tensor* q,
+                                                      const hfa_tensor* k_cache,
+                                                      const hfa_tensor* v_cache,
+                                                      const hfa_kvcache_options* options,
+                                                      size_t* bytes);
 
 /* The message of the last failed call on this thread ("" if none). */
 HFA_API const char* hfa_last_error(void);

@@ -139,6 +139,10 @@ HFA_API hfa_kvcache_options to_c(const KVCacheOptions& options);
 HFA_API Status forward_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                const Tensor& out, const Tensor* lse,
                                const KVCacheOptions& options);
+// See hfa_forward_kvcache_workspace_size.
+HFA_API Status forward_kvcache_workspace_size(const Tensor& q, const Tensor& k_cache,
+                                              const Tensor& v_cache, const KVCacheOptions& options,
+                                              std::size_t* bytes);
 
 HFA_API int32_t cuda_device_count();
 

@@ -66,11 +66,12 @@ def _cache_codes(cache_kind: str, scale_kind, has_global: bool):
 
 
 def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, full_seqlens,
+        alloc_workspace,
         cache_seqlens, page_table, k_scale, v_scale, k_global_scale, v_global_scale,
         softmax_scale, causal, window_size, softcap, num_splits, stream):
     """The front-end-independent part. kind_of(a) -> a kind of _cache_codes; view(a, name, code) -> (kept, Tensor); alloc_out(shape) and
     alloc_lse(shape) allocate outputs like q; full_seqlens(batch, length) makes an int32 vector
-    on q's device."""
+    on q's device; alloc_workspace(bytes) -> (kept, address) the split partials' scratch (GPU)."""
     if q.ndim != 4:
         raise ValueError(f"q: expected rank 4 (batch, seqlen_q, heads_q, headdim), got shape "
                          f"{tuple(q.shape)}")
@@ -118,6 +119,12 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
         v_global_scale=tensor(v_global_scale, "v_global_scale", _lib.F32),
         softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
         num_splits=num_splits, stream=stream)
+    workspace_bytes = _lib.forward_kvcache_workspace_size(qt, kt, vt, options)
+    if workspace_bytes:
+        kept, address = alloc_workspace(workspace_bytes)
+        keep.append(kept)
+        options.workspace = address
+        options.workspace_bytes = workspace_bytes
     _lib.forward_kvcache(qt, kt, vt, ot, lt, options)
     return out, lse
 
@@ -151,7 +158,13 @@ def numpy_forward(q, k_cache, v_cache, **kw):
     return run(q, k_cache, v_cache, q_code=floats[q.dtype], kind_of=kind_of, view=view,
                alloc_out=lambda shape: np.empty(shape, dtype=q.dtype),
                alloc_lse=lambda shape: np.empty(shape, dtype=np.float32),
-               full_seqlens=lambda b, n: np.full((b,), n, dtype=np.int32), stream=None, **kw)
+               full_seqlens=lambda b, n: np.full((b,), n, dtype=np.int32),
+               alloc_workspace=lambda n: _numpy_workspace(np, n), stream=None, **kw)
+
+
+def _numpy_workspace(np, n):
+    scratch = np.empty((n,), dtype=np.uint8)
+    return scratch, scratch.ctypes.data
 
 
 # --- torch -------------------------------------------------------------------------------------
@@ -197,4 +210,9 @@ def torch_forward(q, k_cache, v_cache, **kw):
                alloc_out=lambda shape: torch.empty(shape, dtype=q.dtype, device=q.device),
                alloc_lse=lambda shape: torch.empty(shape, dtype=torch.float32, device=q.device),
                full_seqlens=lambda b, n: torch.full((b,), n, dtype=torch.int32, device=q.device),
-               stream=stream, **kw)
+               alloc_workspace=lambda n: _torch_workspace(torch, n, q.device), stream=stream, **kw)
+
+
+def _torch_workspace(torch, n, device):
+    scratch = torch.empty((n,), dtype=torch.uint8, device=device)
+    return scratch, scratch.data_ptr()

@@ -150,6 +150,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "hfa_backward_workspace_size": (ctypes.c_int, [T, T, T, O, size_p]),
         "hfa_default_kvcache_options": (KVCacheOptions, []),
         "hfa_forward_kvcache": (ctypes.c_int, [T, T, T, T, T, ctypes.POINTER(KVCacheOptions)]),
+        "hfa_forward_kvcache_workspace_size": (ctypes.c_int, [T, T, T,
+                                                              ctypes.POINTER(KVCacheOptions),
+                                                              size_p]),
         "hfa_last_error": (ctypes.c_char_p, []),
         "hfa_status_name": (ctypes.c_char_p, [ctypes.c_int]),
         "hfa_version": (ctypes.c_char_p, []),
@@ -322,6 +325,14 @@ def forward_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, out: Tensor,
                     lse: Optional[Tensor], options: KVCacheOptions) -> None:
     check(library().hfa_forward_kvcache(_ref(q), _ref(k_cache), _ref(v_cache), _ref(out),
                                         _ref(lse), ctypes.byref(options)))
+
+
+def forward_kvcache_workspace_size(q: Tensor, k_cache: Tensor, v_cache: Tensor,
+                                   options: KVCacheOptions) -> int:
+    n = ctypes.c_size_t(0)
+    check(library().hfa_forward_kvcache_workspace_size(_ref(q), _ref(k_cache), _ref(v_cache),
+                                                       ctypes.byref(options), ctypes.byref(n)))
+    return n.value
 
 
 def version() -> str:

@@ -69,9 +69,37 @@ Status forward_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_c
     KVCacheProblem problem;
     HFA_RETURN_IF_ERROR(
         build_kvcache_problem({&q, &k_cache, &v_cache, &out, lse, &options}, &problem));
-    // The CPU path needs no workspace; a GPU one will size its split partials here.
     if (int64_t{problem.batch} * problem.seqlen_q == 0) return Status::ok();
+    std::size_t needed = 0;
+    HFA_RETURN_IF_ERROR(dispatch_kvcache_workspace_size(problem, &needed));
+    if (needed > 0 && (options.workspace == nullptr || options.workspace_bytes < needed))
+      return invalid("workspace", options.workspace == nullptr ? "is null" : "is too small",
+                     ": this call needs ", needed, " bytes, got ", options.workspace_bytes,
+                     " (size it with forward_kvcache_workspace_size)");
     return dispatch_forward_kvcache(problem);
+  });
+}
+
+Status forward_kvcache_workspace_size(const Tensor& q, const Tensor& k_cache,
+                                      const Tensor& v_cache, const KVCacheOptions& options,
+                                      std::size_t* bytes) {
+  return guarded("forward_kvcache_workspace_size", [&]() -> Status {
+    if (bytes == nullptr) return invalid("bytes", "is null");
+    *bytes = 0;
+    // The call's checks need an out: a contiguous stand-in of q's shape with v's headdim (never
+    // written; the query reads no tensor data).
+    Tensor out = q;
+    out.shape[3] = v_cache.dtype == HFA_FP4_E2M1X2 ? 2 * v_cache.shape[3] : v_cache.shape[3];
+    int64_t running = 1;
+    for (int d = 3; d >= 0; --d) {
+      out.stride[d] = running;
+      running *= out.shape[d] > 0 ? out.shape[d] : 1;
+    }
+    KVCacheProblem problem;
+    HFA_RETURN_IF_ERROR(
+        build_kvcache_problem({&q, &k_cache, &v_cache, &out, nullptr, &options}, &problem));
+    if (int64_t{problem.batch} * problem.seqlen_q == 0) return Status::ok();
+    return dispatch_kvcache_workspace_size(problem, bytes);
   });
 }
 

@@ -100,6 +100,18 @@ hfa_status hfa_forward_kvcache(const hfa_tensor* q, const hfa_tensor* k_cache,
   }));
 }
 
+hfa_status hfa_forward_kvcache_workspace_size(const hfa_tensor* q, const hfa_tensor* k_cache,
+                                              const hfa_tensor* v_cache,
+                                              const hfa_kvcache_options* options, size_t* bytes) {
+  return finish(hfa::detail::guarded("hfa_forward_kvcache_workspace_size", [&]() -> hfa::Status {
+    if (const char* name = first_null({{"q", q}, {"k_cache", k_cache}, {"v_cache", v_cache}}))
+      return null_argument(name);
+    if (options == nullptr) return null_argument("options");
+    return hfa::forward_kvcache_workspace_size(*q, *k_cache, *v_cache,
+                                               hfa::detail::from_c(*options), bytes);
+  }));
+}
+
 const char* hfa_last_error(void) { return last_error.c_str(); }
 
 const char* hfa_status_name(hfa_status status) {

@@ -3,8 +3,16 @@
 namespace hfa::detail {
 
 #ifndef HFA_WITH_SM90
-// Without CUDA in the build there is no src/sm90 to define it.
+// Without CUDA in the build there is no src/sm90 to define these; validation rejects CUDA
+// tensors before dispatch.
 const Backend* sm90_backend() { return nullptr; }
+Status sm90_forward_kvcache(const KVCacheProblem&) {
+  return not_supported("the KV-cache forward: this build has no CUDA backend");
+}
+Status sm90_kvcache_workspace_size(const KVCacheProblem&, std::size_t* bytes) {
+  *bytes = 0;
+  return not_supported("the KV-cache forward: this build has no CUDA backend");
+}
 #endif
 
 namespace {
@@ -44,9 +52,14 @@ Status dispatch_backward(const BackwardProblem& problem) {
   return backend.backward ? backend.backward(problem) : missing(backend, "backward");
 }
 
+Status dispatch_kvcache_workspace_size(const KVCacheProblem& problem, std::size_t* bytes) {
+  *bytes = 0;
+  if (problem.device.kind == DeviceKind::cuda) return sm90_kvcache_workspace_size(problem, bytes);
+  return Status::ok();
+}
+
 Status dispatch_forward_kvcache(const KVCacheProblem& problem) {
-  if (problem.device.kind != DeviceKind::cpu)
-    return not_supported("the KV-cache forward is not supported on this device yet");
+  if (problem.device.kind == DeviceKind::cuda) return sm90_forward_kvcache(problem);
   return cpu_forward_kvcache(problem);
 }
 

@@ -19,6 +19,7 @@ Status dispatch_backward_workspace_size(const BackwardProblem& problem, std::siz
 Status dispatch_backward(const BackwardProblem& problem);
 // CPU only for now: validation answers not_supported for CUDA tensors before this.
 Status dispatch_forward_kvcache(const KVCacheProblem& problem);
+Status dispatch_kvcache_workspace_size(const KVCacheProblem& problem, std::size_t* bytes);
 
 // Runs `fn`, turning an escaping exception (bad_alloc in a CPU buffer, say) into a Status:
 // nothing may unwind through the API, and never through the C ABI.

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "api/devices.hpp"
 #include "api/errors.hpp"
 #include "api/validate.hpp"
 
@@ -185,7 +186,9 @@ Status check_scalars(const KVCacheOptions& o) {
 // The values: each length within the cache's capacity, each block-table entry a sequence uses
 // a page of the cache. Entries past a sequence's last page are never read and not checked
 // (engines pad block tables with anything).
-Status check_values(const KVCacheProblem& p) {
+}  // namespace
+
+Status check_kvcache_values(const KVCacheProblem& p) {
   const int64_t capacity = int64_t{p.max_pages} * p.page_size;
   for (int64_t b = 0; b < p.batch; ++b) {
     const int32_t length = p.cache_seqlens[b];
@@ -207,8 +210,6 @@ Status check_values(const KVCacheProblem& p) {
   }
   return Status::ok();
 }
-
-}  // namespace
 
 bool kvcache_validation_from_env() {
   // Read on every call (a scan of the environment, small next to an attention call), so that a
@@ -241,6 +242,7 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
     return invalid("v_cache", "expected dtype ", name_of(k.dtype), " (as k_cache), got ", name_of(v.dtype));
   if (out.dtype != q.dtype)
     return invalid("out", "expected dtype ", name_of(q.dtype), " (as q), got ", name_of(out.dtype));
+  HFA_RETURN_IF_ERROR(check_device_usable("q", q));
   HFA_RETURN_IF_ERROR(check_same_device("k_cache", k, q));
   HFA_RETURN_IF_ERROR(check_same_device("v_cache", v, q));
   HFA_RETURN_IF_ERROR(check_same_device("out", out, q));
@@ -330,12 +332,6 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
   HFA_RETURN_IF_ERROR(check_scales(q, k, v, o, &p));
   HFA_RETURN_IF_ERROR(check_scalars(o));
 
-  // Everything about the call's form is right; only the values remain, and they live on the
-  // tensors' device.
-  if (q.device == HFA_CUDA)
-    return not_supported("q: the KV-cache forward on ", "cuda:", q.device_index,
-                         " is not supported on this device yet (the CPU backend implements it)");
-
   p.dtype = static_cast<DType>(q.dtype);
   p.out_dtype = p.dtype;
   p.cache_dtype = static_cast<DType>(k.dtype);
@@ -356,14 +352,15 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
   p.causal = p.window_left < 0 && p.window_right == 0;
   p.num_splits = o.num_splits;
   p.validate = o.validate || kvcache_validation_from_env();
-  p.device = Device{DeviceKind::cpu, 0};
+  p.device = q.device == HFA_CUDA ? Device{DeviceKind::cuda, q.device_index} : Device{DeviceKind::cpu, 0};
   p.stream = o.stream;
   p.workspace = o.workspace;
   p.workspace_bytes = o.workspace_bytes;
 
   // CPU tensors are read where they are: always checked (a bad entry would read outside the
-  // cache). Validation mode matters once a GPU backend trusts the values by default.
-  HFA_RETURN_IF_ERROR(check_values(p));
+  // cache). CUDA tensors live on the device: the GPU backend trusts them, or checks them in
+  // validation mode (a copy and a sync).
+  if (p.device.kind == DeviceKind::cpu) HFA_RETURN_IF_ERROR(check_kvcache_values(p));
   *problem = p;
   return Status::ok();
 }

@@ -21,6 +21,10 @@ inline constexpr int32_t kMaxKVSplits = 256;
 
 Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem);
 
+// Each length within the cache's capacity, each block-table entry a sequence uses a page of the
+// cache: the first bad entry. Reads cache_seqlens and block_table (host pointers).
+Status check_kvcache_values(const KVCacheProblem& problem);
+
 // Whether HFA_VALIDATE_KVCACHE (set, not "0") asks for the value checks on every device.
 bool kvcache_validation_from_env();
 

@@ -19,10 +19,13 @@ struct Backend {
 // The CPU backend: always built (src/cpu).
 const Backend& cpu_backend();
 
-// The KV-cache forward of the CPU backend (src/cpu/kvcache.cpp). Not in the table yet: only
-// the CPU has one, so the API calls it directly and answers not_supported for CUDA tensors; it
-// joins the Backend struct when a GPU kernel does.
+// The KV-cache forward of the CPU backend (src/cpu/kvcache.cpp), which needs no workspace.
 Status cpu_forward_kvcache(const KVCacheProblem& problem);
+
+// The KV-cache forward on a Hopper GPU (src/sm90/decode) and the workspace it needs (the split
+// partials). Kept beside the Backend table, whose sm90 entry is another kernel family's file.
+Status sm90_forward_kvcache(const KVCacheProblem& problem);
+Status sm90_kvcache_workspace_size(const KVCacheProblem& problem, std::size_t* bytes);
 
 // The Hopper backend (src/sm90); null when this build has no CUDA.
 const Backend* sm90_backend();

@@ -105,6 +105,9 @@ struct KVCase {
   int64_t hdim = 64;
   std::vector<int32_t> cache_seqlens = {0, 1, 37, 100};
   uint32_t seed = 1;
+  int64_t scale_pad = 2;    // unused FP4 scale bytes after each row (the GPU needs 4-byte rows)
+  float outliers = 0.0f;    // fraction of K/V values multiplied by kOutlierGain
+  static constexpr float kOutlierGain = 50.0f;
   KVCacheOptions options;
 
   Storage q, k, v, out, lse, seqlens, table, k_scale, v_scale, k_global, v_global;
@@ -177,8 +180,9 @@ struct KVCase {
     // Values per (page, slot, head, c), then the cache in its format.
     const int64_t count = num_pages * rows * heads_kv * hdim;
     std::vector<float> kx(static_cast<std::size_t>(count)), vx(static_cast<std::size_t>(count));
-    for (float& x : kx) x = normal(rng);
-    for (float& x : vx) x = normal(rng);
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    for (float& x : kx) x = normal(rng) * (outliers > 0.0f && uniform(rng) < outliers ? kOutlierGain : 1.0f);
+    for (float& x : vx) x = normal(rng) * (outliers > 0.0f && uniform(rng) < outliers ? kOutlierGain : 1.0f);
     fill_cache(kx, num_pages, rows, k, k_scale, k_global);
     fill_cache(vx, num_pages, rows, v, v_scale, v_global);
 
@@ -254,7 +258,7 @@ struct KVCase {
         const bool nv = kind == CacheKind::nvfp4;
         const int64_t block = nv ? quant::kNvfp4BlockSize : quant::kMxfp4BlockSize;
         cache.make(DType::fp4_e2m1x2, {pages, rows, heads_kv, hdim / 2}, 16);
-        scale.make(nv ? DType::e4m3 : DType::ue8m0, {pages, rows, heads_kv, hdim / block}, 2);
+        scale.make(nv ? DType::e4m3 : DType::ue8m0, {pages, rows, heads_kv, hdim / block}, scale_pad);
         float global_scale = 1.0f;
         if (nv) {
           global.make(DType::f32, {1});

@@ -241,13 +241,17 @@ TEST(KVCacheArgs, ValidationModeFromOptionOrEnvironment) {
   unsetenv("HFA_VALIDATE_KVCACHE");
 }
 
-// CUDA tensors are well formed but have no kernel yet; nothing is dereferenced.
-TEST(KVCacheArgs, CudaIsNotSupportedYet) {
+// CUDA tensors (here over host memory) are checked without a dereference: without a GPU the
+// device is refused; on a GPU the sm90 path refuses this case's headdim 64 before any launch.
+TEST(KVCacheArgs, CudaTensorsAreRefusedBeforeAnyRead) {
   KVCase c;
   reset(c);
   for (Storage* s : {&c.q, &c.k, &c.v, &c.out, &c.lse, &c.seqlens, &c.table})
     s->tensor.device = HFA_CUDA;
-  EXPECT_TRUE(KVRejected(c, "q", "not supported on this device yet", Code::not_supported));
+  if (cuda_device_count() == 0)
+    EXPECT_TRUE(KVRejected(c, "q", "cuda:0", Code::not_supported));
+  else
+    EXPECT_EQ(c.run().code(), Code::not_supported);
   reset(c);
   c.k.tensor.device = HFA_CUDA;
   EXPECT_TRUE(KVRejected(c, "k_cache", "expected cpu (as q)"));

@@ -1,0 +1,8 @@
+// The decode kernels for bf16 q (plain, FP8 and FP4 caches).
+#include <cuda_bf16.h>
+
+#include "sm90/decode/launch.cuh"
+
+namespace hfa::sm90::decode {
+template Status run<__nv_bfloat16>(const detail::KVCacheProblem&, const DeviceInfo&);
+}  // namespace hfa::sm90::decode

@@ -1,0 +1,477 @@
+// The split-KV decode kernel: one CTA per (split, kv-head × 16-row tile, sequence). The query
+// rows of a GQA group (group · seqlen_q of them) are the rows of the tile, so each K/V byte is
+// read once for all of them.
+//
+// Memory is the limit, so the kernel is a pipeline of cp.async copies: 64 keys of K and V codes
+// (and scales) per stage, (stages - 1) stages in flight, two CTAs per SM. Each of the 4 warps
+// owns 16 keys of every stage end to end: it reads their pages, copies them, widens them and
+// multiplies them, with its own online softmax, so the warps never wait for each other inside
+// the loop (only __syncwarp). Page numbers are read one iteration ahead of the copies that need
+// them, so the block table's latency hides behind a tile of compute. Quantized codes are widened
+// per stage into a bf16/fp16 tile (dequant.cuh) that the same ldmatrix + mma.sync code reads as
+// a plain cache's tile. The warps merge through shared memory at the end (combine_splits), then
+// write the output, or the split's partial when the keys are split across CTAs.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/combine_splits.hpp"
+#include "sm90/decode/config.hpp"
+#include "sm90/decode/dequant.cuh"
+#include "sm90/decode/params.hpp"
+#include "sm90/decode/warp_mma.cuh"
+
+namespace hfa::sm90::decode {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+inline constexpr int kChunkBytes = 16;          // one cp.async, one ldmatrix row
+inline constexpr int kSwizzleRows = 8;          // chunks XOR (row mod 8): conflict-free ldmatrix
+
+// Where a key row's K and V codes and scales start. A row past the keys points at the side's
+// base with kNoKey set: its copies read nothing and zero-fill (cache rows are 16-byte aligned,
+// scale rows 4-byte aligned, so bit 0 is free).
+struct RowSources {
+  uint64_t k, v, k_scale, v_scale;
+};
+inline constexpr uint64_t kNoKey = 1;
+
+__device__ __forceinline__ const void* source_address(uint64_t source) {
+  return reinterpret_cast<const void*>(source & ~kNoKey);
+}
+__device__ __forceinline__ uint32_t source_bytes(uint64_t source, uint32_t bytes) {
+  return (uint32_t(source) & uint32_t(kNoKey)) ? 0u : bytes;
+}
+
+// Byte offset of chunk `chunk` of row `row` in a swizzled tile of 256-byte rows.
+__device__ __forceinline__ int swizzled(int row, int chunk) {
+  return row * 256 + ((chunk ^ (row % kSwizzleRows)) * kChunkBytes);
+}
+
+// The stored column order of a tile: identity, or FP4's pair order (dequant.cuh).
+template <Storage kStorage>
+__device__ __forceinline__ int stored_to_column(int stored) {
+  if constexpr (kStorage == Storage::fp4) return fp4_stored_to_column(stored);
+  else return stored;
+}
+
+// The constant a side's codes are multiplied by, beyond what the tile holds: the FP8 per-head
+// scale, NVFP4's global scale, the FP4 product shifts (dequant.cuh).
+template <typename Element>
+__device__ __forceinline__ float side_multiplier(const Params& p, const CacheView& side,
+                                                 int kv_head) {
+  switch (p.scale_kind) {
+    case ScaleKind::fp8_per_head: return side.head_scale[kv_head * side.head_scale_stride];
+    case ScaleKind::nvfp4: return *side.global_scale * power_of_two(kNvfp4ProductShift);
+    case ScaleKind::mxfp4: return power_of_two(kMxfp4ProductShift<Element>);
+    default: return 1.0f;
+  }
+}
+
+template <typename Element, Storage kStorage>
+__global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::kMinBlocksPerSM)
+    decode_kernel(const __grid_constant__ Params p) {
+  using C = Config<kStorage>;
+  constexpr int kD = C::kHeadDim;
+  constexpr int kN = C::kBlockN;
+  constexpr int kS = C::kStages;
+  extern __shared__ __align__(128) unsigned char smem[];
+
+  const int split = blockIdx.x;
+  const int kv_head = blockIdx.y / p.row_tiles;
+  const int row_tile = blockIdx.y % p.row_tiles;
+  const int b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, c = lane % 4;  // mma fragment row group and column pair
+
+  // The keys this tile's rows see, bottom-right aligned: query i sees key j iff
+  // i + offset - window_left <= j <= i + offset + window_right, j < seqlen_k.
+  const int seqlen_k = min(max(p.cache_seqlens[b], 0), p.capacity);
+  const int offset = seqlen_k - p.seqlen_q;
+  const int first_row = row_tile * C::kRowsPerTile;
+  const int last_row = min(p.rows, first_row + C::kRowsPerTile) - 1;
+  int key_begin = 0, key_end = seqlen_k;
+  if (p.window_left >= 0) key_begin = max(0, first_row / p.group + offset - p.window_left);
+  if (p.window_right >= 0) key_end = min(key_end, last_row / p.group + offset + p.window_right + 1);
+  const int tile_base = key_begin / kN;
+  const int tiles_total = key_end > key_begin ? (key_end + kN - 1) / kN - tile_base : 0;
+  const int tiles_per_split = (tiles_total + p.num_splits - 1) / p.num_splits;
+  const int first_tile = tile_base + split * tiles_per_split;
+  const int n_tiles = min(max(tiles_total - split * tiles_per_split, 0), tiles_per_split);
+
+  unsigned char* const q_tile = smem + C::kQOffset;
+  RowSources* const row_table = reinterpret_cast<RowSources*>(smem + C::kRowTableOffset);
+  auto stage_base = [&](int stage) { return smem + C::kStagesOffset + stage * C::kStageBytes; };
+  auto k_codes = [&](int stage) { return stage_base(stage); };
+  auto v_codes = [&](int stage) { return stage_base(stage) + C::kCodeTileBytes; };
+  auto k_scales = [&](int stage) { return stage_base(stage) + 2 * C::kCodeTileBytes; };
+  auto v_scales = [&](int stage) {
+    return stage_base(stage) + 2 * C::kCodeTileBytes + C::kScaleTileBytes;
+  };
+  unsigned char* const k_dequant = smem + C::kDequantOffset;
+  unsigned char* const v_dequant = k_dequant + C::kTileBytes;
+
+  // Q: the tile's rows (row r = query i · group + head in group), zeros past the last row.
+  {
+    const auto* q = static_cast<const Element*>(p.q);
+    for (int idx = tid; idx < C::kRowsPerTile * kD; idx += C::kThreads) {
+      const int local = idx / kD, stored = idx % kD, r = first_row + local;
+      Element value = float_to_element<Element>(0.0f);
+      if (r < p.rows) {
+        const int i = r / p.group, h = kv_head * p.group + r % p.group;
+        value = q[b * p.q_batch_stride + i * p.q_row_stride + h * p.q_head_stride +
+                  stored_to_column<kStorage>(stored)];
+      }
+      *reinterpret_cast<Element*>(q_tile + swizzled(local, stored / 8) + (stored % 8) * 2) = value;
+    }
+  }
+
+  // Lanes 0-15 of each warp own one key row of the warp's 16 in every stage.
+  constexpr int kWarpRows = C::kKeysPerWarp;
+  const int own_row = warp * kWarpRows + lane;  // meaningful for lane < kWarpRows
+  const bool owns_row = lane < kWarpRows;
+  // The page (or -1: past the keys, zero-filled) of the lane's key row of tile u. Read one
+  // iteration before the copies that use it, so the block table's latency hides behind a tile.
+  auto fetch_page = [&](int u) -> int {
+    const int key = (first_tile + u) * kN + own_row;
+    if (u >= n_tiles || key >= key_end) return -1;
+    if (p.block_table == nullptr) return b;
+    const int page_index = p.page_shift >= 0 ? key >> p.page_shift : key / p.page_size;
+    return p.block_table[b * p.block_table_stride + page_index];
+  };
+  // The lane's row's addresses in the K/V codes and scales, computed once for every lane that
+  // copies a piece of the row.
+  auto publish_page = [&](int u, int page) {
+    const int key = (first_tile + u) * kN + own_row;
+    const int slot = p.page_shift >= 0 ? key & ((1 << p.page_shift) - 1) : key % p.page_size;
+    auto address = [](const unsigned char* base) { return uint64_t(base); };
+    RowSources r{address(p.k.data) | kNoKey, address(p.v.data) | kNoKey,
+                 address(p.k.scale) | kNoKey, address(p.v.scale) | kNoKey};
+    if (page >= 0) {
+      r.k = address(p.k.data + page * p.k.page_stride + slot * p.k.slot_stride + kv_head * p.k.head_stride);
+      r.v = address(p.v.data + page * p.v.page_stride + slot * p.v.slot_stride + kv_head * p.v.head_stride);
+      if constexpr (kStorage != Storage::plain) {
+        r.k_scale = address(p.k.scale + page * p.k.scale_page_stride + slot * p.k.scale_slot_stride +
+                            kv_head * p.k.scale_head_stride);
+        r.v_scale = address(p.v.scale + page * p.v.scale_page_stride + slot * p.v.scale_slot_stride +
+                            kv_head * p.v.scale_head_stride);
+      }
+    }
+    row_table[(u % kS) * kN + own_row] = r;
+  };
+
+  const bool per_token = p.scale_kind == ScaleKind::fp8_per_token;
+  // Copies tile u's codes (and scales) into its stage; always commits a group, empty past the end.
+  auto issue = [&](int u) {
+    if (u < n_tiles) {
+      const int stage = u % kS;
+      const RowSources* rows = row_table + stage * kN;
+      constexpr int kChunksPerRow = C::kCodeRowBytes / kChunkBytes;
+      constexpr int kRowsPerPass = 32 / kChunksPerRow;
+      const int chunk = lane % kChunksPerRow;
+#pragma unroll
+      for (int pass = 0; pass < kWarpRows / kRowsPerPass; ++pass) {
+        const int row = warp * kWarpRows + lane / kChunksPerRow + pass * kRowsPerPass;
+        const ulonglong2 at = *reinterpret_cast<const ulonglong2*>(&rows[row]);
+        const int dst = kStorage == Storage::plain ? swizzled(row, chunk)
+                                                   : row * C::kCodeRowBytes + chunk * kChunkBytes;
+        const int in_row = chunk * kChunkBytes;  // a row past the keys reads 0 bytes anyway
+        const uint32_t bytes = source_bytes(at.x, kChunkBytes);
+        cp_async_16(shared_address(k_codes(stage) + dst),
+                    static_cast<const unsigned char*>(source_address(at.x)) + in_row, bytes);
+        cp_async_16(shared_address(v_codes(stage) + dst),
+                    static_cast<const unsigned char*>(source_address(at.y)) + in_row, bytes);
+      }
+      if constexpr (kStorage != Storage::plain) {
+        // One lane per row: K rows by lanes 0-15, V rows by lanes 16-31.
+        if (kStorage == Storage::fp4 || per_token) {
+          const int row = warp * kWarpRows + lane % kWarpRows;
+          const bool is_v = lane >= kWarpRows;
+          const uint64_t source = is_v ? rows[row].v_scale : rows[row].k_scale;
+          const auto* src = static_cast<const unsigned char*>(source_address(source));
+          const uint32_t bytes = source_bytes(source, 4);
+          unsigned char* dst = (is_v ? v_scales(stage) : k_scales(stage)) + row * C::kScaleRowBytes;
+          const int words = p.scale_kind == ScaleKind::nvfp4 ? 2 : 1;
+          for (int w = 0; w < words; ++w) cp_async_4(shared_address(dst + 4 * w), src + 4 * w, bytes);
+        }
+      }
+    }
+    cp_async_commit();
+  };
+
+  // Widens stage `stage`'s codes into the dequantized K and V tiles.
+  auto dequantize = [&](int stage) {
+    if constexpr (kStorage == Storage::fp8) {
+      constexpr int kChunksPerRow = C::kCodeRowBytes / kChunkBytes;  // 16 values each
+#pragma unroll
+      for (int side = 0; side < 2; ++side) {
+        const unsigned char* codes = side == 0 ? k_codes(stage) : v_codes(stage);
+        const float* scales = reinterpret_cast<const float*>(side == 0 ? k_scales(stage) : v_scales(stage));
+        unsigned char* tile = side == 0 ? k_dequant : v_dequant;
+        constexpr int kJobs = kWarpRows * kChunksPerRow / 32;
+        static_assert(kJobs * 32 == kWarpRows * kChunksPerRow);
+#pragma unroll
+        for (int j = 0; j < kJobs; ++j) {
+          const unsigned job = lane + j * 32;
+          const int row = warp * kWarpRows + job / kChunksPerRow, chunk = job % kChunksPerRow;
+          const uint4 w = *reinterpret_cast<const uint4*>(codes + row * C::kCodeRowBytes + chunk * kChunkBytes);
+          uint4 lo, hi;
+          // K's per-token scale multiplies the scores instead (one multiply per key, not per value).
+          if (side == 1 && per_token) {
+            const float s = scales[row];
+            const uint2 a = e4m3x4_to<Element, true>(w.x, s), b2 = e4m3x4_to<Element, true>(w.y, s);
+            const uint2 c2 = e4m3x4_to<Element, true>(w.z, s), d = e4m3x4_to<Element, true>(w.w, s);
+            lo = make_uint4(a.x, a.y, b2.x, b2.y);
+            hi = make_uint4(c2.x, c2.y, d.x, d.y);
+          } else {
+            const uint2 a = e4m3x4_to<Element, false>(w.x, 1.0f), b2 = e4m3x4_to<Element, false>(w.y, 1.0f);
+            const uint2 c2 = e4m3x4_to<Element, false>(w.z, 1.0f), d = e4m3x4_to<Element, false>(w.w, 1.0f);
+            lo = make_uint4(a.x, a.y, b2.x, b2.y);
+            hi = make_uint4(c2.x, c2.y, d.x, d.y);
+          }
+          *reinterpret_cast<uint4*>(tile + swizzled(row, 2 * chunk)) = lo;
+          *reinterpret_cast<uint4*>(tile + swizzled(row, 2 * chunk + 1)) = hi;
+        }
+      }
+    } else if constexpr (kStorage == Storage::fp4) {
+      constexpr int kChunksPerRow = C::kCodeRowBytes / kChunkBytes;  // 32 values each
+      const bool nvfp4 = p.scale_kind == ScaleKind::nvfp4;
+#pragma unroll
+      for (int side = 0; side < 2; ++side) {
+        const unsigned char* codes = side == 0 ? k_codes(stage) : v_codes(stage);
+        const unsigned char* scales = side == 0 ? k_scales(stage) : v_scales(stage);
+        unsigned char* tile = side == 0 ? k_dequant : v_dequant;
+        constexpr int kJobs = kWarpRows * kChunksPerRow / 32;
+        static_assert(kJobs * 32 == kWarpRows * kChunksPerRow);
+#pragma unroll
+        for (int j = 0; j < kJobs; ++j) {
+          const unsigned job = lane + j * 32;
+          const int row = warp * kWarpRows + job / kChunksPerRow, chunk = job % kChunksPerRow;
+          const uint4 w = *reinterpret_cast<const uint4*>(codes + row * C::kCodeRowBytes + chunk * kChunkBytes);
+          const unsigned char* row_scales = scales + row * C::kScaleRowBytes;
+          uint32_t first, second;  // multipliers of words 0-1 and 2-3
+          if (nvfp4) {  // two blocks of 16 values
+            nvfp4_block_multipliers<Element>(
+                *reinterpret_cast<const uint16_t*>(row_scales + 2 * chunk), first, second);
+          } else {  // one block of 32
+            first = second = mxfp4_block_multiplier<Element>(row_scales[chunk]);
+          }
+          const int base = 4 * chunk;  // 8 values (one 16-byte tile chunk) per code word
+          *reinterpret_cast<uint4*>(tile + swizzled(row, base + 0)) = e2m1x8_scaled<Element>(w.x, first);
+          *reinterpret_cast<uint4*>(tile + swizzled(row, base + 1)) = e2m1x8_scaled<Element>(w.y, first);
+          *reinterpret_cast<uint4*>(tile + swizzled(row, base + 2)) = e2m1x8_scaled<Element>(w.z, second);
+          *reinterpret_cast<uint4*>(tile + swizzled(row, base + 3)) = e2m1x8_scaled<Element>(w.w, second);
+        }
+      }
+    }
+  };
+
+  // Q fragments for the whole head dim, kept in registers.
+  uint32_t q_frag[kD / 16][4];
+  __syncthreads();
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    const int m = lane / 8;
+    const int row = lane % 8 + (m % 2) * 8;
+    ldmatrix_x4(shared_address(q_tile + swizzled(row, 2 * ks + m / 2)), q_frag[ks]);
+  }
+
+  // Score multiplier (log2 domain unless softcapped) and each fragment row's visible keys.
+  const float k_multiplier = side_multiplier<Element>(p, p.k, kv_head);
+  const float v_multiplier = side_multiplier<Element>(p, p.v, kv_head);
+  const bool softcapped = p.softcap > 0.0f;
+  const float score_multiplier =
+      softcapped ? p.softmax_scale * k_multiplier / p.softcap : p.softmax_scale * k_multiplier * kLog2e;
+  const float softcap_log2 = p.softcap * kLog2e;
+  int key_lo[2], key_hi[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = first_row + g + 8 * half;
+    const int i = r / p.group;
+    key_lo[half] = p.window_left >= 0 ? i + offset - p.window_left : 0;
+    key_hi[half] = r < p.rows ? (p.window_right >= 0 ? min(seqlen_k - 1, i + offset + p.window_right)
+                                                     : seqlen_k - 1)
+                              : -1;
+  }
+
+  float o[kD / 8][4];
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};
+
+  // Prologue: page numbers of the first stages, then their copies.
+  if (owns_row)
+    for (int u = 0; u < kS - 1; ++u) publish_page(u, fetch_page(u));
+  int pending_page = owns_row ? fetch_page(kS - 1) : -1;
+  __syncwarp();
+  for (int u = 0; u < kS - 1; ++u) issue(u);
+
+  for (int t = 0; t < n_tiles; ++t) {
+    if (owns_row) {
+      publish_page(t + kS - 1, pending_page);
+      pending_page = fetch_page(t + kS);
+    }
+    cp_async_wait<kS - 2>();
+    __syncwarp();  // the warp's rows of tile t landed; its reads of tile t-1 are done
+    issue(t + kS - 1);
+    const int stage = t % kS;
+    const unsigned char* k_tile = k_codes(stage);
+    const unsigned char* v_tile = v_codes(stage);
+    if constexpr (C::kDequantizes) {
+      dequantize(stage);
+      __syncwarp();
+      k_tile = k_dequant;
+      v_tile = v_dequant;
+    }
+
+    // S = Q Kᵀ for this warp's 16 keys: two 16x8 tiles.
+    const int key_base = warp * C::kKeysPerWarp;
+    float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      const int m = lane / 8;
+      uint32_t kf[4];
+      ldmatrix_x4(shared_address(k_tile + swizzled(key_base + (m / 2) * 8 + lane % 8, 2 * ks + m % 2)), kf);
+      mma_16816<Element>(s[0], q_frag[ks], kf[0], kf[1]);
+      mma_16816<Element>(s[1], q_frag[ks], kf[2], kf[3]);
+    }
+
+    // Scale, cap, mask; the running max per fragment row.
+    const int key0 = (first_tile + t) * kN + key_base;
+    // Both fragment rows see all 16 keys: no mask (every tile but the edges).
+    const bool inside = key0 >= max(key_lo[0], key_lo[1]) &&
+                        key0 + C::kKeysPerWarp - 1 <= min(key_hi[0], key_hi[1]);
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int local = nt * 8 + 2 * c + (e % 2);
+        const int key = key0 + local;
+        const int half = e / 2;
+        float x = s[nt][e] * score_multiplier;
+        if (kStorage == Storage::fp8 && per_token)
+          x *= reinterpret_cast<const float*>(k_scales(stage))[key_base + local];
+        if (!inside && (key < key_lo[half] || key > key_hi[half])) x = -INFINITY;
+        s[nt][e] = x;
+        tile_max[half] = fmaxf(tile_max[half], x);
+      }
+    }
+    if (softcapped) {  // uniform: the common path issues no tanh
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)  // masked scores stay -inf
+          if (s[nt][e] != -INFINITY) s[nt][e] = softcap_log2 * tanhf(s[nt][e]);
+      tile_max[0] = tile_max[1] = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
+    }
+    bool grew = false;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      tile_max[half] = fmaxf(tile_max[half], __shfl_xor_sync(0xffffffffu, tile_max[half], 1));
+      tile_max[half] = fmaxf(tile_max[half], __shfl_xor_sync(0xffffffffu, tile_max[half], 2));
+      grew |= tile_max[half] > row_max[half];
+    }
+    // Rescale only when some row's max grew: after the first tiles it rarely does.
+    if (__any_sync(0xffffffffu, grew)) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float new_max = fmaxf(row_max[half], tile_max[half]);
+        const float rescale = row_max[half] == -INFINITY ? 0.0f : exp2f(row_max[half] - new_max);
+        row_max[half] = new_max;
+        row_sum[half] *= rescale;
+#pragma unroll
+        for (int n = 0; n < kD / 8; ++n) {
+          o[n][2 * half] *= rescale;
+          o[n][2 * half + 1] *= rescale;
+        }
+      }
+    }
+    float p_values[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int half = e / 2;
+        const float base = row_max[half] == -INFINITY ? 0.0f : row_max[half];
+        p_values[nt][e] = exp2f(s[nt][e] - base);
+        row_sum[half] += p_values[nt][e];
+      }
+    const uint32_t p_frag[4] = {pack_pair<Element>(p_values[0][0], p_values[0][1]),
+                                pack_pair<Element>(p_values[0][2], p_values[0][3]),
+                                pack_pair<Element>(p_values[1][0], p_values[1][1]),
+                                pack_pair<Element>(p_values[1][2], p_values[1][3])};
+
+    // O += P V for this warp's 16 keys, 16 columns per ldmatrix.
+#pragma unroll
+    for (int np = 0; np < kD / 16; ++np) {
+      const int m = lane / 8;
+      uint32_t vf[4];
+      ldmatrix_x4_trans(shared_address(v_tile + swizzled(key_base + (m % 2) * 8 + lane % 8, 2 * np + m / 2)), vf);
+      mma_16816<Element>(o[2 * np], p_frag, vf[0], vf[1]);
+      mma_16816<Element>(o[2 * np + 1], p_frag, vf[2], vf[3]);
+    }
+  }
+
+  // Merge the warps: each writes its normalized partial and LSE, then combine_splits.
+  cp_async_wait<0>();
+  __syncthreads();
+  float* merge_out = reinterpret_cast<float*>(stage_base(0));  // (warp, row, stored column)
+  float* merge_lse = merge_out + C::kWarps * C::kRowsPerTile * kD;  // (row, warp)
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    row_sum[half] += __shfl_xor_sync(0xffffffffu, row_sum[half], 1);
+    row_sum[half] += __shfl_xor_sync(0xffffffffu, row_sum[half], 2);
+    const int row = g + 8 * half;
+    const bool empty = row_max[half] == -INFINITY || !(row_sum[half] > 0.0f);
+    const float inverse = empty ? 0.0f : 1.0f / row_sum[half];
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      float* dst = merge_out + (warp * C::kRowsPerTile + row) * kD + n * 8 + 2 * c;
+      dst[0] = o[n][2 * half] * inverse;
+      dst[1] = o[n][2 * half + 1] * inverse;
+    }
+    if (c == 0)
+      merge_lse[row * C::kWarps + warp] =
+          empty ? (row_sum[half] != row_sum[half] ? row_sum[half] : -INFINITY)
+                : (row_max[half] + log2f(row_sum[half])) * kLn2;
+  }
+  __syncthreads();
+
+  constexpr int kColumnsPerThread = C::kRowsPerTile * kD / C::kThreads;  // 16
+  const int row = tid / (kD / kColumnsPerThread);
+  const int first_stored = (tid % (kD / kColumnsPerThread)) * kColumnsPerThread;
+  const int r = first_row + row;
+  if (r >= p.rows) return;
+  float merged[kColumnsPerThread];
+  float lse = detail::combine_splits(merge_lse + row * C::kWarps, merge_out + row * kD + first_stored,
+                                     C::kRowsPerTile * kD, C::kWarps, kColumnsPerThread, merged);
+  // lse is in the units of the scores the tile saw; softcap's tanh already used true units.
+  const int i = r / p.group, h = kv_head * p.group + r % p.group;
+  const int64_t row_id = (int64_t(b) * p.heads_q + h) * p.seqlen_q + i;
+  if (p.num_splits == 1) {
+    Element* out = static_cast<Element*>(p.out) + b * p.out_batch_stride + i * p.out_row_stride +
+                   h * p.out_head_stride;
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k)
+      out[stored_to_column<kStorage>(first_stored + k)] = float_to_element<Element>(merged[k] * v_multiplier);
+    if (p.lse != nullptr && first_stored == 0) p.lse[row_id] = lse;
+  } else {
+    float* partial = p.partial_out + (int64_t(split) * p.rows_total + row_id) * kD;
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k)
+      partial[stored_to_column<kStorage>(first_stored + k)] = merged[k] * v_multiplier;
+    if (first_stored == 0) p.partial_lse[row_id * p.num_splits + split] = lse;
+  }
+}
+
+}  // namespace hfa::sm90::decode

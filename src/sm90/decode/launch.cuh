@@ -1,0 +1,123 @@
+// Builds Params from a KVCacheProblem and launches the decode kernel (and the combine kernel
+// when the keys are split). Included once per q dtype (bf16.cu, fp16.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "sm90/decode/combine_kernel.cuh"
+#include "sm90/decode/kernel.cuh"
+#include "sm90/decode/launch.hpp"
+
+namespace hfa::sm90::decode {
+
+inline Status cuda_status(const char* what, cudaError_t error) {
+  return {Code::cuda, std::string("sm90 KV-cache forward: ") + what + ": " + cudaGetErrorString(error)};
+}
+
+inline CacheView cache_view(const detail::CacheSide& side, const detail::KVCacheProblem& p) {
+  const int64_t bytes = p.format == detail::CacheFormat::plain ? 2 : 1;
+  CacheView view;
+  view.data = static_cast<const unsigned char*>(side.data);
+  view.page_stride = side.stride.page * bytes;
+  view.slot_stride = side.stride.slot * bytes;
+  view.head_stride = side.stride.head * bytes;
+  if (p.format == detail::CacheFormat::fp8_per_head) {
+    view.head_scale = static_cast<const float*>(side.scale);
+    view.head_scale_stride = side.scale_stride.head;
+  } else if (side.scale != nullptr) {
+    const int64_t scale_bytes = p.format == detail::CacheFormat::fp8_per_token ? 4 : 1;
+    view.scale = static_cast<const unsigned char*>(side.scale);
+    view.scale_page_stride = side.scale_stride.page * scale_bytes;
+    view.scale_slot_stride = side.scale_stride.slot * scale_bytes;
+    view.scale_head_stride = side.scale_stride.head * scale_bytes;
+  }
+  view.global_scale = side.global_scale;
+  return view;
+}
+
+inline ScaleKind scale_kind(detail::CacheFormat format) {
+  switch (format) {
+    case detail::CacheFormat::fp8_per_head: return ScaleKind::fp8_per_head;
+    case detail::CacheFormat::fp8_per_token: return ScaleKind::fp8_per_token;
+    case detail::CacheFormat::nvfp4: return ScaleKind::nvfp4;
+    case detail::CacheFormat::mxfp4: return ScaleKind::mxfp4;
+    default: return ScaleKind::none;
+  }
+}
+
+template <typename Element, Storage kStorage>
+Status launch_decode(const Params& params, cudaStream_t stream) {
+  using C = Config<kStorage>;
+  auto kernel = decode_kernel<Element, kStorage>;
+  // Every call (cheap, host-side, allowed during graph capture): the attribute is per device.
+  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           C::kSmemBytes);
+      e != cudaSuccess)
+    return cuda_status("setting the shared memory size", e);
+  const dim3 grid(params.num_splits, params.heads_kv * params.row_tiles, params.batch);
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(params);
+  return Status::ok();
+}
+
+template <typename Element>
+Status run(const detail::KVCacheProblem& p, const DeviceInfo& device) {
+  using C = Config<Storage::plain>;
+  Params params;
+  params.q = p.q;
+  params.q_batch_stride = p.q_stride.batch;
+  params.q_row_stride = p.q_stride.row;
+  params.q_head_stride = p.q_stride.head;
+  params.out = p.out;
+  params.out_batch_stride = p.out_stride.batch;
+  params.out_row_stride = p.out_stride.row;
+  params.out_head_stride = p.out_stride.head;
+  params.lse = p.lse;
+  params.k = cache_view(p.k, p);
+  params.v = cache_view(p.v, p);
+  params.scale_kind = scale_kind(p.format);
+  params.cache_seqlens = p.cache_seqlens;
+  params.block_table = p.block_table;
+  params.block_table_stride = p.block_table_stride;
+  params.max_pages = p.max_pages;
+  params.page_size = p.page_size;
+  params.page_shift = (p.page_size & (p.page_size - 1)) == 0 ? __builtin_ctz(unsigned(p.page_size)) : -1;
+  params.capacity = int32_t(std::min<int64_t>(int64_t(p.max_pages) * p.page_size, INT32_MAX));
+  params.batch = p.batch;
+  params.seqlen_q = p.seqlen_q;
+  params.heads_q = p.heads_q;
+  params.heads_kv = p.heads_kv;
+  params.group = p.heads_q / p.heads_kv;
+  params.rows = params.group * p.seqlen_q;
+  params.row_tiles = (params.rows + C::kRowsPerTile - 1) / C::kRowsPerTile;
+  params.num_splits = choose_splits(p, device);
+  params.softmax_scale = p.softmax_scale;
+  params.softcap = p.softcap;
+  params.window_left = p.window_left;
+  params.window_right = p.window_right;
+  params.rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  if (params.num_splits > 1) {
+    // The API checked the workspace against workspace_bytes().
+    params.partial_out = static_cast<float*>(p.workspace);
+    params.partial_lse = params.partial_out + params.rows_total * params.num_splits * C::kHeadDim;
+  }
+
+  auto stream = static_cast<cudaStream_t>(p.stream);
+  Status status;
+  switch (p.format) {
+    case detail::CacheFormat::plain: status = launch_decode<Element, Storage::plain>(params, stream); break;
+    case detail::CacheFormat::fp8_per_head:
+    case detail::CacheFormat::fp8_per_token: status = launch_decode<Element, Storage::fp8>(params, stream); break;
+    default: status = launch_decode<Element, Storage::fp4>(params, stream); break;
+  }
+  if (!status) return status;
+  if (params.num_splits > 1) {
+    const int64_t blocks = (params.rows_total + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock;
+    combine_kernel<Element, C::kHeadDim><<<unsigned(blocks), kCombineRowsPerBlock * 32, 0, stream>>>(params);
+  }
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return cuda_status("launch", e);
+  return Status::ok();
+}
+
+}  // namespace hfa::sm90::decode

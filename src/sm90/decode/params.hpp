@@ -1,0 +1,68 @@
+// What the split-KV decode kernel and its combine kernel read: plain pointers, strides and
+// scalars, built on the host from a KVCacheProblem (launch.cuh).
+#pragma once
+
+#include <cstdint>
+
+namespace hfa::sm90::decode {
+
+// The cache storage formats the kernel is compiled for. FP8 per-head and per-token scales share
+// one instantiation (a runtime flag), as do NVFP4 and MXFP4 (their block scales differ only in
+// how a scale byte becomes a multiplier).
+enum class Storage { plain, fp8, fp4 };
+
+enum class ScaleKind : int32_t {
+  none,          // plain cache
+  fp8_per_head,  // one fp32 per kv-head: folded into the score multiplier (K) and the output (V)
+  fp8_per_token, // one fp32 per (token, kv-head)
+  nvfp4,         // one E4M3 byte per 16 values, times a per-tensor fp32
+  mxfp4,         // one UE8M0 byte per 32 values
+};
+
+// One side of the cache (K or V). Strides in bytes.
+struct CacheView {
+  const unsigned char* data = nullptr;
+  int64_t page_stride = 0, slot_stride = 0, head_stride = 0;
+  const unsigned char* scale = nullptr;  // per token (fp8), per block (fp4); null otherwise
+  int64_t scale_page_stride = 0, scale_slot_stride = 0, scale_head_stride = 0;
+  const float* head_scale = nullptr;     // fp8 per kv-head: indexed by head_scale_stride·head
+  int64_t head_scale_stride = 0;
+  const float* global_scale = nullptr;   // NVFP4
+};
+
+struct Params {
+  const void* q = nullptr;
+  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;  // elements
+  void* out = nullptr;
+  int64_t out_batch_stride = 0, out_row_stride = 0, out_head_stride = 0;  // elements
+  float* lse = nullptr;  // contiguous (batch, heads_q, seqlen_q); null: not wanted
+
+  CacheView k, v;
+  ScaleKind scale_kind = ScaleKind::none;
+
+  const int32_t* cache_seqlens = nullptr;
+  const int32_t* block_table = nullptr;  // null: contiguous cache (page b for sequence b)
+  int64_t block_table_stride = 0;
+  int32_t max_pages = 1;
+  int32_t page_size = 0;
+  int32_t page_shift = -1;  // log2(page_size) when it is a power of two (no division per key)
+  int32_t capacity = 0;  // max_pages · page_size: lengths are clamped to it
+
+  int32_t batch = 0, seqlen_q = 0, heads_q = 0, heads_kv = 0, group = 0;
+  int32_t rows = 0;       // group · seqlen_q query rows share one kv-head's keys
+  int32_t row_tiles = 0;  // ceil(rows / 16)
+  int32_t num_splits = 1;
+
+  float softmax_scale = 0.0f;
+  float softcap = 0.0f;  // 0: off
+  int32_t window_left = -1, window_right = -1;
+
+  // Split partials (num_splits > 1), in the caller's workspace: partial_lse (rows_total,
+  // num_splits) and partial_out (num_splits, rows_total, hdim), rows_total = batch·heads_q·seqlen_q
+  // in the order of lse.
+  float* partial_lse = nullptr;
+  float* partial_out = nullptr;
+  int64_t rows_total = 0;
+};
+
+}  // namespace hfa::sm90::decode

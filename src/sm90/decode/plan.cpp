@@ -1,0 +1,114 @@
+// What the decode kernels take, how many splits, how much workspace: host-only decisions made
+// from the problem's shapes (never from device values, so a call stays free of host syncs).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "sm90/decode/config.hpp"
+#include "sm90/decode/launch.hpp"
+
+namespace hfa::sm90::decode {
+namespace {
+
+using detail::CacheFormat;
+using detail::KVCacheProblem;
+
+constexpr int kMaxAutoSplits = 128;
+// Auto splits keep at least this many stages of keys each: shorter splits cost more in partials
+// and combine than they win in parallelism.
+constexpr int kMinTilesPerSplit = 4;
+// FlashAttention-2's rule: the fewest splits whose wave efficiency is within 85% of the best.
+constexpr double kWaveEfficiencyTolerance = 0.85;
+constexpr uintptr_t kCopyAlignment = 16;  // cp.async of cache rows
+constexpr uintptr_t kScaleAlignment = 4;  // cp.async of scale rows
+constexpr int kMaxGridYZ = 65535;
+
+Status unsupported(const std::string& what) {
+  return {Code::not_supported, "sm90 KV-cache forward: " + what + " is not supported on the GPU yet"};
+}
+
+Status unaligned(const char* name, const std::string& what, uintptr_t alignment) {
+  return {Code::not_supported, std::string(name) + ": " + what + " must be a multiple of " +
+                                   std::to_string(alignment) +
+                                   " bytes for the GPU KV-cache forward"};
+}
+
+int code_bytes(const KVCacheProblem& p) {
+  return p.format == CacheFormat::plain ? 2 : 1;  // fp16/bf16 values; FP8 and FP4 strides are in bytes
+}
+
+Status check_side(const char* name, const char* scale_name, const detail::CacheSide& side,
+                  const KVCacheProblem& p) {
+  const int64_t bytes = code_bytes(p);
+  if (reinterpret_cast<uintptr_t>(side.data) % kCopyAlignment != 0)
+    return unaligned(name, "the data address", kCopyAlignment);
+  const int64_t strides[3] = {side.stride.page, side.stride.slot, side.stride.head};
+  for (int64_t s : strides)
+    if ((s * bytes) % int64_t(kCopyAlignment) != 0)
+      return unaligned(name, "every stride (" + std::to_string(s * bytes) + " bytes)", kCopyAlignment);
+  const bool row_scales = p.format == CacheFormat::fp8_per_token || p.format == CacheFormat::nvfp4 ||
+                          p.format == CacheFormat::mxfp4;
+  if (!row_scales) return Status::ok();
+  const int64_t scale_bytes = p.format == CacheFormat::fp8_per_token ? 4 : 1;
+  if (reinterpret_cast<uintptr_t>(side.scale) % kScaleAlignment != 0)
+    return unaligned(scale_name, "the data address", kScaleAlignment);
+  const int64_t scale_strides[3] = {side.scale_stride.page, side.scale_stride.slot,
+                                    side.scale_stride.head};
+  for (int64_t s : scale_strides)
+    if ((s * scale_bytes) % int64_t(kScaleAlignment) != 0)
+      return unaligned(scale_name, "every stride (" + std::to_string(s * scale_bytes) + " bytes)",
+                       kScaleAlignment);
+  return Status::ok();
+}
+
+int row_tiles(const KVCacheProblem& p) {
+  constexpr int kRows = Config<Storage::plain>::kRowsPerTile;
+  const int64_t rows = int64_t(p.heads_q / p.heads_kv) * p.seqlen_q;
+  return int((rows + kRows - 1) / kRows);
+}
+
+}  // namespace
+
+Status check_support(const KVCacheProblem& p) {
+  if (p.dtype != DType::bf16 && p.dtype != DType::f16)
+    return unsupported(std::string("q dtype ") + dtype_name(p.dtype) + " (bf16 and fp16 are)");
+  constexpr int kHeadDim = Config<Storage::plain>::kHeadDim;
+  if (p.hdim_qk != kHeadDim || p.hdim_v != kHeadDim)
+    return unsupported("headdim " + std::to_string(p.hdim_qk) + "/" + std::to_string(p.hdim_v) +
+                       " (128 is)");
+  if (int64_t(p.heads_kv) * row_tiles(p) > kMaxGridYZ)
+    return unsupported("heads_kv · ceil(group · seqlen_q / 16) above 65535");
+  if (p.batch > kMaxGridYZ) return unsupported("batch above 65535");
+  if (Status s = check_side("k_cache", "k_scale", p.k, p); !s) return s;
+  return check_side("v_cache", "v_scale", p.v, p);
+}
+
+int choose_splits(const KVCacheProblem& p, const DeviceInfo& device) {
+  if (p.num_splits > 0) return p.num_splits;
+  constexpr int kBlockN = Config<Storage::plain>::kBlockN;
+  const int64_t ctas = int64_t(p.batch) * p.heads_kv * row_tiles(p);
+  const int64_t capacity = int64_t(p.max_pages) * p.page_size;
+  const int64_t tiles = (capacity + kBlockN - 1) / kBlockN;
+  const int64_t slots = int64_t(std::max(device.sm_count, 1)) * Config<Storage::plain>::kMinBlocksPerSM;
+  const int most = int(std::clamp<int64_t>(tiles / kMinTilesPerSplit, 1, kMaxAutoSplits));
+  auto efficiency = [&](int splits) {
+    const double waves = double(ctas * splits) / double(slots);
+    return waves / std::ceil(waves);
+  };
+  double best = 0.0;
+  for (int s = 1; s <= most; ++s) best = std::max(best, efficiency(s));
+  for (int s = 1; s <= most; ++s)
+    if (efficiency(s) >= kWaveEfficiencyTolerance * best) return s;
+  return 1;
+}
+
+std::size_t workspace_bytes(const KVCacheProblem& p, const DeviceInfo& device) {
+  const int splits = choose_splits(p, device);
+  if (splits <= 1) return 0;
+  const std::size_t rows = std::size_t(p.batch) * p.heads_q * p.seqlen_q;
+  // partial_out (splits, rows, hdim) then partial_lse (rows, splits), all fp32.
+  return rows * std::size_t(splits) * (std::size_t(p.hdim_v) + 1) * sizeof(float);
+}
+
+}  // namespace hfa::sm90::decode
