@@ -32,20 +32,9 @@ inline constexpr float kLn2 = 0.6931471805599453f;
 inline constexpr int kChunkBytes = 16;          // one cp.async, one ldmatrix row
 inline constexpr int kSwizzleRows = 8;          // chunks XOR (row mod 8): conflict-free ldmatrix
 
-// Where a key row's K and V codes and scales start. A row past the keys points at the side's
-// base with kNoKey set: its copies read nothing and zero-fill (cache rows are 16-byte aligned,
-// scale rows 4-byte aligned, so bit 0 is free).
-struct RowSources {
-  uint64_t k, v, k_scale, v_scale;
+struct RowOffsets {
+  int64_t k, v, k_scale, v_scale;  // bytes from the side's base; -1: no key (zero-filled)
 };
-inline constexpr uint64_t kNoKey = 1;
-
-__device__ __forceinline__ const void* source_address(uint64_t source) {
-  return reinterpret_cast<const void*>(source & ~kNoKey);
-}
-__device__ __forceinline__ uint32_t source_bytes(uint64_t source, uint32_t bytes) {
-  return (uint32_t(source) & uint32_t(kNoKey)) ? 0u : bytes;
-}
 
 // Byte offset of chunk `chunk` of row `row` in a swizzled tile of 256-byte rows.
 __device__ __forceinline__ int swizzled(int row, int chunk) {
@@ -104,7 +93,7 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
   const int n_tiles = min(max(tiles_total - split * tiles_per_split, 0), tiles_per_split);
 
   unsigned char* const q_tile = smem + C::kQOffset;
-  RowSources* const row_table = reinterpret_cast<RowSources*>(smem + C::kRowTableOffset);
+  RowOffsets* const row_table = reinterpret_cast<RowOffsets*>(smem + C::kRowTableOffset);
   auto stage_base = [&](int stage) { return smem + C::kStagesOffset + stage * C::kStageBytes; };
   auto k_codes = [&](int stage) { return stage_base(stage); };
   auto v_codes = [&](int stage) { return stage_base(stage) + C::kCodeTileBytes; };
@@ -143,22 +132,20 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
     const int page_index = p.page_shift >= 0 ? key >> p.page_shift : key / p.page_size;
     return p.block_table[b * p.block_table_stride + page_index];
   };
-  // The lane's row's addresses in the K/V codes and scales, computed once for every lane that
-  // copies a piece of the row.
+  // The lane's row's byte offsets in the K/V codes and scales, computed once for every lane
+  // that copies a piece of the row.
   auto publish_page = [&](int u, int page) {
     const int key = (first_tile + u) * kN + own_row;
     const int slot = p.page_shift >= 0 ? key & ((1 << p.page_shift) - 1) : key % p.page_size;
-    auto address = [](const unsigned char* base) { return uint64_t(base); };
-    RowSources r{address(p.k.data) | kNoKey, address(p.v.data) | kNoKey,
-                 address(p.k.scale) | kNoKey, address(p.v.scale) | kNoKey};
+    RowOffsets r{-1, -1, -1, -1};
     if (page >= 0) {
-      r.k = address(p.k.data + page * p.k.page_stride + slot * p.k.slot_stride + kv_head * p.k.head_stride);
-      r.v = address(p.v.data + page * p.v.page_stride + slot * p.v.slot_stride + kv_head * p.v.head_stride);
+      r.k = page * p.k.page_stride + slot * p.k.slot_stride + kv_head * p.k.head_stride;
+      r.v = page * p.v.page_stride + slot * p.v.slot_stride + kv_head * p.v.head_stride;
       if constexpr (kStorage != Storage::plain) {
-        r.k_scale = address(p.k.scale + page * p.k.scale_page_stride + slot * p.k.scale_slot_stride +
-                            kv_head * p.k.scale_head_stride);
-        r.v_scale = address(p.v.scale + page * p.v.scale_page_stride + slot * p.v.scale_slot_stride +
-                            kv_head * p.v.scale_head_stride);
+        r.k_scale = page * p.k.scale_page_stride + slot * p.k.scale_slot_stride +
+                    kv_head * p.k.scale_head_stride;
+        r.v_scale = page * p.v.scale_page_stride + slot * p.v.scale_slot_stride +
+                    kv_head * p.v.scale_head_stride;
       }
     }
     row_table[(u % kS) * kN + own_row] = r;
@@ -169,34 +156,35 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
   auto issue = [&](int u) {
     if (u < n_tiles) {
       const int stage = u % kS;
-      const RowSources* rows = row_table + stage * kN;
+      const RowOffsets* rows = row_table + stage * kN;
       constexpr int kChunksPerRow = C::kCodeRowBytes / kChunkBytes;
       constexpr int kRowsPerPass = 32 / kChunksPerRow;
       const int chunk = lane % kChunksPerRow;
 #pragma unroll
       for (int pass = 0; pass < kWarpRows / kRowsPerPass; ++pass) {
         const int row = warp * kWarpRows + lane / kChunksPerRow + pass * kRowsPerPass;
-        const ulonglong2 at = *reinterpret_cast<const ulonglong2*>(&rows[row]);
+        const longlong2 at = *reinterpret_cast<const longlong2*>(&rows[row]);
+        const bool valid = at.x >= 0;
         const int dst = kStorage == Storage::plain ? swizzled(row, chunk)
                                                    : row * C::kCodeRowBytes + chunk * kChunkBytes;
-        const int in_row = chunk * kChunkBytes;  // a row past the keys reads 0 bytes anyway
-        const uint32_t bytes = source_bytes(at.x, kChunkBytes);
-        cp_async_16(shared_address(k_codes(stage) + dst),
-                    static_cast<const unsigned char*>(source_address(at.x)) + in_row, bytes);
-        cp_async_16(shared_address(v_codes(stage) + dst),
-                    static_cast<const unsigned char*>(source_address(at.y)) + in_row, bytes);
+        const int64_t in_row = chunk * kChunkBytes;
+        cp_async_16(shared_address(k_codes(stage) + dst), p.k.data + (valid ? at.x + in_row : 0),
+                    valid ? kChunkBytes : 0);
+        cp_async_16(shared_address(v_codes(stage) + dst), p.v.data + (valid ? at.y + in_row : 0),
+                    valid ? kChunkBytes : 0);
       }
       if constexpr (kStorage != Storage::plain) {
         // One lane per row: K rows by lanes 0-15, V rows by lanes 16-31.
         if (kStorage == Storage::fp4 || per_token) {
           const int row = warp * kWarpRows + lane % kWarpRows;
           const bool is_v = lane >= kWarpRows;
-          const uint64_t source = is_v ? rows[row].v_scale : rows[row].k_scale;
-          const auto* src = static_cast<const unsigned char*>(source_address(source));
-          const uint32_t bytes = source_bytes(source, 4);
+          const int64_t offset = is_v ? rows[row].v_scale : rows[row].k_scale;
+          const bool valid = offset >= 0;
+          const unsigned char* src = (is_v ? p.v.scale : p.k.scale) + (valid ? offset : 0);
           unsigned char* dst = (is_v ? v_scales(stage) : k_scales(stage)) + row * C::kScaleRowBytes;
           const int words = p.scale_kind == ScaleKind::nvfp4 ? 2 : 1;
-          for (int w = 0; w < words; ++w) cp_async_4(shared_address(dst + 4 * w), src + 4 * w, bytes);
+          for (int w = 0; w < words; ++w)
+            cp_async_4(shared_address(dst + 4 * w), src + (valid ? 4 * w : 0), valid ? 4 : 0);
         }
       }
     }
@@ -255,8 +243,8 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
           const unsigned char* row_scales = scales + row * C::kScaleRowBytes;
           uint32_t first, second;  // multipliers of words 0-1 and 2-3
           if (nvfp4) {  // two blocks of 16 values
-            nvfp4_block_multipliers<Element>(
-                *reinterpret_cast<const uint16_t*>(row_scales + 2 * chunk), first, second);
+            first = nvfp4_block_multiplier<Element>(row_scales[2 * chunk]);
+            second = nvfp4_block_multiplier<Element>(row_scales[2 * chunk + 1]);
           } else {  // one block of 32
             first = second = mxfp4_block_multiplier<Element>(row_scales[chunk]);
           }
@@ -343,9 +331,6 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
 
     // Scale, cap, mask; the running max per fragment row.
     const int key0 = (first_tile + t) * kN + key_base;
-    // Both fragment rows see all 16 keys: no mask (every tile but the edges).
-    const bool inside = key0 >= max(key_lo[0], key_lo[1]) &&
-                        key0 + C::kKeysPerWarp - 1 <= min(key_hi[0], key_hi[1]);
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
@@ -357,7 +342,7 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
         float x = s[nt][e] * score_multiplier;
         if (kStorage == Storage::fp8 && per_token)
           x *= reinterpret_cast<const float*>(k_scales(stage))[key_base + local];
-        if (!inside && (key < key_lo[half] || key > key_hi[half])) x = -INFINITY;
+        if (key < key_lo[half] || key > key_hi[half]) x = -INFINITY;
         s[nt][e] = x;
         tile_max[half] = fmaxf(tile_max[half], x);
       }
