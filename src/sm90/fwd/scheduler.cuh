@@ -8,8 +8,8 @@
 namespace hfa::sm90::fwd {
 
 struct WorkTile {
-  int m_block;
-  int head;
+  int m_block;  // which kBlockM rows of the sequence (of (query, head) pairs with PackGQA)
+  int head;     // the query head; with PackGQA the head group, i.e. the kv head
   int batch;
   Sequence seq;
 };
