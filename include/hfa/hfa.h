@@ -172,6 +172,26 @@ typedef struct hfa_kvcache_options {
   void* stream; /* cudaStream_t for CUDA tensors; ignored on the CPU */
   void* workspace;
   size_t workspace_bytes;
+
+  /* Added after the fields above, which keep their offsets. All optional (NULL = off). CPU only
+   * for now (CUDA answers HFA_ERROR_NOT_SUPPORTED when k_new is given). */
+
+  /* New tokens appended to the cache in place before the attention (FlashAttention's k / v):
+   * k_new (batch, seqlen_new, heads_kv, headdim), v_new (batch, seqlen_new, heads_kv, headdim_v),
+   * q's dtype, unit last stride. Token i of sequence b is written at position
+   * cache_seqlens[b] + i (the cache must have room), encoded in the cache's format: FP8 per
+   * kv-head with the given scale, FP8 per token with a new scale, NVFP4 with the given global
+   * scale, MXFP4 (the same encoders as src/quant). The attention then covers
+   * cache_seqlens[b] + seqlen_new keys; cache_seqlens itself is not updated. */
+  const hfa_tensor* k_new;
+  const hfa_tensor* v_new;
+  /* Rotary embedding of k_new and q (needs k_new): cos and sin (seqlen_ro, rotary_dim / 2),
+   * fp32 or q's dtype, unit last stride; the first rotary_dim dims of each row rotate. New token
+   * i of sequence b sits at position cache_seqlens[b] + i; q row i at the same position when
+   * causal or windowed, else at cache_seqlens[b] (FlashAttention's rule). */
+  const hfa_tensor* rotary_cos;
+  const hfa_tensor* rotary_sin;
+  int32_t rotary_interleaved; /* nonzero: pairs (2j, 2j+1) (GPT-J); 0: (j, j + rotary_dim/2) */
 } hfa_kvcache_options;
 
 HFA_API hfa_kvcache_options hfa_default_kvcache_options(void);

@@ -131,6 +131,12 @@ struct KVCacheOptions {
   void* stream = nullptr;
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
+
+  const Tensor* k_new = nullptr;  // appended in place before the attention; null = no append
+  const Tensor* v_new = nullptr;
+  const Tensor* rotary_cos = nullptr;  // (seqlen_ro, rotary_dim / 2); needs k_new
+  const Tensor* rotary_sin = nullptr;
+  bool rotary_interleaved = false;     // pairs (2j, 2j+1); false: (j, j + rotary_dim / 2)
 };
 
 HFA_API hfa_kvcache_options to_c(const KVCacheOptions& options);

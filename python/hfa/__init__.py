@@ -149,14 +149,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     Quantized caches (hfa's own keywords; see hfa._kvcache for how the dtypes pick a format):
     FP8 E4M3 with float32 k_scale / v_scale per kv-head or per (token, kv-head); NVFP4 / MXFP4
     packed two per byte with block scales (and k_global_scale / v_global_scale for NVFP4).
-    Not yet: appending k/v (with rotary), cache_batch_idx, cache_leftpad, varlen q, descales;
-    they raise NotImplementedError. pack_gqa, sm_margin and rotary_interleaved are accepted and
-    ignored (they change speed or only matter with rotary).
+    k / v (batch, seqlen_new, heads_kv, headdim): new tokens appended in place at
+    cache_seqlens[b] + i before the attention (which then covers cache_seqlens + seqlen_new keys;
+    cache_seqlens is not updated), with rotary_cos / rotary_sin (seqlen_ro, rotary_dim / 2)
+    applied to them and to q (rotary_interleaved: GPT-J pairs, else GPT-NeoX halves); CPU only
+    for now. Not yet: cache_batch_idx, cache_leftpad, varlen q, rotary_seqlens, descales; they
+    raise NotImplementedError. pack_gqa and sm_margin are accepted and ignored (speed only).
     Returns out, or (out, lse) with return_softmax_lse (lse float32 (batch, heads_q, seqlen_q)).
     """
     from . import _kvcache
-    _kvcache.check_not_yet(attention_chunk, k=k, v=v, qv=qv, rotary_cos=rotary_cos,
-                           rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx,
+    _kvcache.check_not_yet(attention_chunk, qv=qv, cache_batch_idx=cache_batch_idx,
                            cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q,
                            cu_seqlens_k_new=cu_seqlens_k_new, max_seqlen_q=max_seqlen_q,
                            rotary_seqlens=rotary_seqlens, q_descale=q_descale,
@@ -168,7 +170,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
               page_table=page_table if page_table is not None else block_table,
               k_scale=k_scale, v_scale=v_scale, k_global_scale=k_global_scale,
               v_global_scale=v_global_scale, softmax_scale=softmax_scale, causal=causal,
-              window_size=window_size, softcap=softcap, num_splits=num_splits)
+              window_size=window_size, softcap=softcap, num_splits=num_splits, k=k, v=v,
+              rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+              rotary_interleaved=rotary_interleaved)
     if _frontend(q) is not None:
         out, lse = _kvcache.torch_forward(q, k_cache, v_cache, **kw)
     else:

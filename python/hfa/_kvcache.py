@@ -7,7 +7,9 @@ The cache format follows from the dtypes (see hfa.h, hfa_kvcache_options):
   - uint8 with uint8 (or torch float8 e4m3 / e8m0) k_scale: packed FP4 E2M1, last dim headdim/2;
     NVFP4 (E4M3 scale per 16 values) when k_global_scale/v_global_scale (float32, (1,)) are
     given, MXFP4 (UE8M0 scale per 32 values) when not.
-Nothing is appended to the cache: K/V of the new tokens must already be in it.
+k / v (the new tokens' keys and values, q's dtype) are appended to the cache in place before the
+attention, rotated by rotary_cos / rotary_sin when given and encoded in the cache's format (CPU
+only for now).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from . import _lib
 
 # FlashAttention-3 arguments hfa does not implement yet. Passing any of them raises rather
 # than silently computing something else.
-_NOT_YET = ("k", "v", "qv", "rotary_cos", "rotary_sin", "cache_batch_idx", "cache_leftpad",
+_NOT_YET = ("qv", "cache_batch_idx", "cache_leftpad",
             "cu_seqlens_q", "cu_seqlens_k_new", "max_seqlen_q", "rotary_seqlens", "q_descale",
             "k_descale", "v_descale", "scheduler_metadata")
 
@@ -26,9 +28,7 @@ _NOT_YET = ("k", "v", "qv", "rotary_cos", "rotary_sin", "cache_batch_idx", "cach
 def check_not_yet(attention_chunk, **given):
     for name in _NOT_YET:
         if given.get(name) is not None:
-            hint = (" (appending new K/V, with rotary, comes later: write them into the cache "
-                    "and count them in cache_seqlens)" if name in ("k", "v", "rotary_cos",
-                                                                  "rotary_sin") else "")
+            hint = ""
             raise NotImplementedError(f"flash_attn_with_kvcache: {name} is not supported by hfa "
                                       f"yet{hint}")
     if attention_chunk:
@@ -68,7 +68,8 @@ def _cache_codes(cache_kind: str, scale_kind, has_global: bool):
 def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, full_seqlens,
         alloc_workspace,
         cache_seqlens, page_table, k_scale, v_scale, k_global_scale, v_global_scale,
-        softmax_scale, causal, window_size, softcap, num_splits, stream):
+        softmax_scale, causal, window_size, softcap, num_splits, stream, k=None, v=None,
+        rotary_cos=None, rotary_sin=None, rotary_interleaved=True):
     """The front-end-independent part. kind_of(a) -> a kind of _cache_codes; view(a, name, code) -> (kept, Tensor); alloc_out(shape) and
     alloc_lse(shape) allocate outputs like q; full_seqlens(batch, length) makes an int32 vector
     on q's device; alloc_workspace(bytes) -> (kept, address) the split partials' scratch (GPU)."""
@@ -118,7 +119,11 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
         k_global_scale=tensor(k_global_scale, "k_global_scale", _lib.F32),
         v_global_scale=tensor(v_global_scale, "v_global_scale", _lib.F32),
         softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
-        num_splits=num_splits, stream=stream)
+        num_splits=num_splits, stream=stream,
+        k_new=tensor(k, "k", q_code), v_new=tensor(v, "v", q_code),
+        rotary_cos=tensor(rotary_cos, "rotary_cos", _rotary_code(kind_of, rotary_cos, q_code)),
+        rotary_sin=tensor(rotary_sin, "rotary_sin", _rotary_code(kind_of, rotary_sin, q_code)),
+        rotary_interleaved=rotary_interleaved)
     workspace_bytes = _lib.forward_kvcache_workspace_size(qt, kt, vt, options)
     if workspace_bytes:
         kept, address = alloc_workspace(workspace_bytes)
@@ -127,6 +132,13 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
         options.workspace_bytes = workspace_bytes
     _lib.forward_kvcache(qt, kt, vt, ot, lt, options)
     return out, lse
+
+
+def _rotary_code(kind_of, table, q_code):
+    """float32 tables as f32, others labelled as q's dtype (the library checks)."""
+    if table is None:
+        return q_code
+    return _lib.F32 if kind_of(table) == "f32" else q_code
 
 
 # --- numpy -------------------------------------------------------------------------------------

@@ -87,6 +87,11 @@ class KVCacheOptions(ctypes.Structure):
         ("stream", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_size_t),
+        ("k_new", ctypes.POINTER(Tensor)),
+        ("v_new", ctypes.POINTER(Tensor)),
+        ("rotary_cos", ctypes.POINTER(Tensor)),
+        ("rotary_sin", ctypes.POINTER(Tensor)),
+        ("rotary_interleaved", ctypes.c_int32),
     ]
 
 
@@ -306,18 +311,23 @@ def make_kvcache_options(*, cache_seqlens: Tensor, block_table: Optional[Tensor]
                          k_global_scale: Optional[Tensor] = None,
                          v_global_scale: Optional[Tensor] = None, softmax_scale=None,
                          causal=False, window_size=(-1, -1), softcap=0.0, num_splits=0,
-                         stream=None) -> KVCacheOptions:
+                         stream=None, k_new: Optional[Tensor] = None,
+                         v_new: Optional[Tensor] = None, rotary_cos: Optional[Tensor] = None,
+                         rotary_sin: Optional[Tensor] = None,
+                         rotary_interleaved=False) -> KVCacheOptions:
     """hfa_default_kvcache_options() with the arguments applied. The Tensors given must outlive
     the returned options (it stores pointers to them)."""
     o = library().hfa_default_kvcache_options()
     tensors = (("cache_seqlens", cache_seqlens), ("block_table", block_table),
                ("k_scale", k_scale), ("v_scale", v_scale), ("k_global_scale", k_global_scale),
-               ("v_global_scale", v_global_scale))
+               ("v_global_scale", v_global_scale), ("k_new", k_new), ("v_new", v_new),
+               ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin))
     for name, t in tensors:
         if t is not None:
             setattr(o, name, ctypes.pointer(t))
     _apply_common(o, softmax_scale, causal, window_size, softcap, stream)
     o.num_splits = int(num_splits)
+    o.rotary_interleaved = 1 if rotary_interleaved else 0
     return o
 
 

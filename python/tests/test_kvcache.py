@@ -158,7 +158,7 @@ def test_not_yet_and_errors():
     q = np.zeros((1, 1, 2, 64), np.float32)
     k = np.zeros((1, 8, 2, 64), np.float32)
     seqlens = np.array([4], np.int32)
-    for name in ("k", "rotary_cos", "cache_batch_idx", "cu_seqlens_q", "k_descale"):
+    for name in ("rotary_seqlens", "cache_batch_idx", "cu_seqlens_q", "k_descale"):
         with pytest.raises(NotImplementedError, match=name):
             hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, **{name: k})
     with pytest.raises(hfa.HfaInvalidArgument, match="^block_table: entry \\(0, 0\\) = 5"):
@@ -180,3 +180,46 @@ def test_not_yet_and_errors():
                                     cache_seqlens=seqlens, k_scale=np.ones(2, np.float64))
     with pytest.raises(hfa.HfaInvalidArgument, match="^num_splits"):
         hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, num_splits=-2)
+
+
+def rotate(x, cos, sin, positions, interleaved):
+    """Rotary embedding of x (..., d) at positions (broadcast over the leading dims), float64."""
+    x = x.astype(np.float64).copy()
+    half = cos.shape[1]
+    c, s = cos[positions].astype(np.float64), sin[positions].astype(np.float64)
+    if interleaved:
+        a, b = x[..., 0:2 * half:2].copy(), x[..., 1:2 * half:2].copy()
+        x[..., 0:2 * half:2], x[..., 1:2 * half:2] = a * c - b * s, a * s + b * c
+    else:
+        a, b = x[..., :half].copy(), x[..., half:2 * half].copy()
+        x[..., :half], x[..., half:2 * half] = a * c - b * s, a * s + b * c
+    return x
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_append_with_rotary(interleaved):
+    rng = np.random.default_rng(5)
+    batch, hq, hkv, d, new, rotary_dim = 2, 4, 2, 64, 3, 32
+    lengths = np.array([0, 9], np.int32)
+    q = rng.standard_normal((batch, new, hq, d)).astype(np.float32)
+    cache_k = rng.standard_normal((batch, 16, hkv, d)).astype(np.float32)
+    cache_v = rng.standard_normal((batch, 16, hkv, d)).astype(np.float32)
+    k_new = rng.standard_normal((batch, new, hkv, d)).astype(np.float32)
+    v_new = rng.standard_normal((batch, new, hkv, d)).astype(np.float32)
+    angles = rng.standard_normal((20, rotary_dim // 2))
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    want_k, want_v, q_rot = cache_k.astype(np.float64), cache_v.astype(np.float64), []
+    for b in range(batch):
+        pos = lengths[b] + np.arange(new)
+        want_k[b, pos] = rotate(k_new[b], cos, sin, pos[:, None], interleaved)
+        want_v[b, pos] = v_new[b]
+        q_rot.append(rotate(q[b], cos, sin, pos[:, None], interleaved))
+    ref, ref_lse = reference(np.stack(q_rot), want_k, want_v, lengths + new, True)
+    out, lse = hfa.flash_attn_with_kvcache(q, cache_k, cache_v, k=k_new, v=v_new,
+                                           rotary_cos=cos, rotary_sin=sin, cache_seqlens=lengths,
+                                           causal=True, rotary_interleaved=interleaved,
+                                           return_softmax_lse=True)
+    np.testing.assert_allclose(cache_k, want_k, atol=1e-5)  # appended in place, rotated
+    np.testing.assert_allclose(cache_v, want_v, atol=0)
+    np.testing.assert_allclose(out, ref, atol=1e-5)
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-5)

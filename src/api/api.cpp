@@ -69,7 +69,8 @@ Status forward_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_c
     KVCacheProblem problem;
     HFA_RETURN_IF_ERROR(
         build_kvcache_problem({&q, &k_cache, &v_cache, &out, lse, &options}, &problem));
-    if (int64_t{problem.batch} * problem.seqlen_q == 0) return Status::ok();
+    // No query rows: nothing to compute, unless new tokens are to be appended.
+    if (int64_t{problem.batch} * problem.seqlen_q == 0 && problem.k_new == nullptr) return Status::ok();
     std::size_t needed = 0;
     HFA_RETURN_IF_ERROR(dispatch_kvcache_workspace_size(problem, &needed));
     if (needed > 0 && (options.workspace == nullptr || options.workspace_bytes < needed))

@@ -58,6 +58,11 @@ hfa_kvcache_options to_c(const KVCacheOptions& options) {
   common_to_c(options, c);
   c.num_splits = options.num_splits;
   c.validate = options.validate ? 1 : 0;
+  c.k_new = options.k_new;
+  c.v_new = options.v_new;
+  c.rotary_cos = options.rotary_cos;
+  c.rotary_sin = options.rotary_sin;
+  c.rotary_interleaved = options.rotary_interleaved ? 1 : 0;
   return c;
 }
 
@@ -81,6 +86,11 @@ KVCacheOptions from_c(const hfa_kvcache_options& c) {
   common_from_c(c, options);
   options.num_splits = c.num_splits;
   options.validate = c.validate != 0;
+  options.k_new = c.k_new;
+  options.v_new = c.v_new;
+  options.rotary_cos = c.rotary_cos;
+  options.rotary_sin = c.rotary_sin;
+  options.rotary_interleaved = c.rotary_interleaved != 0;
   return options;
 }
 

@@ -186,6 +186,68 @@ Status check_scalars(const KVCacheOptions& o) {
 // The values: each length within the cache's capacity, each block-table entry a sequence uses
 // a page of the cache. Entries past a sequence's last page are never read and not checked
 // (engines pad block tables with anything).
+// k_new / v_new (appended before the attention) and the rotary tables that go with them.
+Status check_append(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p) {
+  if (o.k_new == nullptr && o.v_new != nullptr) return invalid("k_new", "is null, but v_new is given");
+  if (o.k_new != nullptr && o.v_new == nullptr) return invalid("v_new", "is null, but k_new is given");
+  if (o.k_new == nullptr) {
+    if (o.rotary_cos != nullptr || o.rotary_sin != nullptr)
+      return invalid(o.rotary_cos ? "rotary_cos" : "rotary_sin",
+                     "needs k_new (rotary embedding is applied to the appended keys)");
+    return Status::ok();
+  }
+  const std::pair<const char*, const Tensor*> news[] = {{"k_new", o.k_new}, {"v_new", o.v_new}};
+  for (const auto& [name, t] : news) {
+    HFA_RETURN_IF_ERROR(check_rank4(name, t, "(batch, seqlen_new, heads_kv, headdim)", false));
+    if (t->dtype != q.dtype)
+      return invalid(name, "expected dtype ", name_of(q.dtype), " (as q), got ", name_of(t->dtype));
+    HFA_RETURN_IF_ERROR(check_same_device(name, *t, q));
+    HFA_RETURN_IF_ERROR(expect_extent(name, *t, 0, "batch", p->batch, "q"));
+    HFA_RETURN_IF_ERROR(expect_extent(name, *t, 2, "heads", p->heads_kv, "k_cache"));
+  }
+  HFA_RETURN_IF_ERROR(expect_extent("k_new", *o.k_new, 3, "headdim", p->hdim_qk, "q"));
+  HFA_RETURN_IF_ERROR(expect_extent("v_new", *o.v_new, 3, "headdim", p->hdim_v, "v_cache"));
+  HFA_RETURN_IF_ERROR(expect_extent("v_new", *o.v_new, 1, "seqlen_new", o.k_new->shape[1], "k_new"));
+  p->k_new = o.k_new->data;
+  p->v_new = o.v_new->data;
+  p->k_new_stride = {o.k_new->stride[0], o.k_new->stride[1], o.k_new->stride[2]};
+  p->v_new_stride = {o.v_new->stride[0], o.v_new->stride[1], o.v_new->stride[2]};
+  p->seqlen_new = static_cast<int32_t>(o.k_new->shape[1]);
+
+  if ((o.rotary_cos == nullptr) != (o.rotary_sin == nullptr))
+    return invalid(o.rotary_cos ? "rotary_sin" : "rotary_cos", "is null, but ",
+                   o.rotary_cos ? "rotary_cos" : "rotary_sin", " is given");
+  if (o.rotary_cos == nullptr) return Status::ok();
+  const std::pair<const char*, const Tensor*> tables[] = {{"rotary_cos", o.rotary_cos},
+                                                          {"rotary_sin", o.rotary_sin}};
+  for (const auto& [name, t] : tables) {
+    HFA_RETURN_IF_ERROR(check_tensor_form(name, t, 2, "(seqlen_ro, rotary_dim / 2)", false));
+    if (t->dtype != HFA_F32 && t->dtype != q.dtype)
+      return invalid(name, "expected dtype f32 or ", name_of(q.dtype), " (as q), got ", name_of(t->dtype));
+    HFA_RETURN_IF_ERROR(check_same_device(name, *t, q));
+  }
+  const Tensor& cos = *o.rotary_cos;
+  const Tensor& sin = *o.rotary_sin;
+  if (sin.dtype != cos.dtype)
+    return invalid("rotary_sin", "expected dtype ", name_of(cos.dtype), " (as rotary_cos), got ", name_of(sin.dtype));
+  if (sin.shape[0] != cos.shape[0] || sin.shape[1] != cos.shape[1])
+    return invalid("rotary_sin", "expected shape ", tensor_shape_string(cos), " (as rotary_cos), got ",
+                   tensor_shape_string(sin));
+  if (cos.shape[1] == 0 || 2 * cos.shape[1] > p->hdim_qk)
+    return invalid("rotary_cos", "rotary_dim (2 · ", cos.shape[1], ") must be in [2, headdim ",
+                   p->hdim_qk, "]");
+  if (cos.shape[0] > kInt32Max) return invalid("rotary_cos", "seqlen_ro ", cos.shape[0], " exceeds int32");
+  p->rotary_cos = cos.data;
+  p->rotary_sin = sin.data;
+  p->rotary_dtype = static_cast<DType>(cos.dtype);
+  p->rotary_cos_stride = cos.stride[0];
+  p->rotary_sin_stride = sin.stride[0];
+  p->rotary_dim = static_cast<int32_t>(2 * cos.shape[1]);
+  p->seqlen_ro = static_cast<int32_t>(cos.shape[0]);
+  p->rotary_interleaved = o.rotary_interleaved;
+  return Status::ok();
+}
+
 }  // namespace
 
 Status check_kvcache_values(const KVCacheProblem& p) {
@@ -193,14 +255,19 @@ Status check_kvcache_values(const KVCacheProblem& p) {
   for (int64_t b = 0; b < p.batch; ++b) {
     const int32_t length = p.cache_seqlens[b];
     if (length < 0) return invalid("cache_seqlens", "element ", b, " is negative (", length, ")");
-    if (length > capacity) {
-      return invalid("cache_seqlens", "element ", b, " (", length, ") exceeds the cache's capacity ",
-                     capacity, p.block_table ? " (max_pages · page_size)" : " (max_seqlen_cache)");
+    if (p.attended_length(b) > capacity) {
+      return invalid("cache_seqlens", "element ", b, " (", length,
+                     p.seqlen_new ? cat(" + seqlen_new ", p.seqlen_new) : std::string(),
+                     ") exceeds the cache's capacity ", capacity,
+                     p.block_table ? " (max_pages · page_size)" : " (max_seqlen_cache)");
     }
+    if (p.rotary_cos != nullptr && p.attended_length(b) > p.seqlen_ro)
+      return invalid("rotary_cos", "seqlen_ro ", p.seqlen_ro, " does not reach position ",
+                     p.attended_length(b) - 1, " (cache_seqlens[", b, "] + seqlen_new - 1)");
   }
   if (p.block_table == nullptr) return Status::ok();
   for (int64_t b = 0; b < p.batch; ++b) {
-    const int64_t pages = (int64_t{p.cache_seqlens[b]} + p.page_size - 1) / p.page_size;
+    const int64_t pages = (p.attended_length(b) + p.page_size - 1) / p.page_size;
     for (int64_t i = 0; i < pages; ++i) {
       const int64_t page = p.page_of(b, i);
       if (page < 0 || page >= p.num_pages)
@@ -331,6 +398,7 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
   // The format's scales, then the scalar options.
   HFA_RETURN_IF_ERROR(check_scales(q, k, v, o, &p));
   HFA_RETURN_IF_ERROR(check_scalars(o));
+  HFA_RETURN_IF_ERROR(check_append(q, o, &p));
 
   p.dtype = static_cast<DType>(q.dtype);
   p.out_dtype = p.dtype;

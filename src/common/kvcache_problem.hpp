@@ -79,10 +79,28 @@ struct KVCacheProblem {
   // cache_seqlens before launch when set. The CPU path has always checked them (in the API).
   bool validate = false;
 
+  // Append (k_new / v_new): seqlen_new tokens per sequence written at cache_seqlens[b] + i
+  // before the attention, which then covers cache_seqlens[b] + seqlen_new keys.
+  const void* k_new = nullptr;  // null: no append
+  const void* v_new = nullptr;
+  Strides k_new_stride, v_new_stride;  // in elements of q's dtype
+  int32_t seqlen_new = 0;
+  // Rotary embedding of k_new and q: cos / sin (seqlen_ro, rotary_dim / 2). null: none.
+  const void* rotary_cos = nullptr;
+  const void* rotary_sin = nullptr;
+  DType rotary_dtype = DType::f32;
+  int64_t rotary_cos_stride = 0, rotary_sin_stride = 0;  // between positions, in elements
+  int32_t rotary_dim = 0;
+  int32_t seqlen_ro = 0;
+  bool rotary_interleaved = false;
+
   Device device;
   void* stream = nullptr;
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
+
+  // The keys sequence b attends to: its cached tokens plus the appended ones.
+  int64_t attended_length(int64_t b) const { return int64_t{cache_seqlens[b]} + seqlen_new; }
 
   int64_t page_of(int64_t b, int64_t page_index) const {
     return block_table ? block_table[b * block_table_stride + page_index] : b;

@@ -7,6 +7,7 @@
 
 #include "common/combine_splits.hpp"
 #include "common/half_float.hpp"
+#include "cpu/kvcache_append.hpp"
 #include "cpu/kvcache_rows.hpp"
 #include "cpu/thread_pool.hpp"
 
@@ -18,22 +19,12 @@ using detail::KVCacheProblem;
 constexpr int64_t kKeysPerAutoSplit = 256;
 constexpr int32_t kMaxAutoSplits = 8;
 
-void store_row(DType dtype, const float* values, int64_t n, void* row) {
-  if (dtype == DType::f32) {
-    std::copy(values, values + n, static_cast<float*>(row));
-    return;
-  }
-  auto* bits = static_cast<uint16_t*>(row);
-  for (int64_t c = 0; c < n; ++c)
-    bits[c] = dtype == DType::f16 ? detail::float_to_fp16(values[c]) : detail::float_to_bf16(values[c]);
-}
-
 std::size_t element_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
 
 // The cache tokens a sequence attends to. The API checked 0 <= length <= capacity; the clamp
 // keeps a direct backend caller inside the cache.
 int64_t cache_length(const KVCacheProblem& p, int64_t b) {
-  return std::clamp<int64_t>(p.cache_seqlens[b], 0, int64_t{p.max_pages} * p.page_size);
+  return std::clamp<int64_t>(p.attended_length(b), 0, int64_t{p.max_pages} * p.page_size);
 }
 
 // Scratch of one worker: a sequence's dequantized K and V rows for one kv-head, and one query
@@ -98,6 +89,7 @@ void run_group(const KVCacheProblem& p, int64_t b, int64_t kv_head, Scratch& s) 
       const int64_t q_offset = b * p.q_stride.batch + i * p.q_stride.row + h * p.q_stride.head;
       load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes, p.hdim_qk,
                      s.q.data());
+      if (p.rotary_cos != nullptr) apply_rotary(p, query_position(p, b, i), s.q.data());
       const CacheKeyRange seen = cache_keys_seen(p, seqlen_k, i);
       for (int32_t split = 0; split < splits; ++split) {
         const int64_t first = std::max(seen.first, split * chunk);
@@ -108,7 +100,7 @@ void run_group(const KVCacheProblem& p, int64_t b, int64_t kv_head, Scratch& s) 
                                                p.hdim_v, splits, p.hdim_v, s.out.data());
       const int64_t out_offset =
           b * p.out_stride.batch + i * p.out_stride.row + h * p.out_stride.head;
-      store_row(p.out_dtype, s.out.data(), p.hdim_v,
+      store_plain_row(p.out_dtype, s.out.data(), p.hdim_v,
                 static_cast<std::byte*>(p.out) + out_offset * out_bytes);
       if (p.lse != nullptr) p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i] = lse;
     }
@@ -123,6 +115,7 @@ int32_t kvcache_splits(const KVCacheProblem& p, int64_t seqlen_k) {
 }
 
 Status kvcache_forward(const KVCacheProblem& p) {
+  if (p.k_new != nullptr) append_new_tokens(p);  // before any row is read
   ThreadPool& pool = ThreadPool::shared();
   // Scratch is sized here, where an allocation failure can still become a Status (the API's
   // guard turns bad_alloc into one); the workers only resize K/V, whose largest size is

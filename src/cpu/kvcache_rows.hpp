@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstddef>
-#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -25,6 +24,17 @@ inline void load_plain_row(DType dtype, const void* row, int64_t n, float* out) 
   const auto* bits = static_cast<const uint16_t*>(row);
   for (int64_t c = 0; c < n; ++c)
     out[c] = dtype == DType::f16 ? detail::fp16_to_float(bits[c]) : detail::bf16_to_float(bits[c]);
+}
+
+// n fp32 values into a plain f32/f16/bf16 row (round to nearest even).
+inline void store_plain_row(DType dtype, const float* values, int64_t n, void* row) {
+  if (dtype == DType::f32) {
+    std::memcpy(row, values, static_cast<std::size_t>(n) * sizeof(float));
+    return;
+  }
+  auto* bits = static_cast<uint16_t*>(row);
+  for (int64_t c = 0; c < n; ++c)
+    bits[c] = dtype == DType::f16 ? detail::float_to_fp16(values[c]) : detail::float_to_bf16(values[c]);
 }
 
 // Token j of sequence b, kv-head `head`, of one side of the cache, into out[0, side.hdim).

@@ -1,0 +1,104 @@
+#include "cpu/kvcache_append.hpp"
+
+#include <cstddef>
+#include <vector>
+
+#include "cpu/kvcache_rows.hpp"
+#include "quant/fp8_kv.hpp"
+#include "quant/mxfp4.hpp"
+#include "quant/nvfp4.hpp"
+
+namespace hfa::cpu {
+namespace {
+
+using detail::CacheFormat;
+using detail::CacheSide;
+using detail::KVCacheProblem;
+
+std::size_t plain_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+
+float table_value(const KVCacheProblem& p, const void* table, int64_t stride, int64_t position,
+                  int64_t j) {
+  float value = 0.0f;
+  load_plain_row(p.rotary_dtype,
+                 static_cast<const std::byte*>(table) +
+                     (position * stride + j) * static_cast<int64_t>(plain_bytes(p.rotary_dtype)),
+                 1, &value);
+  return value;
+}
+
+// Writes one row of fp32 values at (page, slot, head) of one side, in the cache's format.
+void encode_row(const KVCacheProblem& p, const CacheSide& side, int64_t page, int64_t slot,
+                int64_t head, const float* values) {
+  const int64_t offset = page * side.stride.page + slot * side.stride.slot + head * side.stride.head;
+  const int64_t scale_offset =
+      page * side.scale_stride.page + slot * side.scale_stride.slot + head * side.scale_stride.head;
+  // The caller's cache: written in place, as the API documents.
+  auto* codes = static_cast<uint8_t*>(const_cast<void*>(side.data)) + offset;  // byte formats
+  auto* scales = static_cast<uint8_t*>(const_cast<void*>(side.scale));
+  const int d = side.hdim;
+  switch (p.format) {
+    case CacheFormat::plain:
+      store_plain_row(p.cache_dtype, values, d,
+                      static_cast<std::byte*>(const_cast<void*>(side.data)) +
+                          offset * static_cast<int64_t>(plain_bytes(p.cache_dtype)));
+      return;
+    case CacheFormat::fp8_per_head:
+      quant::fp8_kv_quantize_row(values, d, static_cast<const float*>(side.scale)[scale_offset], codes);
+      return;
+    case CacheFormat::fp8_per_token:
+      reinterpret_cast<float*>(scales)[scale_offset] =
+          quant::fp8_kv_quantize_row_per_token(values, d, codes);
+      return;
+    case CacheFormat::nvfp4:
+      quant::nvfp4_quantize_row(values, d, *side.global_scale, codes, scales + scale_offset);
+      return;
+    case CacheFormat::mxfp4:
+      quant::mxfp4_quantize_row(values, d, codes, scales + scale_offset);
+      return;
+  }
+}
+
+}  // namespace
+
+void apply_rotary(const KVCacheProblem& p, int64_t position, float* row) {
+  const int64_t half = p.rotary_dim / 2;
+  for (int64_t j = 0; j < half; ++j) {
+    const float c = table_value(p, p.rotary_cos, p.rotary_cos_stride, position, j);
+    const float s = table_value(p, p.rotary_sin, p.rotary_sin_stride, position, j);
+    float& x0 = row[p.rotary_interleaved ? 2 * j : j];
+    float& x1 = row[p.rotary_interleaved ? 2 * j + 1 : j + half];
+    const float a = x0, b = x1;
+    x0 = a * c - b * s;
+    x1 = a * s + b * c;
+  }
+}
+
+int64_t query_position(const KVCacheProblem& p, int64_t b, int64_t i) {
+  const bool masked = p.window_left >= 0 || p.window_right >= 0;  // causal is window_right = 0
+  return int64_t{p.cache_seqlens[b]} + (masked ? i : 0);
+}
+
+void append_new_tokens(const KVCacheProblem& p) {
+  const std::size_t bytes = plain_bytes(p.dtype);
+  std::vector<float> k(static_cast<std::size_t>(p.hdim_qk)), v(static_cast<std::size_t>(p.hdim_v));
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t i = 0; i < p.seqlen_new; ++i) {
+      const int64_t position = int64_t{p.cache_seqlens[b]} + i;
+      const int64_t page = p.page_of(b, position / p.page_size);
+      const int64_t slot = position % p.page_size;
+      for (int64_t h = 0; h < p.heads_kv; ++h) {
+        const int64_t k_at = b * p.k_new_stride.batch + i * p.k_new_stride.row + h * p.k_new_stride.head;
+        const int64_t v_at = b * p.v_new_stride.batch + i * p.v_new_stride.row + h * p.v_new_stride.head;
+        load_plain_row(p.dtype, static_cast<const std::byte*>(p.k_new) + k_at * static_cast<int64_t>(bytes),
+                       p.hdim_qk, k.data());
+        load_plain_row(p.dtype, static_cast<const std::byte*>(p.v_new) + v_at * static_cast<int64_t>(bytes),
+                       p.hdim_v, v.data());
+        if (p.rotary_cos != nullptr) apply_rotary(p, position, k.data());
+        encode_row(p, p.k, page, slot, h, k.data());
+        encode_row(p, p.v, page, slot, h, v.data());
+      }
+    }
+}
+
+}  // namespace hfa::cpu
