@@ -133,7 +133,7 @@ HFA_API hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_te
  * strides with a unit last stride; token j of sequence b lives in page
  * block_table[b][j / page_size], slot j % page_size. Contiguous (block_table NULL):
  * (batch, max_seqlen_cache, heads_kv, d). Sequence b attends to its first cache_seqlens[b]
- * tokens (the new tokens' own K/V must already be in the cache: there is no append yet).
+ * tokens, plus seqlen_new when options->k_new / v_new append new tokens first (see there).
  * Cache formats, told apart by the caches' dtype and k_scale's dtype:
  *   - q's dtype: plain; no scales.
  *   - HFA_E4M3 with fp32 k_scale / v_scale: per kv-head (heads_kv), or per (token, kv-head),
