@@ -31,6 +31,12 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 inline constexpr int kChunkBytes = 16;          // one cp.async, one ldmatrix row
 inline constexpr int kSwizzleRows = 8;          // chunks XOR (row mod 8): conflict-free ldmatrix
+inline constexpr int kSwizzledRowBytes = Config<Storage::plain>::kTileRowBytes;
+inline constexpr int kWarpSize = 32;
+inline constexpr unsigned kFullWarp = 0xffffffffu;
+// mma.sync m16n8k16 and ldmatrix's 8x8 tiles: the 8s and 16s of the fragment index math.
+inline constexpr int kMmaN = 8;
+inline constexpr int kMmaK = 16;
 
 struct RowOffsets {
   int64_t k, v, k_scale, v_scale;  // bytes from the side's base; -1: no key (zero-filled)
@@ -38,7 +44,7 @@ struct RowOffsets {
 
 // Byte offset of chunk `chunk` of row `row` in a swizzled tile of 256-byte rows.
 __device__ __forceinline__ int swizzled(int row, int chunk) {
-  return row * 256 + ((chunk ^ (row % kSwizzleRows)) * kChunkBytes);
+  return row * kSwizzledRowBytes + ((chunk ^ (row % kSwizzleRows)) * kChunkBytes);
 }
 
 // The stored column order of a tile: identity, or FP4's pair order (dequant.cuh).
@@ -74,7 +80,7 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
   const int kv_head = blockIdx.y / p.row_tiles;
   const int row_tile = blockIdx.y % p.row_tiles;
   const int b = blockIdx.z;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
   const int g = lane / 4, c = lane % 4;  // mma fragment row group and column pair
 
   // The keys this tile's rows see, bottom-right aligned: query i sees key j iff
@@ -158,7 +164,7 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
       const int stage = u % kS;
       const RowOffsets* rows = row_table + stage * kN;
       constexpr int kChunksPerRow = C::kCodeRowBytes / kChunkBytes;
-      constexpr int kRowsPerPass = 32 / kChunksPerRow;
+      constexpr int kRowsPerPass = kWarpSize / kChunksPerRow;
       const int chunk = lane % kChunksPerRow;
 #pragma unroll
       for (int pass = 0; pass < kWarpRows / kRowsPerPass; ++pass) {
@@ -200,11 +206,11 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
         const unsigned char* codes = side == 0 ? k_codes(stage) : v_codes(stage);
         const float* scales = reinterpret_cast<const float*>(side == 0 ? k_scales(stage) : v_scales(stage));
         unsigned char* tile = side == 0 ? k_dequant : v_dequant;
-        constexpr int kJobs = kWarpRows * kChunksPerRow / 32;
-        static_assert(kJobs * 32 == kWarpRows * kChunksPerRow);
+        constexpr int kJobs = kWarpRows * kChunksPerRow / kWarpSize;
+        static_assert(kJobs * kWarpSize == kWarpRows * kChunksPerRow);
 #pragma unroll
         for (int j = 0; j < kJobs; ++j) {
-          const unsigned job = lane + j * 32;
+          const unsigned job = lane + j * kWarpSize;
           const int row = warp * kWarpRows + job / kChunksPerRow, chunk = job % kChunksPerRow;
           const uint4 w = *reinterpret_cast<const uint4*>(codes + row * C::kCodeRowBytes + chunk * kChunkBytes);
           uint4 lo, hi;
@@ -233,11 +239,11 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
         const unsigned char* codes = side == 0 ? k_codes(stage) : v_codes(stage);
         const unsigned char* scales = side == 0 ? k_scales(stage) : v_scales(stage);
         unsigned char* tile = side == 0 ? k_dequant : v_dequant;
-        constexpr int kJobs = kWarpRows * kChunksPerRow / 32;
-        static_assert(kJobs * 32 == kWarpRows * kChunksPerRow);
+        constexpr int kJobs = kWarpRows * kChunksPerRow / kWarpSize;
+        static_assert(kJobs * kWarpSize == kWarpRows * kChunksPerRow);
 #pragma unroll
         for (int j = 0; j < kJobs; ++j) {
-          const unsigned job = lane + j * 32;
+          const unsigned job = lane + j * kWarpSize;
           const int row = warp * kWarpRows + job / kChunksPerRow, chunk = job % kChunksPerRow;
           const uint4 w = *reinterpret_cast<const uint4*>(codes + row * C::kCodeRowBytes + chunk * kChunkBytes);
           const unsigned char* row_scales = scales + row * C::kScaleRowBytes;
@@ -259,10 +265,10 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
   };
 
   // Q fragments for the whole head dim, kept in registers.
-  uint32_t q_frag[kD / 16][4];
+  uint32_t q_frag[kD / kMmaK][4];
   __syncthreads();
 #pragma unroll
-  for (int ks = 0; ks < kD / 16; ++ks) {
+  for (int ks = 0; ks < kD / kMmaK; ++ks) {
     const int m = lane / 8;
     const int row = lane % 8 + (m % 2) * 8;
     ldmatrix_x4(shared_address(q_tile + swizzled(row, 2 * ks + m / 2)), q_frag[ks]);
@@ -286,9 +292,9 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
                               : -1;
   }
 
-  float o[kD / 8][4];
+  float o[kD / kMmaN][4];
 #pragma unroll
-  for (int n = 0; n < kD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  for (int n = 0; n < kD / kMmaN; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};
 
@@ -321,7 +327,7 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
     const int key_base = warp * C::kKeysPerWarp;
     float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
+    for (int ks = 0; ks < kD / kMmaK; ++ks) {
       const int m = lane / 8;
       uint32_t kf[4];
       ldmatrix_x4(shared_address(k_tile + swizzled(key_base + (m / 2) * 8 + lane % 8, 2 * ks + m % 2)), kf);
@@ -362,12 +368,12 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
     bool grew = false;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      tile_max[half] = fmaxf(tile_max[half], __shfl_xor_sync(0xffffffffu, tile_max[half], 1));
-      tile_max[half] = fmaxf(tile_max[half], __shfl_xor_sync(0xffffffffu, tile_max[half], 2));
+      tile_max[half] = fmaxf(tile_max[half], __shfl_xor_sync(kFullWarp, tile_max[half], 1));
+      tile_max[half] = fmaxf(tile_max[half], __shfl_xor_sync(kFullWarp, tile_max[half], 2));
       grew |= tile_max[half] > row_max[half];
     }
     // Rescale only when some row's max grew: after the first tiles it rarely does.
-    if (__any_sync(0xffffffffu, grew)) {
+    if (__any_sync(kFullWarp, grew)) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const float new_max = fmaxf(row_max[half], tile_max[half]);
@@ -375,7 +381,7 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
         row_max[half] = new_max;
         row_sum[half] *= rescale;
 #pragma unroll
-        for (int n = 0; n < kD / 8; ++n) {
+        for (int n = 0; n < kD / kMmaN; ++n) {
           o[n][2 * half] *= rescale;
           o[n][2 * half + 1] *= rescale;
         }
@@ -398,7 +404,7 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
 
     // O += P V for this warp's 16 keys, 16 columns per ldmatrix.
 #pragma unroll
-    for (int np = 0; np < kD / 16; ++np) {
+    for (int np = 0; np < kD / kMmaK; ++np) {
       const int m = lane / 8;
       uint32_t vf[4];
       ldmatrix_x4_trans(shared_address(v_tile + swizzled(key_base + (m % 2) * 8 + lane % 8, 2 * np + m / 2)), vf);
@@ -414,13 +420,13 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
   float* merge_lse = merge_out + C::kWarps * C::kRowsPerTile * kD;  // (row, warp)
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    row_sum[half] += __shfl_xor_sync(0xffffffffu, row_sum[half], 1);
-    row_sum[half] += __shfl_xor_sync(0xffffffffu, row_sum[half], 2);
+    row_sum[half] += __shfl_xor_sync(kFullWarp, row_sum[half], 1);
+    row_sum[half] += __shfl_xor_sync(kFullWarp, row_sum[half], 2);
     const int row = g + 8 * half;
     const bool empty = row_max[half] == -INFINITY || !(row_sum[half] > 0.0f);
     const float inverse = empty ? 0.0f : 1.0f / row_sum[half];
 #pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
+    for (int n = 0; n < kD / kMmaN; ++n) {
       float* dst = merge_out + (warp * C::kRowsPerTile + row) * kD + n * 8 + 2 * c;
       dst[0] = o[n][2 * half] * inverse;
       dst[1] = o[n][2 * half + 1] * inverse;
