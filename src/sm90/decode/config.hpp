@@ -5,7 +5,17 @@
 
 #include "sm90/decode/params.hpp"
 
+// A lever, off by default and never run on a GPU yet (a build switch, as the forward's): the row
+// table holds each key row's global addresses (a row past the keys flagged in bit 0) instead of
+// offsets, about 11 instead of 26 instructions per two 16-byte copies (a third of the bf16 loop);
+// warp tiles that every row sees whole skip the mask; NVFP4 converts its two scale bytes at once.
+#ifndef HFA_SM90_DECODE_LEAN_COPY
+#define HFA_SM90_DECODE_LEAN_COPY 0
+#endif
+
 namespace hfa::sm90::decode {
+
+inline constexpr bool kLeanCopy = HFA_SM90_DECODE_LEAN_COPY != 0;
 
 template <Storage kStorage>
 struct Config {

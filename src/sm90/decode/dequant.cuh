@@ -108,6 +108,17 @@ __device__ __forceinline__ uint32_t nvfp4_block_multiplier(uint8_t scale_code) {
       scale * power_of_two(-kE2m1PlacementExponent<Element> - kNvfp4ProductShift));
 }
 
+// Two adjacent blocks' multipliers from their two scale bytes, one conversion for both.
+template <typename Element>
+__device__ __forceinline__ void nvfp4_block_multipliers(uint16_t scale_codes, uint32_t& first,
+                                                        uint32_t& second) {
+  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(scale_codes, __NV_E4M3);
+  const float2 scales = __half22float2(__half2(raw));
+  const float shift = power_of_two(-kE2m1PlacementExponent<Element> - kNvfp4ProductShift);
+  first = broadcast_pair<Element>(scales.x * shift);
+  second = broadcast_pair<Element>(scales.y * shift);
+}
+
 template <typename Element>
 __device__ __forceinline__ uint32_t mxfp4_block_multiplier(uint8_t scale_code) {
   constexpr uint8_t kNaNCode = 0xff;

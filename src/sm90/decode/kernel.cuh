@@ -42,6 +42,20 @@ struct RowOffsets {
   int64_t k, v, k_scale, v_scale;  // bytes from the side's base; -1: no key (zero-filled)
 };
 
+// kLeanCopy's row table entries: global addresses; a row past the keys points at the side's
+// base with kNoKey set, and its copies read nothing and zero-fill (cache rows are 16-byte
+// aligned, scale rows 4-byte aligned, so bit 0 is free).
+inline constexpr uint64_t kNoKey = 1;
+__device__ __forceinline__ const unsigned char* source_address(int64_t source) {
+  return reinterpret_cast<const unsigned char*>(uint64_t(source) & ~kNoKey);
+}
+__device__ __forceinline__ uint32_t source_bytes(int64_t source, uint32_t bytes) {
+  return (uint32_t(source) & uint32_t(kNoKey)) ? 0u : bytes;
+}
+__device__ __forceinline__ int64_t address_of(const unsigned char* p) {
+  return int64_t(reinterpret_cast<uint64_t>(p));
+}
+
 // Byte offset of chunk `chunk` of row `row` in a swizzled tile of 256-byte rows.
 __device__ __forceinline__ int swizzled(int row, int chunk) {
   return row * kSwizzledRowBytes + ((chunk ^ (row % kSwizzleRows)) * kChunkBytes);
@@ -144,7 +158,22 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
     const int key = (first_tile + u) * kN + own_row;
     const int slot = p.page_shift >= 0 ? key & ((1 << p.page_shift) - 1) : key % p.page_size;
     RowOffsets r{-1, -1, -1, -1};
-    if (page >= 0) {
+    if constexpr (kLeanCopy) {
+      r = {address_of(p.k.data) | int64_t(kNoKey), address_of(p.v.data) | int64_t(kNoKey),
+           address_of(p.k.scale) | int64_t(kNoKey), address_of(p.v.scale) | int64_t(kNoKey)};
+      if (page >= 0) {
+        r.k = address_of(p.k.data + page * p.k.page_stride + slot * p.k.slot_stride +
+                         kv_head * p.k.head_stride);
+        r.v = address_of(p.v.data + page * p.v.page_stride + slot * p.v.slot_stride +
+                         kv_head * p.v.head_stride);
+        if constexpr (kStorage != Storage::plain) {
+          r.k_scale = address_of(p.k.scale + page * p.k.scale_page_stride +
+                                 slot * p.k.scale_slot_stride + kv_head * p.k.scale_head_stride);
+          r.v_scale = address_of(p.v.scale + page * p.v.scale_page_stride +
+                                 slot * p.v.scale_slot_stride + kv_head * p.v.scale_head_stride);
+        }
+      }
+    } else if (page >= 0) {
       r.k = page * p.k.page_stride + slot * p.k.slot_stride + kv_head * p.k.head_stride;
       r.v = page * p.v.page_stride + slot * p.v.slot_stride + kv_head * p.v.head_stride;
       if constexpr (kStorage != Storage::plain) {
@@ -170,14 +199,21 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
       for (int pass = 0; pass < kWarpRows / kRowsPerPass; ++pass) {
         const int row = warp * kWarpRows + lane / kChunksPerRow + pass * kRowsPerPass;
         const longlong2 at = *reinterpret_cast<const longlong2*>(&rows[row]);
-        const bool valid = at.x >= 0;
         const int dst = kStorage == Storage::plain ? swizzled(row, chunk)
                                                    : row * C::kCodeRowBytes + chunk * kChunkBytes;
-        const int64_t in_row = chunk * kChunkBytes;
-        cp_async_16(shared_address(k_codes(stage) + dst), p.k.data + (valid ? at.x + in_row : 0),
-                    valid ? kChunkBytes : 0);
-        cp_async_16(shared_address(v_codes(stage) + dst), p.v.data + (valid ? at.y + in_row : 0),
-                    valid ? kChunkBytes : 0);
+        if constexpr (kLeanCopy) {
+          const int in_row = chunk * kChunkBytes;  // a row past the keys reads 0 bytes anyway
+          const uint32_t bytes = source_bytes(at.x, kChunkBytes);
+          cp_async_16(shared_address(k_codes(stage) + dst), source_address(at.x) + in_row, bytes);
+          cp_async_16(shared_address(v_codes(stage) + dst), source_address(at.y) + in_row, bytes);
+        } else {
+          const bool valid = at.x >= 0;
+          const int64_t in_row = chunk * kChunkBytes;
+          cp_async_16(shared_address(k_codes(stage) + dst), p.k.data + (valid ? at.x + in_row : 0),
+                      valid ? kChunkBytes : 0);
+          cp_async_16(shared_address(v_codes(stage) + dst), p.v.data + (valid ? at.y + in_row : 0),
+                      valid ? kChunkBytes : 0);
+        }
       }
       if constexpr (kStorage != Storage::plain) {
         // One lane per row: K rows by lanes 0-15, V rows by lanes 16-31.
@@ -185,12 +221,18 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
           const int row = warp * kWarpRows + lane % kWarpRows;
           const bool is_v = lane >= kWarpRows;
           const int64_t offset = is_v ? rows[row].v_scale : rows[row].k_scale;
-          const bool valid = offset >= 0;
-          const unsigned char* src = (is_v ? p.v.scale : p.k.scale) + (valid ? offset : 0);
           unsigned char* dst = (is_v ? v_scales(stage) : k_scales(stage)) + row * C::kScaleRowBytes;
           const int words = p.scale_kind == ScaleKind::nvfp4 ? 2 : 1;
-          for (int w = 0; w < words; ++w)
-            cp_async_4(shared_address(dst + 4 * w), src + (valid ? 4 * w : 0), valid ? 4 : 0);
+          if constexpr (kLeanCopy) {
+            const uint32_t bytes = source_bytes(offset, 4);
+            for (int w = 0; w < words; ++w)
+              cp_async_4(shared_address(dst + 4 * w), source_address(offset) + 4 * w, bytes);
+          } else {
+            const bool valid = offset >= 0;
+            const unsigned char* src = (is_v ? p.v.scale : p.k.scale) + (valid ? offset : 0);
+            for (int w = 0; w < words; ++w)
+              cp_async_4(shared_address(dst + 4 * w), src + (valid ? 4 * w : 0), valid ? 4 : 0);
+          }
         }
       }
     }
@@ -248,7 +290,10 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
           const uint4 w = *reinterpret_cast<const uint4*>(codes + row * C::kCodeRowBytes + chunk * kChunkBytes);
           const unsigned char* row_scales = scales + row * C::kScaleRowBytes;
           uint32_t first, second;  // multipliers of words 0-1 and 2-3
-          if (nvfp4) {  // two blocks of 16 values
+          if (nvfp4 && kLeanCopy) {  // two blocks of 16 values, one conversion
+            nvfp4_block_multipliers<Element>(
+                *reinterpret_cast<const uint16_t*>(row_scales + 2 * chunk), first, second);
+          } else if (nvfp4) {  // two blocks of 16 values
             first = nvfp4_block_multiplier<Element>(row_scales[2 * chunk]);
             second = nvfp4_block_multiplier<Element>(row_scales[2 * chunk + 1]);
           } else {  // one block of 32
@@ -337,6 +382,9 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
 
     // Scale, cap, mask; the running max per fragment row.
     const int key0 = (first_tile + t) * kN + key_base;
+    // kLeanCopy: both fragment rows see all 16 keys, no mask (every tile but the edges).
+    const bool inside = kLeanCopy && key0 >= max(key_lo[0], key_lo[1]) &&
+                        key0 + C::kKeysPerWarp - 1 <= min(key_hi[0], key_hi[1]);
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
@@ -348,7 +396,7 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
         float x = s[nt][e] * score_multiplier;
         if (kStorage == Storage::fp8 && per_token)
           x *= reinterpret_cast<const float*>(k_scales(stage))[key_base + local];
-        if (key < key_lo[half] || key > key_hi[half]) x = -INFINITY;
+        if (!inside && (key < key_lo[half] || key > key_hi[half])) x = -INFINITY;
         s[nt][e] = x;
         tile_max[half] = fmaxf(tile_max[half], x);
       }
