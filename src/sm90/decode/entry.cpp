@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -109,6 +110,10 @@ Status sm90_forward_kvcache(const KVCacheProblem& p) {
   DeviceGuard guard(p.device.index);
   const DeviceFacts& facts = device_facts(p.device.index);
   if (!facts.status) return facts.status;
+  constexpr uintptr_t kWorkspaceAlignment = 16;  // fp32 partials, read as float4-friendly rows
+  if (workspace_bytes(p, facts.info) > 0 &&
+      reinterpret_cast<uintptr_t>(p.workspace) % kWorkspaceAlignment != 0)
+    return {Code::invalid_argument, "workspace: must be 16-byte aligned on the GPU"};
   if (p.validate)
     if (Status s = validate_values(p); !s) return s;
   if (p.dtype == DType::bf16) return run<__nv_bfloat16>(p, facts.info);
