@@ -228,7 +228,11 @@ def test_opcheck(device):
     dout = torch.randn_like(out)
     bwd_args = (dout, q.detach(), k.detach(), v.detach(), out, lse, None, None, 0, 0, None,
                 True, -1, -1, 0.0, False)
-    backward_runs(device, lambda: torch.library.opcheck(torch.ops.hfa.bwd.default, bwd_args))
+    if device == "cuda":  # no GPU backward yet: opcheck wraps the op's own "not supported"
+        with pytest.raises(Exception, match="not supported"):
+            torch.library.opcheck(torch.ops.hfa.bwd.default, bwd_args)
+    else:
+        torch.library.opcheck(torch.ops.hfa.bwd.default, bwd_args)
 
 
 @pytest.mark.parametrize("device", DEVICES)
