@@ -4,12 +4,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
-#include <memory>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "common/backend.hpp"
+#include "sm90/device.hpp"
 #include "sm90/fwd/launch.hpp"
 
 namespace hfa::sm90 {
@@ -20,36 +18,6 @@ using detail::ForwardProblem;
 
 Status not_supported(const std::string& what) {
   return {Code::not_supported, "sm90 forward: " + what + " is not supported on this device yet"};
-}
-
-struct DeviceFacts {
-  Status status;
-  fwd::LaunchContext context;
-};
-
-// Properties of each device, read once: a hot-path call makes no attribute queries.
-const DeviceFacts& device_facts(int device) {
-  static std::mutex mutex;
-  static std::vector<std::unique_ptr<DeviceFacts>> cache;
-  std::lock_guard lock(mutex);
-  if (device >= int(cache.size())) cache.resize(device + 1);
-  if (!cache[device]) {
-    auto facts = std::make_unique<DeviceFacts>();
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-      facts->status = {Code::cuda, std::string("sm90: cannot query device ") + std::to_string(device) +
-                                       ": " + cudaGetErrorString(cudaGetLastError())};
-    } else if (prop.major != 9 || prop.minor != 0) {
-      facts->status = {Code::not_supported,
-                       std::string("sm90: device ") + prop.name + " is sm_" +
-                           std::to_string(prop.major * 10 + prop.minor) +
-                           "; these kernels need a Hopper GPU (sm_90)"};
-    } else {
-      facts->context = {prop.multiProcessorCount, std::size_t(prop.l2CacheSize)};
-    }
-    cache[device] = std::move(facts);
-  }
-  return *cache[device];
 }
 
 // The compiled (hdim_qk, hdim_v) configurations, smallest first. A problem runs on the first
@@ -78,19 +46,6 @@ Status check_forward_support(const ForwardProblem& p) {
   return Status::ok();
 }
 
-// Runs on the device of the problem's tensors, restoring the caller's current device after.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    cudaGetDevice(&previous_);
-    if (previous_ != device) cudaSetDevice(device);
-  }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
-
- private:
-  int previous_ = 0;
-};
-
 template <typename Element>
 Status dispatch_head_dims(const ForwardProblem& p, const fwd::LaunchContext& context) {
   const HeadDims& dims = *head_dims_for(p);
@@ -108,8 +63,9 @@ Status forward(const ForwardProblem& p) {
   DeviceGuard guard(p.device.index);
   const DeviceFacts& facts = device_facts(p.device.index);
   if (!facts.status) return facts.status;
-  if (p.dtype == DType::bf16) return dispatch_head_dims<__nv_bfloat16>(p, facts.context);
-  return dispatch_head_dims<__half>(p, facts.context);
+  const fwd::LaunchContext context{facts.sm_count, facts.l2_bytes};
+  if (p.dtype == DType::bf16) return dispatch_head_dims<__nv_bfloat16>(p, context);
+  return dispatch_head_dims<__half>(p, context);
 }
 
 Status forward_workspace_size(const ForwardProblem& p, std::size_t* bytes) {

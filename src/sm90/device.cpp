@@ -1,0 +1,44 @@
+#include "sm90/device.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace hfa::sm90 {
+
+const DeviceFacts& device_facts(int device) {
+  static std::mutex mutex;
+  static std::vector<std::unique_ptr<DeviceFacts>> cache;
+  std::lock_guard lock(mutex);
+  if (device >= int(cache.size())) cache.resize(device + 1);
+  if (!cache[device]) {
+    auto facts = std::make_unique<DeviceFacts>();
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+      facts->status = {Code::cuda, "sm90: cannot query device " + std::to_string(device) + ": " +
+                                       cudaGetErrorString(cudaGetLastError())};
+    } else if (prop.major != 9 || prop.minor != 0) {
+      facts->status = {Code::not_supported,
+                       std::string("sm90: device ") + prop.name + " is sm_" +
+                           std::to_string(prop.major * 10 + prop.minor) +
+                           "; these kernels need a Hopper GPU (sm_90)"};
+    } else {
+      facts->sm_count = prop.multiProcessorCount;
+      facts->l2_bytes = std::size_t(prop.l2CacheSize);
+    }
+    cache[device] = std::move(facts);
+  }
+  return *cache[device];
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  cudaGetDevice(&previous_);
+  if (previous_ != device) cudaSetDevice(device);
+}
+
+DeviceGuard::~DeviceGuard() { cudaSetDevice(previous_); }
+
+}  // namespace hfa::sm90

@@ -1,0 +1,31 @@
+// What the Hopper kernels need to know of a device, read once per device (a hot-path call
+// makes no attribute queries), and a guard that runs a call on the device of its tensors.
+#pragma once
+
+#include <cstddef>
+
+#include "hfa/hfa.hpp"
+
+namespace hfa::sm90 {
+
+struct DeviceFacts {
+  Status status;  // not ok: no usable Hopper GPU at this index, and why
+  int sm_count = 0;
+  std::size_t l2_bytes = 0;
+};
+
+const DeviceFacts& device_facts(int device);
+
+// Makes `device` current for its lifetime and restores the caller's current device after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+}  // namespace hfa::sm90
