@@ -10,25 +10,10 @@
 #include "api/validate_kvcache.hpp"
 #include "cpu/reference.hpp"
 #include "kvcache/kv_case.hpp"
+#include "kvcache/kv_oracle.hpp"
 
 namespace hfa::test {
 namespace {
-
-struct Oracle {
-  std::vector<double> out, lse;
-};
-
-Oracle oracle_of(KVCase& c) {
-  detail::KVCacheProblem problem;
-  const Status status = detail::build_kvcache_problem(
-      {&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor, &c.lse.tensor, &c.options}, &problem);
-  EXPECT_TRUE(status.is_ok()) << status.message();
-  Oracle o;
-  o.out.assign(static_cast<std::size_t>(c.batch() * c.seqlen_q * c.heads_q() * c.hdim), 0.0);
-  o.lse.assign(static_cast<std::size_t>(c.batch() * c.heads_q() * c.seqlen_q), 0.0);
-  cpu::reference_forward_kvcache(problem, o.out.data(), o.lse.data());
-  return o;
-}
 
 // Output error allowed: the rounding of out to its dtype plus fp32 accumulation.
 double out_tolerance(DType dtype) {

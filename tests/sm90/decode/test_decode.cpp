@@ -14,6 +14,7 @@
 #include "api/validate_kvcache.hpp"
 #include "cpu/reference.hpp"
 #include "kvcache/kv_case.hpp"
+#include "kvcache/kv_oracle.hpp"
 #include "sm90/gpu_test_support.hpp"
 
 namespace hfa::test {
@@ -21,22 +22,6 @@ namespace {
 
 constexpr int64_t kGpuHeadDim = 128;
 constexpr int64_t kAlignedScalePad = 4;  // FP4 scale rows at 4-byte multiples (cp.async)
-
-struct Oracle {
-  std::vector<double> out, lse;
-};
-
-Oracle oracle_of(KVCase& c) {
-  detail::KVCacheProblem problem;
-  const Status status = detail::build_kvcache_problem(
-      {&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor, &c.lse.tensor, &c.options}, &problem);
-  EXPECT_TRUE(status.is_ok()) << status.message();
-  Oracle o;
-  o.out.assign(static_cast<std::size_t>(c.batch() * c.seqlen_q * c.heads_q() * c.hdim), 0.0);
-  o.lse.assign(static_cast<std::size_t>(c.batch() * c.heads_q() * c.seqlen_q), 0.0);
-  cpu::reference_forward_kvcache(problem, o.out.data(), o.lse.data());
-  return o;
-}
 
 // A KVCase's tensors copied to the GPU: the same shapes and strides over device memory.
 class DeviceCase {
