@@ -1,4 +1,4 @@
-// Host entry of the forward kernels: one function per (head dim, element type), instantiated
+// Host entry of the forward kernels: one function per (head dims, element type), instantiated
 // in its own translation unit (instantiations/) so the build compiles them in parallel.
 #pragma once
 

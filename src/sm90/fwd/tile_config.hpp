@@ -64,8 +64,8 @@ struct TileConfig {
   // threads, 128 at 512): 128·(168 − 40) = 256·(232 − 168), 128·(128 − 32) = 384·(160 − 128).
   // A split that asks for more (seen: 32/240) leaves the consumers waiting in setmaxnreg forever.
   // The producer gets 40, not FlashAttention-3's 24: at 24 its loop spilled 12-24 bytes to local
-  // memory at hdim 128 and 256. At 232 the consumers spill nothing but 4 bytes at hdim 256
-  // causal (at 224 they spill 56), so there is nothing to move either way.
+  // memory at hdim 128 and 256. At 232 the consumers spill nothing outside the softcap kernels
+  // (at 224 they spilled 56 bytes at hdim 256), so there is nothing to move either way.
   static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 40 : 32;
   static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 232 : 160;
 
