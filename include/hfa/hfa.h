@@ -192,6 +192,13 @@ typedef struct hfa_kvcache_options {
   const hfa_tensor* rotary_cos;
   const hfa_tensor* rotary_sin;
   int32_t rotary_interleaved; /* nonzero: pairs (2j, 2j+1) (GPT-J); 0: (j, j + rotary_dim/2) */
+
+  /* Added after the fields above. Keys per split-KV chunk, 0 = off: sequence b's keys split at
+   * fixed boundaries j·split_size, so its result does not depend on the other sequences of the
+   * batch (batch-invariant serving). Excludes num_splits > 0; the chunks of one sequence are at
+   * most 256 (split_size >= ceil(cache capacity / 256)). CPU only for now (CUDA answers
+   * HFA_ERROR_NOT_SUPPORTED). */
+  int32_t split_size;
 } hfa_kvcache_options;
 
 HFA_API hfa_kvcache_options hfa_default_kvcache_options(void);

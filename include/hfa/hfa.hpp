@@ -137,6 +137,7 @@ struct KVCacheOptions {
   const Tensor* rotary_cos = nullptr;  // (seqlen_ro, rotary_dim / 2); needs k_new
   const Tensor* rotary_sin = nullptr;
   bool rotary_interleaved = false;     // pairs (2j, 2j+1); false: (j, j + rotary_dim / 2)
+  int32_t split_size = 0;  // keys per split-KV chunk (batch-invariant); 0 = off; CPU only for now
 };
 
 HFA_API hfa_kvcache_options to_c(const KVCacheOptions& options);

@@ -137,7 +137,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             rotary_interleaved=True, scheduler_metadata=None, num_splits=0,
                             pack_gqa=None, sm_margin=0, return_softmax_lse=False, *,
                             block_table=None, k_scale=None, v_scale=None, k_global_scale=None,
-                            v_global_scale=None):
+                            v_global_scale=None, split_size=0):
     """Attention of a few new query tokens over a KV cache (FlashAttention-3's signature).
 
     q (batch, seqlen_q, heads_q, headdim); k_cache / v_cache paged (num_pages, page_size,
@@ -145,7 +145,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     block_table works too), or contiguous (batch, max_seqlen_cache, heads_kv, headdim).
     cache_seqlens: int32 (batch,) or an int: the cache tokens each sequence attends to (default
     the whole cache). causal / window_size are bottom-right aligned: query i sees cache key
-    j <= cache_seqlens[b] - seqlen_q + i. num_splits: split-KV chunks (0 = auto).
+    j <= cache_seqlens[b] - seqlen_q + i. num_splits: split-KV chunks (0 = auto); split_size
+    (hfa's keyword) instead: keys per chunk at fixed boundaries, so that a sequence's result
+    does not depend on the rest of the batch (CPU only for now).
     Quantized caches (hfa's own keywords; see hfa._kvcache for how the dtypes pick a format):
     FP8 E4M3 with float32 k_scale / v_scale per kv-head or per (token, kv-head); NVFP4 / MXFP4
     packed two per byte with block scales (and k_global_scale / v_global_scale for NVFP4).
@@ -172,7 +174,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
               v_global_scale=v_global_scale, softmax_scale=softmax_scale, causal=causal,
               window_size=window_size, softcap=softcap, num_splits=num_splits, k=k, v=v,
               rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-              rotary_interleaved=rotary_interleaved)
+              rotary_interleaved=rotary_interleaved, split_size=split_size)
     if _frontend(q) is not None:
         out, lse = _kvcache.torch_forward(q, k_cache, v_cache, **kw)
     else:

@@ -69,7 +69,7 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
         alloc_workspace,
         cache_seqlens, page_table, k_scale, v_scale, k_global_scale, v_global_scale,
         softmax_scale, causal, window_size, softcap, num_splits, stream, k=None, v=None,
-        rotary_cos=None, rotary_sin=None, rotary_interleaved=True):
+        rotary_cos=None, rotary_sin=None, rotary_interleaved=True, split_size=0):
     """The front-end-independent part. kind_of(a) -> a kind of _cache_codes; view(a, name, code) -> (kept, Tensor); alloc_out(shape) and
     alloc_lse(shape) allocate outputs like q; full_seqlens(batch, length) makes an int32 vector
     on q's device; alloc_workspace(bytes) -> (kept, address) the split partials' scratch (GPU)."""
@@ -123,7 +123,7 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
         k_new=tensor(k, "k", q_code), v_new=tensor(v, "v", q_code),
         rotary_cos=tensor(rotary_cos, "rotary_cos", _rotary_code(kind_of, rotary_cos, q_code)),
         rotary_sin=tensor(rotary_sin, "rotary_sin", _rotary_code(kind_of, rotary_sin, q_code)),
-        rotary_interleaved=rotary_interleaved)
+        rotary_interleaved=rotary_interleaved, split_size=split_size)
     workspace_bytes = _lib.forward_kvcache_workspace_size(qt, kt, vt, options)
     if workspace_bytes:
         kept, address = alloc_workspace(workspace_bytes)

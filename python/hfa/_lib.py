@@ -92,6 +92,7 @@ class KVCacheOptions(ctypes.Structure):
         ("rotary_cos", ctypes.POINTER(Tensor)),
         ("rotary_sin", ctypes.POINTER(Tensor)),
         ("rotary_interleaved", ctypes.c_int32),
+        ("split_size", ctypes.c_int32),
     ]
 
 
@@ -314,7 +315,7 @@ def make_kvcache_options(*, cache_seqlens: Tensor, block_table: Optional[Tensor]
                          stream=None, k_new: Optional[Tensor] = None,
                          v_new: Optional[Tensor] = None, rotary_cos: Optional[Tensor] = None,
                          rotary_sin: Optional[Tensor] = None,
-                         rotary_interleaved=False) -> KVCacheOptions:
+                         rotary_interleaved=False, split_size=0) -> KVCacheOptions:
     """hfa_default_kvcache_options() with the arguments applied. The Tensors given must outlive
     the returned options (it stores pointers to them)."""
     o = library().hfa_default_kvcache_options()
@@ -328,6 +329,7 @@ def make_kvcache_options(*, cache_seqlens: Tensor, block_table: Optional[Tensor]
     _apply_common(o, softmax_scale, causal, window_size, softcap, stream)
     o.num_splits = int(num_splits)
     o.rotary_interleaved = 1 if rotary_interleaved else 0
+    o.split_size = int(split_size)
     return o
 
 

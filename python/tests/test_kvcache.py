@@ -70,13 +70,14 @@ def test_plain_cache(dtype, page_size, causal):
         table, num_pages = block_table(rng, seqlens, page_size)
         kc = scatter(k, table, num_pages, page_size)
         vc = scatter(v, table, num_pages, page_size)
-    out, lse = hfa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, page_table=table,
-                                           causal=causal, num_splits=3, return_softmax_lse=True)
     ref_out, ref_lse = reference(q, k, v, seqlens, causal)
     tol = 1e-5 if dtype == "float32" else 2e-3
-    np.testing.assert_allclose(out.astype(np.float64), ref_out, atol=tol, rtol=tol)
-    np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
-    assert out.dtype == q.dtype and lse.dtype == np.float32
+    for splits in (dict(num_splits=3), dict(split_size=16)):
+        out, lse = hfa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, page_table=table,
+                                               causal=causal, return_softmax_lse=True, **splits)
+        np.testing.assert_allclose(out.astype(np.float64), ref_out, atol=tol, rtol=tol)
+        np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
+        assert out.dtype == q.dtype and lse.dtype == np.float32
 
 
 def e4m3_table():
@@ -180,6 +181,10 @@ def test_not_yet_and_errors():
                                     cache_seqlens=seqlens, k_scale=np.ones(2, np.float64))
     with pytest.raises(hfa.HfaInvalidArgument, match="^num_splits"):
         hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, num_splits=-2)
+    with pytest.raises(hfa.HfaInvalidArgument, match="^split_size"):
+        hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, split_size=-1)
+    with pytest.raises(hfa.HfaInvalidArgument, match="^split_size: excludes num_splits"):
+        hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, split_size=8, num_splits=2)
 
 
 def rotate(x, cos, sin, positions, interleaved):

@@ -63,6 +63,7 @@ hfa_kvcache_options to_c(const KVCacheOptions& options) {
   c.rotary_cos = options.rotary_cos;
   c.rotary_sin = options.rotary_sin;
   c.rotary_interleaved = options.rotary_interleaved ? 1 : 0;
+  c.split_size = options.split_size;
   return c;
 }
 
@@ -91,6 +92,7 @@ KVCacheOptions from_c(const hfa_kvcache_options& c) {
   options.rotary_cos = c.rotary_cos;
   options.rotary_sin = c.rotary_sin;
   options.rotary_interleaved = c.rotary_interleaved != 0;
+  options.split_size = c.split_size;
   return options;
 }
 

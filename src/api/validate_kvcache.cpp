@@ -180,6 +180,9 @@ Status check_scalars(const KVCacheOptions& o) {
     return invalid("window_right", "must be >= -1 (-1 = unbounded), got ", o.window_right);
   if (o.num_splits < 0 || o.num_splits > kMaxKVSplits)
     return invalid("num_splits", "must be in [0, ", kMaxKVSplits, "] (0 = auto), got ", o.num_splits);
+  if (o.split_size < 0) return invalid("split_size", "must be >= 0 (0 = off), got ", o.split_size);
+  if (o.split_size > 0 && o.num_splits > 0)
+    return invalid("split_size", "excludes num_splits (", o.num_splits, "): give one of them");
   return Status::ok();
 }
 
@@ -419,11 +422,19 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
   p.window_right = o.causal ? 0 : o.window_right;
   p.causal = p.window_left < 0 && p.window_right == 0;
   p.num_splits = o.num_splits;
+  p.split_size = o.split_size;
   p.validate = o.validate || kvcache_validation_from_env();
   p.device = q.device == HFA_CUDA ? Device{DeviceKind::cuda, q.device_index} : Device{DeviceKind::cpu, 0};
   p.stream = o.stream;
   p.workspace = o.workspace;
   p.workspace_bytes = o.workspace_bytes;
+  if (p.split_size > 0) {  // a sequence's chunks, like num_splits, are at most kMaxKVSplits
+    const int64_t capacity = int64_t{p.max_pages} * p.page_size;
+    const int64_t least = (capacity + kMaxKVSplits - 1) / kMaxKVSplits;
+    if (p.split_size < least)
+      return invalid("split_size", "must be at least ", least, " for this cache (", kMaxKVSplits,
+                     " splits of its capacity ", capacity, "), got ", p.split_size);
+  }
 
   // CPU tensors are read where they are: always checked (a bad entry would read outside the
   // cache). CUDA tensors live on the device: the GPU backend trusts them, or checks them in

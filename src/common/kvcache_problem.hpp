@@ -75,6 +75,7 @@ struct KVCacheProblem {
   int32_t window_right = -1;
   bool causal = false;
   int32_t num_splits = 0;  // 0: the backend chooses
+  int32_t split_size = 0;  // > 0: keys per split, fixed boundaries (batch-invariant); excludes num_splits
   // Validation mode (the option or HFA_VALIDATE_KVCACHE): a GPU backend checks block_table and
   // cache_seqlens before launch when set. The CPU path has always checked them (in the API).
   bool validate = false;

@@ -80,7 +80,9 @@ void run_group(const KVCacheProblem& p, int64_t b, int64_t kv_head, Scratch& s) 
   }
 
   const int32_t splits = kvcache_splits(p, seqlen_k);
-  const int64_t chunk = std::max<int64_t>(1, (seqlen_k + splits - 1) / splits);
+  // Keys per split: fixed (split_size, the same boundaries whatever the batch) or even.
+  const int64_t chunk = p.split_size > 0 ? p.split_size
+                                         : std::max<int64_t>(1, (seqlen_k + splits - 1) / splits);
   const int64_t group = p.heads_q / p.heads_kv;
   const std::size_t q_bytes = element_bytes(p.dtype);
   const std::size_t out_bytes = element_bytes(p.out_dtype);
@@ -110,6 +112,7 @@ void run_group(const KVCacheProblem& p, int64_t b, int64_t kv_head, Scratch& s) 
 }  // namespace
 
 int32_t kvcache_splits(const KVCacheProblem& p, int64_t seqlen_k) {
+  if (p.split_size > 0) return static_cast<int32_t>(std::max<int64_t>(1, (seqlen_k + p.split_size - 1) / p.split_size));
   if (p.num_splits > 0) return p.num_splits;
   return static_cast<int32_t>(std::clamp<int64_t>(seqlen_k / kKeysPerAutoSplit, 1, kMaxAutoSplits));
 }

@@ -207,6 +207,17 @@ TEST(KVCacheArgs, Scalars) {
   c.options.num_splits = 257;
   EXPECT_TRUE(KVRejected(c, "num_splits", "[0, 256]"));
   reset(c);
+  c.options.split_size = -1;
+  EXPECT_TRUE(KVRejected(c, "split_size", "got -1"));
+  c.options.split_size = 64;
+  c.options.num_splits = 2;
+  EXPECT_TRUE(KVRejected(c, "split_size", "excludes num_splits"));
+  c = KVCase{};
+  c.cache_seqlens = {300};  // 20 pages of 16: capacity 320, so at least 2 keys a split
+  c.build();
+  c.options.split_size = 1;
+  EXPECT_TRUE(KVRejected(c, "split_size", "must be at least 2"));
+  reset(c);
   c.options.softcap = -1.0f;
   EXPECT_TRUE(KVRejected(c, "softcap"));
   reset(c);
@@ -270,6 +281,7 @@ TEST(KVCacheArgs, CAbi) {
   const hfa_kvcache_options defaults = hfa_default_kvcache_options();
   EXPECT_EQ(defaults.window_left, -1);
   EXPECT_EQ(defaults.num_splits, 0);
+  EXPECT_EQ(defaults.split_size, 0);
   EXPECT_EQ(defaults.cache_seqlens, nullptr);
   EXPECT_EQ(hfa_forward_kvcache(&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor, &c.lse.tensor,
                                 &options),

@@ -139,6 +139,41 @@ TEST(KVCacheSplits, SameResultAsOneSplit) {
   }
 }
 
+// A fixed split size (keys per split at fixed boundaries) merges to the one-split result too,
+// with a last split shorter than the others and sequences shorter than one split.
+TEST(KVCacheSplits, FixedSplitSizeSameResultAsOneSplit) {
+  KVCase one;
+  one.kind = CacheKind::f32;
+  one.group = 4;
+  one.seqlen_q = 3;
+  one.cache_seqlens = {0, 1, 5, 300, 777};
+  one.options.causal = true;
+  one.options.num_splits = 1;
+  one.build();
+  ASSERT_TRUE(one.run().is_ok());
+  for (int32_t split_size : {4, 64, 300, 1000}) {
+    SCOPED_TRACE(testing::Message() << "split_size " << split_size);
+    KVCase c = one;  // same seed: the same tensors
+    c.options.num_splits = 0;
+    c.options.split_size = split_size;
+    c.build();
+    ASSERT_TRUE(c.run().is_ok());
+    for (int64_t b = 0; b < c.batch(); ++b)
+      for (int64_t h = 0; h < c.heads_q(); ++h)
+        for (int64_t i = 0; i < c.seqlen_q; ++i) {
+          const float a = *one.lse.at<float>({b, h, i});
+          const float z = *c.lse.at<float>({b, h, i});
+          if (std::isinf(a)) {
+            EXPECT_EQ(a, z);
+          } else {
+            EXPECT_NEAR(z, a, 1e-5f * std::max(1.0f, std::abs(a)));
+          }
+          for (int64_t d = 0; d < c.hdim; ++d)
+            EXPECT_NEAR(c.out_at(b, i, h, d), one.out_at(b, i, h, d), 1e-5f) << b << " " << i << " " << h << " " << d;
+        }
+  }
+}
+
 // A NaN in the cache reaches every row that sees it, whatever the split it falls in.
 TEST(KVCacheSplits, NanInTheCachePropagates) {
   KVCase c;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -89,9 +90,10 @@ struct Combination {
 };
 
 std::string combination_name(const Combination& c) {
-  std::string name = std::string(dtype_name(c.dtype)) + "_d" + std::to_string(c.dims.qk);
-  if (c.dims.v != c.dims.qk) name += "v" + std::to_string(c.dims.v);
-  return name;
+  std::ostringstream name;
+  name << dtype_name(c.dtype) << "_d" << c.dims.qk;
+  if (c.dims.v != c.dims.qk) name << "v" << c.dims.v;
+  return name.str();
 }
 
 enum class Mask { none, causal, sliding, window };

@@ -81,6 +81,7 @@ Status check_support(const KVCacheProblem& p) {
     return unsupported("heads_kv · ceil(group · seqlen_q / 16) above 65535");
   if (p.batch > kMaxGridYZ) return unsupported("batch above 65535");
   if (p.k_new != nullptr) return unsupported("appending k_new/v_new (the CPU backend does it)");
+  if (p.split_size > 0) return unsupported("a fixed split_size (the CPU backend has it)");
   if (Status s = check_side("k_cache", "k_scale", p.k, p); !s) return s;
   return check_side("v_cache", "v_scale", p.v, p);
 }
