@@ -103,6 +103,24 @@ TEST(KVCacheOracle, WindowSoftcapScaleAndHeaddim128) {
   expect_matches_oracle(c);
 }
 
+// c's out and lse equal one's up to fp32 rounding (−inf LSE exactly): split-KV merges must give
+// the one-split result.
+void expect_same_results(KVCase& one, KVCase& c) {
+  for (int64_t b = 0; b < c.batch(); ++b)
+    for (int64_t h = 0; h < c.heads_q(); ++h)
+      for (int64_t i = 0; i < c.seqlen_q; ++i) {
+        const float a = *one.lse.at<float>({b, h, i});
+        const float z = *c.lse.at<float>({b, h, i});
+        if (std::isinf(a)) {
+          EXPECT_EQ(a, z);
+        } else {
+          EXPECT_NEAR(z, a, 1e-5f * std::max(1.0f, std::abs(a)));
+        }
+        for (int64_t d = 0; d < c.hdim; ++d)
+          EXPECT_NEAR(c.out_at(b, i, h, d), one.out_at(b, i, h, d), 1e-5f) << b << " " << i << " " << h << " " << d;
+      }
+}
+
 // Split-KV merges to the one-split result up to fp32 rounding, for every split count, with
 // splits that hold no key at all (8 splits over 1 key) and auto.
 TEST(KVCacheSplits, SameResultAsOneSplit) {
@@ -122,19 +140,7 @@ TEST(KVCacheSplits, SameResultAsOneSplit) {
       c.options.num_splits = splits;
       c.build();
       ASSERT_TRUE(c.run().is_ok());
-      for (int64_t b = 0; b < c.batch(); ++b)
-        for (int64_t h = 0; h < c.heads_q(); ++h)
-          for (int64_t i = 0; i < c.seqlen_q; ++i) {
-            const float a = *one.lse.at<float>({b, h, i});
-            const float z = *c.lse.at<float>({b, h, i});
-            if (std::isinf(a)) {
-              EXPECT_EQ(a, z);
-            } else {
-              EXPECT_NEAR(z, a, 1e-5f * std::max(1.0f, std::abs(a)));
-            }
-            for (int64_t d = 0; d < c.hdim; ++d)
-              EXPECT_NEAR(c.out_at(b, i, h, d), one.out_at(b, i, h, d), 1e-5f) << b << " " << i << " " << h << " " << d;
-          }
+      expect_same_results(one, c);
     }
   }
 }
@@ -158,19 +164,7 @@ TEST(KVCacheSplits, FixedSplitSizeSameResultAsOneSplit) {
     c.options.split_size = split_size;
     c.build();
     ASSERT_TRUE(c.run().is_ok());
-    for (int64_t b = 0; b < c.batch(); ++b)
-      for (int64_t h = 0; h < c.heads_q(); ++h)
-        for (int64_t i = 0; i < c.seqlen_q; ++i) {
-          const float a = *one.lse.at<float>({b, h, i});
-          const float z = *c.lse.at<float>({b, h, i});
-          if (std::isinf(a)) {
-            EXPECT_EQ(a, z);
-          } else {
-            EXPECT_NEAR(z, a, 1e-5f * std::max(1.0f, std::abs(a)));
-          }
-          for (int64_t d = 0; d < c.hdim; ++d)
-            EXPECT_NEAR(c.out_at(b, i, h, d), one.out_at(b, i, h, d), 1e-5f) << b << " " << i << " " << h << " " << d;
-        }
+    expect_same_results(one, c);
   }
 }
 
