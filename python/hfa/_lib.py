@@ -44,22 +44,31 @@ class Tensor(ctypes.Structure):
     ]
 
 
+# The runs of fields both options structs of hfa.h have, in the same order (the C++ side shares
+# them the same way: common_to_c in src/api/options.cpp).
+_SCORE_FIELDS = [
+    ("has_softmax_scale", ctypes.c_int32),
+    ("softmax_scale", ctypes.c_float),
+    ("causal", ctypes.c_int32),
+    ("window_left", ctypes.c_int32),
+    ("window_right", ctypes.c_int32),
+    ("softcap", ctypes.c_float),
+]
+_LAUNCH_FIELDS = [
+    ("stream", ctypes.c_void_p),
+    ("workspace", ctypes.c_void_p),
+    ("workspace_bytes", ctypes.c_size_t),
+]
+
+
 class Options(ctypes.Structure):
-    _fields_ = [
-        ("has_softmax_scale", ctypes.c_int32),
-        ("softmax_scale", ctypes.c_float),
-        ("causal", ctypes.c_int32),
-        ("window_left", ctypes.c_int32),
-        ("window_right", ctypes.c_int32),
-        ("softcap", ctypes.c_float),
+    _fields_ = _SCORE_FIELDS + [
         ("cu_seqlens_q", ctypes.POINTER(Tensor)),
         ("cu_seqlens_k", ctypes.POINTER(Tensor)),
         ("max_seqlen_q", ctypes.c_int32),
         ("max_seqlen_k", ctypes.c_int32),
         ("deterministic", ctypes.c_int32),
-        ("stream", ctypes.c_void_p),
-        ("workspace", ctypes.c_void_p),
-        ("workspace_bytes", ctypes.c_size_t),
+    ] + _LAUNCH_FIELDS + [
         # Appended later in hfa.h (the fields above keep their offsets).
         ("sinks", ctypes.POINTER(Tensor)),
         ("seqused_q", ctypes.POINTER(Tensor)),
@@ -76,17 +85,10 @@ class KVCacheOptions(ctypes.Structure):
         ("v_scale", ctypes.POINTER(Tensor)),
         ("k_global_scale", ctypes.POINTER(Tensor)),
         ("v_global_scale", ctypes.POINTER(Tensor)),
-        ("has_softmax_scale", ctypes.c_int32),
-        ("softmax_scale", ctypes.c_float),
-        ("causal", ctypes.c_int32),
-        ("window_left", ctypes.c_int32),
-        ("window_right", ctypes.c_int32),
-        ("softcap", ctypes.c_float),
+    ] + _SCORE_FIELDS + [
         ("num_splits", ctypes.c_int32),
         ("validate", ctypes.c_int32),
-        ("stream", ctypes.c_void_p),
-        ("workspace", ctypes.c_void_p),
-        ("workspace_bytes", ctypes.c_size_t),
+    ] + _LAUNCH_FIELDS + [
         ("k_new", ctypes.POINTER(Tensor)),
         ("v_new", ctypes.POINTER(Tensor)),
         ("rotary_cos", ctypes.POINTER(Tensor)),
