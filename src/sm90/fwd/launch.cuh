@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cuda_runtime.h>
 #include <string>
 
@@ -57,9 +58,7 @@ int pack_shift_for(const detail::ForwardProblem& problem) {
   const int group = problem.heads_q / problem.heads_kv;
   if (group < 2 || (group & (group - 1)) != 0 || Config::kBlockM % group != 0) return 0;
   if (problem.seqlen_q >= Config::kBlockM || !pack_gqa_enabled()) return 0;
-  int shift = 0;
-  while ((1 << shift) < group) ++shift;
-  return shift;
+  return std::countr_zero(unsigned(group));
 }
 
 template <typename Config, typename Element>
