@@ -57,15 +57,32 @@ void load_row_statistics(const ForwardProblem& p, const Kernels& kernels, const 
 
 // ---- key items: dK, dV ------------------------------------------------------------------
 
-struct KeyTiles {
-  float *k_t, *v_t;         // hdim × kKeys; Kᵀ scaled into the exp2 domain
-  float *q, *dout;          // kRows × hdim: Q scaled into the exp2 domain; dO when converted
-  float *p, *dp, *tanh;     // kRows × kKeys: P, then dP and dS; tanh of the scores
-  float *dk, *dv;           // kKeys × hdim accumulators
-  float *d, *shift_high, *shift_low;  // kRows: D and the LSE as an exp2 shift
-  float *staging_a, *staging_b;
+// Scratch both passes carve for a tile, beside their own operands: the tanh of the scores (the
+// softcap's derivative), D and the LSE as an exp2 shift, and rows for dtype conversion.
+struct TileScratch {
+  ScratchCarver carver;
+  float* tanh;                        // kRows × kKeys, in the pass's orientation
+  float *d, *shift_high, *shift_low;  // kRows
+  float *staging_a, *staging_b;       // max(hdim_qk, hdim_v)
 
-  explicit KeyTiles(const ForwardProblem& fp, float* block = nullptr) : carver(block) {
+  TileScratch(const ForwardProblem& fp, float* block) : carver(block) {
+    const std::size_t widest = std::max<std::size_t>(fp.hdim_qk, fp.hdim_v);
+    tanh = carver.take(std::size_t{kRows} * kKeys);
+    d = carver.take(kRows);
+    shift_high = carver.take(kRows);
+    shift_low = carver.take(kRows);
+    staging_a = carver.take(widest);
+    staging_b = carver.take(widest);
+  }
+};
+
+struct KeyTiles : TileScratch {
+  float *k_t, *v_t;   // hdim × kKeys; Kᵀ scaled into the exp2 domain
+  float *q, *dout;    // kRows × hdim: Q scaled into the exp2 domain; dO when converted
+  float *p, *dp;      // kRows × kKeys: P, then dP and dS
+  float *dk, *dv;     // kKeys × hdim accumulators
+
+  explicit KeyTiles(const ForwardProblem& fp, float* block = nullptr) : TileScratch(fp, block) {
     const std::size_t dqk = fp.hdim_qk, dv_ = fp.hdim_v, tile = std::size_t{kRows} * kKeys;
     k_t = carver.take(dqk * kKeys);
     v_t = carver.take(dv_ * kKeys);
@@ -73,16 +90,9 @@ struct KeyTiles {
     dout = carver.take(kRows * dv_);
     p = carver.take(tile);
     dp = carver.take(tile);
-    tanh = carver.take(tile);
     dk = carver.take(kKeys * dqk);
     dv = carver.take(kKeys * dv_);
-    d = carver.take(kRows);
-    shift_high = carver.take(kRows);
-    shift_low = carver.take(kRows);
-    staging_a = carver.take(std::max(dqk, dv_));
-    staging_b = carver.take(std::max(dqk, dv_));
   }
-  ScratchCarver carver;
 };
 
 void backward_key_tile(const BackwardProblem& bp, const Kernels& kernels, int64_t b, int64_t h_kv,
@@ -159,15 +169,13 @@ void backward_key_tile(const BackwardProblem& bp, const Kernels& kernels, int64_
 
 // ---- query items: dQ --------------------------------------------------------------------
 
-struct QueryTiles {
-  float *q_t, *dout_t;      // hdim × kRows; Qᵀ scaled into the exp2 domain
-  float *k, *v;             // kKeys × hdim (when the inputs need converting)
-  float *p_t, *dp_t, *tanh; // kKeys × kRows
-  float* dq;                // kRows × hdim_qk accumulator
-  float *d, *shift_high, *shift_low;  // kRows: D and the LSE as an exp2 shift
-  float *staging_a, *staging_b;
+struct QueryTiles : TileScratch {
+  float *q_t, *dout_t;  // hdim × kRows; Qᵀ scaled into the exp2 domain
+  float *k, *v;         // kKeys × hdim (when the inputs need converting)
+  float *p_t, *dp_t;    // kKeys × kRows
+  float* dq;            // kRows × hdim_qk accumulator
 
-  explicit QueryTiles(const ForwardProblem& fp, float* block = nullptr) : carver(block) {
+  explicit QueryTiles(const ForwardProblem& fp, float* block = nullptr) : TileScratch(fp, block) {
     const std::size_t dqk = fp.hdim_qk, dv_ = fp.hdim_v, tile = std::size_t{kRows} * kKeys;
     q_t = carver.take(dqk * kRows);
     dout_t = carver.take(dv_ * kRows);
@@ -175,15 +183,8 @@ struct QueryTiles {
     v = carver.take(kKeys * dv_);
     p_t = carver.take(tile);
     dp_t = carver.take(tile);
-    tanh = carver.take(tile);
     dq = carver.take(kRows * dqk);
-    d = carver.take(kRows);
-    shift_high = carver.take(kRows);
-    shift_low = carver.take(kRows);
-    staging_a = carver.take(std::max(dqk, dv_));
-    staging_b = carver.take(std::max(dqk, dv_));
   }
-  ScratchCarver carver;
 };
 
 void backward_query_tile(const BackwardProblem& bp, const Kernels& kernels, int64_t b, int64_t h,
