@@ -31,6 +31,25 @@ AttentionData two_key_case(float softcap) {
   return data;
 }
 
+// The same keys under three query rows of 1, causal with seqlen_q 3 > seqlen_k 2, bottom-right
+// aligned: row 0 sees nothing, row 1 key 0, row 2 both keys.
+AttentionData causal_three_rows_two_keys(bool sinks) {
+  AttentionCase c;
+  c.seqlen_q = 3;
+  c.seqlen_k = 2;
+  c.hdim_qk = c.hdim_v = 1;
+  c.softmax_scale = 1.0f;
+  c.causal = true;
+  c.sinks = sinks;
+  AttentionData data(c);
+  for (int i = 0; i < 3; ++i) data.q.set(i, 1.0);
+  data.k.set(0, 0.0);
+  data.k.set(1, 1.0);
+  data.v.set(0, 1.0);
+  data.v.set(1, 3.0);
+  return data;
+}
+
 TEST(Reference, TwoKeysByHand) {
   AttentionData data = two_key_case(0.0f);
   double out = 0, lse = 0;
@@ -53,18 +72,7 @@ TEST(Reference, SoftcapByHand) {
 // seqlen_q 3 > seqlen_k 2, causal, bottom-right aligned: row 0 sees nothing, row 1 key 0,
 // row 2 keys 0 and 1.
 TEST(Reference, CausalBottomRightByHand) {
-  AttentionCase c;
-  c.seqlen_q = 3;
-  c.seqlen_k = 2;
-  c.hdim_qk = c.hdim_v = 1;
-  c.softmax_scale = 1.0f;
-  c.causal = true;
-  AttentionData data(c);
-  for (int i = 0; i < 3; ++i) data.q.set(i, 1.0);
-  data.k.set(0, 0.0);
-  data.k.set(1, 1.0);
-  data.v.set(0, 1.0);
-  data.v.set(1, 3.0);
+  AttentionData data = causal_three_rows_two_keys(false);
   double out[3], lse[3];
   cpu::reference_forward(data.forward_problem(), out, lse);
   const double e = std::exp(1.0);
@@ -97,19 +105,7 @@ TEST(Reference, SinkByHand) {
 // A sink larger than every score sets the running max; a row that sees no key gets O = 0 and
 // LSE = the sink (causal, seqlen_q 3 > seqlen_k 2: row 0 sees nothing).
 TEST(Reference, SinkOnEmptyAndDominatedRows) {
-  AttentionCase c;
-  c.seqlen_q = 3;
-  c.seqlen_k = 2;
-  c.hdim_qk = c.hdim_v = 1;
-  c.softmax_scale = 1.0f;
-  c.causal = true;
-  c.sinks = true;
-  AttentionData data(c);
-  for (int i = 0; i < 3; ++i) data.q.set(i, 1.0);
-  data.k.set(0, 0.0);
-  data.k.set(1, 1.0);
-  data.v.set(0, 1.0);
-  data.v.set(1, 3.0);
+  AttentionData data = causal_three_rows_two_keys(true);
   data.sinks = {800.0f};  // exp(800) overflows a double: only a max that includes it works
   double out[3], lse[3];
   cpu::reference_forward(data.forward_problem(), out, lse);
