@@ -125,10 +125,13 @@ HFA_API hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_te
                                                const hfa_tensor* v, const hfa_options* options,
                                                size_t* bytes);
 
-/* Attention of a few new query tokens over a KV cache (decode, speculative verification).
+/* Attention of a few new query tokens over a KV cache (decode, speculative verification,
+ * chunked prefill).
  *
  * q: (batch, seqlen_q, heads_q, d) f16/bf16 (f32 on the CPU). out: as q, headdim d_v.
- * lse (optional): fp32, contiguous (batch, heads_q, seqlen_q), natural log.
+ * lse (optional): fp32, contiguous (batch, heads_q, seqlen_q), natural log. With
+ * options->cu_seqlens_q (varlen queries) q and out are (total_q, heads_q, d) and lse is
+ * (heads_q, total_q), as in hfa_forward's varlen.
  * k_cache / v_cache, paged (block_table given): (num_pages, page_size, heads_kv, d), any
  * strides with a unit last stride; token j of sequence b lives in page
  * block_table[b][j / page_size], slot j % page_size. Contiguous (block_table NULL):
@@ -146,7 +149,8 @@ HFA_API hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_te
  *     global scale; value = e2m1 · 2^(scale − 127) (src/quant/mxfp4.hpp).
  * Causal and windows are bottom-right aligned within each sequence: query i sees cache key j
  * iff j <= cache_seqlens[b] - seqlen_q + i (+ window_right), as in hfa_forward with
- * seqlen_k = cache_seqlens[b]. A row that sees no key gets O = 0 and LSE = -inf. */
+ * seqlen_k = cache_seqlens[b] (seqlen_q: sequence b's own query count when varlen). A row that
+ * sees no key gets O = 0 and LSE = -inf. */
 typedef struct hfa_kvcache_options {
   const hfa_tensor* cache_seqlens; /* int32, contiguous (batch); required */
   const hfa_tensor* block_table;   /* int32 (batch, max_pages), unit last stride; NULL = contiguous */
@@ -173,8 +177,7 @@ typedef struct hfa_kvcache_options {
   void* workspace;
   size_t workspace_bytes;
 
-  /* Added after the fields above, which keep their offsets. All optional (NULL = off). CPU only
-   * for now (CUDA answers HFA_ERROR_NOT_SUPPORTED when k_new is given). */
+  /* Added after the fields above, which keep their offsets. All optional (NULL = off). */
 
   /* New tokens appended to the cache in place before the attention (FlashAttention's k / v):
    * k_new (batch, seqlen_new, heads_kv, headdim), v_new (batch, seqlen_new, heads_kv, headdim_v),
@@ -182,13 +185,17 @@ typedef struct hfa_kvcache_options {
    * cache_seqlens[b] + i (the cache must have room), encoded in the cache's format: FP8 per
    * kv-head with the given scale, FP8 per token with a new scale, NVFP4 with the given global
    * scale, MXFP4 (the same encoders as src/quant). The attention then covers
-   * cache_seqlens[b] + seqlen_new keys; cache_seqlens itself is not updated. */
+   * cache_seqlens[b] + seqlen_new keys; cache_seqlens itself is not updated. A GPU writes the
+   * bytes the CPU writes, on options->stream before the attention; a token whose position falls
+   * outside the cache (lengths out of contract, unchecked outside validation mode) is dropped. */
   const hfa_tensor* k_new;
   const hfa_tensor* v_new;
   /* Rotary embedding of k_new and q (needs k_new): cos and sin (seqlen_ro, rotary_dim / 2),
    * fp32 or q's dtype, unit last stride; the first rotary_dim dims of each row rotate. New token
    * i of sequence b sits at position cache_seqlens[b] + i; q row i at the same position when
-   * causal or windowed, else at cache_seqlens[b] (FlashAttention's rule). */
+   * causal or windowed, else at cache_seqlens[b] (FlashAttention's rule). The CPU keeps the
+   * rotated q in fp32; a GPU rounds it to q's dtype into the front of options->workspace
+   * (counted by hfa_forward_kvcache_workspace_size). */
   const hfa_tensor* rotary_cos;
   const hfa_tensor* rotary_sin;
   int32_t rotary_interleaved; /* nonzero: pairs (2j, 2j+1) (GPT-J); 0: (j, j + rotary_dim/2) */
@@ -196,9 +203,20 @@ typedef struct hfa_kvcache_options {
   /* Added after the fields above. Keys per split-KV chunk, 0 = off: sequence b's keys split at
    * fixed boundaries j·split_size, so its result does not depend on the other sequences of the
    * batch (batch-invariant serving). Excludes num_splits > 0; the chunks of one sequence are at
-   * most 256 (split_size >= ceil(cache capacity / 256)). CPU only for now (CUDA answers
-   * HFA_ERROR_NOT_SUPPORTED). */
+   * most 256 (split_size >= ceil(cache capacity / 256)). Any value from there up: on a GPU a
+   * chunk need not start at a multiple of the kernel's 64-key stage. */
   int32_t split_size;
+
+  /* Added after the fields above, which keep their offsets. Varlen queries (FlashAttention-3's
+   * cu_seqlens_q, for chunked prefill and speculative decoding mixed with plain decode): int32,
+   * contiguous (batch + 1), on q's device, starting at 0, never decreasing, ending at total_q;
+   * sequence b's query rows are q[cu_seqlens_q[b] .. cu_seqlens_q[b + 1]) (0 rows is fine).
+   * batch is cache_seqlens' length. max_seqlen_q (>= 1, >= every sequence's rows) sizes the GPU
+   * launch; 0 without cu_seqlens_q. The values are checked on the CPU, and on a GPU in validation
+   * mode only. Not with k_new (HFA_ERROR_NOT_SUPPORTED: packed new tokens, FA3's
+   * cu_seqlens_k_new, are not implemented). */
+  const hfa_tensor* cu_seqlens_q;
+  int32_t max_seqlen_q;
 } hfa_kvcache_options;
 
 HFA_API hfa_kvcache_options hfa_default_kvcache_options(void);
@@ -207,12 +225,15 @@ HFA_API hfa_kvcache_options hfa_default_kvcache_options(void);
  * bf16/fp16 q, headdim 128, cache rows (and FP4/per-token scale rows) at 16-byte (4-byte)
  * aligned addresses; other CUDA calls answer HFA_ERROR_NOT_SUPPORTED (the CPU backend implements
  * everything above). A CUDA call makes no allocation and no host synchronization (validation
- * mode aside): split partials go to options->workspace, sized by the query below. */
+ * mode aside): split partials and rotated queries go to options->workspace, sized by the query
+ * below. */
 HFA_API hfa_status hfa_forward_kvcache(const hfa_tensor* q, const hfa_tensor* k_cache,
                                        const hfa_tensor* v_cache, const hfa_tensor* out,
                                        const hfa_tensor* lse, const hfa_kvcache_options* options);
-/* Bytes of workspace hfa_forward_kvcache needs with these tensors and options (0 on the CPU and
- * for one split). Depends on shapes, num_splits and the device, never on the lengths' values. */
+/* Bytes of workspace hfa_forward_kvcache needs with these tensors and options: 0 on the CPU; on a
+ * GPU the rotated queries of an append with rotary (rounded up to 256 bytes), then the split
+ * partials (none for one split). Depends on shapes, num_splits and the device, never on the
+ * lengths' values. */
 HFA_API hfa_status hfa_forward_kvcache_workspace_size(const hfa_tensor* q,
                                                       const hfa_tensor* k_cache,
                                                       const hfa_tensor* v_cache,

@@ -137,7 +137,11 @@ struct KVCacheOptions {
   const Tensor* rotary_cos = nullptr;  // (seqlen_ro, rotary_dim / 2); needs k_new
   const Tensor* rotary_sin = nullptr;
   bool rotary_interleaved = false;     // pairs (2j, 2j+1); false: (j, j + rotary_dim / 2)
-  int32_t split_size = 0;  // keys per split-KV chunk (batch-invariant); 0 = off; CPU only for now
+  int32_t split_size = 0;  // keys per split-KV chunk (batch-invariant); 0 = off
+  // Varlen queries: q / out (total_q, heads_q, d) delimited by int32 cu_seqlens_q (batch + 1),
+  // lse (heads_q, total_q); max_seqlen_q bounds the rows of a sequence. Null / 0 = fixed length.
+  const Tensor* cu_seqlens_q = nullptr;
+  int32_t max_seqlen_q = 0;
 };
 
 HFA_API hfa_kvcache_options to_c(const KVCacheOptions& options);

@@ -20,9 +20,8 @@ from . import _lib
 
 # FlashAttention-3 arguments hfa does not implement yet. Passing any of them raises rather
 # than silently computing something else.
-_NOT_YET = ("qv", "cache_batch_idx", "cache_leftpad",
-            "cu_seqlens_q", "cu_seqlens_k_new", "max_seqlen_q", "rotary_seqlens", "q_descale",
-            "k_descale", "v_descale", "scheduler_metadata")
+_NOT_YET = ("qv", "cache_batch_idx", "cache_leftpad", "cu_seqlens_k_new", "rotary_seqlens",
+            "q_descale", "k_descale", "v_descale", "scheduler_metadata")
 
 
 def check_not_yet(attention_chunk, **given):
@@ -66,14 +65,20 @@ def _cache_codes(cache_kind: str, scale_kind, has_global: bool):
 
 
 def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, full_seqlens,
-        alloc_workspace,
+        alloc_workspace, longest_sequence,
         cache_seqlens, page_table, k_scale, v_scale, k_global_scale, v_global_scale,
         softmax_scale, causal, window_size, softcap, num_splits, stream, k=None, v=None,
-        rotary_cos=None, rotary_sin=None, rotary_interleaved=True, split_size=0):
+        rotary_cos=None, rotary_sin=None, rotary_interleaved=True, split_size=0,
+        cu_seqlens_q=None, max_seqlen_q=None):
     """The front-end-independent part. kind_of(a) -> a kind of _cache_codes; view(a, name, code) -> (kept, Tensor); alloc_out(shape) and
     alloc_lse(shape) allocate outputs like q; full_seqlens(batch, length) makes an int32 vector
-    on q's device; alloc_workspace(bytes) -> (kept, address) the split partials' scratch (GPU)."""
-    if q.ndim != 4:
+    on q's device; alloc_workspace(bytes) -> (kept, address) the split partials' scratch (GPU);
+    longest_sequence(cu_seqlens) the most rows of a sequence (a host read of the offsets)."""
+    varlen = cu_seqlens_q is not None
+    if varlen and q.ndim != 3:
+        raise ValueError(f"q: expected rank 3 (total_q, heads_q, headdim) with cu_seqlens_q, got "
+                         f"shape {tuple(q.shape)}")
+    if not varlen and q.ndim != 4:
         raise ValueError(f"q: expected rank 4 (batch, seqlen_q, heads_q, headdim), got shape "
                          f"{tuple(q.shape)}")
     if k_cache.ndim != 4 or v_cache.ndim != 4:
@@ -93,7 +98,15 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
         keep.append((kept, t))
         return t
 
-    batch, seqlen_q, heads_q = int(q.shape[0]), int(q.shape[1]), int(q.shape[2])
+    if varlen:
+        if cu_seqlens_q.ndim != 1 or cu_seqlens_q.shape[0] < 1:
+            raise ValueError(f"cu_seqlens_q: expected shape (batch + 1,), got "
+                             f"{tuple(cu_seqlens_q.shape)}")
+        batch, total_q, heads_q = int(cu_seqlens_q.shape[0]) - 1, int(q.shape[0]), int(q.shape[1])
+        if max_seqlen_q is None:
+            max_seqlen_q = max(1, longest_sequence(cu_seqlens_q)) if batch else 1
+    else:
+        batch, seqlen_q, heads_q = int(q.shape[0]), int(q.shape[1]), int(q.shape[2])
     if isinstance(cache_seqlens, int):
         cache_seqlens = full_seqlens(batch, cache_seqlens)
     elif cache_seqlens is None:
@@ -103,8 +116,12 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
         cache_seqlens = full_seqlens(batch, capacity)
     packed = cache_code == _lib.FP4_E2M1X2
     hdim_v = int(v_cache.shape[-1]) * (2 if packed else 1)
-    out = alloc_out((batch, seqlen_q, heads_q, hdim_v))
-    lse = alloc_lse((batch, heads_q, seqlen_q))
+    if varlen:
+        out = alloc_out((total_q, heads_q, hdim_v))
+        lse = alloc_lse((heads_q, total_q))
+    else:
+        out = alloc_out((batch, seqlen_q, heads_q, hdim_v))
+        lse = alloc_lse((batch, heads_q, seqlen_q))
 
     qt = tensor(q, "q", q_code)
     kt = tensor(k_cache, "k_cache", cache_code)
@@ -123,7 +140,9 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
         k_new=tensor(k, "k", q_code), v_new=tensor(v, "v", q_code),
         rotary_cos=tensor(rotary_cos, "rotary_cos", _rotary_code(kind_of, rotary_cos, q_code)),
         rotary_sin=tensor(rotary_sin, "rotary_sin", _rotary_code(kind_of, rotary_sin, q_code)),
-        rotary_interleaved=rotary_interleaved, split_size=split_size)
+        rotary_interleaved=rotary_interleaved, split_size=split_size,
+        cu_seqlens_q=tensor(cu_seqlens_q, "cu_seqlens_q", _lib.I32),
+        max_seqlen_q=0 if max_seqlen_q is None else max_seqlen_q)
     workspace_bytes = _lib.forward_kvcache_workspace_size(qt, kt, vt, options)
     if workspace_bytes:
         kept, address = alloc_workspace(workspace_bytes)
@@ -163,7 +182,7 @@ def numpy_forward(q, k_cache, v_cache, **kw):
     def view(a, name, code):
         if not isinstance(a, np.ndarray):
             raise TypeError(f"{name}: expected a numpy array, got {type(a).__name__}")
-        if name in ("cache_seqlens", "page_table") and a.dtype != np.int32:
+        if name in ("cache_seqlens", "page_table", "cu_seqlens_q") and a.dtype != np.int32:
             raise TypeError(f"{name}: expected an int32 array, got {a.dtype}")
         return _numpy._view(a, name, {a.dtype: code})
 
@@ -171,7 +190,8 @@ def numpy_forward(q, k_cache, v_cache, **kw):
                alloc_out=lambda shape: np.empty(shape, dtype=q.dtype),
                alloc_lse=lambda shape: np.empty(shape, dtype=np.float32),
                full_seqlens=lambda b, n: np.full((b,), n, dtype=np.int32),
-               alloc_workspace=lambda n: _numpy_workspace(np, n), stream=None, **kw)
+               alloc_workspace=lambda n: _numpy_workspace(np, n),
+               longest_sequence=lambda cu: int(np.diff(cu).max()), stream=None, **kw)
 
 
 def _numpy_workspace(np, n):
@@ -205,7 +225,7 @@ def torch_forward(q, k_cache, v_cache, **kw):
     def view(t, name, code):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        if name in ("cache_seqlens", "page_table") and t.dtype != torch.int32:
+        if name in ("cache_seqlens", "page_table", "cu_seqlens_q") and t.dtype != torch.int32:
             raise TypeError(f"{name}: expected an int32 tensor, got {t.dtype}")
         if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
             t = t.contiguous()
@@ -222,7 +242,9 @@ def torch_forward(q, k_cache, v_cache, **kw):
                alloc_out=lambda shape: torch.empty(shape, dtype=q.dtype, device=q.device),
                alloc_lse=lambda shape: torch.empty(shape, dtype=torch.float32, device=q.device),
                full_seqlens=lambda b, n: torch.full((b,), n, dtype=torch.int32, device=q.device),
-               alloc_workspace=lambda n: _torch_workspace(torch, n, q.device), stream=stream, **kw)
+               alloc_workspace=lambda n: _torch_workspace(torch, n, q.device),
+               longest_sequence=lambda cu: int((cu[1:] - cu[:-1]).max().item()), stream=stream,
+               **kw)
 
 
 def _torch_workspace(torch, n, device):

@@ -95,6 +95,8 @@ class KVCacheOptions(ctypes.Structure):
         ("rotary_sin", ctypes.POINTER(Tensor)),
         ("rotary_interleaved", ctypes.c_int32),
         ("split_size", ctypes.c_int32),
+        ("cu_seqlens_q", ctypes.POINTER(Tensor)),
+        ("max_seqlen_q", ctypes.c_int32),
     ]
 
 
@@ -317,14 +319,17 @@ def make_kvcache_options(*, cache_seqlens: Tensor, block_table: Optional[Tensor]
                          stream=None, k_new: Optional[Tensor] = None,
                          v_new: Optional[Tensor] = None, rotary_cos: Optional[Tensor] = None,
                          rotary_sin: Optional[Tensor] = None,
-                         rotary_interleaved=False, split_size=0) -> KVCacheOptions:
+                         rotary_interleaved=False, split_size=0,
+                         cu_seqlens_q: Optional[Tensor] = None,
+                         max_seqlen_q=0) -> KVCacheOptions:
     """hfa_default_kvcache_options() with the arguments applied. The Tensors given must outlive
     the returned options (it stores pointers to them)."""
     o = library().hfa_default_kvcache_options()
     tensors = (("cache_seqlens", cache_seqlens), ("block_table", block_table),
                ("k_scale", k_scale), ("v_scale", v_scale), ("k_global_scale", k_global_scale),
                ("v_global_scale", v_global_scale), ("k_new", k_new), ("v_new", v_new),
-               ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin))
+               ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
+               ("cu_seqlens_q", cu_seqlens_q))
     for name, t in tensors:
         if t is not None:
             setattr(o, name, ctypes.pointer(t))
@@ -332,6 +337,7 @@ def make_kvcache_options(*, cache_seqlens: Tensor, block_table: Optional[Tensor]
     o.num_splits = int(num_splits)
     o.rotary_interleaved = 1 if rotary_interleaved else 0
     o.split_size = int(split_size)
+    o.max_seqlen_q = int(max_seqlen_q)
     return o
 
 

@@ -159,7 +159,7 @@ def test_not_yet_and_errors():
     q = np.zeros((1, 1, 2, 64), np.float32)
     k = np.zeros((1, 8, 2, 64), np.float32)
     seqlens = np.array([4], np.int32)
-    for name in ("rotary_seqlens", "cache_batch_idx", "cu_seqlens_q", "k_descale"):
+    for name in ("rotary_seqlens", "cache_batch_idx", "cu_seqlens_k_new", "k_descale"):
         with pytest.raises(NotImplementedError, match=name):
             hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, **{name: k})
     with pytest.raises(hfa.HfaInvalidArgument, match="^block_table: entry \\(0, 0\\) = 5"):
@@ -185,6 +185,68 @@ def test_not_yet_and_errors():
         hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, split_size=-1)
     with pytest.raises(hfa.HfaInvalidArgument, match="^split_size: excludes num_splits"):
         hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, split_size=8, num_splits=2)
+
+
+@pytest.mark.parametrize("page_size", [None, 16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_queries(page_size, causal):
+    """Decode, speculative and chunked-prefill rows in one call: each sequence's rows against
+    the reference of that sequence alone (no rows, more rows than keys, an empty cache)."""
+    rng = np.random.default_rng(13)
+    hq, hkv, d, cap = 4, 2, 64, 40
+    rows = [1, 0, 5, 3, 1]
+    seqlens = np.array([30, 4, 0, 2, 40], dtype=np.int32)
+    cu = np.concatenate([[0], np.cumsum(rows)]).astype(np.int32)
+    total = int(cu[-1])
+    q = rng.standard_normal((total, hq, d)).astype(np.float32)
+    k = rng.standard_normal((len(rows), cap, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((len(rows), cap, hkv, d)).astype(np.float32)
+    if page_size is None:
+        kc, vc, table = k, v, None
+    else:
+        table, num_pages = block_table(rng, seqlens, page_size)
+        kc = scatter(k, table, num_pages, page_size)
+        vc = scatter(v, table, num_pages, page_size)
+    want_out = np.zeros((total, hq, d))
+    want_lse = np.full((hq, total), -np.inf)
+    for b in range(len(rows)):
+        first, last = cu[b], cu[b + 1]
+        o, lse = reference(q[None, first:last], k[b:b + 1], v[b:b + 1], seqlens[b:b + 1], causal)
+        want_out[first:last], want_lse[:, first:last] = o[0], lse[0]
+    for extra in ({}, dict(max_seqlen_q=9, num_splits=3), dict(split_size=8)):
+        out = np.full((total, hq, d), np.nan, np.float32)
+        out, lse = hfa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, page_table=table,
+                                               cu_seqlens_q=cu, causal=causal,
+                                               return_softmax_lse=True, **extra)
+        assert out.shape == (total, hq, d) and lse.shape == (hq, total)
+        np.testing.assert_allclose(out, want_out, atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(lse, want_lse, atol=1e-4, rtol=1e-5)
+
+
+def test_varlen_query_errors():
+    q = np.zeros((3, 2, 64), np.float32)
+    k = np.zeros((2, 8, 2, 64), np.float32)
+    seqlens = np.array([4, 8], np.int32)
+    cu = np.array([0, 1, 3], np.int32)
+    with pytest.raises(TypeError, match="cu_seqlens_q"):
+        hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, cu_seqlens_q=cu.astype(np.int64))
+    with pytest.raises(ValueError, match="^q: expected rank 3"):
+        hfa.flash_attn_with_kvcache(q[None], k, k, cache_seqlens=seqlens, cu_seqlens_q=cu)
+    with pytest.raises(hfa.HfaInvalidArgument, match="^cu_seqlens_q: last element 4"):
+        hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens,
+                                    cu_seqlens_q=np.array([0, 1, 4], np.int32))
+    with pytest.raises(hfa.HfaInvalidArgument, match="^max_seqlen_q: 1 is smaller than sequence 1"):
+        hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, cu_seqlens_q=cu,
+                                    max_seqlen_q=1)
+    with pytest.raises(hfa.HfaInvalidArgument, match="^cache_seqlens: expected shape \\(2\\)"):
+        hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=np.array([4], np.int32),
+                                    cu_seqlens_q=cu)
+    with pytest.raises(hfa.HfaInvalidArgument, match="^max_seqlen_q: is only used with"):
+        hfa.flash_attn_with_kvcache(q[None], k[:1], k[:1], cache_seqlens=seqlens[:1],
+                                    max_seqlen_q=3)
+    with pytest.raises(NotImplementedError, match="^k_new"):
+        hfa.flash_attn_with_kvcache(q, k, k, k=k[:, :1], v=k[:, :1], cache_seqlens=seqlens,
+                                    cu_seqlens_q=cu)
 
 
 def rotate(x, cos, sin, positions, interleaved):

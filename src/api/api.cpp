@@ -1,4 +1,6 @@
 // The C++ entry points: validate, check the workspace, dispatch.
+#include <algorithm>
+
 #include "api/dispatch.hpp"
 #include "api/errors.hpp"
 #include "api/validate.hpp"
@@ -70,7 +72,7 @@ Status forward_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_c
     HFA_RETURN_IF_ERROR(
         build_kvcache_problem({&q, &k_cache, &v_cache, &out, lse, &options}, &problem));
     // No query rows: nothing to compute, unless new tokens are to be appended.
-    if (int64_t{problem.batch} * problem.seqlen_q == 0 && problem.k_new == nullptr) return Status::ok();
+    if (problem.total_query_rows() == 0 && problem.k_new == nullptr) return Status::ok();
     std::size_t needed = 0;
     HFA_RETURN_IF_ERROR(dispatch_kvcache_workspace_size(problem, &needed));
     if (needed > 0 && (options.workspace == nullptr || options.workspace_bytes < needed))
@@ -90,16 +92,17 @@ Status forward_kvcache_workspace_size(const Tensor& q, const Tensor& k_cache,
     // The call's checks need an out: a contiguous stand-in of q's shape with v's headdim (never
     // written; the query reads no tensor data).
     Tensor out = q;
-    out.shape[3] = v_cache.dtype == HFA_FP4_E2M1X2 ? 2 * v_cache.shape[3] : v_cache.shape[3];
+    const int last = std::clamp(q.rank, 1, HFA_MAX_RANK) - 1;  // 3, or 2 for varlen q
+    out.shape[last] = v_cache.dtype == HFA_FP4_E2M1X2 ? 2 * v_cache.shape[3] : v_cache.shape[3];
     int64_t running = 1;
-    for (int d = 3; d >= 0; --d) {
+    for (int d = last; d >= 0; --d) {
       out.stride[d] = running;
       running *= out.shape[d] > 0 ? out.shape[d] : 1;
     }
     KVCacheProblem problem;
     HFA_RETURN_IF_ERROR(
         build_kvcache_problem({&q, &k_cache, &v_cache, &out, nullptr, &options}, &problem));
-    if (int64_t{problem.batch} * problem.seqlen_q == 0) return Status::ok();
+    if (problem.total_query_rows() == 0) return Status::ok();
     return dispatch_kvcache_workspace_size(problem, bytes);
   });
 }

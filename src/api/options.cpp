@@ -64,6 +64,8 @@ hfa_kvcache_options to_c(const KVCacheOptions& options) {
   c.rotary_sin = options.rotary_sin;
   c.rotary_interleaved = options.rotary_interleaved ? 1 : 0;
   c.split_size = options.split_size;
+  c.cu_seqlens_q = options.cu_seqlens_q;
+  c.max_seqlen_q = options.max_seqlen_q;
   return c;
 }
 
@@ -93,6 +95,8 @@ KVCacheOptions from_c(const hfa_kvcache_options& c) {
   options.rotary_sin = c.rotary_sin;
   options.rotary_interleaved = c.rotary_interleaved != 0;
   options.split_size = c.split_size;
+  options.cu_seqlens_q = c.cu_seqlens_q;
+  options.max_seqlen_q = c.max_seqlen_q;
   return options;
 }
 

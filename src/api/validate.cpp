@@ -218,37 +218,6 @@ Status check_core(const Tensor* q, const Tensor* k, const Tensor* v, const Tenso
   return Status::ok();
 }
 
-// Varlen offsets: int32, (batch + 1), contiguous, on q's device. On the CPU the values are
-// read and checked too; on a GPU they would need a copy and a sync, so CUDA callers are
-// trusted with the values (the shape, dtype and device are still checked).
-Status check_cu_seqlens_form(const char* name, const Tensor* cu, const Tensor& q) {
-  if (cu == nullptr) return invalid(name, "is null");
-  HFA_RETURN_IF_ERROR(check_form(name, cu, 1, "(batch + 1)", false));
-  if (cu->dtype != HFA_I32) return invalid(name, "expected dtype i32, got ", name_of(cu->dtype));
-  if (cu->shape[0] < 1) return invalid(name, "expected batch + 1 >= 1 elements, got 0");
-  if (cu->shape[0] - 1 > kInt32Max) return invalid(name, "batch ", cu->shape[0] - 1, " exceeds int32");
-  return expect_same_device(name, *cu, q);
-}
-
-Status check_cu_seqlens_values(const char* name, const Tensor& cu, int64_t total,
-                               const char* total_owner, const char* max_name, int32_t max_len) {
-  const auto* offsets = static_cast<const int32_t*>(cu.data);
-  const int64_t batch = cu.shape[0] - 1;
-  if (offsets[0] != 0) return invalid(name, "must start at 0, got ", offsets[0]);
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t length = int64_t{offsets[b + 1]} - offsets[b];
-    if (length < 0)
-      return invalid(name, "must not decrease, but element ", b + 1, " (", offsets[b + 1],
-                     ") < element ", b, " (", offsets[b], ")");
-    if (length > max_len)
-      return invalid(max_name, max_len, " is smaller than sequence ", b, " (length ", length, ")");
-  }
-  if (offsets[batch] != total)
-    return invalid(name, "last element ", offsets[batch], " must equal ", total_owner,
-                   "'s total_tokens ", total);
-  return Status::ok();
-}
-
 struct Varlen {
   const Tensor* cu_q = nullptr;
   const Tensor* cu_k = nullptr;
@@ -269,9 +238,11 @@ Status check_varlen(const Options& options, const Core& core, Varlen* varlen) {
   if (options.max_seqlen_k <= 0)
     return invalid("max_seqlen_k", "must be positive with cu_seqlens, got ", options.max_seqlen_k);
   if (q.device == HFA_CPU) {
-    HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_q", cu_q, core.q.extent[kRows], "q",
+    HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_q", static_cast<const int32_t*>(cu_q.data),
+                                                cu_q.shape[0] - 1, core.q.extent[kRows], "q",
                                                 "max_seqlen_q", options.max_seqlen_q));
-    HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_k", cu_k, core.k.extent[kRows], "k",
+    HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_k", static_cast<const int32_t*>(cu_k.data),
+                                                cu_k.shape[0] - 1, core.k.extent[kRows], "k",
                                                 "max_seqlen_k", options.max_seqlen_k));
   }
   varlen->cu_q = &cu_q;
@@ -484,6 +455,36 @@ Status check_supported_head_dim(const char* name, int64_t headdim) {
 }
 
 std::string tensor_shape_string(const Tensor& t) { return shape_string(t); }
+
+// Varlen offsets: int32, (batch + 1), contiguous, on q's device. On the CPU the values are
+// read and checked too; on a GPU they would need a copy and a sync, so CUDA callers are
+// trusted with the values (the shape, dtype and device are still checked).
+Status check_cu_seqlens_form(const char* name, const Tensor* cu, const Tensor& q) {
+  if (cu == nullptr) return invalid(name, "is null");
+  HFA_RETURN_IF_ERROR(check_form(name, cu, 1, "(batch + 1)", false));
+  if (cu->dtype != HFA_I32) return invalid(name, "expected dtype i32, got ", name_of(cu->dtype));
+  if (cu->shape[0] < 1) return invalid(name, "expected batch + 1 >= 1 elements, got 0");
+  if (cu->shape[0] - 1 > kInt32Max) return invalid(name, "batch ", cu->shape[0] - 1, " exceeds int32");
+  return check_same_device(name, *cu, q);
+}
+
+Status check_cu_seqlens_values(const char* name, const int32_t* offsets, int64_t batch,
+                               int64_t total, const char* total_owner, const char* max_name,
+                               int32_t max_len) {
+  if (offsets[0] != 0) return invalid(name, "must start at 0, got ", offsets[0]);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t length = int64_t{offsets[b + 1]} - offsets[b];
+    if (length < 0)
+      return invalid(name, "must not decrease, but element ", b + 1, " (", offsets[b + 1],
+                     ") < element ", b, " (", offsets[b], ")");
+    if (length > max_len)
+      return invalid(max_name, max_len, " is smaller than sequence ", b, " (length ", length, ")");
+  }
+  if (offsets[batch] != total)
+    return invalid(name, "last element ", offsets[batch], " must equal ", total_owner,
+                   "'s total_tokens ", total);
+  return Status::ok();
+}
 
 Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardProblem* problem) {
   if (args.options == nullptr) return invalid("options", "is null");

@@ -25,11 +25,12 @@ const char* name_of(hfa_dtype d) { return dtype_name(static_cast<DType>(d)); }
 
 bool is_float_input(hfa_dtype d) { return d == HFA_F32 || d == HFA_F16 || d == HFA_BF16; }
 
-// A rank-4 attention tensor: its own checks plus extents that fit the int32 indices of the
-// backends.
-Status check_rank4(const char* name, const Tensor* t, const char* layout, bool is_output) {
-  HFA_RETURN_IF_ERROR(check_tensor_form(name, t, 4, layout, is_output));
-  for (int d = 0; d < 4; ++d)
+// An attention tensor (rank 4, or 3 for varlen q and out): its own checks plus extents that
+// fit the int32 indices of the backends.
+Status check_attention_tensor(const char* name, const Tensor* t, int32_t rank, const char* layout,
+                              bool is_output) {
+  HFA_RETURN_IF_ERROR(check_tensor_form(name, t, rank, layout, is_output));
+  for (int d = 0; d < rank; ++d)
     if (t->shape[d] > kInt32Max)
       return invalid(name, "extent ", t->shape[d], " in dim ", d, " exceeds int32");
   return Status::ok();
@@ -201,7 +202,7 @@ Status check_append(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p)
   }
   const std::pair<const char*, const Tensor*> news[] = {{"k_new", o.k_new}, {"v_new", o.v_new}};
   for (const auto& [name, t] : news) {
-    HFA_RETURN_IF_ERROR(check_rank4(name, t, "(batch, seqlen_new, heads_kv, headdim)", false));
+    HFA_RETURN_IF_ERROR(check_attention_tensor(name, t, 4, "(batch, seqlen_new, heads_kv, headdim)", false));
     if (t->dtype != q.dtype)
       return invalid(name, "expected dtype ", name_of(q.dtype), " (as q), got ", name_of(t->dtype));
     HFA_RETURN_IF_ERROR(check_same_device(name, *t, q));
@@ -254,6 +255,9 @@ Status check_append(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p)
 }  // namespace
 
 Status check_kvcache_values(const KVCacheProblem& p) {
+  if (p.is_varlen())
+    HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.total_q,
+                                                "q", "max_seqlen_q", p.seqlen_q));
   const int64_t capacity = int64_t{p.max_pages} * p.page_size;
   for (int64_t b = 0; b < p.batch; ++b) {
     const int32_t length = p.cache_seqlens[b];
@@ -292,14 +296,25 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
   if (args.options == nullptr) return invalid("options", "is null");
   const KVCacheOptions& o = *args.options;
   const bool paged = o.block_table != nullptr;
+  const bool varlen = o.cu_seqlens_q != nullptr;
   const char* cache_layout = paged ? "(num_pages, page_size, heads_kv, headdim) with block_table"
                                    : "(batch, max_seqlen_cache, heads_kv, headdim)";
 
   // Each tensor on its own.
-  HFA_RETURN_IF_ERROR(check_rank4("q", args.q, "(batch, seqlen_q, heads_q, headdim)", false));
-  HFA_RETURN_IF_ERROR(check_rank4("k_cache", args.k_cache, cache_layout, false));
-  HFA_RETURN_IF_ERROR(check_rank4("v_cache", args.v_cache, cache_layout, false));
-  HFA_RETURN_IF_ERROR(check_rank4("out", args.out, "(batch, seqlen_q, heads_q, headdim_v)", true));
+  // Varlen q and out are (total_q, heads_q, headdim): their dims from `row` on are the fixed
+  // layout's from seqlen_q on.
+  const int32_t q_rank = varlen ? 3 : 4;
+  const int row = varlen ? 0 : 1, head = row + 1, dim = row + 2;
+  HFA_RETURN_IF_ERROR(check_attention_tensor(
+      "q", args.q, q_rank,
+      varlen ? "(total_q, heads_q, headdim) with cu_seqlens_q" : "(batch, seqlen_q, heads_q, headdim)",
+      false));
+  HFA_RETURN_IF_ERROR(check_attention_tensor("k_cache", args.k_cache, 4, cache_layout, false));
+  HFA_RETURN_IF_ERROR(check_attention_tensor("v_cache", args.v_cache, 4, cache_layout, false));
+  HFA_RETURN_IF_ERROR(check_attention_tensor(
+      "out", args.out, q_rank,
+      varlen ? "(total_q, heads_q, headdim_v) with cu_seqlens_q" : "(batch, seqlen_q, heads_q, headdim_v)",
+      true));
   const Tensor& q = *args.q;
   const Tensor& k = *args.k_cache;
   const Tensor& v = *args.v_cache;
@@ -320,12 +335,28 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
   KVCacheProblem p;
   HFA_RETURN_IF_ERROR(cache_format(q, k, o, &p.format));
 
+  // Varlen queries: batch from the offsets (cache_seqlens and the rest must agree).
+  if (varlen) {
+    HFA_RETURN_IF_ERROR(check_cu_seqlens_form("cu_seqlens_q", o.cu_seqlens_q, q));
+    if (o.max_seqlen_q < 1)
+      return invalid("max_seqlen_q", "must be at least 1 with cu_seqlens_q, got ", o.max_seqlen_q);
+    if (o.k_new != nullptr)
+      return not_supported("k_new: appending new tokens is not supported with varlen queries "
+                           "(cu_seqlens_q) yet");
+    p.cu_seqlens_q = static_cast<const int32_t*>(o.cu_seqlens_q->data);
+    p.total_q = q.shape[0];
+  } else if (o.max_seqlen_q != 0) {
+    return invalid("max_seqlen_q", "is only used with cu_seqlens_q (got ", o.max_seqlen_q,
+                   " without it)");
+  }
+  const char* batch_owner = varlen ? "cu_seqlens_q" : "q";
+
   // Shapes.
-  const int64_t batch = q.shape[0];
+  const int64_t batch = varlen ? o.cu_seqlens_q->shape[0] - 1 : q.shape[0];
   p.batch = static_cast<int32_t>(batch);
-  p.seqlen_q = static_cast<int32_t>(q.shape[1]);
-  p.heads_q = static_cast<int32_t>(q.shape[2]);
-  p.hdim_qk = static_cast<int32_t>(q.shape[3]);
+  p.seqlen_q = varlen ? o.max_seqlen_q : static_cast<int32_t>(q.shape[1]);
+  p.heads_q = static_cast<int32_t>(q.shape[head]);
+  p.hdim_qk = static_cast<int32_t>(q.shape[dim]);
   if (p.heads_q == 0) return invalid("q", "heads must be at least 1, got 0");
   HFA_RETURN_IF_ERROR(check_supported_head_dim("q", p.hdim_qk));
   if (k.shape[2] == 0) return invalid("k_cache", "heads must be at least 1, got 0");
@@ -336,7 +367,7 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
   const char* row_unit = k.dtype == HFA_FP4_E2M1X2 ? "headdim / 2 (packed bytes)" : "headdim";
   HFA_RETURN_IF_ERROR(expect_extent("k_cache", k, 3, row_unit,
                                     k.dtype == HFA_FP4_E2M1X2 ? p.hdim_qk / 2 : p.hdim_qk, "q"));
-  if (!paged) HFA_RETURN_IF_ERROR(expect_extent("k_cache", k, 0, "batch", batch, "q"));
+  if (!paged) HFA_RETURN_IF_ERROR(expect_extent("k_cache", k, 0, "batch", batch, batch_owner));
   if (paged && k.shape[1] == 0) return invalid("k_cache", "page_size must be at least 1, got 0");
   HFA_RETURN_IF_ERROR(expect_extent("v_cache", v, 0, paged ? "num_pages" : "batch", k.shape[0], "k_cache"));
   HFA_RETURN_IF_ERROR(expect_extent("v_cache", v, 1, paged ? "page_size" : "max_seqlen_cache",
@@ -344,31 +375,43 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
   HFA_RETURN_IF_ERROR(expect_extent("v_cache", v, 2, "heads", k.shape[2], "k_cache"));
   p.hdim_v = static_cast<int32_t>(values_per_row(v));
   HFA_RETURN_IF_ERROR(check_supported_head_dim("v_cache", p.hdim_v));
-  HFA_RETURN_IF_ERROR(expect_extent("out", out, 0, "batch", batch, "q"));
-  HFA_RETURN_IF_ERROR(expect_extent("out", out, 1, "seqlen", p.seqlen_q, "q"));
-  HFA_RETURN_IF_ERROR(expect_extent("out", out, 2, "heads", p.heads_q, "q"));
-  HFA_RETURN_IF_ERROR(expect_extent("out", out, 3, "headdim", p.hdim_v, "v_cache"));
+  if (varlen) {
+    HFA_RETURN_IF_ERROR(expect_extent("out", out, 0, "total_q", p.total_q, "q"));
+  } else {
+    HFA_RETURN_IF_ERROR(expect_extent("out", out, 0, "batch", batch, "q"));
+    HFA_RETURN_IF_ERROR(expect_extent("out", out, 1, "seqlen", p.seqlen_q, "q"));
+  }
+  HFA_RETURN_IF_ERROR(expect_extent("out", out, head, "heads", p.heads_q, "q"));
+  HFA_RETURN_IF_ERROR(expect_extent("out", out, dim, "headdim", p.hdim_v, "v_cache"));
 
-  // lse: fp32, contiguous (batch, heads_q, seqlen_q).
+  // lse: fp32, contiguous (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen.
   if (args.lse != nullptr) {
     const Tensor& lse = *args.lse;
-    HFA_RETURN_IF_ERROR(check_tensor_form("lse", &lse, 3, "(batch, heads_q, seqlen_q)", true));
+    const char* lse_layout = varlen ? "(heads_q, total_q)" : "(batch, heads_q, seqlen_q)";
+    const int32_t lse_rank = varlen ? 2 : 3;
+    HFA_RETURN_IF_ERROR(check_tensor_form("lse", &lse, lse_rank, lse_layout, true));
     if (lse.dtype != HFA_F32) return invalid("lse", "expected dtype f32, got ", name_of(lse.dtype));
     HFA_RETURN_IF_ERROR(check_same_device("lse", lse, q));
-    if (lse.shape[0] != batch || lse.shape[1] != p.heads_q || lse.shape[2] != p.seqlen_q)
-      return invalid("lse", "expected shape (", batch, ", ", p.heads_q, ", ", p.seqlen_q,
-                     ") (batch, heads_q, seqlen_q), got ", tensor_shape_string(lse));
+    const int64_t fixed_shape[3] = {batch, p.heads_q, p.seqlen_q};
+    const int64_t varlen_shape[2] = {p.heads_q, p.total_q};
+    const int64_t* want = varlen ? varlen_shape : fixed_shape;
+    for (int d = 0; d < lse_rank; ++d)
+      if (lse.shape[d] != want[d])
+        return invalid("lse", "expected shape (", want[0], ", ", want[1],
+                       varlen ? std::string() : cat(", ", want[2]), ") ", lse_layout, ", got ",
+                       tensor_shape_string(lse));
     // Contiguous, as hfa_forward's, ignoring the strides of dims with one element.
     int64_t running = 1;
-    for (int d = 2; d >= 0; --d) {
+    for (int d = lse_rank - 1; d >= 0; --d) {
       if (lse.shape[d] > 1 && lse.stride[d] != running)
-        return invalid("lse", "must be contiguous (batch, heads_q, seqlen_q), got stride ",
-                       lse.stride[d], " in dim ", d, " (expected ", running, ")");
+        return invalid("lse", "must be contiguous ", lse_layout, ", got stride ", lse.stride[d],
+                       " in dim ", d, " (expected ", running, ")");
       running *= lse.shape[d];
     }
     p.lse = static_cast<float*>(lse.data);
-    p.lse_batch_stride = lse.stride[0];
-    p.lse_head_stride = lse.stride[1];
+    // Contiguous: the strides follow from the shape (a dim of one element may carry any stride).
+    p.lse_batch_stride = varlen ? 0 : int64_t{p.heads_q} * p.seqlen_q;
+    p.lse_head_stride = varlen ? p.total_q : p.seqlen_q;
   }
 
   // cache_seqlens and block_table.
@@ -377,7 +420,7 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
   if (o.cache_seqlens->dtype != HFA_I32)
     return invalid("cache_seqlens", "expected dtype i32, got ", name_of(o.cache_seqlens->dtype));
   if (o.cache_seqlens->shape[0] != batch)
-    return invalid("cache_seqlens", "expected shape (", batch, ") (batch, as q), got ",
+    return invalid("cache_seqlens", "expected shape (", batch, ") (batch, as ", batch_owner, "), got ",
                    tensor_shape_string(*o.cache_seqlens));
   HFA_RETURN_IF_ERROR(check_same_device("cache_seqlens", *o.cache_seqlens, q));
   if (paged) {
@@ -386,7 +429,8 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
     if (table.dtype != HFA_I32)
       return invalid("block_table", "expected dtype i32, got ", name_of(table.dtype));
     if (table.shape[0] != batch)
-      return invalid("block_table", "expected ", batch, " rows (batch, as q), got ", table.shape[0]);
+      return invalid("block_table", "expected ", batch, " rows (batch, as ", batch_owner, "), got ",
+                     table.shape[0]);
     if (table.shape[1] > kInt32Max)
       return invalid("block_table", "max_pages ", table.shape[1], " exceeds int32");
     HFA_RETURN_IF_ERROR(check_same_device("block_table", table, q));
@@ -407,9 +451,10 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
   p.out_dtype = p.dtype;
   p.cache_dtype = static_cast<DType>(k.dtype);
   p.q = q.data;
-  p.q_stride = {q.stride[0], q.stride[1], q.stride[2]};
+  // Varlen: rows are tokens of the packed tensors, and no batch stride.
+  p.q_stride = {varlen ? 0 : q.stride[0], q.stride[row], q.stride[head]};
   p.out = out.data;
-  p.out_stride = {out.stride[0], out.stride[1], out.stride[2]};
+  p.out_stride = {varlen ? 0 : out.stride[0], out.stride[row], out.stride[head]};
   p.k.data = k.data;
   p.k.stride = {k.stride[0], k.stride[1], k.stride[2]};
   p.k.hdim = p.hdim_qk;

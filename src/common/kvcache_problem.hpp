@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/host_device.hpp"
 #include "common/problem.hpp"
 
 namespace hfa::detail {
@@ -25,6 +26,10 @@ struct PagedStrides {
   int64_t page = 0;
   int64_t slot = 0;
   int64_t head = 0;
+
+  HFA_HD constexpr int64_t offset(int64_t at_page, int64_t at_slot, int64_t at_head) const {
+    return at_page * page + at_slot * slot + at_head * head;
+  }
 };
 
 // One side of the cache (K or V).
@@ -44,16 +49,24 @@ struct KVCacheProblem {
   CacheFormat format = CacheFormat::plain;
 
   int32_t batch = 0;
-  int32_t seqlen_q = 0;
+  int32_t seqlen_q = 0;  // varlen: max_seqlen_q
   int32_t heads_q = 0;
   int32_t heads_kv = 0;  // heads_q % heads_kv == 0
   int32_t hdim_qk = 0;
   int32_t hdim_v = 0;
 
+  // Varlen queries: int32 offsets (batch + 1) on q's device; null: fixed length. q and out are
+  // then (total_q, heads, d) with batch stride 0, and sequence b's rows are the tokens
+  // cu_seqlens_q[b] + i, i < its row count: one addressing for both, through query_begin().
+  const int32_t* cu_seqlens_q = nullptr;
+  int64_t total_q = 0;  // varlen: q's first extent
+
   const void* q = nullptr;
   void* out = nullptr;
   Strides q_stride, out_stride;
-  float* lse = nullptr;  // (batch, heads_q, seqlen_q) with the strides below; null: not wanted
+  // Row i of head h of sequence b at b·lse_batch_stride + h·lse_head_stride + query_begin(b) + i:
+  // (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen (batch stride 0). Null: not wanted.
+  float* lse = nullptr;
   int64_t lse_batch_stride = 0;
   int64_t lse_head_stride = 0;
 
@@ -103,7 +116,17 @@ struct KVCacheProblem {
   // The keys sequence b attends to: its cached tokens plus the appended ones.
   int64_t attended_length(int64_t b) const { return int64_t{cache_seqlens[b]} + seqlen_new; }
 
-  int64_t page_of(int64_t b, int64_t page_index) const {
+  bool is_varlen() const { return cu_seqlens_q != nullptr; }
+  // Sequence b's first query row (a token of the packed q for varlen, else 0) and its row count.
+  int64_t query_begin(int64_t b) const { return is_varlen() ? cu_seqlens_q[b] : 0; }
+  int64_t query_rows(int64_t b) const {
+    return is_varlen() ? int64_t{cu_seqlens_q[b + 1]} - cu_seqlens_q[b] : seqlen_q;
+  }
+  // Query rows of the whole call, per head: what out, lse and the split partials hold.
+  int64_t total_query_rows() const { return is_varlen() ? total_q : int64_t{batch} * seqlen_q; }
+
+  // Host and device (the GPU append reads the problem as its kernel parameter).
+  HFA_HD int64_t page_of(int64_t b, int64_t page_index) const {
     return block_table ? block_table[b * block_table_stride + page_index] : b;
   }
 };

@@ -86,13 +86,16 @@ void run_group(const KVCacheProblem& p, int64_t b, int64_t kv_head, Scratch& s) 
   const int64_t group = p.heads_q / p.heads_kv;
   const std::size_t q_bytes = element_bytes(p.dtype);
   const std::size_t out_bytes = element_bytes(p.out_dtype);
+  const int64_t seqlen_q = p.query_rows(b);
+  const int64_t first_row = p.query_begin(b);
   for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
-    for (int64_t i = 0; i < p.seqlen_q; ++i) {
-      const int64_t q_offset = b * p.q_stride.batch + i * p.q_stride.row + h * p.q_stride.head;
+    for (int64_t i = 0; i < seqlen_q; ++i) {
+      const int64_t row = first_row + i;
+      const int64_t q_offset = b * p.q_stride.batch + row * p.q_stride.row + h * p.q_stride.head;
       load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes, p.hdim_qk,
                      s.q.data());
       if (p.rotary_cos != nullptr) apply_rotary(p, query_position(p, b, i), s.q.data());
-      const CacheKeyRange seen = cache_keys_seen(p, seqlen_k, i);
+      const CacheKeyRange seen = cache_keys_seen(p, seqlen_q, seqlen_k, i);
       for (int32_t split = 0; split < splits; ++split) {
         const int64_t first = std::max(seen.first, split * chunk);
         const int64_t last = std::min(seen.last, (split + 1) * chunk - 1);
@@ -101,10 +104,10 @@ void run_group(const KVCacheProblem& p, int64_t b, int64_t kv_head, Scratch& s) 
       const float lse = detail::combine_splits(s.partial_lse.data(), s.partial_out.data(),
                                                p.hdim_v, splits, p.hdim_v, s.out.data());
       const int64_t out_offset =
-          b * p.out_stride.batch + i * p.out_stride.row + h * p.out_stride.head;
+          b * p.out_stride.batch + row * p.out_stride.row + h * p.out_stride.head;
       store_plain_row(p.out_dtype, s.out.data(), p.hdim_v,
                 static_cast<std::byte*>(p.out) + out_offset * out_bytes);
-      if (p.lse != nullptr) p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i] = lse;
+      if (p.lse != nullptr) p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row] = lse;
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "common/rotary.hpp"
 #include "cpu/kvcache_rows.hpp"
 #include "quant/fp8_kv.hpp"
 #include "quant/mxfp4.hpp"
@@ -30,9 +31,8 @@ float table_value(const KVCacheProblem& p, const void* table, int64_t stride, in
 // Writes one row of fp32 values at (page, slot, head) of one side, in the cache's format.
 void encode_row(const KVCacheProblem& p, const CacheSide& side, int64_t page, int64_t slot,
                 int64_t head, const float* values) {
-  const int64_t offset = page * side.stride.page + slot * side.stride.slot + head * side.stride.head;
-  const int64_t scale_offset =
-      page * side.scale_stride.page + slot * side.scale_stride.slot + head * side.scale_stride.head;
+  const int64_t offset = side.stride.offset(page, slot, head);
+  const int64_t scale_offset = side.scale_stride.offset(page, slot, head);
   // The caller's cache: written in place, as the API documents.
   auto* codes = static_cast<uint8_t*>(const_cast<void*>(side.data)) + offset;  // byte formats
   auto* scales = static_cast<uint8_t*>(const_cast<void*>(side.scale));
@@ -62,21 +62,19 @@ void encode_row(const KVCacheProblem& p, const CacheSide& side, int64_t page, in
 }  // namespace
 
 void apply_rotary(const KVCacheProblem& p, int64_t position, float* row) {
-  const int64_t half = p.rotary_dim / 2;
-  for (int64_t j = 0; j < half; ++j) {
-    const float c = table_value(p, p.rotary_cos, p.rotary_cos_stride, position, j);
-    const float s = table_value(p, p.rotary_sin, p.rotary_sin_stride, position, j);
-    float& x0 = row[p.rotary_interleaved ? 2 * j : j];
-    float& x1 = row[p.rotary_interleaved ? 2 * j + 1 : j + half];
-    const float a = x0, b = x1;
-    x0 = a * c - b * s;
-    x1 = a * s + b * c;
+  for (int j = 0; j < p.rotary_dim / 2; ++j) {
+    const detail::RotaryPair pair = detail::rotary_pair(j, p.rotary_dim, p.rotary_interleaved);
+    const detail::RotatedPair r = detail::rotate_pair(
+        row[pair.first], row[pair.second],
+        table_value(p, p.rotary_cos, p.rotary_cos_stride, position, j),
+        table_value(p, p.rotary_sin, p.rotary_sin_stride, position, j));
+    row[pair.first] = r.first;
+    row[pair.second] = r.second;
   }
 }
 
 int64_t query_position(const KVCacheProblem& p, int64_t b, int64_t i) {
-  const bool masked = p.window_left >= 0 || p.window_right >= 0;  // causal is window_right = 0
-  return int64_t{p.cache_seqlens[b]} + (masked ? i : 0);
+  return detail::rotary_query_position(p.cache_seqlens[b], i, p.window_left, p.window_right);
 }
 
 void append_new_tokens(const KVCacheProblem& p) {

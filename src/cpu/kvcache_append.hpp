@@ -1,5 +1,7 @@
 // Appending new tokens to a KV cache before the attention (k_new / v_new), with the rotary
-// embedding of the new keys and of the queries, on the CPU.
+// embedding of the new keys and of the queries, on the CPU. The GPU append
+// (sm90/decode/append_kernel.cuh) writes the same bytes through the same shared pieces:
+// common/rotary.hpp, common/half_float.hpp and the codecs of src/quant.
 #pragma once
 
 #include <cstdint>

@@ -70,15 +70,16 @@ inline void load_cache_row(const detail::KVCacheProblem& p, const detail::CacheS
   }
 }
 
-// The keys query row i of a sequence with `seqlen_k` cache tokens sees, [first, last] (empty
-// when first > last): bottom-right aligned, as sequence.hpp's KeyWindow.
+// The keys query row i of a sequence with `seqlen_q` query rows and `seqlen_k` cache tokens
+// sees, [first, last] (empty when first > last): bottom-right aligned, as sequence.hpp's KeyWindow.
 struct CacheKeyRange {
   int64_t first = 0;
   int64_t last = -1;
 };
 
-inline CacheKeyRange cache_keys_seen(const detail::KVCacheProblem& p, int64_t seqlen_k, int64_t i) {
-  const int64_t diagonal = i + seqlen_k - p.seqlen_q;
+inline CacheKeyRange cache_keys_seen(const detail::KVCacheProblem& p, int64_t seqlen_q,
+                                     int64_t seqlen_k, int64_t i) {
+  const int64_t diagonal = i + seqlen_k - seqlen_q;
   CacheKeyRange r;
   r.first = p.window_left < 0 ? 0 : (diagonal - p.window_left > 0 ? diagonal - p.window_left : 0);
   r.last = seqlen_k - 1;

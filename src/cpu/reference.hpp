@@ -35,9 +35,10 @@ void reference_backward_f32(const detail::BackwardProblem& p, float* dq, float* 
 // The KV-cache forward in float64: each sequence's first cache_seqlens[b] cache rows, read
 // through the block table and dequantized with the same codecs as the backend (the fp32 values
 // they decode to are exact in float64), then plain attention with seqlen_k = cache_seqlens[b].
-// out: contiguous (batch, seqlen_q, heads_q, hdim_v); lse (may be null): contiguous
-// (batch, heads_q, seqlen_q). A row that sees no key gets out = 0 and lse = −inf. p.out and
-// p.lse are not touched.
+// Query i of sequence b sees key j iff bottom-right aligned with that sequence's own row count.
+// out: contiguous (batch, seqlen_q, heads_q, hdim_v), or (total_q, heads_q, hdim_v) for varlen
+// queries; lse (may be null): contiguous (batch, heads_q, seqlen_q), or (heads_q, total_q). A row
+// that sees no key gets out = 0 and lse = −inf. p.out and p.lse are not touched.
 void reference_forward_kvcache(const detail::KVCacheProblem& p, double* out, double* lse);
 
 }  // namespace hfa::cpu

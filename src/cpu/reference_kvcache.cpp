@@ -51,9 +51,11 @@ std::vector<double> cache_row(const detail::KVCacheProblem& p, const detail::Cac
   return {row.begin(), row.end()};
 }
 
-// Whether query row i sees cache key j: the bottom-right aligned window, spelled out.
-bool visible(const detail::KVCacheProblem& p, int64_t seqlen_k, int64_t i, int64_t j) {
-  const int64_t diagonal = i + seqlen_k - p.seqlen_q;
+// Whether query row i of a sequence of seqlen_q rows sees cache key j: the bottom-right aligned
+// window, spelled out.
+bool visible(const detail::KVCacheProblem& p, int64_t seqlen_q, int64_t seqlen_k, int64_t i,
+             int64_t j) {
+  const int64_t diagonal = i + seqlen_k - seqlen_q;
   if (p.window_left >= 0 && j < diagonal - p.window_left) return false;
   if (p.window_right >= 0 && j > diagonal + p.window_right) return false;
   return true;
@@ -65,7 +67,9 @@ void reference_forward_kvcache(const detail::KVCacheProblem& p, double* out, dou
   const int64_t group = p.heads_q / p.heads_kv;
   const std::size_t q_bytes = p.dtype == DType::f32 ? 4 : 2;
   std::vector<float> row(static_cast<std::size_t>(p.hdim_qk));
-  for (int64_t b = 0; b < p.batch; ++b) {
+  int64_t first_token = 0;  // sequence b's first row in the packed outputs
+  for (int64_t b = 0; b < p.batch; first_token += p.query_rows(b), ++b) {
+    const int64_t seqlen_q = p.query_rows(b);
     const int64_t seqlen_k = std::clamp<int64_t>(p.cache_seqlens[b], 0, int64_t{p.max_pages} * p.page_size);
     for (int64_t h = 0; h < p.heads_q; ++h) {
       // The cache rows of this head's kv-head, dequantized, widened to float64.
@@ -75,14 +79,16 @@ void reference_forward_kvcache(const detail::KVCacheProblem& p, double* out, dou
         k.push_back(cache_row(p, p.k, b, j, kv_head));
         v.push_back(cache_row(p, p.v, b, j, kv_head));
       }
-      for (int64_t i = 0; i < p.seqlen_q; ++i) {
-        const int64_t q_offset = b * p.q_stride.batch + i * p.q_stride.row + h * p.q_stride.head;
+      for (int64_t i = 0; i < seqlen_q; ++i) {
+        const int64_t token = first_token + i;  // the row's index in the packed outputs
+        const int64_t q_offset =
+            b * p.q_stride.batch + (p.query_begin(b) + i) * p.q_stride.row + h * p.q_stride.head;
         load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes, p.hdim_qk,
                        row.data());
         std::vector<int64_t> keys;
         std::vector<double> scores;
         for (int64_t j = 0; j < seqlen_k; ++j) {
-          if (!visible(p, seqlen_k, i, j)) continue;
+          if (!visible(p, seqlen_q, seqlen_k, i, j)) continue;
           double s = 0.0;
           for (int64_t c = 0; c < p.hdim_qk; ++c) s += double{row[c]} * k[j][c];
           s *= p.softmax_scale;
@@ -90,7 +96,7 @@ void reference_forward_kvcache(const detail::KVCacheProblem& p, double* out, dou
           keys.push_back(j);
           scores.push_back(s);
         }
-        double* o = out + ((b * p.seqlen_q + i) * p.heads_q + h) * p.hdim_v;
+        double* o = out + (token * p.heads_q + h) * p.hdim_v;
         std::fill(o, o + p.hdim_v, 0.0);
         double row_lse = -std::numeric_limits<double>::infinity();
         if (!scores.empty()) {
@@ -103,7 +109,8 @@ void reference_forward_kvcache(const detail::KVCacheProblem& p, double* out, dou
           }
           row_lse = max + std::log(sum);
         }
-        if (lse != nullptr) lse[(b * p.heads_q + h) * p.seqlen_q + i] = row_lse;
+        if (lse != nullptr)
+          lse[p.is_varlen() ? h * p.total_q + token : (b * p.heads_q + h) * p.seqlen_q + i] = row_lse;
       }
     }
   }

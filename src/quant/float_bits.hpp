@@ -72,14 +72,19 @@ HFA_HD constexpr float scale_pow2(float x, int k) {
 }
 
 // max |x[i]|: NaN if any element is NaN, else inf if any is infinite. Integer compare of the
-// magnitude bits orders finite values, inf and NaN in exactly that way.
+// magnitude bits orders finite values, inf and NaN in exactly that way. A max of integers, so
+// the GPU append may take it across lanes in any order: the largest abs_bits, then
+// amax_from_abs_bits, is amax_abs.
+HFA_HD constexpr uint32_t abs_bits(float x) { return bits_of(x) & fp32::kAbsMask; }
+HFA_HD constexpr float amax_from_abs_bits(uint32_t largest) { return canonical(from_bits(largest)); }
+
 HFA_HD constexpr float amax_abs(const float* x, int n) {
   uint32_t m = 0;
   for (int i = 0; i < n; ++i) {
-    const uint32_t a = bits_of(x[i]) & fp32::kAbsMask;
+    const uint32_t a = abs_bits(x[i]);
     m = a > m ? a : m;
   }
-  return canonical(from_bits(m));
+  return amax_from_abs_bits(m);
 }
 
 }  // namespace hfa::quant

@@ -1,5 +1,6 @@
 // A KV-cache call on CPU tensors, built from a few knobs: the cache format, paged or contiguous,
-// page size, GQA ratio, seqlen_q, the sequences' cache lengths. The caches are quantized from
+// page size, GQA ratio, seqlen_q (or varlen queries: rows per sequence), the sequences' cache
+// lengths. The caches are quantized from
 // random values with src/quant's encoders; paged caches get a shuffled block table whose unused
 // entries are -1 (never read), and every cache and scale tensor has padded strides. Outputs
 // start as NaN.
@@ -15,6 +16,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/half_float.hpp"
@@ -104,13 +106,16 @@ struct KVCase {
   int64_t seqlen_q = 1;
   int64_t hdim = 64;
   std::vector<int32_t> cache_seqlens = {0, 1, 37, 100};
+  // Varlen queries (cu_seqlens_q): the rows of each sequence, packed into (total_q, heads, d);
+  // empty: seqlen_q rows each. options.max_seqlen_q, when left 0, becomes the longest.
+  std::vector<int32_t> query_lengths;
   uint32_t seed = 1;
   int64_t scale_pad = 2;    // unused FP4 scale bytes after each row (the GPU needs 4-byte rows)
   float outliers = 0.0f;    // fraction of K/V values multiplied by kOutlierGain
   static constexpr float kOutlierGain = 50.0f;
   KVCacheOptions options;
 
-  Storage q, k, v, out, lse, seqlens, table, k_scale, v_scale, k_global, v_global;
+  Storage q, k, v, out, lse, seqlens, table, k_scale, v_scale, k_global, v_global, cu_q;
 
   DType q_dtype() const {
     switch (kind) {
@@ -122,12 +127,41 @@ struct KVCase {
   bool fp4() const { return kind == CacheKind::nvfp4 || kind == CacheKind::mxfp4; }
   int64_t batch() const { return static_cast<int64_t>(cache_seqlens.size()); }
   int64_t heads_q() const { return heads_kv * group; }
+  bool varlen() const { return !query_lengths.empty(); }
+  int64_t rows_of(int64_t b) const { return varlen() ? query_lengths[static_cast<std::size_t>(b)] : seqlen_q; }
+  // Row i of sequence b among all the query rows, in order (a token of the packed q when varlen).
+  int64_t token(int64_t b, int64_t i) const {
+    if (!varlen()) return b * seqlen_q + i;
+    return std::accumulate(query_lengths.begin(), query_lengths.begin() + b, int64_t{0}) + i;
+  }
+  int64_t total_q() const { return token(batch(), 0); }
+  // Where lse (contiguous (batch, heads_q, seqlen_q), or (heads_q, total_q)) holds row i of head h
+  // of sequence b; the oracle's lse uses the same order.
+  int64_t lse_index(int64_t b, int64_t h, int64_t i) const {
+    return varlen() ? h * total_q() + token(b, i) : (b * heads_q() + h) * seqlen_q + i;
+  }
 
   std::string describe() const {
     std::string s = std::string(kind_name(kind)) + (paged ? " paged page_size " + std::to_string(page_size)
                                                           : " contiguous");
-    s += " group " + std::to_string(group) + " seqlen_q " + std::to_string(seqlen_q) + " splits " +
-         std::to_string(options.num_splits) + (options.causal ? " causal" : "");
+    s += " group " + std::to_string(group);
+    if (varlen()) {
+      s += " varlen q rows";
+      for (int32_t n : query_lengths) {  // appends only: GCC 12 warns (-Wrestrict) on " " + str
+        s += ' ';
+        s += std::to_string(n);
+      }
+    } else {
+      s += " seqlen_q ";
+      s += std::to_string(seqlen_q);
+    }
+    s += " splits ";
+    s += std::to_string(options.num_splits);
+    if (options.split_size) {
+      s += " split_size ";
+      s += std::to_string(options.split_size);
+    }
+    if (options.causal) s += " causal";
     return s;
   }
 
@@ -138,13 +172,25 @@ struct KVCase {
     const int64_t batch = this->batch();
     const DType qd = q_dtype();
 
-    q.make(qd, {batch, seqlen_q, heads_q(), hdim}, 8);
+    if (varlen()) {
+      q.make(qd, {total_q(), heads_q(), hdim}, 8);
+      out.make(qd, {total_q(), heads_q(), hdim});
+      lse.make(DType::f32, {heads_q(), total_q()});
+      cu_q.make(DType::i32, {batch + 1});
+      for (int64_t b = 0; b <= batch; ++b) *cu_q.at<int32_t>({b}) = static_cast<int32_t>(token(b, 0));
+      options.cu_seqlens_q = &cu_q.tensor;
+      if (options.max_seqlen_q == 0)
+        options.max_seqlen_q = std::max(1, *std::max_element(query_lengths.begin(), query_lengths.end()));
+    } else {
+      q.make(qd, {batch, seqlen_q, heads_q(), hdim}, 8);
+      out.make(qd, {batch, seqlen_q, heads_q(), hdim});
+      lse.make(DType::f32, {batch, heads_q(), seqlen_q});
+      options.cu_seqlens_q = nullptr;
+    }
     for (int64_t b = 0; b < batch; ++b)
-      for (int64_t i = 0; i < seqlen_q; ++i)
+      for (int64_t i = 0; i < rows_of(b); ++i)
         for (int64_t h = 0; h < heads_q(); ++h)
-          for (int64_t c = 0; c < hdim; ++c) store_float(qd, normal(rng), q.at<unsigned char>({b, i, h, c}));
-    out.make(qd, {batch, seqlen_q, heads_q(), hdim});
-    lse.make(DType::f32, {batch, heads_q(), seqlen_q});
+          for (int64_t c = 0; c < hdim; ++c) store_float(qd, normal(rng), q_at(b, i, h, c));
     poison_outputs();
 
     seqlens.make(DType::i32, {batch});
@@ -197,20 +243,31 @@ struct KVCase {
   void poison_outputs() {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     for (int64_t b = 0; b < batch(); ++b)
-      for (int64_t i = 0; i < seqlen_q; ++i)
+      for (int64_t i = 0; i < rows_of(b); ++i)
         for (int64_t h = 0; h < heads_q(); ++h) {
-          for (int64_t c = 0; c < hdim; ++c) store_float(q_dtype(), nan, out.at<unsigned char>({b, i, h, c}));
-          *lse.at<float>({b, h, i}) = nan;
+          for (int64_t c = 0; c < hdim; ++c) store_float(q_dtype(), nan, element(out, b, i, h, c));
+          lse_at(b, h, i) = nan;
         }
   }
 
   Status run() { return forward_kvcache(q.tensor, k.tensor, v.tensor, out.tensor, &lse.tensor, options); }
 
+  unsigned char* q_at(int64_t b, int64_t i, int64_t h, int64_t c) { return element(q, b, i, h, c); }
+  const unsigned char* out_row(int64_t b, int64_t i, int64_t h) { return element(out, b, i, h, 0); }
   float out_at(int64_t b, int64_t i, int64_t h, int64_t c) {
-    return load_float(q_dtype(), out.at<unsigned char>({b, i, h, c}));
+    return load_float(q_dtype(), element(out, b, i, h, c));
+  }
+  // lse is contiguous: its element is at lse_index.
+  float& lse_at(int64_t b, int64_t h, int64_t i) {
+    return reinterpret_cast<float*>(lse.bytes.data())[lse_index(b, h, i)];
   }
 
  private:
+  // Element (b, i, h, c) of q or out: (b, i, h, c), or (token, h, c) when varlen.
+  unsigned char* element(Storage& s, int64_t b, int64_t i, int64_t h, int64_t c) {
+    return varlen() ? s.at<unsigned char>({token(b, i), h, c}) : s.at<unsigned char>({b, i, h, c});
+  }
+
   void fill_cache(const std::vector<float>& x, int64_t pages, int64_t rows, Storage& cache,
                   Storage& scale, Storage& global) {
     const int64_t row_count = pages * rows * heads_kv;
@@ -281,5 +338,54 @@ struct KVCase {
     }
   }
 };
+
+// Makes sequence b_to of `to` hold what sequence b_from of `from` holds: its cache rows (codes
+// and per-row scales), the format's per-head or global scales, its query rows and its length.
+// Contiguous caches of one format, hdim and heads; `to` built. For tests of batch invariance.
+inline void copy_sequence(KVCase& from, int64_t b_from, KVCase& to, int64_t b_to) {
+  ASSERT_FALSE(from.paged || to.paged) << "copy_sequence takes contiguous caches";
+  ASSERT_EQ(from.rows_of(b_from), to.rows_of(b_to));
+  const int32_t length = from.cache_seqlens[static_cast<std::size_t>(b_from)];
+  auto row_bytes = [](const Storage& s) {
+    const int32_t rank = s.tensor.rank;
+    return static_cast<std::size_t>(rank == 4 ? s.tensor.shape[3] : 1) *
+           dtype_size(static_cast<DType>(s.tensor.dtype));
+  };
+  for (auto [src, dst] : {std::pair{&from.k, &to.k}, {&from.v, &to.v}, {&from.k_scale, &to.k_scale},
+                          {&from.v_scale, &to.v_scale}}) {
+    if (src->bytes.empty() || src->tensor.rank < 3) continue;
+    for (int64_t j = 0; j < length; ++j)
+      for (int64_t h = 0; h < from.heads_kv; ++h)
+        std::memcpy(dst->at<unsigned char>({b_to, j, h, 0}), src->at<unsigned char>({b_from, j, h, 0}),
+                    row_bytes(*src));
+  }
+  // Per-kv-head FP8 scales and NVFP4's global scales: whole (small) tensors.
+  for (auto [src, dst] : {std::pair{&from.k_scale, &to.k_scale}, {&from.v_scale, &to.v_scale},
+                          {&from.k_global, &to.k_global}, {&from.v_global, &to.v_global}})
+    if (!src->bytes.empty() && src->tensor.rank == 1) {
+      ASSERT_EQ(src->bytes.size(), dst->bytes.size());
+      std::copy(src->bytes.begin(), src->bytes.end(), dst->bytes.begin());  // keeps dst's views
+    }
+  for (int64_t i = 0; i < from.rows_of(b_from); ++i)
+    for (int64_t h = 0; h < from.heads_q(); ++h)
+      std::memcpy(to.q_at(b_to, i, h, 0), from.q_at(b_from, i, h, 0),
+                  static_cast<std::size_t>(from.hdim) * dtype_size(from.q_dtype()));
+  to.cache_seqlens[static_cast<std::size_t>(b_to)] = length;
+  *to.seqlens.at<int32_t>({b_to}) = length;
+}
+
+// Whether sequence b of `a` and sequence c_b of `c` got the same bytes of out and lse.
+inline ::testing::AssertionResult same_sequence_bytes(KVCase& a, int64_t b, KVCase& c, int64_t c_b) {
+  const std::size_t row = static_cast<std::size_t>(a.hdim) * dtype_size(a.q_dtype());
+  for (int64_t i = 0; i < a.rows_of(b); ++i)
+    for (int64_t h = 0; h < a.heads_q(); ++h) {
+      if (std::memcmp(&a.lse_at(b, h, i), &c.lse_at(c_b, h, i), sizeof(float)) != 0)
+        return ::testing::AssertionFailure() << "lse of row " << i << " head " << h << " differs: "
+                                             << a.lse_at(b, h, i) << " vs " << c.lse_at(c_b, h, i);
+      if (std::memcmp(a.out_row(b, i, h), c.out_row(c_b, i, h), row) != 0)
+        return ::testing::AssertionFailure() << "out of row " << i << " head " << h << " differs";
+    }
+  return ::testing::AssertionSuccess();
+}
 
 }  // namespace hfa::test

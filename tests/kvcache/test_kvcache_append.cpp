@@ -13,70 +13,12 @@
 
 #include "api/validate_kvcache.hpp"
 #include "cpu/reference.hpp"
+#include "kvcache/kv_append.hpp"
 #include "kvcache/kv_case.hpp"
+#include "kvcache/kv_oracle.hpp"
 
 namespace hfa::test {
 namespace {
-
-enum class Rotary { none, interleaved, halves };
-
-struct AppendCase {
-  CacheKind kind = CacheKind::bf16;
-  bool paged = true;
-  int64_t seqlen_new = 1;
-  Rotary rotary = Rotary::none;
-  bool causal = false;
-  std::vector<int32_t> lengths = {0, 1, 20, 37};  // before the append
-  int64_t rotary_dim = 32;                        // of hdim 64
-};
-
-std::string describe(const AppendCase& a) {
-  return std::string(kind_name(a.kind)) + (a.paged ? " paged" : " contiguous") + " new " +
-         std::to_string(a.seqlen_new) + " rotary " + std::to_string(static_cast<int>(a.rotary)) +
-         (a.causal ? " causal" : "");
-}
-
-// A case whose cache has room for the new tokens: built with the lengths after the append (so
-// the block table maps their pages), then told the lengths before it.
-void make_cache(KVCase& c, const AppendCase& a) {
-  c.kind = a.kind;
-  c.paged = a.paged;
-  c.page_size = 16;
-  c.group = 2;
-  c.seqlen_q = a.seqlen_new;
-  c.cache_seqlens = a.lengths;
-  for (int32_t& n : c.cache_seqlens) n += static_cast<int32_t>(a.seqlen_new);
-  c.options.causal = a.causal;
-  c.seed = 7;
-  c.build();
-  for (std::size_t b = 0; b < a.lengths.size(); ++b) *c.seqlens.at<int32_t>({int64_t(b)}) = a.lengths[b];
-}
-
-struct Rows {
-  Storage k_new, v_new, cos, sin;
-};
-
-Rows make_rows(const KVCase& c, const AppendCase& a) {
-  Rows r;
-  std::mt19937 rng(99);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (Storage* s : {&r.k_new, &r.v_new}) {
-    s->make(c.q_dtype(), {c.batch(), a.seqlen_new, c.heads_kv, c.hdim}, 4);
-    for (int64_t b = 0; b < c.batch(); ++b)
-      for (int64_t i = 0; i < a.seqlen_new; ++i)
-        for (int64_t h = 0; h < c.heads_kv; ++h)
-          for (int64_t d = 0; d < c.hdim; ++d)
-            store_float(c.q_dtype(), normal(rng), s->at<unsigned char>({b, i, h, d}));
-  }
-  const float values[] = {0.0f, 0.25f, -0.25f, 0.5f, -0.5f, 0.75f, -0.75f, 1.0f, -1.0f};
-  const int64_t seqlen_ro = *std::max_element(a.lengths.begin(), a.lengths.end()) + a.seqlen_new + 2;
-  for (Storage* s : {&r.cos, &r.sin}) {
-    s->make(DType::f32, {seqlen_ro, a.rotary_dim / 2}, 1);
-    for (int64_t t = 0; t < seqlen_ro; ++t)
-      for (int64_t j = 0; j < a.rotary_dim / 2; ++j) *s->at<float>({t, j}) = values[rng() % 9];
-  }
-  return r;
-}
 
 void rotate(const AppendCase& a, const Rows& r, int64_t position, std::vector<float>& x) {
   const int64_t half = a.rotary_dim / 2;
@@ -125,13 +67,7 @@ void expect_append_matches(const AppendCase& a) {
   make_cache(got, a);
   make_cache(want, a);  // the same seed: the same tensors
   Rows rows = make_rows(got, a);
-  got.options.k_new = &rows.k_new.tensor;
-  got.options.v_new = &rows.v_new.tensor;
-  if (a.rotary != Rotary::none) {
-    got.options.rotary_cos = &rows.cos.tensor;
-    got.options.rotary_sin = &rows.sin.tensor;
-    got.options.rotary_interleaved = a.rotary == Rotary::interleaved;
-  }
+  attach(got, a, rows);
 
   // The expected state: new rows rotated and encoded, queries rotated, lengths after the append.
   const bool masked = a.causal;
@@ -169,21 +105,22 @@ void expect_append_matches(const AppendCase& a) {
   ASSERT_TRUE(detail::build_kvcache_problem({&want.q.tensor, &want.k.tensor, &want.v.tensor,
                                              &want.out.tensor, &want.lse.tensor, &want.options},
                                             &problem).is_ok());
-  std::vector<double> out(static_cast<std::size_t>(got.batch() * got.seqlen_q * got.heads_q() * got.hdim));
-  std::vector<double> lse(static_cast<std::size_t>(got.batch() * got.heads_q() * got.seqlen_q));
+  std::vector<double> out(static_cast<std::size_t>(got.total_q() * got.heads_q() * got.hdim));
+  std::vector<double> lse(static_cast<std::size_t>(got.heads_q() * got.total_q()));
   cpu::reference_forward_kvcache(problem, out.data(), lse.data());
+  const Oracle oracle{out, lse};
   // q rotated by hfa stays fp32; the oracle's q was rounded to q's dtype after rotation.
   const double tol = got.q_dtype() == DType::f32 ? 2e-5 : 2e-2;
   int failures = 0;
   for (int64_t b = 0; b < got.batch(); ++b)
     for (int64_t i = 0; i < got.seqlen_q; ++i)
       for (int64_t h = 0; h < got.heads_q(); ++h) {
-        const double want_lse = lse[(b * got.heads_q() + h) * got.seqlen_q + i];
-        const double got_lse = *got.lse.at<float>({b, h, i});
+        const double want_lse = oracle.lse_at(got, b, h, i);
+        const double got_lse = got.lse_at(b, h, i);
         if (!(std::abs(got_lse - want_lse) <= tol * std::max(1.0, std::abs(want_lse))) && ++failures <= 5)
           ADD_FAILURE() << "lse(" << b << ", " << h << ", " << i << ") = " << got_lse << ", oracle " << want_lse;
         for (int64_t d = 0; d < got.hdim; ++d) {
-          const double w = out[((b * got.seqlen_q + i) * got.heads_q() + h) * got.hdim + d];
+          const double w = oracle.out_at(got, b, i, h, d);
           const double g = got.out_at(b, i, h, d);
           if (!(std::abs(g - w) <= tol * (1.0 + std::abs(w))) && ++failures <= 5)
             ADD_FAILURE() << "out(" << b << ", " << i << ", " << h << ", " << d << ") = " << g << ", oracle " << w;

@@ -228,6 +228,76 @@ TEST(KVCacheArgs, Scalars) {
   EXPECT_TRUE(KVRejected(c, "softmax_scale"));
 }
 
+// Varlen queries: q / out (total_q, heads_q, d), lse (heads_q, total_q), cu_seqlens_q (batch + 1).
+void reset_varlen(KVCase& c) {
+  c = KVCase{};
+  c.group = 2;
+  c.query_lengths = {2, 0, 3};
+  c.cache_seqlens = {5, 0, 40};
+  c.build();
+}
+
+TEST(KVCacheArgs, VarlenQueries) {
+  KVCase c;
+  reset_varlen(c);
+  EXPECT_TRUE(c.run().is_ok());
+  reset_varlen(c);
+  c.cu_q.tensor.dtype = HFA_F32;
+  EXPECT_TRUE(KVRejected(c, "cu_seqlens_q", "expected dtype i32"));
+  reset_varlen(c);
+  c.cu_q.tensor.rank = 2;
+  EXPECT_TRUE(KVRejected(c, "cu_seqlens_q", "expected rank 1"));
+  reset_varlen(c);
+  c.cu_q.tensor.shape[0] = 3;  // batch 2, but three lengths
+  EXPECT_TRUE(KVRejected(c, "cache_seqlens", "expected shape (2) (batch, as cu_seqlens_q)"));
+  reset_varlen(c);
+  c.cu_q.tensor.device = HFA_CUDA;
+  EXPECT_TRUE(KVRejected(c, "cu_seqlens_q", "expected cpu (as q)"));
+  reset_varlen(c);
+  *c.cu_q.at<int32_t>({0}) = 1;
+  EXPECT_TRUE(KVRejected(c, "cu_seqlens_q", "must start at 0, got 1"));
+  reset_varlen(c);
+  *c.cu_q.at<int32_t>({2}) = 1;  // 0 2 1 5
+  EXPECT_TRUE(KVRejected(c, "cu_seqlens_q", "must not decrease, but element 2 (1) < element 1 (2)"));
+  reset_varlen(c);
+  *c.cu_q.at<int32_t>({3}) = 4;
+  EXPECT_TRUE(KVRejected(c, "cu_seqlens_q", "last element 4 must equal q's total_tokens 5"));
+  reset_varlen(c);
+  c.options.max_seqlen_q = 0;
+  EXPECT_TRUE(KVRejected(c, "max_seqlen_q", "must be at least 1 with cu_seqlens_q, got 0"));
+  reset_varlen(c);
+  c.options.max_seqlen_q = 2;
+  EXPECT_TRUE(KVRejected(c, "max_seqlen_q", "2 is smaller than sequence 2 (length 3)"));
+  reset(c);
+  c.options.max_seqlen_q = 4;
+  EXPECT_TRUE(KVRejected(c, "max_seqlen_q", "only used with cu_seqlens_q"));
+  reset(c);  // a fixed-length (rank 4) q with cu_seqlens_q
+  c.options.cu_seqlens_q = &c.seqlens.tensor;
+  c.options.max_seqlen_q = 2;
+  EXPECT_TRUE(KVRejected(c, "q", "expected rank 3 (total_q, heads_q, headdim)"));
+  reset_varlen(c);
+  c.out.tensor.shape[0] = 4;
+  EXPECT_TRUE(KVRejected(c, "out", "expected total_q 5 (as q), got 4"));
+  reset_varlen(c);
+  c.out.tensor.shape[1] = 2;
+  EXPECT_TRUE(KVRejected(c, "out", "expected heads 4 (as q), got 2"));
+  reset_varlen(c);
+  c.lse.tensor.shape[1] = 4;
+  EXPECT_TRUE(KVRejected(c, "lse", "expected shape (4, 5) (heads_q, total_q)"));
+  reset_varlen(c);
+  c.lse.tensor.rank = 3;
+  EXPECT_TRUE(KVRejected(c, "lse", "expected rank 2"));
+  reset_varlen(c);
+  c.table.tensor.shape[0] = 2;
+  EXPECT_TRUE(KVRejected(c, "block_table", "expected 3 rows (batch, as cu_seqlens_q)"));
+  reset_varlen(c);
+  Storage k_new;
+  k_new.make(DType::bf16, {3, 1, 2, 64});
+  c.options.k_new = &k_new.tensor;
+  c.options.v_new = &k_new.tensor;
+  EXPECT_TRUE(KVRejected(c, "k_new", "varlen queries", Code::not_supported));
+}
+
 // The mode a GPU backend will check values in: the option, or HFA_VALIDATE_KVCACHE set and not
 // "0". (CPU tensors are checked either way: see CacheSeqlens and BlockTable.)
 TEST(KVCacheArgs, ValidationModeFromOptionOrEnvironment) {
@@ -288,7 +358,7 @@ TEST(KVCacheArgs, CAbi) {
             HFA_SUCCESS)
       << hfa_last_error();
   EXPECT_FALSE(std::isnan(c.out_at(0, 0, 0, 0)));
-  EXPECT_EQ(*c.lse.at<float>({1, 0, 0}), -INFINITY);  // cache_seqlens[1] = 0
+  EXPECT_EQ(c.lse_at(1, 0, 0), -INFINITY);  // cache_seqlens[1] = 0
   EXPECT_EQ(c.out_at(1, 0, 0, 0), 0.0f);
 }
 

@@ -3,7 +3,10 @@
 // (0 and 1 included); and split-KV against one split.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <utility>
 #include <limits>
 #include <vector>
 
@@ -35,9 +38,9 @@ void expect_matches_oracle(KVCase& c) {
   int failures = 0;
   for (int64_t b = 0; b < c.batch(); ++b)
     for (int64_t h = 0; h < c.heads_q(); ++h)
-      for (int64_t i = 0; i < c.seqlen_q; ++i) {
-        const double want_lse = o.lse[(b * c.heads_q() + h) * c.seqlen_q + i];
-        const float got_lse = *c.lse.at<float>({b, h, i});
+      for (int64_t i = 0; i < c.rows_of(b); ++i) {
+        const double want_lse = o.lse_at(c, b, h, i);
+        const float got_lse = c.lse_at(b, h, i);
         if (std::isinf(want_lse)) {
           EXPECT_TRUE(std::isinf(got_lse) && got_lse < 0) << "b " << b << " h " << h << " i " << i << ": lse " << got_lse;
         } else {
@@ -45,7 +48,7 @@ void expect_matches_oracle(KVCase& c) {
               << "b " << b << " h " << h << " i " << i;
         }
         for (int64_t d = 0; d < c.hdim; ++d) {
-          const double want = o.out[((b * c.seqlen_q + i) * c.heads_q() + h) * c.hdim + d];
+          const double want = o.out_at(c, b, i, h, d);
           const double got = c.out_at(b, i, h, d);
           if (!(std::abs(got - want) <= tol * (1.0 + std::abs(want))) && ++failures <= 5)
             ADD_FAILURE() << "out(" << b << ", " << i << ", " << h << ", " << d << ") = " << got
@@ -88,6 +91,68 @@ TEST(KVCacheOracle, Fp8PerTokenCache) { sweep(CacheKind::fp8_per_token); }
 TEST(KVCacheOracle, Nvfp4Cache) { sweep(CacheKind::nvfp4); }
 TEST(KVCacheOracle, Mxfp4Cache) { sweep(CacheKind::mxfp4); }
 
+// Varlen queries (cu_seqlens_q): decode, speculative and chunked-prefill rows mixed in one call,
+// with sequences of no rows and one row, empty caches, and rows that see no key (causal with
+// more rows than keys); every format, paged and contiguous, split and not, with a window.
+TEST(KVCacheOracle, VarlenQueries) {
+  int n = 0;
+  for (CacheKind kind : {CacheKind::f32, CacheKind::f16, CacheKind::bf16, CacheKind::fp8_per_head,
+                         CacheKind::fp8_per_token, CacheKind::nvfp4, CacheKind::mxfp4})
+    for (int64_t page_size : {int64_t{0}, int64_t{1}, int64_t{16}})
+      for (bool causal : {false, true}) {
+        KVCase c;
+        c.kind = kind;
+        c.paged = page_size > 0;
+        c.page_size = page_size;
+        c.group = (n % 2) ? 4 : 1;
+        c.query_lengths = {1, 0, 5, 1, 17, 3};
+        c.cache_seqlens = {40, 9, 0, 1, 130, 2};
+        c.options.causal = causal;
+        if (n % 3 == 2) c.options.window_left = 7;
+        c.options.num_splits = (n % 4 == 3) ? 3 : 0;
+        c.seed = static_cast<uint32_t>(300 + n++);
+        expect_matches_oracle(c);
+        if (::testing::Test::HasFailure()) return;
+      }
+}
+
+// A sequence's rows give the same results whether it is called alone with fixed length or
+// packed among others with varlen, and a loose max_seqlen_q changes nothing.
+TEST(KVCacheOracle, VarlenRowsEqualFixedLengthCalls) {
+  KVCase packed;
+  packed.kind = CacheKind::f32;
+  packed.group = 2;
+  packed.query_lengths = {3, 0, 3};
+  packed.cache_seqlens = {50, 7, 20};
+  packed.options.causal = true;
+  packed.options.max_seqlen_q = 40;
+  packed.build();
+  ASSERT_TRUE(packed.run().is_ok());
+  KVCase fixed = packed;
+  fixed.query_lengths.clear();
+  fixed.seqlen_q = 3;
+  fixed.options.max_seqlen_q = 0;
+  fixed.build();
+  // The packed call's cache (same shapes) and q rows (sequence 1 has none to give).
+  for (auto [from, to] : {std::pair{&packed.k, &fixed.k}, {&packed.v, &fixed.v}, {&packed.table, &fixed.table}}) {
+    ASSERT_EQ(from->bytes.size(), to->bytes.size());
+    std::copy(from->bytes.begin(), from->bytes.end(), to->bytes.begin());
+  }
+  for (int64_t b : {0, 2})
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t h = 0; h < fixed.heads_q(); ++h)
+        std::memcpy(fixed.q_at(b, i, h, 0), packed.q_at(b, i, h, 0),
+                    static_cast<std::size_t>(fixed.hdim) * sizeof(float));
+  ASSERT_TRUE(fixed.run().is_ok());
+  for (int64_t b : {0, 2})
+    for (int64_t h = 0; h < fixed.heads_q(); ++h)
+      for (int64_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(fixed.lse_at(b, h, i), packed.lse_at(b, h, i)) << b << " " << h << " " << i;
+        for (int64_t d = 0; d < fixed.hdim; ++d)
+          ASSERT_EQ(fixed.out_at(b, i, h, d), packed.out_at(b, i, h, d)) << b << " " << i << " " << h;
+      }
+}
+
 TEST(KVCacheOracle, WindowSoftcapScaleAndHeaddim128) {
   KVCase c;
   c.kind = CacheKind::bf16;
@@ -108,9 +173,9 @@ TEST(KVCacheOracle, WindowSoftcapScaleAndHeaddim128) {
 void expect_same_results(KVCase& one, KVCase& c) {
   for (int64_t b = 0; b < c.batch(); ++b)
     for (int64_t h = 0; h < c.heads_q(); ++h)
-      for (int64_t i = 0; i < c.seqlen_q; ++i) {
-        const float a = *one.lse.at<float>({b, h, i});
-        const float z = *c.lse.at<float>({b, h, i});
+      for (int64_t i = 0; i < c.rows_of(b); ++i) {
+        const float a = one.lse_at(b, h, i);
+        const float z = c.lse_at(b, h, i);
         if (std::isinf(a)) {
           EXPECT_EQ(a, z);
         } else {
@@ -168,6 +233,34 @@ TEST(KVCacheSplits, FixedSplitSizeSameResultAsOneSplit) {
   }
 }
 
+// With split_size, a sequence's out and lse are the same bytes whatever the batch around it: alone
+// with fixed length, or packed (varlen) among longer and empty sequences in a larger cache.
+TEST(KVCacheSplits, FixedSplitSizeIsBatchInvariant) {
+  for (CacheKind kind : {CacheKind::bf16, CacheKind::nvfp4})
+    for (int32_t split_size : {100, 192, 1024}) {
+      SCOPED_TRACE(testing::Message() << kind_name(kind) << " split_size " << split_size);
+      KVCase alone;
+      alone.kind = kind;
+      alone.paged = false;
+      alone.group = 4;
+      alone.seqlen_q = 3;
+      alone.cache_seqlens = {1000};
+      alone.options.causal = true;
+      alone.options.window_left = 700;
+      alone.options.split_size = split_size;
+      alone.build();
+      KVCase crowd = alone;
+      crowd.query_lengths = {1, 0, 3, 5};
+      crowd.cache_seqlens = {5000, 7, 1000, 0};
+      crowd.seed = 77;
+      crowd.build();
+      copy_sequence(alone, 0, crowd, 2);
+      ASSERT_TRUE(alone.run().is_ok());
+      ASSERT_TRUE(crowd.run().is_ok());
+      EXPECT_TRUE(same_sequence_bytes(alone, 0, crowd, 2));
+    }
+}
+
 // A NaN in the cache reaches every row that sees it, whatever the split it falls in.
 TEST(KVCacheSplits, NanInTheCachePropagates) {
   KVCase c;
@@ -179,7 +272,7 @@ TEST(KVCacheSplits, NanInTheCachePropagates) {
   *c.k.at<float>({0, 599, 0, 3}) = std::numeric_limits<float>::quiet_NaN();
   ASSERT_TRUE(c.run().is_ok());
   EXPECT_TRUE(std::isnan(c.out_at(0, 0, 0, 0)));
-  EXPECT_TRUE(std::isnan(*c.lse.at<float>({0, 0, 0})));
+  EXPECT_TRUE(std::isnan(c.lse_at(0, 0, 0)));
   EXPECT_FALSE(std::isnan(c.out_at(0, 0, 1, 0)));  // the other kv-head does not read it
 }
 

@@ -6,6 +6,7 @@
 
 #include "common/combine_splits.hpp"
 #include "sm90/decode/params.hpp"
+#include "sm90/decode/sequence.cuh"
 #include "sm90/decode/warp_mma.cuh"
 
 namespace hfa::sm90::decode {
@@ -26,11 +27,7 @@ __global__ void __launch_bounds__(kCombineRowsPerBlock * 32)
                                            p.partial_out + row_id * kHeadDim + first,
                                            p.rows_total * kHeadDim, p.num_splits,
                                            kCombineColumnsPerLane, merged);
-  const int64_t i = row_id % p.seqlen_q;
-  const int64_t h = (row_id / p.seqlen_q) % p.heads_q;
-  const int64_t b = row_id / (int64_t(p.seqlen_q) * p.heads_q);
-  Element* out = static_cast<Element*>(p.out) + b * p.out_batch_stride + i * p.out_row_stride +
-                 h * p.out_head_stride + first;
+  Element* out = static_cast<Element*>(p.out) + out_offset_of_row(p, row_id) + first;
 #pragma unroll
   for (int k = 0; k < kCombineColumnsPerLane; ++k) out[k] = float_to_element<Element>(merged[k]);
   if (lane == 0 && p.lse != nullptr) p.lse[row_id] = lse;

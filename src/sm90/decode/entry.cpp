@@ -11,6 +11,7 @@
 
 #include "api/validate_kvcache.hpp"
 #include "common/backend.hpp"
+#include "sm90/decode/append.hpp"
 #include "sm90/decode/launch.hpp"
 #include "sm90/device.hpp"
 
@@ -21,8 +22,8 @@ Status cuda_error(const std::string& what) {
   return {Code::cuda, "sm90 KV-cache forward: " + what + ": " + cudaGetErrorString(cudaGetLastError())};
 }
 
-// Validation mode: the lengths and the used block-table entries, copied to the host and checked
-// like a CPU call's (the one place this path synchronizes, as documented).
+// Validation mode: the lengths, the varlen offsets and the used block-table entries, copied to
+// the host and checked like a CPU call's (the one place this path synchronizes, as documented).
 Status validate_values(const detail::KVCacheProblem& p) {
   auto stream = static_cast<cudaStream_t>(p.stream);
   std::vector<int32_t> lengths(std::size_t(p.batch));
@@ -38,9 +39,17 @@ Status validate_values(const detail::KVCacheProblem& p) {
                           cudaMemcpyDeviceToHost, stream) != cudaSuccess)
       return cuda_error("validation: reading block_table");
   }
+  std::vector<int32_t> offsets;  // varlen queries' cu_seqlens_q
+  if (p.is_varlen()) {
+    offsets.resize(std::size_t(p.batch) + 1);
+    if (cudaMemcpyAsync(offsets.data(), p.cu_seqlens_q, offsets.size() * sizeof(int32_t),
+                        cudaMemcpyDeviceToHost, stream) != cudaSuccess)
+      return cuda_error("validation: reading cu_seqlens_q");
+  }
   if (cudaStreamSynchronize(stream) != cudaSuccess) return cuda_error("validation: synchronizing");
   detail::KVCacheProblem host = p;
   host.cache_seqlens = lengths.data();
+  if (p.is_varlen()) host.cu_seqlens_q = offsets.data();
   if (p.block_table != nullptr) {
     host.block_table = table.data();
     host.block_table_stride = p.max_pages;
@@ -77,8 +86,13 @@ Status sm90_forward_kvcache(const KVCacheProblem& p) {
     return {Code::invalid_argument, "workspace: must be 16-byte aligned on the GPU"};
   if (p.validate)
     if (Status s = validate_values(p); !s) return s;
-  if (p.dtype == DType::bf16) return run<__nv_bfloat16>(p, info);
-  return run<__half>(p, info);
+  // The append first, on the same stream: the attention reads the keys it writes (and the
+  // rotated queries, from the workspace).
+  detail::KVCacheProblem attention;
+  if (Status s = append_new_tokens(p, &attention); !s) return s;
+  if (int64_t{p.batch} * p.seqlen_q == 0) return Status::ok();  // an append without queries
+  if (p.dtype == DType::bf16) return run<__nv_bfloat16>(attention, info);
+  return run<__half>(attention, info);
 }
 
 }  // namespace hfa::detail

@@ -1,6 +1,7 @@
 // The split-KV decode kernel: one CTA per (split, kv-head × 16-row tile, sequence). The query
 // rows of a GQA group (group · seqlen_q of them) are the rows of the tile, so each K/V byte is
-// read once for all of them.
+// read once for all of them. With varlen queries the grid's row tiles cover the longest sequence
+// and a sequence's CTAs past its own rows exit at once.
 //
 // Memory is the limit, so the kernel is a pipeline of cp.async copies: 64 keys of K and V codes
 // (and scales) per stage, (stages - 1) stages in flight, two CTAs per SM. Each of the 4 warps
@@ -23,6 +24,8 @@
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/dequant.cuh"
 #include "sm90/decode/params.hpp"
+#include "sm90/decode/row_output.cuh"
+#include "sm90/decode/sequence.cuh"
 #include "sm90/decode/warp_mma.cuh"
 
 namespace hfa::sm90::decode {
@@ -97,20 +100,13 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
   const int g = lane / 4, c = lane % 4;  // mma fragment row group and column pair
 
-  // The keys this tile's rows see, bottom-right aligned: query i sees key j iff
-  // i + offset - window_left <= j <= i + offset + window_right, j < seqlen_k.
-  const int seqlen_k = min(max(p.cache_seqlens[b], 0), p.capacity);
-  const int offset = seqlen_k - p.seqlen_q;
+  const DecodeSequence seq = decode_sequence(p, b);
   const int first_row = row_tile * C::kRowsPerTile;
-  const int last_row = min(p.rows, first_row + C::kRowsPerTile) - 1;
-  int key_begin = 0, key_end = seqlen_k;
-  if (p.window_left >= 0) key_begin = max(0, first_row / p.group + offset - p.window_left);
-  if (p.window_right >= 0) key_end = min(key_end, last_row / p.group + offset + p.window_right + 1);
-  const int tile_base = key_begin / kN;
-  const int tiles_total = key_end > key_begin ? (key_end + kN - 1) / kN - tile_base : 0;
-  const int tiles_per_split = (tiles_total + p.num_splits - 1) / p.num_splits;
-  const int first_tile = tile_base + split * tiles_per_split;
-  const int n_tiles = min(max(tiles_total - split * tiles_per_split, 0), tiles_per_split);
+  const TileKeys keys = tile_keys<kN>(p, seq, first_row, C::kRowsPerTile, split);
+  const int rows = keys.rows;
+  // A tile past the sequence's rows has no row: no output, and no partial the combine reads.
+  if (first_row >= rows) return;
+  const int key_end = keys.key_end, first_tile = keys.first_tile, n_tiles = keys.n_tiles;
 
   unsigned char* const q_tile = smem + C::kQOffset;
   RowOffsets* const row_table = reinterpret_cast<RowOffsets*>(smem + C::kRowTableOffset);
@@ -130,9 +126,9 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
     for (int idx = tid; idx < C::kRowsPerTile * kD; idx += C::kThreads) {
       const int local = idx / kD, stored = idx % kD, r = first_row + local;
       Element value = float_to_element<Element>(0.0f);
-      if (r < p.rows) {
+      if (r < rows) {
         const int i = r / p.group, h = kv_head * p.group + r % p.group;
-        value = q[b * p.q_batch_stride + i * p.q_row_stride + h * p.q_head_stride +
+        value = q[b * p.q_batch_stride + (seq.q_begin + i) * p.q_row_stride + h * p.q_head_stride +
                   stored_to_column<kStorage>(stored)];
       }
       *reinterpret_cast<Element*>(q_tile + swizzled(local, stored / 8) + (stored % 8) * 2) = value;
@@ -329,12 +325,9 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
   int key_lo[2], key_hi[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int r = first_row + g + 8 * half;
-    const int i = r / p.group;
-    key_lo[half] = p.window_left >= 0 ? i + offset - p.window_left : 0;
-    key_hi[half] = r < p.rows ? (p.window_right >= 0 ? min(seqlen_k - 1, i + offset + p.window_right)
-                                                     : seqlen_k - 1)
-                              : -1;
+    const RowKeys k = row_keys(p, seq, keys, first_row + g + 8 * half);
+    key_lo[half] = k.lo;
+    key_hi[half] = k.hi;
   }
 
   float o[kD / kMmaN][4];
@@ -490,27 +483,13 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
   const int row = tid / (kD / kColumnsPerThread);
   const int first_stored = (tid % (kD / kColumnsPerThread)) * kColumnsPerThread;
   const int r = first_row + row;
-  if (r >= p.rows) return;
+  if (r >= rows) return;
   float merged[kColumnsPerThread];
   float lse = detail::combine_splits(merge_lse + row * C::kWarps, merge_out + row * kD + first_stored,
                                      C::kRowsPerTile * kD, C::kWarps, kColumnsPerThread, merged);
   // lse is in the units of the scores the tile saw; softcap's tanh already used true units.
-  const int i = r / p.group, h = kv_head * p.group + r % p.group;
-  const int64_t row_id = (int64_t(b) * p.heads_q + h) * p.seqlen_q + i;
-  if (p.num_splits == 1) {
-    Element* out = static_cast<Element*>(p.out) + b * p.out_batch_stride + i * p.out_row_stride +
-                   h * p.out_head_stride;
-#pragma unroll
-    for (int k = 0; k < kColumnsPerThread; ++k)
-      out[stored_to_column<kStorage>(first_stored + k)] = float_to_element<Element>(merged[k] * v_multiplier);
-    if (p.lse != nullptr && first_stored == 0) p.lse[row_id] = lse;
-  } else {
-    float* partial = p.partial_out + (int64_t(split) * p.rows_total + row_id) * kD;
-#pragma unroll
-    for (int k = 0; k < kColumnsPerThread; ++k)
-      partial[stored_to_column<kStorage>(first_stored + k)] = merged[k] * v_multiplier;
-    if (first_stored == 0) p.partial_lse[row_id * p.num_splits + split] = lse;
-  }
+  store_row<Element, kD>(p, seq, b, kv_head * p.group + r % p.group, r / p.group, split, first_stored,
+                         merged, lse, v_multiplier, [](int stored) { return stored_to_column<kStorage>(stored); });
 }
 
 }  // namespace hfa::sm90::decode

@@ -4,10 +4,12 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "sm90/decode/combine_kernel.cuh"
 #include "sm90/decode/kernel.cuh"
+#include "sm90/decode/stream_kernel.cuh"
 #include "sm90/decode/launch.hpp"
 
 namespace hfa::sm90::decode {
@@ -61,10 +63,39 @@ Status launch_decode(const Params& params, cudaStream_t stream) {
   return Status::ok();
 }
 
+// The stream kernel (stream_kernel.cuh) takes quantized caches whose kv-head has at most 8 query
+// rows (group · seqlen_q) and whose pages hold whole 16-key warp tiles (contiguous caches, page
+// sizes that are multiples of 16); HFA_SM90_DECODE_STREAM=0 sends them to the tile kernel
+// instead (to measure one against the other).
+inline bool use_stream_kernel(const detail::KVCacheProblem& p, int rows) {
+  static const bool enabled = [] {
+    const char* flag = std::getenv("HFA_SM90_DECODE_STREAM");
+    return flag == nullptr || std::string(flag) != "0";
+  }();
+  const bool whole_warp_tiles = p.block_table == nullptr || p.page_size % stream::kKeysPerWarp == 0;
+  return enabled && p.format != detail::CacheFormat::plain && rows <= stream::kRowsPerTile &&
+         whole_warp_tiles;
+}
+
+template <typename Element, Storage kStorage>
+Status launch_stream(Params params, cudaStream_t stream) {
+  using C = StreamConfig<kStorage>;
+  auto kernel = stream_kernel<Element, kStorage>;
+  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           C::kSmemBytes);
+      e != cudaSuccess)
+    return cuda_status("setting the shared memory size", e);
+  params.row_tiles = (params.rows + C::kRowsPerTile - 1) / C::kRowsPerTile;
+  const dim3 grid(params.num_splits, params.heads_kv * params.row_tiles, params.batch);
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(params);
+  return Status::ok();
+}
+
 template <typename Element>
 Status run(const detail::KVCacheProblem& p, const DeviceInfo& device) {
   using C = Config<Storage::plain>;
   Params params;
+  params.cu_seqlens_q = p.cu_seqlens_q;
   params.q = p.q;
   params.q_batch_stride = p.q_stride.batch;
   params.q_row_stride = p.q_stride.row;
@@ -73,6 +104,8 @@ Status run(const detail::KVCacheProblem& p, const DeviceInfo& device) {
   params.out_batch_stride = p.out_stride.batch;
   params.out_row_stride = p.out_stride.row;
   params.out_head_stride = p.out_stride.head;
+  params.row_id_batch_stride = p.is_varlen() ? 0 : int64_t(p.heads_q) * p.seqlen_q;
+  params.row_id_head_stride = p.is_varlen() ? p.total_q : p.seqlen_q;
   params.lse = p.lse;
   params.k = cache_view(p.k, p);
   params.v = cache_view(p.v, p);
@@ -84,19 +117,21 @@ Status run(const detail::KVCacheProblem& p, const DeviceInfo& device) {
   params.page_size = p.page_size;
   params.page_shift = (p.page_size & (p.page_size - 1)) == 0 ? __builtin_ctz(unsigned(p.page_size)) : -1;
   params.capacity = int32_t(std::min<int64_t>(int64_t(p.max_pages) * p.page_size, INT32_MAX));
+  params.seqlen_new = p.seqlen_new;
   params.batch = p.batch;
-  params.seqlen_q = p.seqlen_q;
+  params.seqlen_q = longest_query_rows(p);
   params.heads_q = p.heads_q;
   params.heads_kv = p.heads_kv;
   params.group = p.heads_q / p.heads_kv;
-  params.rows = params.group * p.seqlen_q;
+  params.rows = params.group * params.seqlen_q;
   params.row_tiles = (params.rows + C::kRowsPerTile - 1) / C::kRowsPerTile;
   params.num_splits = choose_splits(p, device);
+  params.split_size = p.split_size;
   params.softmax_scale = p.softmax_scale;
   params.softcap = p.softcap;
   params.window_left = p.window_left;
   params.window_right = p.window_right;
-  params.rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  params.rows_total = int64_t(p.heads_q) * p.total_query_rows();
   if (params.num_splits > 1) {
     // The API checked the workspace against workspace_bytes().
     params.partial_out = static_cast<float*>(p.workspace);
@@ -105,11 +140,18 @@ Status run(const detail::KVCacheProblem& p, const DeviceInfo& device) {
 
   auto stream = static_cast<cudaStream_t>(p.stream);
   Status status;
+  const bool stream_kernel = use_stream_kernel(p, params.rows);
   switch (p.format) {
     case detail::CacheFormat::plain: status = launch_decode<Element, Storage::plain>(params, stream); break;
     case detail::CacheFormat::fp8_per_head:
-    case detail::CacheFormat::fp8_per_token: status = launch_decode<Element, Storage::fp8>(params, stream); break;
-    default: status = launch_decode<Element, Storage::fp4>(params, stream); break;
+    case detail::CacheFormat::fp8_per_token:
+      status = stream_kernel ? launch_stream<Element, Storage::fp8>(params, stream)
+                             : launch_decode<Element, Storage::fp8>(params, stream);
+      break;
+    default:
+      status = stream_kernel ? launch_stream<Element, Storage::fp4>(params, stream)
+                             : launch_decode<Element, Storage::fp4>(params, stream);
+      break;
   }
   if (!status) return status;
   if (params.num_splits > 1) {

@@ -31,11 +31,17 @@ struct CacheView {
 };
 
 struct Params {
+  // Varlen queries (cu_seqlens_q, batch + 1): q and out are (total_q, heads, d), batch strides
+  // 0; null: fixed length. sequence.cuh reads a sequence's rows and keys.
+  const int32_t* cu_seqlens_q = nullptr;
   const void* q = nullptr;
   int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;  // elements
   void* out = nullptr;
   int64_t out_batch_stride = 0, out_row_stride = 0, out_head_stride = 0;  // elements
-  float* lse = nullptr;  // contiguous (batch, heads_q, seqlen_q); null: not wanted
+  // Query rows are numbered in lse's order: b·row_id_batch_stride + h·row_id_head_stride + token,
+  // (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen (batch stride 0).
+  int64_t row_id_batch_stride = 0, row_id_head_stride = 0;
+  float* lse = nullptr;  // contiguous, indexed by row id; null: not wanted
 
   CacheView k, v;
   ScaleKind scale_kind = ScaleKind::none;
@@ -47,19 +53,25 @@ struct Params {
   int32_t page_size = 0;
   int32_t page_shift = -1;  // log2(page_size) when it is a power of two (no division per key)
   int32_t capacity = 0;  // max_pages · page_size: lengths are clamped to it
+  int32_t seqlen_new = 0;  // tokens appended before the attention (keys: cache_seqlens[b] + this)
 
-  int32_t batch = 0, seqlen_q = 0, heads_q = 0, heads_kv = 0, group = 0;
-  int32_t rows = 0;       // group · seqlen_q query rows share one kv-head's keys
+  int32_t batch = 0, heads_q = 0, heads_kv = 0, group = 0;
+  int32_t seqlen_q = 0;   // varlen: max_seqlen_q (at most total_q)
+  int32_t rows = 0;       // group · seqlen_q query rows share one kv-head's keys (at most)
   int32_t row_tiles = 0;  // ceil(rows / 16)
-  int32_t num_splits = 1;
+  int32_t num_splits = 1;  // CTAs per row tile along the keys; with split_size, the most chunks
+  // > 0: split s of every sequence takes keys [s·split_size, (s+1)·split_size), so a sequence's
+  // result does not depend on the batch; 0: the keys split evenly into num_splits.
+  int32_t split_size = 0;
 
   float softmax_scale = 0.0f;
   float softcap = 0.0f;  // 0: off
   int32_t window_left = -1, window_right = -1;
 
   // Split partials (num_splits > 1), in the caller's workspace: partial_lse (rows_total,
-  // num_splits) and partial_out (num_splits, rows_total, hdim), rows_total = batch·heads_q·seqlen_q
-  // in the order of lse.
+  // num_splits) and partial_out (num_splits, rows_total, hdim) by row id, rows_total =
+  // heads_q · (batch·seqlen_q, or total_q for varlen). Every split of a row writes its partial
+  // (LSE −inf when it holds no key the row sees), so the combine reads nothing unwritten.
   float* partial_lse = nullptr;
   float* partial_out = nullptr;
   int64_t rows_total = 0;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "sm90/decode/append.hpp"
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/launch.hpp"
 
@@ -62,13 +63,17 @@ Status check_side(const char* name, const char* scale_name, const detail::CacheS
   return Status::ok();
 }
 
-int row_tiles(const KVCacheProblem& p) {
+int64_t row_tiles(const KVCacheProblem& p) {
   constexpr int kRows = Config<Storage::plain>::kRowsPerTile;
-  const int64_t rows = int64_t(p.heads_q / p.heads_kv) * p.seqlen_q;
-  return int((rows + kRows - 1) / kRows);
+  const int64_t rows = int64_t(p.heads_q / p.heads_kv) * longest_query_rows(p);
+  return (rows + kRows - 1) / kRows;
 }
 
 }  // namespace
+
+int32_t longest_query_rows(const KVCacheProblem& p) {
+  return p.is_varlen() ? int32_t(std::min<int64_t>(p.seqlen_q, p.total_q)) : p.seqlen_q;
+}
 
 Status check_support(const KVCacheProblem& p) {
   if (p.dtype != DType::bf16 && p.dtype != DType::f16)
@@ -78,19 +83,21 @@ Status check_support(const KVCacheProblem& p) {
     return unsupported("headdim " + std::to_string(p.hdim_qk) + "/" + std::to_string(p.hdim_v) +
                        " (128 is)");
   if (int64_t(p.heads_kv) * row_tiles(p) > kMaxGridYZ)
-    return unsupported("heads_kv · ceil(group · seqlen_q / 16) above 65535");
+    return unsupported("heads_kv · ceil(group · seqlen_q / 16) above 65535 (seqlen_q: max_seqlen_q "
+                       "for varlen queries)");
   if (p.batch > kMaxGridYZ) return unsupported("batch above 65535");
-  if (p.k_new != nullptr) return unsupported("appending k_new/v_new (the CPU backend does it)");
-  if (p.split_size > 0) return unsupported("a fixed split_size (the CPU backend has it)");
+  if (Status s = check_append_support(p); !s) return s;
   if (Status s = check_side("k_cache", "k_scale", p.k, p); !s) return s;
   return check_side("v_cache", "v_scale", p.v, p);
 }
 
 int choose_splits(const KVCacheProblem& p, const DeviceInfo& device) {
+  const int64_t capacity = int64_t(p.max_pages) * p.page_size;
+  // Enough CTAs for the longest sequence the cache holds; the API keeps them at most 256.
+  if (p.split_size > 0) return int(std::max<int64_t>(1, (capacity + p.split_size - 1) / p.split_size));
   if (p.num_splits > 0) return p.num_splits;
   constexpr int kBlockN = Config<Storage::plain>::kBlockN;
   const int64_t ctas = int64_t(p.batch) * p.heads_kv * row_tiles(p);
-  const int64_t capacity = int64_t(p.max_pages) * p.page_size;
   const int64_t tiles = (capacity + kBlockN - 1) / kBlockN;
   const int64_t slots = int64_t(std::max(device.sm_count, 1)) * Config<Storage::plain>::kMinBlocksPerSM;
   const int most = int(std::clamp<int64_t>(tiles / kMinTilesPerSplit, 1, kMaxAutoSplits));
@@ -106,11 +113,12 @@ int choose_splits(const KVCacheProblem& p, const DeviceInfo& device) {
 }
 
 std::size_t workspace_bytes(const KVCacheProblem& p, const DeviceInfo& device) {
+  const std::size_t rotated_q = rotated_q_bytes(p);  // the workspace's front (append.hpp)
   const int splits = choose_splits(p, device);
-  if (splits <= 1) return 0;
-  const std::size_t rows = std::size_t(p.batch) * p.heads_q * p.seqlen_q;
+  if (splits <= 1) return rotated_q;
+  const std::size_t rows = std::size_t(p.heads_q) * std::size_t(p.total_query_rows());
   // partial_out (splits, rows, hdim) then partial_lse (rows, splits), all fp32.
-  return rows * std::size_t(splits) * (std::size_t(p.hdim_v) + 1) * sizeof(float);
+  return rotated_q + rows * std::size_t(splits) * (std::size_t(p.hdim_v) + 1) * sizeof(float);
 }
 
 }  // namespace hfa::sm90::decode

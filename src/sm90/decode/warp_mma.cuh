@@ -47,6 +47,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t address, uint32_t (&r
                : "r"(address));
 }
 
+// The transpose of an 8x8 b16 matrix held as an mma fragment (lane l: row l / 4, columns
+// 2·(l % 4) and +1): an accumulator tile's rows become a B operand's k.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t r;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+  return r;
+}
+
 // c += a · b for one 16x8x16 tile, fp32 accumulators.
 template <typename Element>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,

@@ -1,18 +1,25 @@
 // The KV-cache forward on a Hopper GPU against the float64 oracle on the same dequantized cache:
 // every cache format × page size {contiguous, 1, 16, 64, 256} × GQA ratio × seqlen_q {1, 4, 33},
 // ragged lengths (0 and 1 included), causal on every other case, auto and fixed split counts;
-// outputs NaN-poisoned first. Plus the workspace, validation-mode and not-supported answers, a
-// CUDA-graph capture, and the accuracy table of the benchmark notes. Skipped without a Hopper GPU.
+// outputs NaN-poisoned first. Varlen queries (cu_seqlens_q) and fixed split sizes (split_size,
+// bit-identical results whatever the batch) likewise. Plus the workspace, validation-mode and not-supported answers, a
+// CUDA-graph capture, and the accuracy table of the benchmark notes. The append (k_new / v_new,
+// rotary) against the CPU append: cache bytes equal in every format, page size and rotary form,
+// the attention after it as the CPU path's. Skipped without a Hopper GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/validate_kvcache.hpp"
 #include "cpu/reference.hpp"
+#include "kvcache/kv_append.hpp"
 #include "kvcache/kv_case.hpp"
 #include "kvcache/kv_oracle.hpp"
 #include "sm90/gpu_test_support.hpp"
@@ -35,6 +42,10 @@ class DeviceCase {
     lse_ = copy(c.lse);
     seqlens_ = copy(c.seqlens);
     options_.cache_seqlens = &seqlens_;
+    if (c.options.cu_seqlens_q) {
+      cu_q_ = copy(c.cu_q);
+      options_.cu_seqlens_q = &cu_q_;
+    }
     if (c.options.block_table) {
       table_ = copy(c.table);
       options_.block_table = &table_;
@@ -50,6 +61,19 @@ class DeviceCase {
       v_global_ = copy(c.v_global);
       options_.k_global_scale = &k_global_;
       options_.v_global_scale = &v_global_;
+    }
+    // An append's tensors live outside the case (kv_append.hpp's Rows): copied from the options.
+    if (c.options.k_new) {
+      k_new_ = copy_tensor(*c.options.k_new);
+      v_new_ = copy_tensor(*c.options.v_new);
+      options_.k_new = &k_new_;
+      options_.v_new = &v_new_;
+    }
+    if (c.options.rotary_cos) {
+      rotary_cos_ = copy_tensor(*c.options.rotary_cos);
+      rotary_sin_ = copy_tensor(*c.options.rotary_sin);
+      options_.rotary_cos = &rotary_cos_;
+      options_.rotary_sin = &rotary_sin_;
     }
   }
 
@@ -84,6 +108,17 @@ class DeviceCase {
     ASSERT_EQ(cudaMemcpy(c_.lse.bytes.data(), lse_.data, lse_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
   }
 
+  // The caches and their scales back into the host case (after an append).
+  void download_caches() {
+    const std::pair<Storage*, const Tensor*> sides[] = {
+        {&c_.k, &k_}, {&c_.v, &v_}, {&c_.k_scale, &k_scale_}, {&c_.v_scale, &v_scale_}};
+    for (auto [host, device] : sides) {
+      if (device->data == nullptr) continue;  // a plain cache: no scales
+      ASSERT_EQ(cudaMemcpy(host->bytes.data(), device->data, host->bytes.size(), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+    }
+  }
+
  private:
   Tensor copy(Storage& s) {
     buffers_.push_back(std::make_unique<DeviceBuffer>(s.bytes.size()));
@@ -95,12 +130,26 @@ class DeviceCase {
     return t;
   }
 
+  // A host tensor known only by its view: the bytes its elements span.
+  Tensor copy_tensor(const Tensor& host) {
+    int64_t last = 0;
+    for (int32_t d = 0; d < host.rank; ++d) last += (host.shape[d] - 1) * host.stride[d];
+    const std::size_t bytes = static_cast<std::size_t>(last + 1) * dtype_size(static_cast<DType>(host.dtype));
+    buffers_.push_back(std::make_unique<DeviceBuffer>(bytes));
+    EXPECT_EQ(cudaMemcpy(buffers_.back()->get(), host.data, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    Tensor t = host;
+    t.data = buffers_.back()->get();
+    t.device = HFA_CUDA;
+    t.device_index = 0;
+    return t;
+  }
+
   KVCase& c_;
   KVCacheOptions options_;
   std::vector<std::unique_ptr<DeviceBuffer>> buffers_;
   std::unique_ptr<DeviceBuffer> workspace_;
   Tensor q_{}, k_{}, v_{}, out_{}, lse_{}, seqlens_{}, table_{}, k_scale_{}, v_scale_{}, k_global_{},
-      v_global_{};
+      v_global_{}, k_new_{}, v_new_{}, rotary_cos_{}, rotary_sin_{}, cu_q_{};
 };
 
 struct Tolerance {
@@ -119,9 +168,9 @@ Errors compare(KVCase& c, const Oracle& o, const Tolerance& tol, bool report) {
   Errors e;
   for (int64_t b = 0; b < c.batch(); ++b)
     for (int64_t h = 0; h < c.heads_q(); ++h)
-      for (int64_t i = 0; i < c.seqlen_q; ++i) {
-        const double want_lse = o.lse[(b * c.heads_q() + h) * c.seqlen_q + i];
-        const float got_lse = *c.lse.at<float>({b, h, i});
+      for (int64_t i = 0; i < c.rows_of(b); ++i) {
+        const double want_lse = o.lse_at(c, b, h, i);
+        const float got_lse = c.lse_at(b, h, i);
         if (std::isinf(want_lse)) {
           if (!(std::isinf(got_lse) && got_lse < 0) && ++e.failures <= 5 && report)
             ADD_FAILURE() << "b " << b << " h " << h << " i " << i << ": lse " << got_lse << ", oracle -inf";
@@ -132,7 +181,7 @@ Errors compare(KVCase& c, const Oracle& o, const Tolerance& tol, bool report) {
             ADD_FAILURE() << "b " << b << " h " << h << " i " << i << ": lse " << got_lse << ", oracle " << want_lse;
         }
         for (int64_t d = 0; d < c.hdim; ++d) {
-          const double want = o.out[((b * c.seqlen_q + i) * c.heads_q() + h) * c.hdim + d];
+          const double want = o.out_at(c, b, i, h, d);
           const double got = c.out_at(b, i, h, d);
           const double err = std::abs(got - want);
           if (err == err) e.max_abs = std::max(e.max_abs, err);
@@ -239,6 +288,125 @@ TEST(DecodeOracle, SplitCounts) {
   expect_matches_oracle(c, default_tolerance(c.q_dtype()));
 }
 
+// Varlen queries (cu_seqlens_q): decode, speculative and chunked-prefill rows in one call, with
+// sequences of no row, of more rows than a 16-row tile (row tiles past a short sequence's rows
+// exit), of more rows than keys, an empty cache; every format, page sizes, auto, one and three
+// splits, a fixed split size, causal and windowed.
+TEST(DecodeVarlen, MatchesOracle) {
+  HFA_REQUIRE_HOPPER();
+  int n = 0;
+  for (CacheKind kind : {CacheKind::bf16, CacheKind::f16, CacheKind::fp8_per_head,
+                         CacheKind::fp8_per_token, CacheKind::nvfp4, CacheKind::mxfp4})
+    for (int64_t page_size : {int64_t{0}, int64_t{1}, int64_t{16}, int64_t{64}})
+      for (int32_t splits : {0, 1, 3, -100}) {  // -100: split_size 100
+        KVCase c = gpu_case(kind);
+        c.paged = page_size > 0;
+        c.page_size = page_size;
+        c.group = (n % 2) ? 4 : 1;
+        c.query_lengths = {1, 0, 7, 1, 33, 2};
+        c.cache_seqlens = {700, 5, 0, 1, 300, 2};
+        c.options.causal = (n % 3) != 0;
+        if (n % 5 == 4) c.options.window_left = 50;
+        if (splits >= 0) c.options.num_splits = splits;
+        else c.options.split_size = -splits;
+        c.seed = static_cast<uint32_t>(900 + n++);
+        expect_matches_oracle(c, default_tolerance(c.q_dtype()));
+        if (::testing::Test::HasFailure()) return;
+      }
+}
+
+// max_seqlen_q larger than any sequence (more row tiles than rows) and larger than total_q.
+TEST(DecodeVarlen, LooseMaxSeqlenQ) {
+  HFA_REQUIRE_HOPPER();
+  for (int32_t max_seqlen_q : {40, 1000}) {
+    KVCase c = gpu_case(CacheKind::bf16);
+    c.group = 8;
+    c.heads_kv = 1;
+    c.query_lengths = {3, 1};
+    c.cache_seqlens = {90, 2000};
+    c.options.causal = true;
+    c.options.num_splits = 2;
+    c.options.max_seqlen_q = max_seqlen_q;
+    expect_matches_oracle(c, default_tolerance(c.q_dtype()));
+  }
+}
+
+// Validation mode reads cu_seqlens_q too: a bad offset is an error naming it, not a bad read.
+TEST(DecodeVarlen, ValidationModeChecksTheOffsets) {
+  HFA_REQUIRE_HOPPER();
+  KVCase c = gpu_case(CacheKind::bf16);
+  c.query_lengths = {2, 3};
+  c.cache_seqlens = {10, 20};
+  c.options.validate = true;
+  c.build();
+  *c.cu_q.at<int32_t>({2}) = 4;  // total_q is 5
+  DeviceCase d(c);
+  const Status status = d.run();
+  EXPECT_EQ(status.code(), Code::invalid_argument);
+  EXPECT_NE(status.message().find("cu_seqlens_q"), std::string::npos) << status.message();
+}
+
+// split_size: chunks at fixed boundaries, multiples of the 64-key stage or not, one key, more
+// chunks than a sequence fills; every format, windows, GQA rows.
+TEST(DecodeSplitSize, MatchesOracle) {
+  HFA_REQUIRE_HOPPER();
+  int n = 0;
+  for (CacheKind kind : {CacheKind::bf16, CacheKind::fp8_per_head, CacheKind::fp8_per_token,
+                         CacheKind::nvfp4, CacheKind::mxfp4})
+    for (int32_t split_size : {12, 64, 100, 333, 4096}) {
+      KVCase c = gpu_case(kind);
+      c.group = 4;
+      c.seqlen_q = 3;
+      c.cache_seqlens = {1, 64, 65, 3000};  // capacity 189 pages of 16: split_size >= 12
+      c.options.causal = (n % 2) == 0;
+      if (n % 3 == 1) {
+        c.options.window_left = 77;
+        c.options.window_right = 1;
+        c.options.causal = false;
+      }
+      c.options.split_size = split_size;
+      c.seed = static_cast<uint32_t>(1300 + n++);
+      expect_matches_oracle(c, default_tolerance(c.q_dtype()));
+      if (::testing::Test::HasFailure()) return;
+    }
+}
+
+// With split_size a sequence's out and lse are the same bytes whatever the batch around it:
+// alone in a small cache (one chunk: written directly, no combine) or packed among longer and
+// empty sequences in a larger cache (more chunks in the grid, the combine), fixed length or
+// varlen, chunks on stage boundaries or not.
+TEST(DecodeSplitSize, BatchInvariant) {
+  HFA_REQUIRE_HOPPER();
+  for (CacheKind kind : {CacheKind::bf16, CacheKind::fp8_per_token, CacheKind::nvfp4})
+    for (int32_t split_size : {100, 192, 1024}) {
+      SCOPED_TRACE(testing::Message() << kind_name(kind) << " split_size " << split_size);
+      KVCase alone = gpu_case(kind);
+      alone.paged = false;
+      alone.group = 4;
+      alone.seqlen_q = 3;
+      alone.cache_seqlens = {1000};
+      alone.options.causal = true;
+      alone.options.window_left = 700;
+      alone.options.split_size = split_size;
+      alone.build();
+      KVCase crowd = alone;
+      crowd.query_lengths = {1, 0, 3, 5};
+      crowd.cache_seqlens = {5000, 7, 1000, 0};
+      crowd.seed = 77;
+      crowd.build();
+      copy_sequence(alone, 0, crowd, 2);
+      DeviceCase a(alone), c(crowd);
+      Status status = a.run();
+      ASSERT_TRUE(status.is_ok()) << status.message();
+      status = c.run();
+      ASSERT_TRUE(status.is_ok()) << status.message();
+      EXPECT_TRUE(same_sequence_bytes(alone, 0, crowd, 2));
+      // And right: the alone call against the oracle.
+      const Oracle o = oracle_of(alone);
+      EXPECT_EQ(compare(alone, o, default_tolerance(alone.q_dtype()), true).failures, 0);
+    }
+}
+
 // The call is safe inside a CUDA graph: no allocation, no host synchronization.
 TEST(DecodeGraph, CapturesAndReplays) {
   HFA_REQUIRE_HOPPER();
@@ -270,6 +438,137 @@ TEST(DecodeGraph, CapturesAndReplays) {
   HFA_CUDA_OK(cudaStreamSynchronize(stream));
   d.download();
   EXPECT_EQ(compare(c, o, default_tolerance(c.q_dtype()), true).failures, 0);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+void expect_same_bytes(const char* name, const Storage& got, const Storage& want) {
+  ASSERT_EQ(got.bytes.size(), want.bytes.size()) << name;
+  const auto [g, w] = std::mismatch(got.bytes.begin(), got.bytes.end(), want.bytes.begin());
+  if (g != got.bytes.end())
+    ADD_FAILURE() << name << " differs from the CPU append's, first at byte " << (g - got.bytes.begin())
+                  << ": " << int(*g) << ", CPU " << int(*w);
+}
+
+// The append on the GPU against the CPU append on the same inputs: the caches and scales byte
+// for byte (padding included), then out and lse (poisoned first) against the CPU path's.
+void expect_gpu_append_matches_cpu(const AppendCase& a, int32_t num_splits) {
+  SCOPED_TRACE(describe(a) + " splits " + std::to_string(num_splits));
+  KVCase cpu, gpu;
+  make_cache(cpu, a);
+  make_cache(gpu, a);  // the same seed: the same tensors
+  Rows rows = make_rows(cpu, a);
+  attach(cpu, a, rows);
+  attach(gpu, a, rows);
+  cpu.options.num_splits = gpu.options.num_splits = num_splits;
+  const Status cpu_status = cpu.run();
+  ASSERT_TRUE(cpu_status.is_ok()) << cpu_status.message();
+  DeviceCase d(gpu);
+  const Status status = d.run();
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  d.download_caches();
+  expect_same_bytes("k_cache", gpu.k, cpu.k);
+  expect_same_bytes("v_cache", gpu.v, cpu.v);
+  expect_same_bytes("k_scale", gpu.k_scale, cpu.k_scale);
+  expect_same_bytes("v_scale", gpu.v_scale, cpu.v_scale);
+
+  Oracle cpu_result;
+  cpu_result.out.resize(static_cast<std::size_t>(cpu.total_q() * cpu.heads_q() * cpu.hdim));
+  cpu_result.lse.resize(static_cast<std::size_t>(cpu.heads_q() * cpu.total_q()));
+  for (int64_t b = 0; b < cpu.batch(); ++b)
+    for (int64_t i = 0; i < cpu.seqlen_q; ++i)
+      for (int64_t h = 0; h < cpu.heads_q(); ++h) {
+        cpu_result.lse[static_cast<std::size_t>(cpu.lse_index(b, h, i))] = cpu.lse_at(b, h, i);
+        for (int64_t c = 0; c < cpu.hdim; ++c)
+          cpu_result.out[static_cast<std::size_t>((cpu.token(b, i) * cpu.heads_q() + h) * cpu.hdim + c)] =
+              cpu.out_at(b, i, h, c);
+      }
+  // The GPU rounds the rotated queries to q's dtype (the decode kernel reads them so); the CPU
+  // keeps them in fp32: a score moves by about one 16-bit rounding of q.
+  const Tolerance base = default_tolerance(gpu.q_dtype());
+  const Tolerance tol = a.rotary == Rotary::none ? Tolerance{base.out, 2 * base.lse} : Tolerance{2e-2, 1e-2};
+  EXPECT_EQ(compare(gpu, cpu_result, tol, true).failures, 0);
+}
+
+void append_sweep(CacheKind kind) {
+  HFA_REQUIRE_HOPPER();
+  const DType q_dtype = kind == CacheKind::f16 ? DType::f16 : DType::bf16;
+  int n = 0;
+  for (int64_t page_size : {int64_t{0}, int64_t{1}, int64_t{16}, int64_t{64}, int64_t{256}})
+    for (Rotary rotary : {Rotary::none, Rotary::interleaved, Rotary::halves})
+      for (int64_t seqlen_new : {1, 5}) {
+        AppendCase a;
+        a.kind = kind;
+        a.paged = page_size > 0;
+        a.page_size = a.paged ? page_size : a.page_size;
+        a.hdim = kGpuHeadDim;
+        a.scale_pad = kAlignedScalePad;
+        a.seqlen_new = seqlen_new;
+        a.rotary = rotary;
+        // Below d with the boundary between lanes, inside a lane (42: lane 10 rotates 2 of its
+        // 4 columns), and the whole row.
+        a.rotary_dim = std::array<int64_t, 3>{64, 42, kGpuHeadDim}[n % 3];
+        a.angle_tables = true;
+        a.table_dtype = (n / 3) % 2 ? q_dtype : DType::f32;
+        a.causal = (n / 2) % 2 == 1;  // moves the queries' rotary positions
+        a.lengths = {0, 1, 20, 37, 300};
+        expect_gpu_append_matches_cpu(a, std::array<int32_t, 3>{0, 1, 3}[(n / 2) % 3]);
+        ++n;
+        if (::testing::Test::HasFailure()) return;
+      }
+}
+
+TEST(DecodeAppend, Bf16Cache) { append_sweep(CacheKind::bf16); }
+TEST(DecodeAppend, F16Cache) { append_sweep(CacheKind::f16); }
+TEST(DecodeAppend, Fp8PerKvHeadCache) { append_sweep(CacheKind::fp8_per_head); }
+TEST(DecodeAppend, Fp8PerTokenCache) { append_sweep(CacheKind::fp8_per_token); }
+TEST(DecodeAppend, Nvfp4Cache) { append_sweep(CacheKind::nvfp4); }
+TEST(DecodeAppend, Mxfp4Cache) { append_sweep(CacheKind::mxfp4); }
+
+// The append in a CUDA graph: no allocation, no host synchronization, the rotated queries in
+// the captured workspace.
+TEST(DecodeAppend, CapturesAndReplays) {
+  HFA_REQUIRE_HOPPER();
+  AppendCase a;
+  a.kind = CacheKind::nvfp4;
+  a.hdim = kGpuHeadDim;
+  a.scale_pad = kAlignedScalePad;
+  a.seqlen_new = 3;
+  a.rotary = Rotary::halves;
+  a.angle_tables = true;
+  a.causal = true;
+  KVCase cpu, gpu;
+  make_cache(cpu, a);
+  make_cache(gpu, a);
+  Rows rows = make_rows(cpu, a);
+  attach(cpu, a, rows);
+  attach(gpu, a, rows);
+  ASSERT_TRUE(cpu.run().is_ok());
+  DeviceCase d(gpu);
+  Status status;
+  const std::size_t bytes = d.workspace_size(&status);
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  ASSERT_GT(bytes, 0u);  // the rotated queries, even with one split
+  DeviceBuffer workspace(bytes);
+  cudaStream_t stream;
+  HFA_CUDA_OK(cudaStreamCreate(&stream));
+  d.options().stream = stream;
+  d.options().workspace = workspace.get();
+  d.options().workspace_bytes = bytes;
+  cudaGraph_t graph;
+  HFA_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  status = d.run_as_is();
+  HFA_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  cudaGraphExec_t exec;
+  HFA_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  HFA_CUDA_OK(cudaGraphLaunch(exec, stream));
+  HFA_CUDA_OK(cudaStreamSynchronize(stream));
+  d.download_caches();
+  expect_same_bytes("k_cache", gpu.k, cpu.k);
+  expect_same_bytes("k_scale", gpu.k_scale, cpu.k_scale);
+  expect_same_bytes("v_cache", gpu.v, cpu.v);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);

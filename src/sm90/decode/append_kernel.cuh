@@ -1,0 +1,234 @@
+// The append before the attention, on the GPU: k_new / v_new rotated and encoded into the cache
+// at cache_seqlens[b] + i, and q rotated into the caller's workspace for the decode kernel to
+// read. It writes the bytes the CPU append writes (src/cpu/kvcache_append.cpp): the same codecs
+// (src/quant), the same 16-bit conversions (common/half_float.hpp) and the same rotation
+// (common/rotary.hpp), all host + device code.
+//
+// One warp per task: the K and V rows of one (sequence, new token, kv-head), or one query row.
+// Each lane owns kValuesPerLane consecutive columns. A row's scale (FP8 per token) or a block's
+// (16 values for NVFP4, 32 for MXFP4) comes from an aligned run of lanes that agree on its amax
+// with shuffles; a max of magnitude bits, so the order does not change it (quant::amax_abs).
+// The tasks are few, batch · (seqlen_new · heads_kv + seqlen_q · heads_q) warps at most, so the
+// kernel makes no effort at bandwidth: plain loads, one store per lane and row.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/half_float.hpp"
+#include "common/kvcache_problem.hpp"
+#include "common/rotary.hpp"
+#include "quant/fp8_kv.hpp"
+#include "quant/mxfp4.hpp"
+#include "quant/nvfp4.hpp"
+#include "sm90/decode/config.hpp"
+
+namespace hfa::sm90::decode {
+
+inline constexpr int kAppendLanes = 32;
+inline constexpr unsigned kAppendAllLanes = 0xffffffffu;
+inline constexpr int kAppendWarps = 4;  // tasks per CTA: small CTAs spread over every SM
+inline constexpr int kAppendThreads = kAppendWarps * kAppendLanes;
+inline constexpr int kAppendHeadDim = Config<Storage::plain>::kHeadDim;  // the decode kernel's
+inline constexpr int kValuesPerLane = kAppendHeadDim / kAppendLanes;
+// The stores below write a lane's columns at once: 8 bytes of bf16/fp16, 4 of FP8, 2 of FP4.
+static_assert(kValuesPerLane == 4, "one uint2 / uint32 / uint16 store per lane and row");
+static_assert(quant::kNvfp4BlockSize % kValuesPerLane == 0 && quant::kMxfp4BlockSize % kValuesPerLane == 0);
+
+// What the launch decides beyond the problem.
+struct AppendWork {
+  int64_t token_tasks = 0;  // batch · seqlen_new · heads_kv: (sequence, new token, kv-head)
+  int64_t tasks = 0;        // token_tasks, then batch · seqlen_q · heads_q query rows (rotary)
+  // (batch, seqlen_q, heads_q, headdim) contiguous in q's dtype; null when rotary is off.
+  uint16_t* rotated_q = nullptr;
+};
+
+__device__ __forceinline__ float to_float(DType dtype, uint16_t bits) {
+  return dtype == DType::bf16 ? detail::bf16_to_float(bits) : detail::fp16_to_float(bits);
+}
+__device__ __forceinline__ uint16_t from_float(DType dtype, float value) {
+  return dtype == DType::bf16 ? detail::float_to_bf16(value) : detail::float_to_fp16(value);
+}
+
+__device__ __forceinline__ int64_t row_offset(const detail::Strides& s, int64_t b, int64_t i, int64_t h) {
+  return b * s.batch + i * s.row + h * s.head;
+}
+
+// cos or sin of frequency j at `position`: fp32, or q's 16-bit dtype.
+__device__ __forceinline__ float table_value(const detail::KVCacheProblem& p, const void* table,
+                                             int64_t stride, int64_t position, int j) {
+  const int64_t at = position * stride + j;
+  if (p.rotary_dtype == DType::f32) return static_cast<const float*>(table)[at];
+  return to_float(p.rotary_dtype, static_cast<const uint16_t*>(table)[at]);
+}
+
+// The lane's columns [column, column + kValuesPerLane) of `row` (q's dtype), rotated by
+// `position` where they are below rotary_dim: the CPU's apply_rotary one column at a time. A
+// column's partner may be another lane's, so both values of its pair are read from the row.
+__device__ __forceinline__ void rotate_lane(const detail::KVCacheProblem& p, const uint16_t* row,
+                                            int64_t position, int column,
+                                            float (&x)[kValuesPerLane]) {
+#pragma unroll
+  for (int k = 0; k < kValuesPerLane; ++k) {
+    const int c = column + k;
+    if (c >= p.rotary_dim) break;
+    const int j = detail::rotary_frequency(c, p.rotary_dim, p.rotary_interleaved);
+    const detail::RotaryPair pair = detail::rotary_pair(j, p.rotary_dim, p.rotary_interleaved);
+    const detail::RotatedPair r = detail::rotate_pair(
+        to_float(p.dtype, row[pair.first]), to_float(p.dtype, row[pair.second]),
+        table_value(p, p.rotary_cos, p.rotary_cos_stride, position, j),
+        table_value(p, p.rotary_sin, p.rotary_sin_stride, position, j));
+    x[k] = c == pair.first ? r.first : r.second;
+  }
+}
+
+// amax_abs of the values of an aligned run of kRunLanes lanes, known to all of them.
+template <int kRunLanes>
+__device__ __forceinline__ float run_amax(const float (&x)[kValuesPerLane]) {
+  uint32_t largest = 0;
+#pragma unroll
+  for (int k = 0; k < kValuesPerLane; ++k) largest = max(largest, quant::abs_bits(x[k]));
+#pragma unroll
+  for (int offset = kRunLanes / 2; offset > 0; offset /= 2)
+    largest = max(largest, __shfl_xor_sync(kAppendAllLanes, largest, offset));
+  return quant::amax_from_abs_bits(largest);
+}
+
+__device__ __forceinline__ uint32_t bytes_to_word(const uint8_t (&b)[kValuesPerLane]) {
+  return uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
+}
+
+__device__ __forceinline__ uint16_t e2m1_pair_bytes(const uint8_t (&e)[kValuesPerLane]) {
+  return uint16_t(quant::e2m1_pack(e[0], e[1]) | quant::e2m1_pack(e[2], e[3]) << 8);
+}
+
+// The lane's columns of one row, written at (page, slot, head) of one side in the cache's
+// format: the CPU's encode_row with the row spread over the warp. Every lane must call it (the
+// scales take shuffles).
+__device__ __forceinline__ void encode_lane(const detail::KVCacheProblem& p,
+                                            const detail::CacheSide& side, int64_t page,
+                                            int64_t slot, int64_t head, int lane,
+                                            const float (&x)[kValuesPerLane]) {
+  using detail::CacheFormat;
+  const int column = lane * kValuesPerLane;
+  const int64_t row = side.stride.offset(page, slot, head);  // elements; bytes for FP8 and FP4
+  const int64_t scale_row = side.scale_stride.offset(page, slot, head);
+  // The caller's cache: written in place, as the API documents.
+  auto* codes = static_cast<uint8_t*>(const_cast<void*>(side.data));
+  auto* scales = static_cast<uint8_t*>(const_cast<void*>(side.scale));
+  uint8_t e[kValuesPerLane];
+  switch (p.format) {
+    case CacheFormat::plain: {
+      uint16_t h[kValuesPerLane];
+#pragma unroll
+      for (int k = 0; k < kValuesPerLane; ++k) h[k] = from_float(p.cache_dtype, x[k]);
+      *reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(codes) + row + column) =
+          make_uint2(h[0] | uint32_t(h[1]) << 16, h[2] | uint32_t(h[3]) << 16);
+      return;
+    }
+    case CacheFormat::fp8_per_head:
+    case CacheFormat::fp8_per_token: {
+      const bool per_token = p.format == CacheFormat::fp8_per_token;
+      const float scale = per_token ? quant::fp8_kv_scale(run_amax<kAppendLanes>(x))
+                                    : static_cast<const float*>(side.scale)[scale_row];
+      if (per_token && lane == 0) reinterpret_cast<float*>(scales)[scale_row] = scale;
+#pragma unroll
+      for (int k = 0; k < kValuesPerLane; ++k) e[k] = quant::fp8_kv_encode(x[k], scale);
+      *reinterpret_cast<uint32_t*>(codes + row + column) = bytes_to_word(e);
+      return;
+    }
+    case CacheFormat::nvfp4: {
+      constexpr int kRunLanes = quant::kNvfp4BlockSize / kValuesPerLane;
+      const float global = *side.global_scale;
+      const uint8_t block_scale = quant::nvfp4_block_scale(run_amax<kRunLanes>(x), global);
+      if (lane % kRunLanes == 0) scales[scale_row + column / quant::kNvfp4BlockSize] = block_scale;
+      const float multiplier = quant::nvfp4_multiplier(block_scale, global);
+#pragma unroll
+      for (int k = 0; k < kValuesPerLane; ++k) e[k] = quant::nvfp4_encode(x[k], multiplier);
+      *reinterpret_cast<uint16_t*>(codes + row + column / 2) = e2m1_pair_bytes(e);
+      return;
+    }
+    case CacheFormat::mxfp4: {
+      constexpr int kRunLanes = quant::kMxfp4BlockSize / kValuesPerLane;
+      const uint8_t block_scale = quant::mxfp4_block_scale(run_amax<kRunLanes>(x));
+      if (lane % kRunLanes == 0) scales[scale_row + column / quant::kMxfp4BlockSize] = block_scale;
+#pragma unroll
+      for (int k = 0; k < kValuesPerLane; ++k) e[k] = quant::mxfp4_encode(x[k], block_scale);
+      *reinterpret_cast<uint16_t*>(codes + row + column / 2) = e2m1_pair_bytes(e);
+      return;
+    }
+  }
+}
+
+__device__ __forceinline__ void load_lane(DType dtype, const uint16_t* row, int column,
+                                          float (&x)[kValuesPerLane]) {
+#pragma unroll
+  for (int k = 0; k < kValuesPerLane; ++k) x[k] = to_float(dtype, row[column + k]);
+}
+
+// New token i of sequence b, kv-head h: K (rotated) and V into the cache. The lengths and the
+// block table live on the device and are trusted (validation mode checks them first); a token
+// outside the cache, its pages or the rotary tables is dropped rather than written out of bounds
+// (the attention clamps such lengths to the cache too).
+__device__ __forceinline__ void append_token(const detail::KVCacheProblem& p, int64_t task, int lane) {
+  const int64_t h = task % p.heads_kv;
+  const int64_t i = task / p.heads_kv % p.seqlen_new;
+  const int64_t b = task / p.heads_kv / p.seqlen_new;
+  const int64_t position = int64_t{p.cache_seqlens[b]} + i;
+  const bool rotary = p.rotary_cos != nullptr;
+  if (position < 0 || position >= int64_t{p.max_pages} * p.page_size) return;
+  if (rotary && position >= p.seqlen_ro) return;
+  const int64_t page = p.page_of(b, position / p.page_size);
+  if (page < 0 || page >= p.num_pages) return;
+  const int64_t slot = position % p.page_size;
+
+  const int column = lane * kValuesPerLane;
+  float x[kValuesPerLane];
+  const uint16_t* k_row = static_cast<const uint16_t*>(p.k_new) + row_offset(p.k_new_stride, b, i, h);
+  load_lane(p.dtype, k_row, column, x);
+  if (rotary) rotate_lane(p, k_row, position, column, x);
+  encode_lane(p, p.k, page, slot, h, lane, x);
+  load_lane(p.dtype, static_cast<const uint16_t*>(p.v_new) + row_offset(p.v_new_stride, b, i, h),
+            column, x);
+  encode_lane(p, p.v, page, slot, h, lane, x);
+}
+
+// Query row `task` of the (batch, seqlen_q, heads_q) rows, rotated into work.rotated_q. The
+// columns from rotary_dim on are copied bit for bit; a row whose position lies outside the
+// tables (lengths out of contract) is copied as it is.
+__device__ __forceinline__ void rotate_query(const detail::KVCacheProblem& p, const AppendWork& work,
+                                             int64_t task, int lane) {
+  const int64_t h = task % p.heads_q;
+  const int64_t i = task / p.heads_q % p.seqlen_q;
+  const int64_t b = task / p.heads_q / p.seqlen_q;
+  const int64_t position =
+      detail::rotary_query_position(p.cache_seqlens[b], i, p.window_left, p.window_right);
+  const uint16_t* q_row = static_cast<const uint16_t*>(p.q) + row_offset(p.q_stride, b, i, h);
+  const int column = lane * kValuesPerLane;
+  uint16_t bits[kValuesPerLane];
+#pragma unroll
+  for (int k = 0; k < kValuesPerLane; ++k) bits[k] = q_row[column + k];
+  if (position >= 0 && position < p.seqlen_ro) {
+    float x[kValuesPerLane];
+    load_lane(p.dtype, q_row, column, x);
+    rotate_lane(p, q_row, position, column, x);
+#pragma unroll
+    for (int k = 0; k < kValuesPerLane; ++k)
+      if (column + k < p.rotary_dim) bits[k] = from_float(p.dtype, x[k]);
+  }
+  *reinterpret_cast<uint2*>(work.rotated_q + task * kAppendHeadDim + column) =
+      make_uint2(bits[0] | uint32_t(bits[1]) << 16, bits[2] | uint32_t(bits[3]) << 16);
+}
+
+// The problem is the kernel's parameter as the CPU append reads it (__grid_constant__: read in
+// place, never copied to local memory).
+__global__ void __launch_bounds__(kAppendThreads)
+    append_kernel(const __grid_constant__ detail::KVCacheProblem p, const AppendWork work) {
+  const int64_t task = int64_t{blockIdx.x} * kAppendWarps + threadIdx.x / kAppendLanes;
+  const int lane = int(threadIdx.x % kAppendLanes);
+  if (task < work.token_tasks) append_token(p, task, lane);
+  else if (task < work.tasks) rotate_query(p, work, task - work.token_tasks, lane);
+}
+
+}  // namespace hfa::sm90::decode
