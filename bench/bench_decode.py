@@ -4,7 +4,8 @@ MXFP4, beside PyTorch SDPA (cuDNN and FLASH = FlashAttention-2 backends) on a co
 cache, one process, the same query.
 
 Issue 5's setting: batch 64, 32 query heads / 8 kv heads, headdim 128, one new token, cache
-lengths 8k and 32k, page size 64, block tables shuffled. triton.testing.do_bench medians.
+lengths 8k and 32k, page size 64, block tables shuffled, pages in (slot, head, dim) order
+(--layout hnd: (head, slot, dim), as the peers' cache). triton.testing.do_bench medians.
 GB/s counts the K and V bytes (scales included) an implementation reads: hfa reads each kv-head
 once for its 4 query heads; an SDPA backend that cannot do GQA is handed K/V expanded to 32
 heads and its bytes count the expansion (the JSON says which). tokens/s = batch / time.
@@ -45,6 +46,10 @@ def parse_args(argv=None):
     p.add_argument("--hdim", type=int, default=128)
     p.add_argument("--seqlens", type=int, nargs="+", default=[8192, 32768])
     p.add_argument("--page-size", type=int, default=64)
+    p.add_argument("--layout", choices=["nhd", "hnd"], default="nhd",
+                   help="memory order of a page: nhd (page, slot, head, dim), FlashAttention's and "
+                        "vLLM's, or hnd (page, head, slot, dim), each head's page contiguous as "
+                        "in the SDPA peers' (b, h, s, d) cache; hfa reads both through strides")
     p.add_argument("--formats", nargs="+", choices=FORMATS, default=FORMATS)
     p.add_argument("--peers", nargs="*", choices=PEERS, default=PEERS)
     p.add_argument("--num-splits", type=int, default=0)
@@ -61,8 +66,20 @@ def bytes_per_token(fmt_name, heads_kv, d):
     return 2 * heads_kv * row
 
 
-def make_cache(fmt_name, pages, page, heads_kv, d, gen):
+def in_layout(x, layout):
+    """x (pages, slots, heads, ...) with the same values, stored in the layout's order."""
+    return x.transpose(1, 2).contiguous().transpose(1, 2) if layout == "hnd" else x
+
+
+def make_cache(fmt_name, pages, page, heads_kv, d, gen, layout="nhd"):
     """(k_cache, v_cache, kwargs for flash_attn_with_kvcache, dequantize(side) -> float64 pages)."""
+    k, v, extra, deq = make_nhd_cache(fmt_name, pages, page, heads_kv, d, gen)
+    per_slot = {name: t for name, t in extra.items() if t.dim() >= 3}  # scales per token or block
+    extra.update({name: in_layout(t, layout) for name, t in per_slot.items()})
+    return in_layout(k, layout), in_layout(v, layout), extra, deq
+
+
+def make_nhd_cache(fmt_name, pages, page, heads_kv, d, gen):
     import torch
     dev = "cuda"
     shape = (pages, page, heads_kv, d)
@@ -132,7 +149,7 @@ def run_format(args, fmt_name, seqlen, q, gen):
     b, hkv, d, page = args.batch, args.heads_kv, args.hdim, args.page_size
     pages_per_seq = seqlen // page
     pages = b * pages_per_seq
-    k, v, extra, deq = make_cache(fmt_name, pages, page, hkv, d, gen)
+    k, v, extra, deq = make_cache(fmt_name, pages, page, hkv, d, gen, args.layout)
     table = torch.randperm(pages, device="cuda", generator=gen).int().reshape(b, pages_per_seq)
     lengths = torch.full((b,), seqlen, dtype=torch.int32, device="cuda")
 
@@ -205,7 +222,8 @@ def run_peer(args, peer, seqlen, q, gen):
 
 def write_markdown(path, result):
     lines = [f"# Decode, {result['device']}, commit {result['commit']}, {result['date']}", "",
-             "batch {batch}, heads {heads_q}/{heads_kv}, hdim {hdim}, page {page_size}".format(
+             "batch {batch}, heads {heads_q}/{heads_kv}, hdim {hdim}, page {page_size}, "
+             "layout {layout}".format(
                  **result["settings"]), "",
              "| seqlen | impl | ms | GB/s | tokens/s | ÷cuDNN GB/s | ÷FA2 GB/s | ÷hfa bf16 tokens/s"
              " | max err / max out |", "|---|---|---|---|---|---|---|---|---|"]
@@ -241,7 +259,8 @@ def main(argv=None):
                            "hfa": hfa.version()},
               "settings": {"batch": args.batch, "heads_q": args.heads_q,
                            "heads_kv": args.heads_kv, "hdim": args.hdim,
-                           "page_size": args.page_size, "num_splits": args.num_splits,
+                           "page_size": args.page_size, "layout": args.layout,
+                           "num_splits": args.num_splits,
                            "do_bench": f"median, warmup {args.warmup} ms, rep {args.rep} ms",
                            "q": "bf16, seqlen_q 1"},
               "bytes_per_token": {f: bytes_per_token(f, args.heads_kv, args.hdim)

@@ -222,8 +222,9 @@ typedef struct hfa_kvcache_options {
 HFA_API hfa_kvcache_options hfa_default_kvcache_options(void);
 
 /* options may be NULL only to get an error: cache_seqlens is required. On a Hopper GPU:
- * bf16/fp16 q, headdim 128, cache rows (and FP4/per-token scale rows) at 16-byte (4-byte)
- * aligned addresses; other CUDA calls answer HFA_ERROR_NOT_SUPPORTED (the CPU backend implements
+ * bf16/fp16 q, headdim 64, 128 or 256 (the same for K and V), cache rows (and FP4/per-token
+ * scale rows) at 16-byte (4-byte) aligned addresses and strides (MXFP4 at headdim 64: its
+ * 2-byte scale rows padded to 4); other CUDA calls answer HFA_ERROR_NOT_SUPPORTED (the CPU backend implements
  * everything above). A CUDA call makes no allocation and no host synchronization (validation
  * mode aside): split partials and rotated queries go to options->workspace, sized by the query
  * below. */

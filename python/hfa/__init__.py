@@ -162,6 +162,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     applied to them and to q (rotary_interleaved: GPT-J pairs, else GPT-NeoX halves); a GPU
     writes the bytes the CPU writes. Not yet: cache_batch_idx, cache_leftpad, cu_seqlens_k_new, rotary_seqlens,
     descales; they raise NotImplementedError. pack_gqa and sm_margin are accepted and ignored (speed only).
+    CUDA tensors run on a Hopper GPU with headdim 64, 128 or 256 (the same for k and v); others
+    raise NotImplementedError.
     Returns out, or (out, lse) with return_softmax_lse (lse float32 (batch, heads_q, seqlen_q),
     or (heads_q, total_q) for varlen q).
     """

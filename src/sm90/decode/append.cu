@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "sm90/decode/append_kernel.cuh"
+#include "sm90/decode/head_dim.hpp"
 
 namespace hfa::sm90::decode {
 namespace {
@@ -39,8 +40,9 @@ int64_t blocks_of(const AppendWork& work) { return (work.tasks + kAppendWarps - 
 
 Status check_append_support(const KVCacheProblem& p) {
   if (p.k_new == nullptr) return Status::ok();
-  // The rest the decode's checks cover: bf16/fp16 rows of headdim 128 (kAppendHeadDim), cache
-  // rows at 16-byte and per-token scales at 4-byte aligned addresses (what the stores need).
+  // The rest the decode's checks cover: bf16/fp16 rows of a supported head dim (the kernel is
+  // compiled for each), cache rows at 16-byte and per-token scales at 4-byte aligned addresses
+  // (what the stores need).
   if (blocks_of(work_of(p, nullptr)) > kMaxGridX)
     return {Code::not_supported,
             "k_new: batch · (seqlen_new · heads_kv + seqlen_q · heads_q) rows above the GPU "
@@ -62,7 +64,12 @@ Status append_new_tokens(const KVCacheProblem& p, KVCacheProblem* attention) {
   auto* rotated_q = rotated_bytes > 0 ? static_cast<uint16_t*>(p.workspace) : nullptr;
   const AppendWork work = work_of(p, rotated_q);
   if (work.tasks > 0) {
-    append_kernel<<<unsigned(blocks_of(work)), kAppendThreads, 0, static_cast<cudaStream_t>(p.stream)>>>(p, work);
+    const Status launched = with_head_dim(p.hdim_qk, [&](auto head_dim) {
+      append_kernel<decltype(head_dim)::value>
+          <<<unsigned(blocks_of(work)), kAppendThreads, 0, static_cast<cudaStream_t>(p.stream)>>>(p, work);
+      return Status::ok();
+    });
+    if (!launched) return launched;
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
       return {Code::cuda, std::string("sm90 KV-cache append: launch: ") + cudaGetErrorString(e)};
   }

@@ -5,7 +5,8 @@
 // (common/rotary.hpp), all host + device code.
 //
 // One warp per task: the K and V rows of one (sequence, new token, kv-head), or one query row.
-// Each lane owns kValuesPerLane consecutive columns. A row's scale (FP8 per token) or a block's
+// Each lane owns hdim / 32 consecutive columns (the kernel is compiled per head dim, as the
+// attention). A row's scale (FP8 per token) or a block's
 // (16 values for NVFP4, 32 for MXFP4) comes from an aligned run of lanes that agree on its amax
 // with shuffles; a max of magnitude bits, so the order does not change it (quant::amax_abs).
 // The tasks are few, batch · (seqlen_new · heads_kv + seqlen_q · heads_q) warps at most, so the
@@ -15,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/half_float.hpp"
 #include "common/kvcache_problem.hpp"
@@ -22,7 +24,6 @@
 #include "quant/fp8_kv.hpp"
 #include "quant/mxfp4.hpp"
 #include "quant/nvfp4.hpp"
-#include "sm90/decode/config.hpp"
 
 namespace hfa::sm90::decode {
 
@@ -30,11 +31,17 @@ inline constexpr int kAppendLanes = 32;
 inline constexpr unsigned kAppendAllLanes = 0xffffffffu;
 inline constexpr int kAppendWarps = 4;  // tasks per CTA: small CTAs spread over every SM
 inline constexpr int kAppendThreads = kAppendWarps * kAppendLanes;
-inline constexpr int kAppendHeadDim = Config<Storage::plain>::kHeadDim;  // the decode kernel's
-inline constexpr int kValuesPerLane = kAppendHeadDim / kAppendLanes;
-// The stores below write a lane's columns at once: 8 bytes of bf16/fp16, 4 of FP8, 2 of FP4.
-static_assert(kValuesPerLane == 4, "one uint2 / uint32 / uint16 store per lane and row");
-static_assert(quant::kNvfp4BlockSize % kValuesPerLane == 0 && quant::kMxfp4BlockSize % kValuesPerLane == 0);
+
+// A lane's columns at head dim kHeadDim: 2, 4 or 8. A scale block's values belong to an aligned
+// run of whole lanes, and the lane's codes are whole bytes (two FP4 values a byte).
+template <int kHeadDim>
+inline constexpr int kValuesPerLane = kHeadDim / kAppendLanes;
+template <int kHeadDim>
+constexpr bool lanes_fit() {
+  constexpr int kValues = kValuesPerLane<kHeadDim>;
+  return kValues * kAppendLanes == kHeadDim && kValues % 2 == 0 &&
+         quant::kNvfp4BlockSize % kValues == 0 && quant::kMxfp4BlockSize % kValues == 0;
+}
 
 // What the launch decides beyond the problem.
 struct AppendWork {
@@ -63,14 +70,34 @@ __device__ __forceinline__ float table_value(const detail::KVCacheProblem& p, co
   return to_float(p.rotary_dtype, static_cast<const uint16_t*>(table)[at]);
 }
 
-// The lane's columns [column, column + kValuesPerLane) of `row` (q's dtype), rotated by
-// `position` where they are below rotary_dim: the CPU's apply_rotary one column at a time. A
-// column's partner may be another lane's, so both values of its pair are read from the row.
-__device__ __forceinline__ void rotate_lane(const detail::KVCacheProblem& p, const uint16_t* row,
-                                            int64_t position, int column,
-                                            float (&x)[kValuesPerLane]) {
+// A lane's values (1 to 16 bytes, as many as its columns take) stored at once: packed into
+// 32-bit words, then one store of the whole; dst is aligned to their size (cache rows at 16
+// bytes, a lane's columns at whole multiples of their size).
+template <typename T, int kCount>
+__device__ __forceinline__ void store_lane(void* dst, const T (&values)[kCount]) {
+  static_assert(std::is_unsigned_v<T> && sizeof(T) <= 2, "bytes or 16-bit values");
+  constexpr int kBytes = int(sizeof(T)) * kCount;
+  constexpr int kBits = 8 * int(sizeof(T));
+  constexpr int kPerWord = 4 / int(sizeof(T));
+  uint32_t words[(kBytes + 3) / 4] = {};
 #pragma unroll
-  for (int k = 0; k < kValuesPerLane; ++k) {
+  for (int k = 0; k < kCount; ++k) words[k / kPerWord] |= uint32_t(values[k]) << (kBits * (k % kPerWord));
+  if constexpr (kBytes == 1) *static_cast<uint8_t*>(dst) = uint8_t(words[0]);
+  else if constexpr (kBytes == 2) *static_cast<uint16_t*>(dst) = uint16_t(words[0]);
+  else if constexpr (kBytes == 4) *static_cast<uint32_t*>(dst) = words[0];
+  else if constexpr (kBytes == 8) *static_cast<uint2*>(dst) = make_uint2(words[0], words[1]);
+  else if constexpr (kBytes == 16) *static_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);
+  else static_assert(kBytes == 16, "a power of two up to 16 bytes");
+}
+
+// The lane's columns [column, column + kValues) of `row` (q's dtype), rotated by `position`
+// where they are below rotary_dim: the CPU's apply_rotary one column at a time. A column's
+// partner may be another lane's, so both values of its pair are read from the row.
+template <int kValues>
+__device__ __forceinline__ void rotate_lane(const detail::KVCacheProblem& p, const uint16_t* row,
+                                            int64_t position, int column, float (&x)[kValues]) {
+#pragma unroll
+  for (int k = 0; k < kValues; ++k) {
     const int c = column + k;
     if (c >= p.rotary_dim) break;
     const int j = detail::rotary_frequency(c, p.rotary_dim, p.rotary_interleaved);
@@ -84,47 +111,48 @@ __device__ __forceinline__ void rotate_lane(const detail::KVCacheProblem& p, con
 }
 
 // amax_abs of the values of an aligned run of kRunLanes lanes, known to all of them.
-template <int kRunLanes>
-__device__ __forceinline__ float run_amax(const float (&x)[kValuesPerLane]) {
+template <int kRunLanes, int kValues>
+__device__ __forceinline__ float run_amax(const float (&x)[kValues]) {
   uint32_t largest = 0;
 #pragma unroll
-  for (int k = 0; k < kValuesPerLane; ++k) largest = max(largest, quant::abs_bits(x[k]));
+  for (int k = 0; k < kValues; ++k) largest = max(largest, quant::abs_bits(x[k]));
 #pragma unroll
   for (int offset = kRunLanes / 2; offset > 0; offset /= 2)
     largest = max(largest, __shfl_xor_sync(kAppendAllLanes, largest, offset));
   return quant::amax_from_abs_bits(largest);
 }
 
-__device__ __forceinline__ uint32_t bytes_to_word(const uint8_t (&b)[kValuesPerLane]) {
-  return uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
-}
-
-__device__ __forceinline__ uint16_t e2m1_pair_bytes(const uint8_t (&e)[kValuesPerLane]) {
-  return uint16_t(quant::e2m1_pack(e[0], e[1]) | quant::e2m1_pack(e[2], e[3]) << 8);
+// A lane's E2M1 codes, two a byte (element 2i in the low nibble), stored at once.
+template <int kValues>
+__device__ __forceinline__ void store_e2m1(uint8_t* dst, const uint8_t (&e)[kValues]) {
+  uint8_t packed[kValues / 2];
+#pragma unroll
+  for (int k = 0; k < kValues / 2; ++k) packed[k] = quant::e2m1_pack(e[2 * k], e[2 * k + 1]);
+  store_lane(dst, packed);
 }
 
 // The lane's columns of one row, written at (page, slot, head) of one side in the cache's
 // format: the CPU's encode_row with the row spread over the warp. Every lane must call it (the
 // scales take shuffles).
+template <int kValues>
 __device__ __forceinline__ void encode_lane(const detail::KVCacheProblem& p,
                                             const detail::CacheSide& side, int64_t page,
                                             int64_t slot, int64_t head, int lane,
-                                            const float (&x)[kValuesPerLane]) {
+                                            const float (&x)[kValues]) {
   using detail::CacheFormat;
-  const int column = lane * kValuesPerLane;
+  const int column = lane * kValues;
   const int64_t row = side.stride.offset(page, slot, head);  // elements; bytes for FP8 and FP4
   const int64_t scale_row = side.scale_stride.offset(page, slot, head);
   // The caller's cache: written in place, as the API documents.
   auto* codes = static_cast<uint8_t*>(const_cast<void*>(side.data));
   auto* scales = static_cast<uint8_t*>(const_cast<void*>(side.scale));
-  uint8_t e[kValuesPerLane];
+  uint8_t e[kValues];
   switch (p.format) {
     case CacheFormat::plain: {
-      uint16_t h[kValuesPerLane];
+      uint16_t h[kValues];
 #pragma unroll
-      for (int k = 0; k < kValuesPerLane; ++k) h[k] = from_float(p.cache_dtype, x[k]);
-      *reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(codes) + row + column) =
-          make_uint2(h[0] | uint32_t(h[1]) << 16, h[2] | uint32_t(h[3]) << 16);
+      for (int k = 0; k < kValues; ++k) h[k] = from_float(p.cache_dtype, x[k]);
+      store_lane(reinterpret_cast<uint16_t*>(codes) + row + column, h);
       return;
     }
     case CacheFormat::fp8_per_head:
@@ -134,44 +162,47 @@ __device__ __forceinline__ void encode_lane(const detail::KVCacheProblem& p,
                                     : static_cast<const float*>(side.scale)[scale_row];
       if (per_token && lane == 0) reinterpret_cast<float*>(scales)[scale_row] = scale;
 #pragma unroll
-      for (int k = 0; k < kValuesPerLane; ++k) e[k] = quant::fp8_kv_encode(x[k], scale);
-      *reinterpret_cast<uint32_t*>(codes + row + column) = bytes_to_word(e);
+      for (int k = 0; k < kValues; ++k) e[k] = quant::fp8_kv_encode(x[k], scale);
+      store_lane(codes + row + column, e);
       return;
     }
     case CacheFormat::nvfp4: {
-      constexpr int kRunLanes = quant::kNvfp4BlockSize / kValuesPerLane;
+      constexpr int kRunLanes = quant::kNvfp4BlockSize / kValues;
       const float global = *side.global_scale;
       const uint8_t block_scale = quant::nvfp4_block_scale(run_amax<kRunLanes>(x), global);
       if (lane % kRunLanes == 0) scales[scale_row + column / quant::kNvfp4BlockSize] = block_scale;
       const float multiplier = quant::nvfp4_multiplier(block_scale, global);
 #pragma unroll
-      for (int k = 0; k < kValuesPerLane; ++k) e[k] = quant::nvfp4_encode(x[k], multiplier);
-      *reinterpret_cast<uint16_t*>(codes + row + column / 2) = e2m1_pair_bytes(e);
+      for (int k = 0; k < kValues; ++k) e[k] = quant::nvfp4_encode(x[k], multiplier);
+      store_e2m1(codes + row + column / 2, e);
       return;
     }
     case CacheFormat::mxfp4: {
-      constexpr int kRunLanes = quant::kMxfp4BlockSize / kValuesPerLane;
+      constexpr int kRunLanes = quant::kMxfp4BlockSize / kValues;
       const uint8_t block_scale = quant::mxfp4_block_scale(run_amax<kRunLanes>(x));
       if (lane % kRunLanes == 0) scales[scale_row + column / quant::kMxfp4BlockSize] = block_scale;
 #pragma unroll
-      for (int k = 0; k < kValuesPerLane; ++k) e[k] = quant::mxfp4_encode(x[k], block_scale);
-      *reinterpret_cast<uint16_t*>(codes + row + column / 2) = e2m1_pair_bytes(e);
+      for (int k = 0; k < kValues; ++k) e[k] = quant::mxfp4_encode(x[k], block_scale);
+      store_e2m1(codes + row + column / 2, e);
       return;
     }
   }
 }
 
+template <int kValues>
 __device__ __forceinline__ void load_lane(DType dtype, const uint16_t* row, int column,
-                                          float (&x)[kValuesPerLane]) {
+                                          float (&x)[kValues]) {
 #pragma unroll
-  for (int k = 0; k < kValuesPerLane; ++k) x[k] = to_float(dtype, row[column + k]);
+  for (int k = 0; k < kValues; ++k) x[k] = to_float(dtype, row[column + k]);
 }
 
 // New token i of sequence b, kv-head h: K (rotated) and V into the cache. The lengths and the
 // block table live on the device and are trusted (validation mode checks them first); a token
 // outside the cache, its pages or the rotary tables is dropped rather than written out of bounds
 // (the attention clamps such lengths to the cache too).
+template <int kHeadDim>
 __device__ __forceinline__ void append_token(const detail::KVCacheProblem& p, int64_t task, int lane) {
+  constexpr int kValues = kValuesPerLane<kHeadDim>;
   const int64_t h = task % p.heads_kv;
   const int64_t i = task / p.heads_kv % p.seqlen_new;
   const int64_t b = task / p.heads_kv / p.seqlen_new;
@@ -183,8 +214,8 @@ __device__ __forceinline__ void append_token(const detail::KVCacheProblem& p, in
   if (page < 0 || page >= p.num_pages) return;
   const int64_t slot = position % p.page_size;
 
-  const int column = lane * kValuesPerLane;
-  float x[kValuesPerLane];
+  const int column = lane * kValues;
+  float x[kValues];
   const uint16_t* k_row = static_cast<const uint16_t*>(p.k_new) + row_offset(p.k_new_stride, b, i, h);
   load_lane(p.dtype, k_row, column, x);
   if (rotary) rotate_lane(p, k_row, position, column, x);
@@ -197,38 +228,41 @@ __device__ __forceinline__ void append_token(const detail::KVCacheProblem& p, in
 // Query row `task` of the (batch, seqlen_q, heads_q) rows, rotated into work.rotated_q. The
 // columns from rotary_dim on are copied bit for bit; a row whose position lies outside the
 // tables (lengths out of contract) is copied as it is.
+template <int kHeadDim>
 __device__ __forceinline__ void rotate_query(const detail::KVCacheProblem& p, const AppendWork& work,
                                              int64_t task, int lane) {
+  constexpr int kValues = kValuesPerLane<kHeadDim>;
   const int64_t h = task % p.heads_q;
   const int64_t i = task / p.heads_q % p.seqlen_q;
   const int64_t b = task / p.heads_q / p.seqlen_q;
   const int64_t position =
       detail::rotary_query_position(p.cache_seqlens[b], i, p.window_left, p.window_right);
   const uint16_t* q_row = static_cast<const uint16_t*>(p.q) + row_offset(p.q_stride, b, i, h);
-  const int column = lane * kValuesPerLane;
-  uint16_t bits[kValuesPerLane];
+  const int column = lane * kValues;
+  uint16_t bits[kValues];
 #pragma unroll
-  for (int k = 0; k < kValuesPerLane; ++k) bits[k] = q_row[column + k];
+  for (int k = 0; k < kValues; ++k) bits[k] = q_row[column + k];
   if (position >= 0 && position < p.seqlen_ro) {
-    float x[kValuesPerLane];
+    float x[kValues];
     load_lane(p.dtype, q_row, column, x);
     rotate_lane(p, q_row, position, column, x);
 #pragma unroll
-    for (int k = 0; k < kValuesPerLane; ++k)
+    for (int k = 0; k < kValues; ++k)
       if (column + k < p.rotary_dim) bits[k] = from_float(p.dtype, x[k]);
   }
-  *reinterpret_cast<uint2*>(work.rotated_q + task * kAppendHeadDim + column) =
-      make_uint2(bits[0] | uint32_t(bits[1]) << 16, bits[2] | uint32_t(bits[3]) << 16);
+  store_lane(work.rotated_q + task * kHeadDim + column, bits);
 }
 
 // The problem is the kernel's parameter as the CPU append reads it (__grid_constant__: read in
 // place, never copied to local memory).
+template <int kHeadDim>
 __global__ void __launch_bounds__(kAppendThreads)
     append_kernel(const __grid_constant__ detail::KVCacheProblem p, const AppendWork work) {
+  static_assert(lanes_fit<kHeadDim>(), "whole lanes per row, per scale block and per code byte");
   const int64_t task = int64_t{blockIdx.x} * kAppendWarps + threadIdx.x / kAppendLanes;
   const int lane = int(threadIdx.x % kAppendLanes);
-  if (task < work.token_tasks) append_token(p, task, lane);
-  else if (task < work.tasks) rotate_query(p, work, task - work.token_tasks, lane);
+  if (task < work.token_tasks) append_token<kHeadDim>(p, task, lane);
+  else if (task < work.tasks) rotate_query<kHeadDim>(p, work, task - work.token_tasks, lane);
 }
 
 }  // namespace hfa::sm90::decode

@@ -98,25 +98,23 @@ __device__ __forceinline__ float power_of_two(int exponent) {
   return __int_as_float((exponent + 127) << 23);
 }
 
-// The pair multiplier for one block: the scale byte's value times 2^(-placement - shift).
+// Two NVFP4 blocks' multipliers (their scale bytes, the first in the low byte): the E4M3 values,
+// decoded by the hardware (NaN stays NaN), times 2^(-placement - shift) in fp32: exact.
 template <typename Element>
-__device__ __forceinline__ uint32_t nvfp4_block_multiplier(uint8_t scale_code) {
-  // E4M3 decoded by the hardware (NaN stays NaN), then the power of two in fp32: exact.
-  const __half_raw raw = __nv_cvt_fp8_to_halfraw(scale_code, __NV_E4M3);
-  const float scale = __half2float(__half(raw));
-  return broadcast_pair<Element>(
-      scale * power_of_two(-kE2m1PlacementExponent<Element> - kNvfp4ProductShift));
-}
-
-// Two adjacent blocks' multipliers from their two scale bytes, one conversion for both.
-template <typename Element>
-__device__ __forceinline__ void nvfp4_block_multipliers(uint16_t scale_codes, uint32_t& first,
-                                                        uint32_t& second) {
+__device__ __forceinline__ float2 nvfp4_block_scales(uint16_t scale_codes) {
   const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(scale_codes, __NV_E4M3);
   const float2 scales = __half22float2(__half2(raw));
   const float shift = power_of_two(-kE2m1PlacementExponent<Element> - kNvfp4ProductShift);
-  first = broadcast_pair<Element>(scales.x * shift);
-  second = broadcast_pair<Element>(scales.y * shift);
+  return make_float2(scales.x * shift, scales.y * shift);
+}
+
+// Two adjacent blocks of one row: each multiplier as a pair register (both halves equal).
+template <typename Element>
+__device__ __forceinline__ void nvfp4_block_multipliers(uint16_t scale_codes, uint32_t& first,
+                                                        uint32_t& second) {
+  const float2 scales = nvfp4_block_scales<Element>(scale_codes);
+  first = broadcast_pair<Element>(scales.x);
+  second = broadcast_pair<Element>(scales.y);
 }
 
 template <typename Element>

@@ -1,4 +1,4 @@
-// The decode kernels for fp16 q (plain, FP8 and FP4 caches).
+// The decode kernels for fp16 q (plain, FP8 and FP4 caches; every head dim, head_dim.hpp).
 #include <cuda_fp16.h>
 
 #include "sm90/decode/launch.cuh"

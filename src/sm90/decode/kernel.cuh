@@ -3,11 +3,12 @@
 // read once for all of them. With varlen queries the grid's row tiles cover the longest sequence
 // and a sequence's CTAs past its own rows exit at once.
 //
+// The kernel is compiled per head dim (64, 128, 256: config.hpp), which sizes every tile.
 // Memory is the limit, so the kernel is a pipeline of cp.async copies: 64 keys of K and V codes
-// (and scales) per stage, (stages - 1) stages in flight, two CTAs per SM. Each of the 4 warps
-// owns 16 keys of every stage end to end: it reads their pages, copies them, widens them and
-// multiplies them, with its own online softmax, so the warps never wait for each other inside
-// the loop (only __syncwarp). Page numbers are read one iteration ahead of the copies that need
+// (and scales) per stage, (stages - 1) stages in flight, two CTAs per SM (one at hdim 256).
+// Each of the 4 warps owns 16 keys of every stage end to end: it reads their pages, copies
+// them, widens them and multiplies them, with its own online softmax, so the warps never wait
+// for each other inside the loop (only __syncwarp). Page numbers are read one iteration ahead of the copies that need
 // them, so the block table's latency hides behind a tile of compute. Quantized codes are widened
 // per stage into a bf16/fp16 tile (dequant.cuh) that the same ldmatrix + mma.sync code reads as
 // a plain cache's tile. The warps merge through shared memory at the end (combine_splits), then
@@ -34,7 +35,6 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 inline constexpr int kChunkBytes = 16;          // one cp.async, one ldmatrix row
 inline constexpr int kSwizzleRows = 8;          // chunks XOR (row mod 8): conflict-free ldmatrix
-inline constexpr int kSwizzledRowBytes = Config<Storage::plain>::kTileRowBytes;
 inline constexpr int kWarpSize = 32;
 inline constexpr unsigned kFullWarp = 0xffffffffu;
 // mma.sync m16n8k16 and ldmatrix's 8x8 tiles: the 8s and 16s of the fragment index math.
@@ -45,23 +45,14 @@ struct RowOffsets {
   int64_t k, v, k_scale, v_scale;  // bytes from the side's base; -1: no key (zero-filled)
 };
 
-// kLeanCopy's row table entries: global addresses; a row past the keys points at the side's
-// base with kNoKey set, and its copies read nothing and zero-fill (cache rows are 16-byte
-// aligned, scale rows 4-byte aligned, so bit 0 is free).
-inline constexpr uint64_t kNoKey = 1;
-__device__ __forceinline__ const unsigned char* source_address(int64_t source) {
-  return reinterpret_cast<const unsigned char*>(uint64_t(source) & ~kNoKey);
-}
-__device__ __forceinline__ uint32_t source_bytes(int64_t source, uint32_t bytes) {
-  return (uint32_t(source) & uint32_t(kNoKey)) ? 0u : bytes;
-}
-__device__ __forceinline__ int64_t address_of(const unsigned char* p) {
-  return int64_t(reinterpret_cast<uint64_t>(p));
-}
-
-// Byte offset of chunk `chunk` of row `row` in a swizzled tile of 256-byte rows.
+// Byte offset of chunk `chunk` of row `row` in a swizzled tile of kRowBytes-byte rows. ldmatrix
+// reads one chunk of 8 consecutive rows per phase: the XOR spreads them over 8 distinct chunks
+// mod 8, i.e. all 32 banks, for any row length of at least 8 chunks (128 bytes, hdim 64), and
+// only flips the low 3 bits of the chunk index, so the chunk stays inside its row.
+template <int kRowBytes>
 __device__ __forceinline__ int swizzled(int row, int chunk) {
-  return row * kSwizzledRowBytes + ((chunk ^ (row % kSwizzleRows)) * kChunkBytes);
+  static_assert(kRowBytes % (kSwizzleRows * kChunkBytes) == 0, "whole groups of 8 chunks a row");
+  return row * kRowBytes + ((chunk ^ (row % kSwizzleRows)) * kChunkBytes);
 }
 
 // The stored column order of a tile: identity, or FP4's pair order (dequant.cuh).
@@ -84,11 +75,13 @@ __device__ __forceinline__ float side_multiplier(const Params& p, const CacheVie
   }
 }
 
-template <typename Element, Storage kStorage>
-__global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::kMinBlocksPerSM)
+template <typename Element, Storage kStorage, int kHeadDim>
+__global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
+                                  Config<kStorage, kHeadDim>::kMinBlocksPerSM)
     decode_kernel(const __grid_constant__ Params p) {
-  using C = Config<kStorage>;
+  using C = Config<kStorage, kHeadDim>;
   constexpr int kD = C::kHeadDim;
+  constexpr int kRowBytes = C::kTileRowBytes;
   constexpr int kN = C::kBlockN;
   constexpr int kS = C::kStages;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -131,7 +124,7 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
         value = q[b * p.q_batch_stride + (seq.q_begin + i) * p.q_row_stride + h * p.q_head_stride +
                   stored_to_column<kStorage>(stored)];
       }
-      *reinterpret_cast<Element*>(q_tile + swizzled(local, stored / 8) + (stored % 8) * 2) = value;
+      *reinterpret_cast<Element*>(q_tile + swizzled<kRowBytes>(local, stored / 8) + (stored % 8) * 2) = value;
     }
   }
 
@@ -154,22 +147,7 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
     const int key = (first_tile + u) * kN + own_row;
     const int slot = p.page_shift >= 0 ? key & ((1 << p.page_shift) - 1) : key % p.page_size;
     RowOffsets r{-1, -1, -1, -1};
-    if constexpr (kLeanCopy) {
-      r = {address_of(p.k.data) | int64_t(kNoKey), address_of(p.v.data) | int64_t(kNoKey),
-           address_of(p.k.scale) | int64_t(kNoKey), address_of(p.v.scale) | int64_t(kNoKey)};
-      if (page >= 0) {
-        r.k = address_of(p.k.data + page * p.k.page_stride + slot * p.k.slot_stride +
-                         kv_head * p.k.head_stride);
-        r.v = address_of(p.v.data + page * p.v.page_stride + slot * p.v.slot_stride +
-                         kv_head * p.v.head_stride);
-        if constexpr (kStorage != Storage::plain) {
-          r.k_scale = address_of(p.k.scale + page * p.k.scale_page_stride +
-                                 slot * p.k.scale_slot_stride + kv_head * p.k.scale_head_stride);
-          r.v_scale = address_of(p.v.scale + page * p.v.scale_page_stride +
-                                 slot * p.v.scale_slot_stride + kv_head * p.v.scale_head_stride);
-        }
-      }
-    } else if (page >= 0) {
+    if (page >= 0) {
       r.k = page * p.k.page_stride + slot * p.k.slot_stride + kv_head * p.k.head_stride;
       r.v = page * p.v.page_stride + slot * p.v.slot_stride + kv_head * p.v.head_stride;
       if constexpr (kStorage != Storage::plain) {
@@ -183,6 +161,11 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
   };
 
   const bool per_token = p.scale_kind == ScaleKind::fp8_per_token;
+  // A row's scale bytes in the cache (FP8 per token, FP4): whole words but MXFP4's at hdim 64.
+  const int scale_bytes = p.scale_kind == ScaleKind::nvfp4   ? C::kNvfp4ScaleBytes
+                          : p.scale_kind == ScaleKind::mxfp4 ? C::kMxfp4ScaleBytes
+                                                             : int(sizeof(float));
+  const int scale_words = (scale_bytes + kScaleWordBytes - 1) / kScaleWordBytes;
   // Copies tile u's codes (and scales) into its stage; always commits a group, empty past the end.
   auto issue = [&](int u) {
     if (u < n_tiles) {
@@ -190,26 +173,21 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
       const RowOffsets* rows = row_table + stage * kN;
       constexpr int kChunksPerRow = C::kCodeRowBytes / kChunkBytes;
       constexpr int kRowsPerPass = kWarpSize / kChunksPerRow;
+      static_assert(kRowsPerPass * kChunksPerRow == kWarpSize && kWarpRows % kRowsPerPass == 0,
+                    "a pass copies whole rows with every lane");
       const int chunk = lane % kChunksPerRow;
 #pragma unroll
       for (int pass = 0; pass < kWarpRows / kRowsPerPass; ++pass) {
         const int row = warp * kWarpRows + lane / kChunksPerRow + pass * kRowsPerPass;
         const longlong2 at = *reinterpret_cast<const longlong2*>(&rows[row]);
-        const int dst = kStorage == Storage::plain ? swizzled(row, chunk)
+        const int dst = kStorage == Storage::plain ? swizzled<kRowBytes>(row, chunk)
                                                    : row * C::kCodeRowBytes + chunk * kChunkBytes;
-        if constexpr (kLeanCopy) {
-          const int in_row = chunk * kChunkBytes;  // a row past the keys reads 0 bytes anyway
-          const uint32_t bytes = source_bytes(at.x, kChunkBytes);
-          cp_async_16(shared_address(k_codes(stage) + dst), source_address(at.x) + in_row, bytes);
-          cp_async_16(shared_address(v_codes(stage) + dst), source_address(at.y) + in_row, bytes);
-        } else {
-          const bool valid = at.x >= 0;
-          const int64_t in_row = chunk * kChunkBytes;
-          cp_async_16(shared_address(k_codes(stage) + dst), p.k.data + (valid ? at.x + in_row : 0),
-                      valid ? kChunkBytes : 0);
-          cp_async_16(shared_address(v_codes(stage) + dst), p.v.data + (valid ? at.y + in_row : 0),
-                      valid ? kChunkBytes : 0);
-        }
+        const bool valid = at.x >= 0;
+        const int64_t in_row = chunk * kChunkBytes;
+        cp_async_16(shared_address(k_codes(stage) + dst), p.k.data + (valid ? at.x + in_row : 0),
+                    valid ? kChunkBytes : 0);
+        cp_async_16(shared_address(v_codes(stage) + dst), p.v.data + (valid ? at.y + in_row : 0),
+                    valid ? kChunkBytes : 0);
       }
       if constexpr (kStorage != Storage::plain) {
         // One lane per row: K rows by lanes 0-15, V rows by lanes 16-31.
@@ -218,16 +196,12 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
           const bool is_v = lane >= kWarpRows;
           const int64_t offset = is_v ? rows[row].v_scale : rows[row].k_scale;
           unsigned char* dst = (is_v ? v_scales(stage) : k_scales(stage)) + row * C::kScaleRowBytes;
-          const int words = p.scale_kind == ScaleKind::nvfp4 ? 2 : 1;
-          if constexpr (kLeanCopy) {
-            const uint32_t bytes = source_bytes(offset, 4);
-            for (int w = 0; w < words; ++w)
-              cp_async_4(shared_address(dst + 4 * w), source_address(offset) + 4 * w, bytes);
-          } else {
+          for (int w = 0; w < scale_words; ++w) {
+            const int at = w * kScaleWordBytes;
+            const uint32_t word_bytes = uint32_t(min(kScaleWordBytes, scale_bytes - at));
             const bool valid = offset >= 0;
             const unsigned char* src = (is_v ? p.v.scale : p.k.scale) + (valid ? offset : 0);
-            for (int w = 0; w < words; ++w)
-              cp_async_4(shared_address(dst + 4 * w), src + (valid ? 4 * w : 0), valid ? 4 : 0);
+            cp_async_4(shared_address(dst + at), src + (valid ? at : 0), valid ? word_bytes : 0);
           }
         }
       }
@@ -265,8 +239,8 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
             lo = make_uint4(a.x, a.y, b2.x, b2.y);
             hi = make_uint4(c2.x, c2.y, d.x, d.y);
           }
-          *reinterpret_cast<uint4*>(tile + swizzled(row, 2 * chunk)) = lo;
-          *reinterpret_cast<uint4*>(tile + swizzled(row, 2 * chunk + 1)) = hi;
+          *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, 2 * chunk)) = lo;
+          *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, 2 * chunk + 1)) = hi;
         }
       }
     } else if constexpr (kStorage == Storage::fp4) {
@@ -286,33 +260,36 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
           const uint4 w = *reinterpret_cast<const uint4*>(codes + row * C::kCodeRowBytes + chunk * kChunkBytes);
           const unsigned char* row_scales = scales + row * C::kScaleRowBytes;
           uint32_t first, second;  // multipliers of words 0-1 and 2-3
-          if (nvfp4 && kLeanCopy) {  // two blocks of 16 values, one conversion
+          if (nvfp4) {  // two blocks of 16 values, one conversion
             nvfp4_block_multipliers<Element>(
                 *reinterpret_cast<const uint16_t*>(row_scales + 2 * chunk), first, second);
-          } else if (nvfp4) {  // two blocks of 16 values
-            first = nvfp4_block_multiplier<Element>(row_scales[2 * chunk]);
-            second = nvfp4_block_multiplier<Element>(row_scales[2 * chunk + 1]);
           } else {  // one block of 32
             first = second = mxfp4_block_multiplier<Element>(row_scales[chunk]);
           }
           const int base = 4 * chunk;  // 8 values (one 16-byte tile chunk) per code word
-          *reinterpret_cast<uint4*>(tile + swizzled(row, base + 0)) = e2m1x8_scaled<Element>(w.x, first);
-          *reinterpret_cast<uint4*>(tile + swizzled(row, base + 1)) = e2m1x8_scaled<Element>(w.y, first);
-          *reinterpret_cast<uint4*>(tile + swizzled(row, base + 2)) = e2m1x8_scaled<Element>(w.z, second);
-          *reinterpret_cast<uint4*>(tile + swizzled(row, base + 3)) = e2m1x8_scaled<Element>(w.w, second);
+          *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, base + 0)) = e2m1x8_scaled<Element>(w.x, first);
+          *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, base + 1)) = e2m1x8_scaled<Element>(w.y, first);
+          *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, base + 2)) = e2m1x8_scaled<Element>(w.z, second);
+          *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, base + 3)) = e2m1x8_scaled<Element>(w.w, second);
         }
       }
     }
   };
 
-  // Q fragments for the whole head dim, kept in registers.
-  uint32_t q_frag[kD / kMmaK][4];
-  __syncthreads();
-#pragma unroll
-  for (int ks = 0; ks < kD / kMmaK; ++ks) {
+  // Q's A fragment of k step ks, from the Q tile.
+  auto load_q = [&](int ks, uint32_t (&frag)[4]) {
     const int m = lane / 8;
     const int row = lane % 8 + (m % 2) * 8;
-    ldmatrix_x4(shared_address(q_tile + swizzled(row, 2 * ks + m / 2)), q_frag[ks]);
+    ldmatrix_x4(shared_address(q_tile + swizzled<kRowBytes>(row, 2 * ks + m / 2)), frag);
+  };
+  // Q fragments for the whole head dim, kept in registers (C::kQInRegisters), else re-read from
+  // the Q tile at every k step.
+  constexpr bool kQInRegisters = C::kQInRegisters;
+  uint32_t q_frag[kQInRegisters ? kD / kMmaK : 1][4];
+  __syncthreads();
+  if constexpr (kQInRegisters) {
+#pragma unroll
+    for (int ks = 0; ks < kD / kMmaK; ++ks) load_q(ks, q_frag[ks]);
   }
 
   // Score multiplier (log2 domain unless softcapped) and each fragment row's visible keys.
@@ -368,16 +345,20 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
     for (int ks = 0; ks < kD / kMmaK; ++ks) {
       const int m = lane / 8;
       uint32_t kf[4];
-      ldmatrix_x4(shared_address(k_tile + swizzled(key_base + (m / 2) * 8 + lane % 8, 2 * ks + m % 2)), kf);
-      mma_16816<Element>(s[0], q_frag[ks], kf[0], kf[1]);
-      mma_16816<Element>(s[1], q_frag[ks], kf[2], kf[3]);
+      ldmatrix_x4(shared_address(k_tile + swizzled<kRowBytes>(key_base + (m / 2) * 8 + lane % 8, 2 * ks + m % 2)), kf);
+      uint32_t qf[4];
+      if constexpr (kQInRegisters) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) qf[r] = q_frag[ks][r];
+      } else {
+        load_q(ks, qf);
+      }
+      mma_16816<Element>(s[0], qf, kf[0], kf[1]);
+      mma_16816<Element>(s[1], qf, kf[2], kf[3]);
     }
 
     // Scale, cap, mask; the running max per fragment row.
     const int key0 = (first_tile + t) * kN + key_base;
-    // kLeanCopy: both fragment rows see all 16 keys, no mask (every tile but the edges).
-    const bool inside = kLeanCopy && key0 >= max(key_lo[0], key_lo[1]) &&
-                        key0 + C::kKeysPerWarp - 1 <= min(key_hi[0], key_hi[1]);
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
@@ -389,7 +370,7 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
         float x = s[nt][e] * score_multiplier;
         if (kStorage == Storage::fp8 && per_token)
           x *= reinterpret_cast<const float*>(k_scales(stage))[key_base + local];
-        if (!inside && (key < key_lo[half] || key > key_hi[half])) x = -INFINITY;
+        if (key < key_lo[half] || key > key_hi[half]) x = -INFINITY;
         s[nt][e] = x;
         tile_max[half] = fmaxf(tile_max[half], x);
       }
@@ -448,7 +429,7 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
     for (int np = 0; np < kD / kMmaK; ++np) {
       const int m = lane / 8;
       uint32_t vf[4];
-      ldmatrix_x4_trans(shared_address(v_tile + swizzled(key_base + (m % 2) * 8 + lane % 8, 2 * np + m / 2)), vf);
+      ldmatrix_x4_trans(shared_address(v_tile + swizzled<kRowBytes>(key_base + (m % 2) * 8 + lane % 8, 2 * np + m / 2)), vf);
       mma_16816<Element>(o[2 * np], p_frag, vf[0], vf[1]);
       mma_16816<Element>(o[2 * np + 1], p_frag, vf[2], vf[3]);
     }
@@ -479,7 +460,7 @@ __global__ void __launch_bounds__(Config<kStorage>::kThreads, Config<kStorage>::
   }
   __syncthreads();
 
-  constexpr int kColumnsPerThread = C::kRowsPerTile * kD / C::kThreads;  // 16
+  constexpr int kColumnsPerThread = C::kRowsPerTile * kD / C::kThreads;  // kD / 8
   const int row = tid / (kD / kColumnsPerThread);
   const int first_stored = (tid % (kD / kColumnsPerThread)) * kColumnsPerThread;
   const int r = first_row + row;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "sm90/decode/combine_kernel.cuh"
+#include "sm90/decode/head_dim.hpp"
 #include "sm90/decode/kernel.cuh"
 #include "sm90/decode/stream_kernel.cuh"
 #include "sm90/decode/launch.hpp"
@@ -49,10 +50,10 @@ inline ScaleKind scale_kind(detail::CacheFormat format) {
   }
 }
 
-template <typename Element, Storage kStorage>
+template <typename Element, Storage kStorage, int kHeadDim>
 Status launch_decode(const Params& params, cudaStream_t stream) {
-  using C = Config<kStorage>;
-  auto kernel = decode_kernel<Element, kStorage>;
+  using C = Config<kStorage, kHeadDim>;
+  auto kernel = decode_kernel<Element, kStorage, kHeadDim>;
   // Every call (cheap, host-side, allowed during graph capture): the attribute is per device.
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            C::kSmemBytes);
@@ -63,18 +64,18 @@ Status launch_decode(const Params& params, cudaStream_t stream) {
   return Status::ok();
 }
 
-// The stream kernel (stream_kernel.cuh) takes quantized caches whose kv-head has at most 8 query
-// rows (group · seqlen_q) and whose pages hold whole 16-key warp tiles (contiguous caches, page
-// sizes that are multiples of 16); HFA_SM90_DECODE_STREAM=0 sends them to the tile kernel
-// instead (to measure one against the other).
+// The stream kernel (stream_kernel.cuh) takes caches whose kv-head has at most 8 query rows
+// (group · seqlen_q) and whose pages hold whole 16-key tiles (contiguous caches, page sizes that
+// are multiples of 16), at the one head dim its fragments are written for
+// (stream_fragments.cuh); HFA_SM90_DECODE_STREAM=0 sends them to the tile kernel instead (to
+// measure one against the other).
 inline bool use_stream_kernel(const detail::KVCacheProblem& p, int rows) {
   static const bool enabled = [] {
     const char* flag = std::getenv("HFA_SM90_DECODE_STREAM");
     return flag == nullptr || std::string(flag) != "0";
   }();
   const bool whole_warp_tiles = p.block_table == nullptr || p.page_size % stream::kKeysPerWarp == 0;
-  return enabled && p.format != detail::CacheFormat::plain && rows <= stream::kRowsPerTile &&
-         whole_warp_tiles;
+  return enabled && rows <= stream::kRowsPerTile && whole_warp_tiles && p.hdim_qk == stream::kHeadDim;
 }
 
 template <typename Element, Storage kStorage>
@@ -91,9 +92,43 @@ Status launch_stream(Params params, cudaStream_t stream) {
   return Status::ok();
 }
 
+// The attention of one storage format: the stream kernel where use_stream_kernel says so
+// (compiled only at its head dim), else the tile kernel.
+template <typename Element, Storage kStorage, int kHeadDim>
+Status launch_attention(const Params& params, bool stream_kernel, cudaStream_t stream) {
+  if constexpr (kHeadDim == stream::kHeadDim)
+    if (stream_kernel) return launch_stream<Element, kStorage>(params, stream);
+  return launch_decode<Element, kStorage, kHeadDim>(params, stream);
+}
+
+// Everything one head dim launches: the attention for the cache's format, then the combine of
+// the split partials.
+template <typename Element, int kHeadDim>
+Status launch_for_head_dim(const detail::KVCacheProblem& p, const Params& params, cudaStream_t stream) {
+  Status status;
+  const bool stream_kernel = use_stream_kernel(p, params.rows);
+  switch (p.format) {
+    case detail::CacheFormat::plain:
+      status = launch_attention<Element, Storage::plain, kHeadDim>(params, stream_kernel, stream);
+      break;
+    case detail::CacheFormat::fp8_per_head:
+    case detail::CacheFormat::fp8_per_token:
+      status = launch_attention<Element, Storage::fp8, kHeadDim>(params, stream_kernel, stream);
+      break;
+    default:
+      status = launch_attention<Element, Storage::fp4, kHeadDim>(params, stream_kernel, stream);
+      break;
+  }
+  if (!status) return status;
+  if (params.num_splits > 1) {
+    const int64_t blocks = (params.rows_total + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock;
+    combine_kernel<Element, kHeadDim><<<unsigned(blocks), kCombineThreads, 0, stream>>>(params);
+  }
+  return Status::ok();
+}
+
 template <typename Element>
 Status run(const detail::KVCacheProblem& p, const DeviceInfo& device) {
-  using C = Config<Storage::plain>;
   Params params;
   params.cu_seqlens_q = p.cu_seqlens_q;
   params.q = p.q;
@@ -124,7 +159,7 @@ Status run(const detail::KVCacheProblem& p, const DeviceInfo& device) {
   params.heads_kv = p.heads_kv;
   params.group = p.heads_q / p.heads_kv;
   params.rows = params.group * params.seqlen_q;
-  params.row_tiles = (params.rows + C::kRowsPerTile - 1) / C::kRowsPerTile;
+  params.row_tiles = (params.rows + kQueryRowsPerTile - 1) / kQueryRowsPerTile;
   params.num_splits = choose_splits(p, device);
   params.split_size = p.split_size;
   params.softmax_scale = p.softmax_scale;
@@ -135,29 +170,14 @@ Status run(const detail::KVCacheProblem& p, const DeviceInfo& device) {
   if (params.num_splits > 1) {
     // The API checked the workspace against workspace_bytes().
     params.partial_out = static_cast<float*>(p.workspace);
-    params.partial_lse = params.partial_out + params.rows_total * params.num_splits * C::kHeadDim;
+    params.partial_lse = params.partial_out + params.rows_total * params.num_splits * p.hdim_v;
   }
 
   auto stream = static_cast<cudaStream_t>(p.stream);
-  Status status;
-  const bool stream_kernel = use_stream_kernel(p, params.rows);
-  switch (p.format) {
-    case detail::CacheFormat::plain: status = launch_decode<Element, Storage::plain>(params, stream); break;
-    case detail::CacheFormat::fp8_per_head:
-    case detail::CacheFormat::fp8_per_token:
-      status = stream_kernel ? launch_stream<Element, Storage::fp8>(params, stream)
-                             : launch_decode<Element, Storage::fp8>(params, stream);
-      break;
-    default:
-      status = stream_kernel ? launch_stream<Element, Storage::fp4>(params, stream)
-                             : launch_decode<Element, Storage::fp4>(params, stream);
-      break;
-  }
+  const Status status = with_head_dim(p.hdim_qk, [&](auto head_dim) {
+    return launch_for_head_dim<Element, decltype(head_dim)::value>(p, params, stream);
+  });
   if (!status) return status;
-  if (params.num_splits > 1) {
-    const int64_t blocks = (params.rows_total + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock;
-    combine_kernel<Element, C::kHeadDim><<<unsigned(blocks), kCombineRowsPerBlock * 32, 0, stream>>>(params);
-  }
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return cuda_status("launch", e);
   return Status::ok();
 }

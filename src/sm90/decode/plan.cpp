@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <string>
 
 #include "sm90/decode/append.hpp"
@@ -22,7 +23,7 @@ constexpr int kMinTilesPerSplit = 4;
 // FlashAttention-2's rule: the fewest splits whose wave efficiency is within 85% of the best.
 constexpr double kWaveEfficiencyTolerance = 0.85;
 constexpr uintptr_t kCopyAlignment = 16;  // cp.async of cache rows
-constexpr uintptr_t kScaleAlignment = 4;  // cp.async of scale rows
+constexpr uintptr_t kScaleAlignment = kScaleWordBytes;  // cp.async of scale rows
 constexpr int kMaxGridYZ = 65535;
 
 Status unsupported(const std::string& what) {
@@ -54,19 +55,33 @@ Status check_side(const char* name, const char* scale_name, const detail::CacheS
   const int64_t scale_bytes = p.format == CacheFormat::fp8_per_token ? 4 : 1;
   if (reinterpret_cast<uintptr_t>(side.scale) % kScaleAlignment != 0)
     return unaligned(scale_name, "the data address", kScaleAlignment);
+  // Scale rows are copied in whole words: a row shorter than one (MXFP4 at hdim 64: 2 bytes) is
+  // read from its own bytes only, but must start a word, so unpadded 2-byte rows are refused.
   const int64_t scale_strides[3] = {side.scale_stride.page, side.scale_stride.slot,
                                     side.scale_stride.head};
   for (int64_t s : scale_strides)
     if ((s * scale_bytes) % int64_t(kScaleAlignment) != 0)
-      return unaligned(scale_name, "every stride (" + std::to_string(s * scale_bytes) + " bytes)",
+      return unaligned(scale_name,
+                       "every stride (" + std::to_string(s * scale_bytes) +
+                           " bytes; pad shorter scale rows to a word)",
                        kScaleAlignment);
   return Status::ok();
 }
 
 int64_t row_tiles(const KVCacheProblem& p) {
-  constexpr int kRows = Config<Storage::plain>::kRowsPerTile;
   const int64_t rows = int64_t(p.heads_q / p.heads_kv) * longest_query_rows(p);
-  return (rows + kRows - 1) / kRows;
+  return (rows + kQueryRowsPerTile - 1) / kQueryRowsPerTile;
+}
+
+bool supported_head_dim(int hdim) {
+  return std::find(std::begin(kSupportedHeadDims), std::end(kSupportedHeadDims), hdim) !=
+         std::end(kSupportedHeadDims);
+}
+
+std::string supported_head_dims() {
+  std::string list;
+  for (int hdim : kSupportedHeadDims) list += (list.empty() ? "" : ", ") + std::to_string(hdim);
+  return list;
 }
 
 }  // namespace
@@ -78,10 +93,9 @@ int32_t longest_query_rows(const KVCacheProblem& p) {
 Status check_support(const KVCacheProblem& p) {
   if (p.dtype != DType::bf16 && p.dtype != DType::f16)
     return unsupported(std::string("q dtype ") + dtype_name(p.dtype) + " (bf16 and fp16 are)");
-  constexpr int kHeadDim = Config<Storage::plain>::kHeadDim;
-  if (p.hdim_qk != kHeadDim || p.hdim_v != kHeadDim)
+  if (p.hdim_qk != p.hdim_v || !supported_head_dim(p.hdim_qk))
     return unsupported("headdim " + std::to_string(p.hdim_qk) + "/" + std::to_string(p.hdim_v) +
-                       " (128 is)");
+                       " (" + supported_head_dims() + " are, the same for K and V)");
   if (int64_t(p.heads_kv) * row_tiles(p) > kMaxGridYZ)
     return unsupported("heads_kv · ceil(group · seqlen_q / 16) above 65535 (seqlen_q: max_seqlen_q "
                        "for varlen queries)");
@@ -96,10 +110,9 @@ int choose_splits(const KVCacheProblem& p, const DeviceInfo& device) {
   // Enough CTAs for the longest sequence the cache holds; the API keeps them at most 256.
   if (p.split_size > 0) return int(std::max<int64_t>(1, (capacity + p.split_size - 1) / p.split_size));
   if (p.num_splits > 0) return p.num_splits;
-  constexpr int kBlockN = Config<Storage::plain>::kBlockN;
   const int64_t ctas = int64_t(p.batch) * p.heads_kv * row_tiles(p);
-  const int64_t tiles = (capacity + kBlockN - 1) / kBlockN;
-  const int64_t slots = int64_t(std::max(device.sm_count, 1)) * Config<Storage::plain>::kMinBlocksPerSM;
+  const int64_t tiles = (capacity + kKeysPerStage - 1) / kKeysPerStage;
+  const int64_t slots = int64_t(std::max(device.sm_count, 1)) * min_blocks_per_sm(p.hdim_qk);
   const int most = int(std::clamp<int64_t>(tiles / kMinTilesPerSplit, 1, kMaxAutoSplits));
   auto efficiency = [&](int splits) {
     const double waves = double(ctas * splits) / double(slots);

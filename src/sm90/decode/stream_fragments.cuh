@@ -58,6 +58,36 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t word) {
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 
+// ---- bf16 / fp16, 256-byte rows of 16 chunks -------------------------------------------------
+
+// Plain caches need no widening: ldmatrix reads K's fragments and Vᵀ's (transposed) straight
+// from the staged rows, the head dims in their natural order: k step ks is dims 16ks … 16ks+15
+// (q's fragment slot 1 the upper 8) and Oᵀ's dim tile mt is dims 16mt … 16mt+15.
+__host__ __device__ constexpr int plain_q_dim(int c, int ks, int slot, int e) {
+  return 16 * ks + 8 * slot + 2 * c + e;
+}
+// An ldmatrix reads the 8 rows key_of_m(0..7) (or key_of_m(8..15)) of a tile at one chunk:
+// XOR the chunk with a function that is distinct over each of those row sets.
+__device__ __forceinline__ int plain_chunk(int row, int chunk) {
+  return chunk ^ (((row >> 1) & 6) | (row & 1));
+}
+// Lane l's row (an m index) and chunk offset for ldmatrix.x4: matrix l / 8, row l % 8. K: the
+// matrices are (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15), a0 … a3.
+// Vᵀ (transposed, keys are its k): (dims 0-7, keys m 0-7), (dims 8-15, m 0-7), (dims 0-7,
+// m 8-15), (dims 8-15, m 8-15).
+__device__ __forceinline__ int plain_k_m(int lane) { return lane % 8 + 8 * ((lane / 8) & 1); }
+__device__ __forceinline__ int plain_k_chunk(int lane) { return lane / 16; }
+__device__ __forceinline__ int plain_v_m(int lane) { return lane % 8 + 8 * (lane / 16); }
+__device__ __forceinline__ int plain_v_chunk(int lane) { return (lane / 8) & 1; }
+
+// The head dim of Oᵀ's accumulator o[mt][2·half + …] of lane group g: dims follow the V
+// fragments' layout (natural tiles for plain caches, 16 dims a lane for the widened ones).
+template <Storage kStorage>
+__device__ __forceinline__ int output_dim(int g, int mt, int half) {
+  if constexpr (kStorage == Storage::plain) return 16 * mt + 8 * half + g;
+  else return kDimsPerLaneV * g + 2 * mt + half;
+}
+
 // ---- FP8 (E4M3), 128-byte rows of 8 chunks -------------------------------------------------
 
 // Lane c reads chunks c and c + 4 of its two K rows; word j of chunk h holds the dims of k step
@@ -158,14 +188,11 @@ __device__ __forceinline__ void fp4_v_fragments(const uint2 (&rows)[4], const ui
   }
 }
 
-// The pair multiplier of two keys' blocks (one scale byte each).
+// The pair multiplier of two keys' blocks (one scale byte each): (first, second).
 template <typename Element>
 __device__ __forceinline__ uint32_t nvfp4_pair_multiplier(uint8_t first, uint8_t second) {
-  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(
-      static_cast<__nv_fp8x2_storage_t>(first | (uint32_t(second) << 8)), __NV_E4M3);
-  const float2 scales = __half22float2(__half2(raw));
-  const float shift = power_of_two(-kE2m1PlacementExponent<Element> - kNvfp4ProductShift);
-  return pack_pair<Element>(scales.x * shift, scales.y * shift);
+  const float2 scales = nvfp4_block_scales<Element>(uint16_t(first | (second << 8)));
+  return pack_pair<Element>(scales.x, scales.y);
 }
 
 template <typename Element>

@@ -1,14 +1,16 @@
-// The stream decode kernel for quantized caches (FP8, FP4) and up to 8 query rows per kv-head:
-// the serving hot path, where a GQA group of 4-8 heads reads one token's keys.
+// The stream decode kernel: up to 8 query rows per kv-head over a cache whose pages hold whole
+// 16-key tiles, in every storage format. The serving hot path: a GQA group of 4-8 heads reads
+// one token's keys.
 //
 // The tile kernel (kernel.cuh) multiplies a 16-row query tile by keys widened into a bf16/fp16
 // tile in shared memory; with 4 real rows three quarters of its mma and fragment work is padding,
 // and the widening pass (code → registers → shared → ldmatrix) costs more instructions per key
 // than the copy of the codes. This kernel turns the products around: Sᵀ = K·Qᵀ and Oᵀ = Vᵀ·Pᵀ,
 // 16 keys as the mma's M and the ≤ 8 query rows as its N. Each lane reads whole chunks of its
-// own cache rows from the staged codes and widens them straight into A fragments
-// (stream_fragments.cuh); Pᵀ comes from the score accumulators by an 8x8 transpose (movmatrix).
-// Per 16 keys a warp issues 16 mma (the tile kernel 32) and no shared-memory stores.
+// own cache rows from the staged codes and widens them straight into A fragments, or ldmatrix
+// reads them for a plain cache (stream_fragments.cuh); Pᵀ comes from the score accumulators by
+// an 8x8 transpose (movmatrix). Per 16 keys a warp issues 16 mma (the tile kernel 32) and no
+// shared-memory stores.
 //
 // FP8 runs the mma in fp16 whatever q's dtype: E4M3 widens to f16 exactly in one instruction per
 // pair, where bf16 would take four. A bf16 q is scaled by a power of two so that its largest
@@ -17,8 +19,8 @@
 // largest scale exponent seen so far (rescaled like the running max), so P · scale stays in
 // fp16's range whatever the scales. FP4 widens into q's dtype as the tile kernel does.
 //
-// The copy pipeline is the tile kernel's: cp.async of 64 keys a stage, each of the 4 warps
-// copying and consuming its own 16 keys, so warps meet only at the final merge.
+// Copies: cp.async of 16-key tiles, one block-table read per tile; each of the 4 warps copies
+// and consumes its own tiles of a stage, so warps meet only at the final merge.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -35,21 +37,28 @@ namespace hfa::sm90::decode {
 
 template <Storage kStorage>
 struct StreamConfig {
-  static_assert(kStorage != Storage::plain, "plain caches run the tile kernel");
   static constexpr int kHeadDim = stream::kHeadDim;
   static constexpr int kRowsPerTile = stream::kRowsPerTile;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlockN = kWarps * stream::kKeysPerWarp;  // keys per pipeline stage
-  // 16 warps per SM: enough independent chains (copy, widen, mma, softmax) to keep every
-  // scheduler issuing while the codes stream in; 128 registers a thread.
-  static constexpr int kMinBlocksPerSM = 4;
+  // 16-key mma tiles a warp takes per stage: FP4 takes two, which spreads the stage's fixed
+  // work (block-table reads, the softmax's shuffles, the loop) over twice the keys; FP8 keeps
+  // one (its V fragments of a second tile would not fit the 128 registers).
+  static constexpr int kKeyTiles = kStorage == Storage::fp4 ? 2 : 1;
+  static constexpr int kWarpKeys = kKeyTiles * stream::kKeysPerWarp;
+  static constexpr int kBlockN = kWarps * kWarpKeys;  // keys per pipeline stage
+  // Quantized: 16 warps per SM, enough independent chains (copy, widen, mma, softmax) to keep
+  // every scheduler issuing while the codes stream in; 128 registers a thread. Plain: the
+  // 32 KB stages of 16-bit rows leave room for two CTAs.
+  static constexpr int kMinBlocksPerSM = kStorage == Storage::plain ? 2 : 4;
 
-  static constexpr int kCodeRowBytes = kStorage == Storage::fp8 ? kHeadDim : kHeadDim / 2;
+  static constexpr int kCodeRowBytes = kStorage == Storage::plain ? 2 * kHeadDim
+                                       : kStorage == Storage::fp8 ? kHeadDim
+                                                                  : kHeadDim / 2;
   // Per row: an fp32 (FP8 per token), 8 E4M3 bytes (NVFP4) or 4 UE8M0 bytes (MXFP4).
-  static constexpr int kScaleRowBytes = kStorage == Storage::fp8 ? 4 : 8;
-  // (stages - 1) stages in flight per CTA, four CTAs per SM: 100-130 KB of codes in flight.
-  static constexpr int kStages = kStorage == Storage::fp8 ? 3 : 4;
+  static constexpr int kScaleRowBytes = kStorage == Storage::plain ? 0 : kStorage == Storage::fp8 ? 4 : 8;
+  // (stages - 1) stages in flight per CTA, four CTAs per SM: 100-140 KB of codes in flight.
+  static constexpr int kStages = 3;
 
   static constexpr int kCodeTileBytes = kBlockN * kCodeRowBytes;
   static constexpr int kScaleTileBytes = kBlockN * kScaleRowBytes;
@@ -60,8 +69,7 @@ struct StreamConfig {
   static constexpr int kMergeOutBytes = kWarps * kRowsPerTile * kHeadDim * 4;
   static constexpr int kMergeLseBytes = kRowsPerTile * kWarps * 4;
   static_assert(kMergeOutBytes + kMergeLseBytes <= kSmemBytes);
-  static constexpr int kSmemPerSM = 227 * 1024;
-  static_assert(kSmemBytes * kMinBlocksPerSM <= kSmemPerSM);
+  static_assert((kSmemBytes + kSmemReservedPerBlock) * kMinBlocksPerSM <= kSmemPerSM);
 };
 
 template <typename Element, Storage kStorage>
@@ -70,10 +78,12 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
   using C = StreamConfig<kStorage>;
   using Mma = std::conditional_t<kStorage == Storage::fp8, __half, Element>;
   constexpr bool kFp8 = kStorage == Storage::fp8;
+  constexpr bool kPlain = kStorage == Storage::plain;
   constexpr int kD = C::kHeadDim;
   constexpr int kN = C::kBlockN;
   constexpr int kS = C::kStages;
-  constexpr int kWarpRows = stream::kKeysPerWarp;
+  constexpr int kWarpRows = C::kWarpKeys;
+  constexpr int kTileKeys = stream::kKeysPerWarp;
   extern __shared__ __align__(128) unsigned char smem[];
 
   const int split = blockIdx.x;
@@ -99,11 +109,13 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
   };
   // Where chunk `chunk` of stage row `row` of K / V lives (stream_fragments.cuh's swizzles).
   auto k_chunk_offset = [](int row, int chunk) {
-    if constexpr (kFp8) return row * C::kCodeRowBytes + stream::fp8_k_chunk(row, chunk) * kChunkBytes;
+    if constexpr (kPlain) return row * C::kCodeRowBytes + stream::plain_chunk(row, chunk) * kChunkBytes;
+    else if constexpr (kFp8) return row * C::kCodeRowBytes + stream::fp8_k_chunk(row, chunk) * kChunkBytes;
     else return row * C::kCodeRowBytes + chunk * kChunkBytes;
   };
   auto v_chunk_offset = [](int row, int chunk) {
-    if constexpr (kFp8) return row * C::kCodeRowBytes + stream::fp8_v_chunk(row, chunk) * kChunkBytes;
+    if constexpr (kPlain) return row * C::kCodeRowBytes + stream::plain_chunk(row, chunk) * kChunkBytes;
+    else if constexpr (kFp8) return row * C::kCodeRowBytes + stream::fp8_v_chunk(row, chunk) * kChunkBytes;
     else return stream::fp4_v_row(row) * C::kCodeRowBytes + stream::fp4_v_chunk(row, chunk) * kChunkBytes;
   };
 
@@ -125,7 +137,9 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
       for (int slot = 0; slot < 2; ++slot)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int dim = kFp8 ? stream::fp8_q_dim(c, ks, slot, e) : stream::fp4_q_dim(c, ks, slot, e);
+          const int dim = kPlain ? stream::plain_q_dim(c, ks, slot, e)
+                          : kFp8 ? stream::fp8_q_dim(c, ks, slot, e)
+                                 : stream::fp4_q_dim(c, ks, slot, e);
           const float x = r < rows ? static_cast<float>(q_row[dim]) : 0.0f;
           values[ks][slot][e] = x;
           largest = fmaxf(largest, fabsf(x));
@@ -169,148 +183,192 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
   const bool per_token = kFp8 && p.scale_kind == ScaleKind::fp8_per_token;
   int v_exponent = 0;  // per-token V: o is in units of 2^(v_exponent - 127) (a biased exponent)
 
-  // The copy pipeline. A warp's 16 keys of a stage share one page (the dispatch sends only
-  // page sizes that are multiples of 16 here), so a stage costs the warp one block-table read
-  // (one stage ahead of its copies, which hides its latency behind a stage of compute) and
-  // each copy one 64-bit add: row r of the page is r slot strides from the warp's first.
-  struct WarpPage {
+  // The copy pipeline. Each 16-key tile of a warp's stage lies in one page (the dispatch sends
+  // only page sizes that are multiples of 16 here), so a tile costs one block-table read (one
+  // stage ahead of its copies, which hides its latency behind a stage of compute) and each copy
+  // one 64-bit add: row r of the tile is r slot strides from its first.
+  struct TilePage {
     int page;  // -1: no keys (zero-filled)
-    int slot;  // of the warp's first key
+    int slot;  // of the tile's first key
   };
-  auto fetch_page = [&](int u) -> WarpPage {
-    const int key = (first_tile + u) * kN + warp * kWarpRows;
-    if (u >= n_tiles || key >= key_end) return {-1, 0};
-    if (p.page_shift >= 0)
-      return {p.block_table ? p.block_table[b * p.block_table_stride + (key >> p.page_shift)] : b,
-              key & ((1 << p.page_shift) - 1)};
-    return {p.block_table ? p.block_table[b * p.block_table_stride + key / p.page_size] : b,
-            key % p.page_size};
+  using StagePages = TilePage[C::kKeyTiles];
+  auto fetch_pages = [&](int u, StagePages& pages) {
+#pragma unroll
+    for (int kt = 0; kt < C::kKeyTiles; ++kt) {
+      const int key = (first_tile + u) * kN + warp * kWarpRows + kt * kTileKeys;
+      if (u >= n_tiles || key >= key_end) pages[kt] = {-1, 0};
+      else if (p.page_shift >= 0)
+        pages[kt] = {p.block_table ? p.block_table[b * p.block_table_stride + (key >> p.page_shift)] : b,
+                     key & ((1 << p.page_shift) - 1)};
+      else
+        pages[kt] = {p.block_table ? p.block_table[b * p.block_table_stride + key / p.page_size] : b,
+                     key % p.page_size};
+    }
   };
   constexpr int kChunksPerRow = C::kCodeRowBytes / kChunkBytes;
   constexpr int kRowsPerPass = kWarpSize / kChunksPerRow;
+  constexpr int kPassesPerTile = kTileKeys / kRowsPerPass;
   const int copy_row = lane / kChunksPerRow, copy_chunk = lane % kChunksPerRow;
   const bool row_scales = kStorage == Storage::fp4 || per_token;
-  // Scale rows: one lane per row, K's by lanes 0-15, V's by lanes 16-31.
-  const int scale_row = lane % kWarpRows;
-  const CacheView& scale_side = lane < kWarpRows ? p.k : p.v;
   const int scale_words = p.scale_kind == ScaleKind::nvfp4 ? 2 : 1;
-  auto issue = [&](int u, WarpPage at) {
+  auto issue = [&](int u, const StagePages& pages) {
     if (u < n_tiles) {
       const int stage = u % kS;
       const int key0 = (first_tile + u) * kN + warp * kWarpRows;
-      const unsigned char* k_row = p.k.data + at.page * p.k.page_stride + kv_head * p.k.head_stride +
-                                   (at.slot + copy_row) * p.k.slot_stride + copy_chunk * kChunkBytes;
-      const unsigned char* v_row = p.v.data + at.page * p.v.page_stride + kv_head * p.v.head_stride +
-                                   (at.slot + copy_row) * p.v.slot_stride + copy_chunk * kChunkBytes;
 #pragma unroll
-      for (int pass = 0; pass < kWarpRows / kRowsPerPass; ++pass) {
-        const int r = copy_row + pass * kRowsPerPass;
-        const int row = warp * kWarpRows + r;
-        const bool valid = at.page >= 0 && key0 + r < key_end;
-        const int bytes = valid ? kChunkBytes : 0;
-        cp_async_16(shared_address(k_codes(stage) + k_chunk_offset(row, copy_chunk)), valid ? k_row : p.k.data, bytes);
-        cp_async_16(shared_address(v_codes(stage) + v_chunk_offset(row, copy_chunk)), valid ? v_row : p.v.data, bytes);
-        k_row += kRowsPerPass * p.k.slot_stride;
-        v_row += kRowsPerPass * p.v.slot_stride;
+      for (int kt = 0; kt < C::kKeyTiles; ++kt) {
+        const TilePage at = pages[kt];
+        const unsigned char* k_row = p.k.data + at.page * p.k.page_stride + kv_head * p.k.head_stride +
+                                     (at.slot + copy_row) * p.k.slot_stride + copy_chunk * kChunkBytes;
+        const unsigned char* v_row = p.v.data + at.page * p.v.page_stride + kv_head * p.v.head_stride +
+                                     (at.slot + copy_row) * p.v.slot_stride + copy_chunk * kChunkBytes;
+#pragma unroll
+        for (int pass = 0; pass < kPassesPerTile; ++pass) {
+          const int r = kt * kTileKeys + copy_row + pass * kRowsPerPass;
+          const int row = warp * kWarpRows + r;
+          const bool valid = at.page >= 0 && key0 + r < key_end;
+          const int bytes = valid ? kChunkBytes : 0;
+          cp_async_16(shared_address(k_codes(stage) + k_chunk_offset(row, copy_chunk)), valid ? k_row : p.k.data, bytes);
+          cp_async_16(shared_address(v_codes(stage) + v_chunk_offset(row, copy_chunk)), valid ? v_row : p.v.data, bytes);
+          k_row += kRowsPerPass * p.k.slot_stride;
+          v_row += kRowsPerPass * p.v.slot_stride;
+        }
       }
-      if (row_scales) {
-        const int row = warp * kWarpRows + scale_row;
-        const bool valid = at.page >= 0 && key0 + scale_row < key_end;
-        const unsigned char* src =
-            valid ? scale_side.scale + at.page * scale_side.scale_page_stride +
-                        kv_head * scale_side.scale_head_stride + (at.slot + scale_row) * scale_side.scale_slot_stride
-                  : scale_side.scale;
-        unsigned char* dst = (lane < kWarpRows ? k_scales(stage) : v_scales(stage)) + row * C::kScaleRowBytes;
-        for (int w = 0; w < scale_words; ++w)
-          cp_async_4(shared_address(dst + 4 * w), src + (valid ? 4 * w : 0), valid ? 4 : 0);
+      if (row_scales) {  // one lane per scale row: K's, then V's
+#pragma unroll
+        for (int job = lane; job < 2 * kWarpRows; job += kWarpSize) {
+          const bool is_v = job >= kWarpRows;
+          const int r = job % kWarpRows;
+          TilePage at = pages[0];  // pages[r / kTileKeys], without indexing registers at run time
+#pragma unroll
+          for (int kt = 1; kt < C::kKeyTiles; ++kt)
+            if (r >= kt * kTileKeys) at = pages[kt];
+          const CacheView& side = is_v ? p.v : p.k;
+          const bool valid = at.page >= 0 && key0 + r < key_end;
+          const unsigned char* src =
+              valid ? side.scale + at.page * side.scale_page_stride + kv_head * side.scale_head_stride +
+                          (at.slot + r % kTileKeys) * side.scale_slot_stride
+                    : side.scale;
+          unsigned char* dst = (is_v ? v_scales(stage) : k_scales(stage)) + (warp * kWarpRows + r) * C::kScaleRowBytes;
+          for (int w = 0; w < scale_words; ++w)
+            cp_async_4(shared_address(dst + 4 * w), src + (valid ? 4 * w : 0), valid ? 4 : 0);
+        }
       }
     }
     cp_async_commit();
   };
 
-  for (int u = 0; u < kS - 1; ++u) issue(u, fetch_page(u));
-  WarpPage pending = fetch_page(kS - 1);
+  for (int u = 0; u < kS - 1; ++u) {
+    StagePages pages;
+    fetch_pages(u, pages);
+    issue(u, pages);
+  }
+  StagePages pending;
+  fetch_pages(kS - 1, pending);
 
   const bool nvfp4 = p.scale_kind == ScaleKind::nvfp4;
-  const int key_m_lo = stream::key_of_m(g), key_m_hi = stream::key_of_m(g + 8);  // warp-local
-  const int row_lo = warp * kWarpRows + key_m_lo, row_hi = warp * kWarpRows + key_m_hi;
-  const int v_row0 = warp * kWarpRows + 4 * c;  // the lane's four V keys
+  const int key_m_lo = stream::key_of_m(g), key_m_hi = stream::key_of_m(g + 8);  // tile-local
 
   for (int t = 0; t < n_tiles; ++t) {
-    const WarpPage next = pending;
-    pending = fetch_page(t + kS);
+    StagePages next;
+#pragma unroll
+    for (int kt = 0; kt < C::kKeyTiles; ++kt) next[kt] = pending[kt];
+    fetch_pages(t + kS, pending);
     cp_async_wait<kS - 2>();
-    __syncwarp();  // the warp's rows of tile t landed; its reads of tile t-1 are done
+    __syncwarp();  // the warp's rows of stage t landed; its reads of stage t-1 are done
     issue(t + kS - 1, next);
     const int stage = t % kS;
     const unsigned char* k_tile = k_codes(stage);
     const unsigned char* v_tile = v_codes(stage);
+    const int warp_key0 = (first_tile + t) * kN + warp * kWarpRows;
 
-    // Sᵀ = K Qᵀ for the warp's 16 keys, widened a k step at a time. Two accumulators (even and
-    // odd k steps) halve the chain of dependent mma: its latency, not its count, is what the
-    // rest of the warp's stage waits for.
-    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    float odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if constexpr (kFp8) {
+    // Sᵀ = K Qᵀ for each of the warp's 16-key tiles, widened a k step at a time. Two accumulators
+    // a tile (even and odd k steps) halve its chain of dependent mma: that latency, not the mma
+    // count, is what the rest of the stage waits for.
+    float s[C::kKeyTiles][4];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint4 lo = *reinterpret_cast<const uint4*>(k_tile + k_chunk_offset(row_lo, c + 4 * h));
-        const uint4 hi = *reinterpret_cast<const uint4*>(k_tile + k_chunk_offset(row_hi, c + 4 * h));
-        const uint32_t lo_words[4] = {lo.x, lo.y, lo.z, lo.w}, hi_words[4] = {hi.x, hi.y, hi.z, hi.w};
+    for (int kt = 0; kt < C::kKeyTiles; ++kt) {
+      const int row_lo = warp * kWarpRows + kt * kTileKeys + key_m_lo;
+      const int row_hi = warp * kWarpRows + kt * kTileKeys + key_m_hi;
+      float even[4] = {0.0f, 0.0f, 0.0f, 0.0f}, odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if constexpr (kPlain) {
+        const int row = warp * kWarpRows + kt * kTileKeys + stream::key_of_m(stream::plain_k_m(lane));
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int ks = 4 * h + j;
+        for (int ks = 0; ks < stream::kKSteps; ++ks) {
           uint32_t a[4];
-          stream::fp8_k_step(lo_words[j], hi_words[j], a);
-          mma_16816<Mma>(ks % 2 == 0 ? s : odd, a, q_frag[ks][0], q_frag[ks][1]);
+          ldmatrix_x4(shared_address(k_tile + k_chunk_offset(row, 2 * ks + stream::plain_k_chunk(lane))), a);
+          mma_16816<Mma>(ks % 2 == 0 ? even : odd, a, q_frag[ks][0], q_frag[ks][1]);
         }
-      }
-    } else {
-      const uint4 lo = *reinterpret_cast<const uint4*>(k_tile + k_chunk_offset(row_lo, c));
-      const uint4 hi = *reinterpret_cast<const uint4*>(k_tile + k_chunk_offset(row_hi, c));
-      const uint32_t lo_words[4] = {lo.x, lo.y, lo.z, lo.w}, hi_words[4] = {hi.x, hi.y, hi.z, hi.w};
-      const unsigned char* scales = k_scales(stage);
-      uint32_t lo_multiplier[2], hi_multiplier[2];  // per 16 dims (NVFP4) or 32 (MXFP4)
-      if (nvfp4) {
+      } else if constexpr (kFp8) {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          lo_multiplier[half] = nvfp4_block_multiplier<Element>(scales[row_lo * C::kScaleRowBytes + 2 * c + half]);
-          hi_multiplier[half] = nvfp4_block_multiplier<Element>(scales[row_hi * C::kScaleRowBytes + 2 * c + half]);
+        for (int h = 0; h < 2; ++h) {
+          const uint4 lo = *reinterpret_cast<const uint4*>(k_tile + k_chunk_offset(row_lo, c + 4 * h));
+          const uint4 hi = *reinterpret_cast<const uint4*>(k_tile + k_chunk_offset(row_hi, c + 4 * h));
+          const uint32_t lo_words[4] = {lo.x, lo.y, lo.z, lo.w}, hi_words[4] = {hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int ks = 4 * h + j;
+            uint32_t a[4];
+            stream::fp8_k_step(lo_words[j], hi_words[j], a);
+            mma_16816<Mma>(ks % 2 == 0 ? even : odd, a, q_frag[ks][0], q_frag[ks][1]);
+          }
         }
       } else {
-        lo_multiplier[0] = lo_multiplier[1] = mxfp4_block_multiplier<Element>(scales[row_lo * C::kScaleRowBytes + c]);
-        hi_multiplier[0] = hi_multiplier[1] = mxfp4_block_multiplier<Element>(scales[row_hi * C::kScaleRowBytes + c]);
+        const uint4 lo = *reinterpret_cast<const uint4*>(k_tile + k_chunk_offset(row_lo, c));
+        const uint4 hi = *reinterpret_cast<const uint4*>(k_tile + k_chunk_offset(row_hi, c));
+        const uint32_t lo_words[4] = {lo.x, lo.y, lo.z, lo.w}, hi_words[4] = {hi.x, hi.y, hi.z, hi.w};
+        const unsigned char* scales = k_scales(stage);
+        uint32_t lo_multiplier[2], hi_multiplier[2];  // per 16 dims (NVFP4) or 32 (MXFP4)
+        if (nvfp4) {
+          nvfp4_block_multipliers<Element>(*reinterpret_cast<const uint16_t*>(scales + row_lo * C::kScaleRowBytes + 2 * c),
+                                           lo_multiplier[0], lo_multiplier[1]);
+          nvfp4_block_multipliers<Element>(*reinterpret_cast<const uint16_t*>(scales + row_hi * C::kScaleRowBytes + 2 * c),
+                                           hi_multiplier[0], hi_multiplier[1]);
+        } else {
+          lo_multiplier[0] = lo_multiplier[1] = mxfp4_block_multiplier<Element>(scales[row_lo * C::kScaleRowBytes + c]);
+          hi_multiplier[0] = hi_multiplier[1] = mxfp4_block_multiplier<Element>(scales[row_hi * C::kScaleRowBytes + c]);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t a[2][4];
+          stream::fp4_k_steps<Element>(lo_words[j], hi_words[j], lo_multiplier[j / 2], hi_multiplier[j / 2], a);
+          mma_16816<Mma>(even, a[0], q_frag[2 * j][0], q_frag[2 * j][1]);
+          mma_16816<Mma>(odd, a[1], q_frag[2 * j + 1][0], q_frag[2 * j + 1][1]);
+        }
       }
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint32_t a[2][4];
-        stream::fp4_k_steps<Element>(lo_words[j], hi_words[j], lo_multiplier[j / 2], hi_multiplier[j / 2], a);
-        mma_16816<Mma>(s, a[0], q_frag[2 * j][0], q_frag[2 * j][1]);
-        mma_16816<Mma>(odd, a[1], q_frag[2 * j + 1][0], q_frag[2 * j + 1][1]);
-      }
+      for (int e = 0; e < 4; ++e) s[kt][e] = even[e] + odd[e];
     }
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[e] += odd[e];
 
-    // Scale, cap, mask: s[e] is key (e < 2 ? lo : hi), query row 2c + e % 2.
-    const int key0 = (first_tile + t) * kN + warp * kWarpRows;
-    float key_scale[2] = {1.0f, 1.0f};  // per-token K
-    if (per_token) {
-      const float* scales = reinterpret_cast<const float*>(k_scales(stage));
-      key_scale[0] = scales[row_lo];
-      key_scale[1] = scales[row_hi];
+    // Scale, cap, mask: s[kt][e] is key (e < 2 ? lo : hi) of tile kt, query row 2c + e % 2.
+    float key_scale[C::kKeyTiles][2], value_scale[C::kKeyTiles][2];  // per-token FP8 K and V
+#pragma unroll
+    for (int kt = 0; kt < C::kKeyTiles; ++kt) {
+      const int row_lo = warp * kWarpRows + kt * kTileKeys + key_m_lo;
+      const int row_hi = warp * kWarpRows + kt * kTileKeys + key_m_hi;
+      key_scale[kt][0] = key_scale[kt][1] = value_scale[kt][0] = value_scale[kt][1] = 1.0f;
+      if (per_token) {
+        const float* k_token = reinterpret_cast<const float*>(k_scales(stage));
+        const float* v_token = reinterpret_cast<const float*>(v_scales(stage));
+        key_scale[kt][0] = k_token[row_lo];
+        key_scale[kt][1] = k_token[row_hi];
+        value_scale[kt][0] = v_token[row_lo];
+        value_scale[kt][1] = v_token[row_hi];
+      }
     }
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = key0 + (e < 2 ? key_m_lo : key_m_hi);
-      const int h = e % 2;
-      float x = s[e] * score_multiplier * key_scale[e / 2];
-      if (key < key_lo[h] || key > key_hi[h]) x = -INFINITY;
-      if (softcapped && x != -INFINITY) x = softcap_log2 * tanhf(x);
-      s[e] = x;
-      tile_max[h] = fmaxf(tile_max[h], x);
-    }
+    for (int kt = 0; kt < C::kKeyTiles; ++kt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = warp_key0 + kt * kTileKeys + (e < 2 ? key_m_lo : key_m_hi);
+        const int h = e % 2;
+        float x = s[kt][e] * score_multiplier * key_scale[kt][e / 2];
+        if (key < key_lo[h] || key > key_hi[h]) x = -INFINITY;
+        if (softcapped && x != -INFINITY) x = softcap_log2 * tanhf(x);
+        s[kt][e] = x;
+        tile_max[h] = fmaxf(tile_max[h], x);
+      }
     bool grew = false;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -320,25 +378,28 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
       grew |= tile_max[h] > row_max[h];
     }
     // Per-token V: the stage's largest scale exponent; o follows it up (never down).
-    float value_scale[2] = {1.0f, 1.0f};
     float exponent_rescale = 1.0f;
     if (per_token) {
-      const float* scales = reinterpret_cast<const float*>(v_scales(stage));
-      value_scale[0] = scales[row_lo];
-      value_scale[1] = scales[row_hi];
       constexpr int kExponentShift = 23;
       constexpr uint32_t kExponentMask = 0xff;
-      const int stage_exponent = int(__reduce_max_sync(
-          kFullWarp, max((__float_as_uint(value_scale[0]) >> kExponentShift) & kExponentMask,
-                         (__float_as_uint(value_scale[1]) >> kExponentShift) & kExponentMask)));
+      uint32_t largest = 0;
+#pragma unroll
+      for (int kt = 0; kt < C::kKeyTiles; ++kt)
+#pragma unroll
+        for (int k = 0; k < 2; ++k)
+          largest = max(largest, (__float_as_uint(value_scale[kt][k]) >> kExponentShift) & kExponentMask);
+      const int stage_exponent = int(__reduce_max_sync(kFullWarp, largest));
       if (stage_exponent > v_exponent) {
         exponent_rescale = exp2f(float(v_exponent - stage_exponent));
         v_exponent = stage_exponent;
         grew = true;
       }
       const float relative = exp2f(float(127 - v_exponent));  // each scale · this ≤ 2
-      value_scale[0] *= relative;
-      value_scale[1] *= relative;
+#pragma unroll
+      for (int kt = 0; kt < C::kKeyTiles; ++kt) {
+        value_scale[kt][0] *= relative;
+        value_scale[kt][1] *= relative;
+      }
     }
     // Rescale only when some row's max (or the V exponent) grew: after the first tiles it rarely does.
     if (__any_sync(kFullWarp, grew)) {
@@ -355,45 +416,55 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
         }
       }
     }
-    float weight[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int h = e % 2;
-      const float base = row_max[h] == -INFINITY ? 0.0f : row_max[h];
-      const float probability = exp2f(s[e] - base);
-      row_sum[h] += probability;
-      weight[e] = probability * value_scale[e / 2];
-    }
-    // Pᵀ as the B operand: the accumulator's 8x8 halves transposed (keys become its k).
-    const uint32_t p_lo = movmatrix_trans(pack_pair<Mma>(weight[0], weight[1]));
-    const uint32_t p_hi = movmatrix_trans(pack_pair<Mma>(weight[2], weight[3]));
 
-    // Oᵀ += Vᵀ Pᵀ over the 8 dim tiles.
-    uint32_t a[stream::kDimTiles][4];
-    if constexpr (kFp8) {
-      uint4 words[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        words[j] = *reinterpret_cast<const uint4*>(v_tile + v_chunk_offset(v_row0 + j, g));
-      stream::fp8_v_fragments(words, a);
-    } else {
-      uint2 words[4];
+    for (int kt = 0; kt < C::kKeyTiles; ++kt) {
+      float weight[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        words[j] = *reinterpret_cast<const uint2*>(v_tile + v_chunk_offset(v_row0 + j, g / 2) + (g % 2) * 8);
-      const unsigned char* scales = v_scales(stage);
-      uint32_t multiplier[2];
-#pragma unroll
-      for (int pair = 0; pair < 2; ++pair) {
-        const unsigned char* first = scales + (v_row0 + 2 * pair) * C::kScaleRowBytes;
-        const unsigned char* second = first + C::kScaleRowBytes;
-        multiplier[pair] = nvfp4 ? stream::nvfp4_pair_multiplier<Element>(first[g], second[g])
-                                 : stream::mxfp4_pair_multiplier<Element>(first[g / 2], second[g / 2]);
+      for (int e = 0; e < 4; ++e) {
+        const int h = e % 2;
+        const float base = row_max[h] == -INFINITY ? 0.0f : row_max[h];
+        const float probability = exp2f(s[kt][e] - base);
+        row_sum[h] += probability;
+        weight[e] = probability * value_scale[kt][e / 2];
       }
-      stream::fp4_v_fragments<Element>(words, multiplier, a);
-    }
+      // Pᵀ as the B operand: the accumulator's 8x8 halves transposed (keys become its k).
+      const uint32_t p_lo = movmatrix_trans(pack_pair<Mma>(weight[0], weight[1]));
+      const uint32_t p_hi = movmatrix_trans(pack_pair<Mma>(weight[2], weight[3]));
+
+      // Oᵀ += Vᵀ Pᵀ over the 8 dim tiles, the lane's V keys 4c … 4c+3 of tile kt.
+      const int v_row0 = warp * kWarpRows + kt * kTileKeys + 4 * c;
+      uint32_t a[stream::kDimTiles][4];
+      if constexpr (kPlain) {
+        const int row = warp * kWarpRows + kt * kTileKeys + stream::key_of_m(stream::plain_v_m(lane));
 #pragma unroll
-    for (int mt = 0; mt < stream::kDimTiles; ++mt) mma_16816<Mma>(o[mt], a[mt], p_lo, p_hi);
+        for (int mt = 0; mt < stream::kDimTiles; ++mt)
+          ldmatrix_x4_trans(shared_address(v_tile + v_chunk_offset(row, 2 * mt + stream::plain_v_chunk(lane))), a[mt]);
+      } else if constexpr (kFp8) {
+        uint4 words[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          words[j] = *reinterpret_cast<const uint4*>(v_tile + v_chunk_offset(v_row0 + j, g));
+        stream::fp8_v_fragments(words, a);
+      } else {
+        uint2 words[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          words[j] = *reinterpret_cast<const uint2*>(v_tile + v_chunk_offset(v_row0 + j, g / 2) + (g % 2) * 8);
+        const unsigned char* scales = v_scales(stage);
+        uint32_t multiplier[2];
+#pragma unroll
+        for (int pair = 0; pair < 2; ++pair) {
+          const unsigned char* first = scales + (v_row0 + 2 * pair) * C::kScaleRowBytes;
+          const unsigned char* second = first + C::kScaleRowBytes;
+          multiplier[pair] = nvfp4 ? stream::nvfp4_pair_multiplier<Element>(first[g], second[g])
+                                   : stream::mxfp4_pair_multiplier<Element>(first[g / 2], second[g / 2]);
+        }
+        stream::fp4_v_fragments<Element>(words, multiplier, a);
+      }
+#pragma unroll
+      for (int mt = 0; mt < stream::kDimTiles; ++mt) mma_16816<Mma>(o[mt], a[mt], p_lo, p_hi);
+    }
   }
 
   // Merge the warps: each writes its normalized partial and LSE, then combine_splits.
@@ -412,9 +483,9 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
     const float inverse = empty ? 0.0f : value_unit / row_sum[h];
 #pragma unroll
     for (int mt = 0; mt < stream::kDimTiles; ++mt) {
-      float* dst = merge_out + (warp * C::kRowsPerTile + row) * kD + stream::kDimsPerLaneV * g + 2 * mt;
-      dst[0] = o[mt][h] * inverse;
-      dst[1] = o[mt][h + 2] * inverse;
+      float* dst = merge_out + (warp * C::kRowsPerTile + row) * kD;
+      dst[stream::output_dim<kStorage>(g, mt, 0)] = o[mt][h] * inverse;
+      dst[stream::output_dim<kStorage>(g, mt, 1)] = o[mt][h + 2] * inverse;
     }
     if (g == 0)
       merge_lse[row * C::kWarps + warp] =

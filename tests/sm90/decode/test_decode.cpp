@@ -1,11 +1,11 @@
 // The KV-cache forward on a Hopper GPU against the float64 oracle on the same dequantized cache:
-// every cache format × page size {contiguous, 1, 16, 64, 256} × GQA ratio × seqlen_q {1, 4, 33},
-// ragged lengths (0 and 1 included), causal on every other case, auto and fixed split counts;
-// outputs NaN-poisoned first. Varlen queries (cu_seqlens_q) and fixed split sizes (split_size,
+// every head dim {64, 128, 256} × cache format × page size {contiguous, 1, 16, 64, 256} × GQA
+// ratio × seqlen_q {1, 4, 33}, ragged lengths (0 and 1 included), causal on every other case,
+// auto and fixed split counts; outputs NaN-poisoned first. Varlen queries (cu_seqlens_q) and fixed split sizes (split_size,
 // bit-identical results whatever the batch) likewise. Plus the workspace, validation-mode and not-supported answers, a
 // CUDA-graph capture, and the accuracy table of the benchmark notes. The append (k_new / v_new,
 // rotary) against the CPU append: cache bytes equal in every format, page size and rotary form,
-// the attention after it as the CPU path's. Skipped without a Hopper GPU.
+// the attention after it as the CPU path's, at every head dim. Skipped without a Hopper GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,8 +27,20 @@
 namespace hfa::test {
 namespace {
 
+// The head dims the GPU path takes; the tests that do not sweep them run at the tuned one.
+constexpr int64_t kGpuHeadDims[] = {64, 128, 256};
 constexpr int64_t kGpuHeadDim = 128;
-constexpr int64_t kAlignedScalePad = 4;  // FP4 scale rows at 4-byte multiples (cp.async)
+constexpr int64_t kScaleWordBytes = 4;  // the GPU copies FP4 scale rows in 4-byte words
+
+// Padding after each FP4 scale row that makes the rows whole words (the GPU refuses other
+// strides), and at least a byte wherever the row allows, so that a read of it shows (NaN).
+// MXFP4 at hdim 64 has 2 scale bytes a row: padded to 4, of which the GPU reads 2.
+int64_t aligned_scale_pad(CacheKind kind, int64_t hdim) {
+  if (kind != CacheKind::nvfp4 && kind != CacheKind::mxfp4) return 0;
+  const int64_t scales = hdim / (kind == CacheKind::nvfp4 ? quant::kNvfp4BlockSize : quant::kMxfp4BlockSize);
+  const int64_t short_of_word = (kScaleWordBytes - scales % kScaleWordBytes) % kScaleWordBytes;
+  return short_of_word > 0 ? short_of_word : kScaleWordBytes;
+}
 
 // A KVCase's tensors copied to the GPU: the same shapes and strides over device memory.
 class DeviceCase {
@@ -203,21 +215,22 @@ void expect_matches_oracle(KVCase& c, Tolerance tol) {
   EXPECT_EQ(compare(c, o, tol, true).failures, 0);
 }
 
-KVCase gpu_case(CacheKind kind) {
+KVCase gpu_case(CacheKind kind, int64_t hdim = kGpuHeadDim) {
   KVCase c;
   c.kind = kind;
-  c.hdim = kGpuHeadDim;
-  c.scale_pad = kAlignedScalePad;
+  c.hdim = hdim;
+  c.scale_pad = aligned_scale_pad(kind, hdim);
   return c;
 }
 
-void sweep(CacheKind kind) {
+void sweep(CacheKind kind, int64_t hdim) {
   HFA_REQUIRE_HOPPER();
+  SCOPED_TRACE("hdim " + std::to_string(hdim));
   int n = 0;
   for (int64_t page_size : {int64_t{0}, int64_t{1}, int64_t{16}, int64_t{64}, int64_t{256}})
     for (int64_t group : {1, 4})
       for (int64_t seqlen_q : {1, 4, 33}) {
-        KVCase c = gpu_case(kind);
+        KVCase c = gpu_case(kind, hdim);
         c.paged = page_size > 0;
         c.page_size = page_size;
         c.group = group;
@@ -232,12 +245,20 @@ void sweep(CacheKind kind) {
       }
 }
 
-TEST(DecodeOracle, Bf16Cache) { sweep(CacheKind::bf16); }
-TEST(DecodeOracle, F16Cache) { sweep(CacheKind::f16); }
-TEST(DecodeOracle, Fp8PerKvHeadCache) { sweep(CacheKind::fp8_per_head); }
-TEST(DecodeOracle, Fp8PerTokenCache) { sweep(CacheKind::fp8_per_token); }
-TEST(DecodeOracle, Nvfp4Cache) { sweep(CacheKind::nvfp4); }
-TEST(DecodeOracle, Mxfp4Cache) { sweep(CacheKind::mxfp4); }
+// The sweep at every head dim: DecodeOracleHeadDim.<format>/hdim64 and so on.
+class DecodeOracleHeadDim : public ::testing::TestWithParam<int64_t> {};
+
+std::string head_dim_name(const ::testing::TestParamInfo<int64_t>& info) {
+  return "hdim" + std::to_string(info.param);
+}
+
+TEST_P(DecodeOracleHeadDim, Bf16Cache) { sweep(CacheKind::bf16, GetParam()); }
+TEST_P(DecodeOracleHeadDim, F16Cache) { sweep(CacheKind::f16, GetParam()); }
+TEST_P(DecodeOracleHeadDim, Fp8PerKvHeadCache) { sweep(CacheKind::fp8_per_head, GetParam()); }
+TEST_P(DecodeOracleHeadDim, Fp8PerTokenCache) { sweep(CacheKind::fp8_per_token, GetParam()); }
+TEST_P(DecodeOracleHeadDim, Nvfp4Cache) { sweep(CacheKind::nvfp4, GetParam()); }
+TEST_P(DecodeOracleHeadDim, Mxfp4Cache) { sweep(CacheKind::mxfp4, GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Sm90, DecodeOracleHeadDim, ::testing::ValuesIn(kGpuHeadDims), head_dim_name);
 
 // Wider GQA groups (8 and 32 query heads per kv-head: several 16-row tiles per kv-head).
 TEST(DecodeOracle, WideGroups) {
@@ -255,19 +276,21 @@ TEST(DecodeOracle, WideGroups) {
 
 TEST(DecodeOracle, WindowSoftcapScale) {
   HFA_REQUIRE_HOPPER();
-  for (CacheKind kind : {CacheKind::bf16, CacheKind::nvfp4, CacheKind::fp8_per_token}) {
-    KVCase c = gpu_case(kind);
-    c.group = 4;
-    c.seqlen_q = 5;
-    c.cache_seqlens = {3, 90, 200, 1000};
-    c.options.window_left = 77;
-    c.options.window_right = 2;
-    c.options.softcap = 5.0f;
-    c.options.softmax_scale = 0.2f;
-    c.options.num_splits = 3;
-    // tanh runs at the hardware's approximate precision.
-    expect_matches_oracle(c, {1.5e-2, 3e-3});
-  }
+  for (int64_t hdim : kGpuHeadDims)
+    for (CacheKind kind : {CacheKind::bf16, CacheKind::nvfp4, CacheKind::fp8_per_token}) {
+      SCOPED_TRACE("hdim " + std::to_string(hdim));
+      KVCase c = gpu_case(kind, hdim);
+      c.group = 4;
+      c.seqlen_q = 5;
+      c.cache_seqlens = {3, 90, 200, 1000};
+      c.options.window_left = 77;
+      c.options.window_right = 2;
+      c.options.softcap = 5.0f;
+      c.options.softmax_scale = 0.2f;
+      c.options.num_splits = 3;
+      // tanh runs at the hardware's approximate precision.
+      expect_matches_oracle(c, {1.5e-2, 3e-3});
+    }
 }
 
 // Many splits, splits with no keys, and a long sequence with auto splits.
@@ -313,6 +336,30 @@ TEST(DecodeVarlen, MatchesOracle) {
         expect_matches_oracle(c, default_tolerance(c.q_dtype()));
         if (::testing::Test::HasFailure()) return;
       }
+}
+
+// Varlen queries and a fixed split size at the head dims other than 128: every format.
+TEST(DecodeVarlen, OtherHeadDims) {
+  HFA_REQUIRE_HOPPER();
+  int n = 0;
+  for (int64_t hdim : kGpuHeadDims) {
+    if (hdim == kGpuHeadDim) continue;  // MatchesOracle's
+    SCOPED_TRACE("hdim " + std::to_string(hdim));
+    for (CacheKind kind : {CacheKind::bf16, CacheKind::f16, CacheKind::fp8_per_head,
+                           CacheKind::fp8_per_token, CacheKind::nvfp4, CacheKind::mxfp4})
+      for (int32_t splits : {0, -100}) {  // -100: split_size 100
+        KVCase c = gpu_case(kind, hdim);
+        c.group = (n % 2) ? 4 : 1;
+        c.query_lengths = {1, 0, 7, 1, 33, 2};
+        c.cache_seqlens = {700, 5, 0, 1, 300, 2};
+        c.options.causal = (n % 3) != 0;
+        if (splits >= 0) c.options.num_splits = splits;
+        else c.options.split_size = -splits;
+        c.seed = static_cast<uint32_t>(1700 + n++);
+        expect_matches_oracle(c, default_tolerance(c.q_dtype()));
+        if (::testing::Test::HasFailure()) return;
+      }
+  }
 }
 
 // max_seqlen_q larger than any sequence (more row tiles than rows) and larger than total_q.
@@ -491,8 +538,9 @@ void expect_gpu_append_matches_cpu(const AppendCase& a, int32_t num_splits) {
   EXPECT_EQ(compare(gpu, cpu_result, tol, true).failures, 0);
 }
 
-void append_sweep(CacheKind kind) {
+void append_sweep(CacheKind kind, int64_t hdim) {
   HFA_REQUIRE_HOPPER();
+  SCOPED_TRACE("hdim " + std::to_string(hdim));
   const DType q_dtype = kind == CacheKind::f16 ? DType::f16 : DType::bf16;
   int n = 0;
   for (int64_t page_size : {int64_t{0}, int64_t{1}, int64_t{16}, int64_t{64}, int64_t{256}})
@@ -502,13 +550,13 @@ void append_sweep(CacheKind kind) {
         a.kind = kind;
         a.paged = page_size > 0;
         a.page_size = a.paged ? page_size : a.page_size;
-        a.hdim = kGpuHeadDim;
-        a.scale_pad = kAlignedScalePad;
+        a.hdim = hdim;
+        a.scale_pad = aligned_scale_pad(kind, hdim);
         a.seqlen_new = seqlen_new;
         a.rotary = rotary;
-        // Below d with the boundary between lanes, inside a lane (42: lane 10 rotates 2 of its
-        // 4 columns), and the whole row.
-        a.rotary_dim = std::array<int64_t, 3>{64, 42, kGpuHeadDim}[n % 3];
+        // Half the row (a boundary between lanes), 42 (inside a lane where lanes own 4 or 8
+        // columns: lane 10 rotates 2 of its 4 at hdim 128), and the whole row.
+        a.rotary_dim = std::array<int64_t, 3>{hdim / 2, 42, hdim}[n % 3];
         a.angle_tables = true;
         a.table_dtype = (n / 3) % 2 ? q_dtype : DType::f32;
         a.causal = (n / 2) % 2 == 1;  // moves the queries' rotary positions
@@ -519,12 +567,16 @@ void append_sweep(CacheKind kind) {
       }
 }
 
-TEST(DecodeAppend, Bf16Cache) { append_sweep(CacheKind::bf16); }
-TEST(DecodeAppend, F16Cache) { append_sweep(CacheKind::f16); }
-TEST(DecodeAppend, Fp8PerKvHeadCache) { append_sweep(CacheKind::fp8_per_head); }
-TEST(DecodeAppend, Fp8PerTokenCache) { append_sweep(CacheKind::fp8_per_token); }
-TEST(DecodeAppend, Nvfp4Cache) { append_sweep(CacheKind::nvfp4); }
-TEST(DecodeAppend, Mxfp4Cache) { append_sweep(CacheKind::mxfp4); }
+// The append at every head dim (a lane owns 2, 4 or 8 columns): DecodeAppendHeadDim.<format>/hdim64…
+class DecodeAppendHeadDim : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(DecodeAppendHeadDim, Bf16Cache) { append_sweep(CacheKind::bf16, GetParam()); }
+TEST_P(DecodeAppendHeadDim, F16Cache) { append_sweep(CacheKind::f16, GetParam()); }
+TEST_P(DecodeAppendHeadDim, Fp8PerKvHeadCache) { append_sweep(CacheKind::fp8_per_head, GetParam()); }
+TEST_P(DecodeAppendHeadDim, Fp8PerTokenCache) { append_sweep(CacheKind::fp8_per_token, GetParam()); }
+TEST_P(DecodeAppendHeadDim, Nvfp4Cache) { append_sweep(CacheKind::nvfp4, GetParam()); }
+TEST_P(DecodeAppendHeadDim, Mxfp4Cache) { append_sweep(CacheKind::mxfp4, GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Sm90, DecodeAppendHeadDim, ::testing::ValuesIn(kGpuHeadDims), head_dim_name);
 
 // The append in a CUDA graph: no allocation, no host synchronization, the rotated queries in
 // the captured workspace.
@@ -533,7 +585,7 @@ TEST(DecodeAppend, CapturesAndReplays) {
   AppendCase a;
   a.kind = CacheKind::nvfp4;
   a.hdim = kGpuHeadDim;
-  a.scale_pad = kAlignedScalePad;
+  a.scale_pad = aligned_scale_pad(a.kind, a.hdim);
   a.seqlen_new = 3;
   a.rotary = Rotary::halves;
   a.angle_tables = true;
@@ -619,21 +671,28 @@ TEST(DecodeErrors, ValidationModeReportsTheFirstBadEntry) {
 
 TEST(DecodeErrors, UnsupportedCallsSaySo) {
   HFA_REQUIRE_HOPPER();
-  KVCase small_head = gpu_case(CacheKind::bf16);
-  small_head.hdim = 64;
-  small_head.build();
-  DeviceCase d1(small_head);
-  Status status = d1.run();
-  EXPECT_EQ(status.code(), Code::not_supported);
-  EXPECT_NE(status.message().find("headdim"), std::string::npos) << status.message();
+  // Head dims between and beyond the compiled ones: the message names them.
+  for (int64_t hdim : {96, 192}) {
+    KVCase odd_head = gpu_case(CacheKind::bf16, hdim);
+    odd_head.build();
+    DeviceCase d(odd_head);
+    const Status status = d.run();
+    EXPECT_EQ(status.code(), Code::not_supported) << "hdim " << hdim;
+    EXPECT_NE(status.message().find("headdim"), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find("64, 128, 256"), std::string::npos) << status.message();
+  }
 
-  KVCase unaligned = gpu_case(CacheKind::mxfp4);
-  unaligned.scale_pad = 2;  // 6-byte scale rows
-  unaligned.build();
-  DeviceCase d2(unaligned);
-  status = d2.run();
-  EXPECT_EQ(status.code(), Code::not_supported);
-  EXPECT_NE(status.message().find("k_scale"), std::string::npos) << status.message();
+  // FP4 scale rows the 4-byte copies cannot take: 6-byte rows at hdim 128, MXFP4's unpadded
+  // 2-byte rows at hdim 64.
+  for (auto [hdim, pad] : {std::pair<int64_t, int64_t>{128, 2}, {64, 0}}) {
+    KVCase unaligned = gpu_case(CacheKind::mxfp4, hdim);
+    unaligned.scale_pad = pad;
+    unaligned.build();
+    DeviceCase d(unaligned);
+    const Status status = d.run();
+    EXPECT_EQ(status.code(), Code::not_supported) << "hdim " << hdim;
+    EXPECT_NE(status.message().find("k_scale"), std::string::npos) << status.message();
+  }
 }
 
 // The accuracy table of bench/results: the largest error against the float64 oracle on the
