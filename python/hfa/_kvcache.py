@@ -9,7 +9,7 @@ The cache format follows from the dtypes (see hfa.h, hfa_kvcache_options):
     given, MXFP4 (UE8M0 scale per 32 values) when not.
 k / v (the new tokens' keys and values, q's dtype) are appended to the cache in place before the
 attention, rotated by rotary_cos / rotary_sin when given and encoded in the cache's format (CPU
-only for now).
+and CUDA alike).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Status dispatch_forward_workspace_size(const ForwardProblem& problem, std::size_
 Status dispatch_forward(const ForwardProblem& problem);
 Status dispatch_backward_workspace_size(const BackwardProblem& problem, std::size_t* bytes);
 Status dispatch_backward(const BackwardProblem& problem);
-// CPU only for now: validation answers not_supported for CUDA tensors before this.
+// The KV-cache forward: the CPU backend, or the sm90 decode path for CUDA tensors.
 Status dispatch_forward_kvcache(const KVCacheProblem& problem);
 Status dispatch_kvcache_workspace_size(const KVCacheProblem& problem, std::size_t* bytes);
 
