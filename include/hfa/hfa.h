@@ -136,7 +136,7 @@ HFA_API hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_te
  * strides with a unit last stride; token j of sequence b lives in page
  * block_table[b][j / page_size], slot j % page_size. Contiguous (block_table NULL):
  * (batch, max_seqlen_cache, heads_kv, d). Sequence b attends to its first cache_seqlens[b]
- * tokens, plus seqlen_new when options->k_new / v_new append new tokens first (see there).
+ * tokens, plus its new tokens when options->k_new / v_new append some first (see there).
  * Cache formats, told apart by the caches' dtype and k_scale's dtype:
  *   - q's dtype: plain; no scales.
  *   - HFA_E4M3 with fp32 k_scale / v_scale: per kv-head (heads_kv), or per (token, kv-head),
@@ -187,13 +187,16 @@ typedef struct hfa_kvcache_options {
    * scale, MXFP4 (the same encoders as src/quant). The attention then covers
    * cache_seqlens[b] + seqlen_new keys; cache_seqlens itself is not updated. A GPU writes the
    * bytes the CPU writes, on options->stream before the attention; a token whose position falls
-   * outside the cache (lengths out of contract, unchecked outside validation mode) is dropped. */
+   * outside the cache (lengths out of contract, unchecked outside validation mode) is dropped.
+   * With cu_seqlens_k_new (below) each sequence appends its own number of tokens. */
   const hfa_tensor* k_new;
   const hfa_tensor* v_new;
   /* Rotary embedding of k_new and q (needs k_new): cos and sin (seqlen_ro, rotary_dim / 2),
    * fp32 or q's dtype, unit last stride; the first rotary_dim dims of each row rotate. New token
    * i of sequence b sits at position cache_seqlens[b] + i; q row i at the same position when
-   * causal or windowed, else at cache_seqlens[b] (FlashAttention's rule). The CPU keeps the
+   * causal or windowed, else at cache_seqlens[b] (FlashAttention's rule; with cu_seqlens_q, i
+   * counts sequence b's own rows, as FlashAttention-3 does, whatever its number of new tokens).
+   * Every position a new token or a query row takes must be below seqlen_ro. The CPU keeps the
    * rotated q in fp32; a GPU rounds it to q's dtype into the front of options->workspace
    * (counted by hfa_forward_kvcache_workspace_size). */
   const hfa_tensor* rotary_cos;
@@ -213,10 +216,20 @@ typedef struct hfa_kvcache_options {
    * sequence b's query rows are q[cu_seqlens_q[b] .. cu_seqlens_q[b + 1]) (0 rows is fine).
    * batch is cache_seqlens' length. max_seqlen_q (>= 1, >= every sequence's rows) sizes the GPU
    * launch; 0 without cu_seqlens_q. The values are checked on the CPU, and on a GPU in validation
-   * mode only. Not with k_new (HFA_ERROR_NOT_SUPPORTED: packed new tokens, FA3's
-   * cu_seqlens_k_new, are not implemented). */
+   * mode only. */
   const hfa_tensor* cu_seqlens_q;
   int32_t max_seqlen_q;
+
+  /* Added after the fields above, which keep their offsets. Varlen new tokens (FlashAttention-3's
+   * cu_seqlens_k_new, for appends of different lengths in one call: chunked prefill, speculative
+   * and plain decode): int32, contiguous (batch + 1), on q's device, starting at 0, never
+   * decreasing, ending at total_k_new. k_new and v_new are then packed (total_k_new, heads_kv,
+   * headdim): sequence b appends rows k_new[cu_seqlens_k_new[b] .. cu_seqlens_k_new[b + 1])
+   * (new_b of them, 0 is fine) at positions cache_seqlens[b] + i and attends to
+   * cache_seqlens[b] + new_b keys. Needs k_new; works with fixed-length and varlen queries alike
+   * (the query rows and the new tokens of a sequence are counted apart). The values are checked
+   * like cu_seqlens_q's. NULL: seqlen_new tokens each. */
+  const hfa_tensor* cu_seqlens_k_new;
 } hfa_kvcache_options;
 
 HFA_API hfa_kvcache_options hfa_default_kvcache_options(void);

@@ -142,6 +142,9 @@ struct KVCacheOptions {
   // lse (heads_q, total_q); max_seqlen_q bounds the rows of a sequence. Null / 0 = fixed length.
   const Tensor* cu_seqlens_q = nullptr;
   int32_t max_seqlen_q = 0;
+  // Varlen new tokens: k_new / v_new (total_k_new, heads_kv, d) delimited by int32
+  // cu_seqlens_k_new (batch + 1). Null = seqlen_new tokens per sequence.
+  const Tensor* cu_seqlens_k_new = nullptr;
 };
 
 HFA_API hfa_kvcache_options to_c(const KVCacheOptions& options);

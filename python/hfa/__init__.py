@@ -152,16 +152,21 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     heads_q, headdim) with cu_seqlens_q (int32, (batch + 1,)) delimiting each sequence's rows,
     bottom-right aligned per sequence; max_seqlen_q bounds a sequence's rows (derived from
     cu_seqlens_q when None: a device-to-host read for CUDA tensors); out is (total_q, heads_q,
-    headdim) and lse (heads_q, total_q). Not with k / v yet.
+    headdim) and lse (heads_q, total_q).
     Quantized caches (hfa's own keywords; see hfa._kvcache for how the dtypes pick a format):
     FP8 E4M3 with float32 k_scale / v_scale per kv-head or per (token, kv-head); NVFP4 / MXFP4
     packed two per byte with block scales (and k_global_scale / v_global_scale for NVFP4).
     k / v (batch, seqlen_new, heads_kv, headdim): new tokens appended in place at
     cache_seqlens[b] + i before the attention (which then covers cache_seqlens + seqlen_new keys;
     cache_seqlens is not updated), with rotary_cos / rotary_sin (seqlen_ro, rotary_dim / 2)
-    applied to them and to q (rotary_interleaved: GPT-J pairs, else GPT-NeoX halves); a GPU
-    writes the bytes the CPU writes. Not yet: cache_batch_idx, cache_leftpad, cu_seqlens_k_new, rotary_seqlens,
-    descales; they raise NotImplementedError. pack_gqa and sm_margin are accepted and ignored (speed only).
+    applied to them and to q (rotary_interleaved: GPT-J pairs, else GPT-NeoX halves; query row i
+    at cache_seqlens[b] + i when causal or windowed, else at cache_seqlens[b], i counting the
+    sequence's own rows with cu_seqlens_q); a GPU writes the bytes the CPU writes. With
+    cu_seqlens_k_new (int32, (batch + 1,)) k / v are packed (total_k_new, heads_kv, headdim):
+    sequence b appends rows cu_seqlens_k_new[b] .. cu_seqlens_k_new[b + 1] (any number, 0
+    included) and attends to cache_seqlens[b] + that many keys; with fixed-length or varlen q.
+    Not yet: cache_batch_idx, cache_leftpad, rotary_seqlens, descales; they raise
+    NotImplementedError. pack_gqa and sm_margin are accepted and ignored (speed only).
     CUDA tensors run on a Hopper GPU with headdim 64, 128 or 256 (the same for k and v); others
     raise NotImplementedError.
     Returns out, or (out, lse) with return_softmax_lse (lse float32 (batch, heads_q, seqlen_q),
@@ -169,9 +174,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     """
     from . import _kvcache
     _kvcache.check_not_yet(attention_chunk, qv=qv, cache_batch_idx=cache_batch_idx,
-                           cache_leftpad=cache_leftpad, cu_seqlens_k_new=cu_seqlens_k_new,
-                           rotary_seqlens=rotary_seqlens, q_descale=q_descale,
-                           k_descale=k_descale, v_descale=v_descale,
+                           cache_leftpad=cache_leftpad, rotary_seqlens=rotary_seqlens,
+                           q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
                            scheduler_metadata=scheduler_metadata)
     if block_table is not None and page_table is not None:
         raise ValueError("page_table, block_table: give one (they are the same argument)")
@@ -182,7 +186,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
               window_size=window_size, softcap=softcap, num_splits=num_splits, k=k, v=v,
               rotary_cos=rotary_cos, rotary_sin=rotary_sin,
               rotary_interleaved=rotary_interleaved, split_size=split_size,
-              cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q)
+              cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
+              cu_seqlens_k_new=cu_seqlens_k_new)
     if _frontend(q) is not None:
         out, lse = _kvcache.torch_forward(q, k_cache, v_cache, **kw)
     else:

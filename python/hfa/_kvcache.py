@@ -9,7 +9,8 @@ The cache format follows from the dtypes (see hfa.h, hfa_kvcache_options):
     given, MXFP4 (UE8M0 scale per 32 values) when not.
 k / v (the new tokens' keys and values, q's dtype) are appended to the cache in place before the
 attention, rotated by rotary_cos / rotary_sin when given and encoded in the cache's format (CPU
-and CUDA alike).
+and CUDA alike); with cu_seqlens_k_new they are packed (total_k_new, heads_kv, headdim), each
+sequence appending its own number of tokens.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from . import _lib
 
 # FlashAttention-3 arguments hfa does not implement yet. Passing any of them raises rather
 # than silently computing something else.
-_NOT_YET = ("qv", "cache_batch_idx", "cache_leftpad", "cu_seqlens_k_new", "rotary_seqlens",
+_NOT_YET = ("qv", "cache_batch_idx", "cache_leftpad", "rotary_seqlens",
             "q_descale", "k_descale", "v_descale", "scheduler_metadata")
+
+# Arguments that are int32 offsets or indices, on q's device.
+_INT32_ARGUMENTS = ("cache_seqlens", "page_table", "cu_seqlens_q", "cu_seqlens_k_new")
 
 
 def check_not_yet(attention_chunk, **given):
@@ -69,7 +73,7 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
         cache_seqlens, page_table, k_scale, v_scale, k_global_scale, v_global_scale,
         softmax_scale, causal, window_size, softcap, num_splits, stream, k=None, v=None,
         rotary_cos=None, rotary_sin=None, rotary_interleaved=True, split_size=0,
-        cu_seqlens_q=None, max_seqlen_q=None):
+        cu_seqlens_q=None, max_seqlen_q=None, cu_seqlens_k_new=None):
     """The front-end-independent part. kind_of(a) -> a kind of _cache_codes; view(a, name, code) -> (kept, Tensor); alloc_out(shape) and
     alloc_lse(shape) allocate outputs like q; full_seqlens(batch, length) makes an int32 vector
     on q's device; alloc_workspace(bytes) -> (kept, address) the split partials' scratch (GPU);
@@ -142,7 +146,8 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
         rotary_sin=tensor(rotary_sin, "rotary_sin", _rotary_code(kind_of, rotary_sin, q_code)),
         rotary_interleaved=rotary_interleaved, split_size=split_size,
         cu_seqlens_q=tensor(cu_seqlens_q, "cu_seqlens_q", _lib.I32),
-        max_seqlen_q=0 if max_seqlen_q is None else max_seqlen_q)
+        max_seqlen_q=0 if max_seqlen_q is None else max_seqlen_q,
+        cu_seqlens_k_new=tensor(cu_seqlens_k_new, "cu_seqlens_k_new", _lib.I32))
     workspace_bytes = _lib.forward_kvcache_workspace_size(qt, kt, vt, options)
     if workspace_bytes:
         kept, address = alloc_workspace(workspace_bytes)
@@ -182,7 +187,7 @@ def numpy_forward(q, k_cache, v_cache, **kw):
     def view(a, name, code):
         if not isinstance(a, np.ndarray):
             raise TypeError(f"{name}: expected a numpy array, got {type(a).__name__}")
-        if name in ("cache_seqlens", "page_table", "cu_seqlens_q") and a.dtype != np.int32:
+        if name in _INT32_ARGUMENTS and a.dtype != np.int32:
             raise TypeError(f"{name}: expected an int32 array, got {a.dtype}")
         return _numpy._view(a, name, {a.dtype: code})
 
@@ -225,7 +230,7 @@ def torch_forward(q, k_cache, v_cache, **kw):
     def view(t, name, code):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        if name in ("cache_seqlens", "page_table", "cu_seqlens_q") and t.dtype != torch.int32:
+        if name in _INT32_ARGUMENTS and t.dtype != torch.int32:
             raise TypeError(f"{name}: expected an int32 tensor, got {t.dtype}")
         if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
             t = t.contiguous()

@@ -97,6 +97,7 @@ class KVCacheOptions(ctypes.Structure):
         ("split_size", ctypes.c_int32),
         ("cu_seqlens_q", ctypes.POINTER(Tensor)),
         ("max_seqlen_q", ctypes.c_int32),
+        ("cu_seqlens_k_new", ctypes.POINTER(Tensor)),
     ]
 
 
@@ -321,7 +322,8 @@ def make_kvcache_options(*, cache_seqlens: Tensor, block_table: Optional[Tensor]
                          rotary_sin: Optional[Tensor] = None,
                          rotary_interleaved=False, split_size=0,
                          cu_seqlens_q: Optional[Tensor] = None,
-                         max_seqlen_q=0) -> KVCacheOptions:
+                         max_seqlen_q=0,
+                         cu_seqlens_k_new: Optional[Tensor] = None) -> KVCacheOptions:
     """hfa_default_kvcache_options() with the arguments applied. The Tensors given must outlive
     the returned options (it stores pointers to them)."""
     o = library().hfa_default_kvcache_options()
@@ -329,7 +331,7 @@ def make_kvcache_options(*, cache_seqlens: Tensor, block_table: Optional[Tensor]
                ("k_scale", k_scale), ("v_scale", v_scale), ("k_global_scale", k_global_scale),
                ("v_global_scale", v_global_scale), ("k_new", k_new), ("v_new", v_new),
                ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
-               ("cu_seqlens_q", cu_seqlens_q))
+               ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k_new", cu_seqlens_k_new))
     for name, t in tensors:
         if t is not None:
             setattr(o, name, ctypes.pointer(t))

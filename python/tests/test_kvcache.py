@@ -54,6 +54,15 @@ def scatter(cache, table, num_pages, page_size):
     return pages
 
 
+def cache_of(rng, k, v, seqlens, page_size):
+    """(k_cache, v_cache, block_table) over contiguous k, v (batch, cap, heads, d): themselves
+    with no table when page_size is None, else scattered into shuffled pages."""
+    if page_size is None:
+        return k, v, None
+    table, num_pages = block_table(rng, seqlens, page_size)
+    return scatter(k, table, num_pages, page_size), scatter(v, table, num_pages, page_size), table
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("page_size", [None, 1, 16])
 @pytest.mark.parametrize("causal", [False, True])
@@ -64,12 +73,7 @@ def test_plain_cache(dtype, page_size, causal):
     q = rng.standard_normal((batch, sq, hq, d)).astype(dtype)
     k = rng.standard_normal((batch, cap, hkv, d)).astype(dtype)
     v = rng.standard_normal((batch, cap, hkv, d)).astype(dtype)
-    if page_size is None:
-        kc, vc, table = k, v, None
-    else:
-        table, num_pages = block_table(rng, seqlens, page_size)
-        kc = scatter(k, table, num_pages, page_size)
-        vc = scatter(v, table, num_pages, page_size)
+    kc, vc, table = cache_of(rng, k, v, seqlens, page_size)
     ref_out, ref_lse = reference(q, k, v, seqlens, causal)
     tol = 1e-5 if dtype == "float32" else 2e-3
     for splits in (dict(num_splits=3), dict(split_size=16)):
@@ -159,7 +163,7 @@ def test_not_yet_and_errors():
     q = np.zeros((1, 1, 2, 64), np.float32)
     k = np.zeros((1, 8, 2, 64), np.float32)
     seqlens = np.array([4], np.int32)
-    for name in ("rotary_seqlens", "cache_batch_idx", "cu_seqlens_k_new", "k_descale"):
+    for name in ("rotary_seqlens", "cache_batch_idx", "k_descale"):
         with pytest.raises(NotImplementedError, match=name):
             hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, **{name: k})
     with pytest.raises(hfa.HfaInvalidArgument, match="^block_table: entry \\(0, 0\\) = 5"):
@@ -201,12 +205,7 @@ def test_varlen_queries(page_size, causal):
     q = rng.standard_normal((total, hq, d)).astype(np.float32)
     k = rng.standard_normal((len(rows), cap, hkv, d)).astype(np.float32)
     v = rng.standard_normal((len(rows), cap, hkv, d)).astype(np.float32)
-    if page_size is None:
-        kc, vc, table = k, v, None
-    else:
-        table, num_pages = block_table(rng, seqlens, page_size)
-        kc = scatter(k, table, num_pages, page_size)
-        vc = scatter(v, table, num_pages, page_size)
+    kc, vc, table = cache_of(rng, k, v, seqlens, page_size)
     want_out = np.zeros((total, hq, d))
     want_lse = np.full((hq, total), -np.inf)
     for b in range(len(rows)):
@@ -244,9 +243,18 @@ def test_varlen_query_errors():
     with pytest.raises(hfa.HfaInvalidArgument, match="^max_seqlen_q: is only used with"):
         hfa.flash_attn_with_kvcache(q[None], k[:1], k[:1], cache_seqlens=seqlens[:1],
                                     max_seqlen_q=3)
-    with pytest.raises(NotImplementedError, match="^k_new"):
-        hfa.flash_attn_with_kvcache(q, k, k, k=k[:, :1], v=k[:, :1], cache_seqlens=seqlens,
-                                    cu_seqlens_q=cu)
+    packed = np.zeros((3, 2, 64), np.float32)  # new tokens 1 and 2
+    with pytest.raises(TypeError, match="cu_seqlens_k_new"):
+        hfa.flash_attn_with_kvcache(q, k, k, k=packed, v=packed, cache_seqlens=seqlens - 3,
+                                    cu_seqlens_q=cu, cu_seqlens_k_new=cu.astype(np.int64))
+    with pytest.raises(hfa.HfaInvalidArgument, match="^cu_seqlens_k_new: last element 4"):
+        hfa.flash_attn_with_kvcache(q, k, k, k=packed, v=packed, cache_seqlens=seqlens - 3,
+                                    cu_seqlens_q=cu,
+                                    cu_seqlens_k_new=np.array([0, 1, 4], np.int32))
+    with pytest.raises(hfa.HfaInvalidArgument, match="^k_new: expected rank 3"):
+        hfa.flash_attn_with_kvcache(q, k, k, k=packed[None], v=packed[None],
+                                    cache_seqlens=seqlens - 3, cu_seqlens_q=cu,
+                                    cu_seqlens_k_new=cu)
 
 
 def rotate(x, cos, sin, positions, interleaved):
@@ -290,3 +298,61 @@ def test_append_with_rotary(interleaved):
     np.testing.assert_allclose(cache_v, want_v, atol=0)
     np.testing.assert_allclose(out, ref, atol=1e-5)
     np.testing.assert_allclose(lse, ref_lse, atol=1e-5)
+
+
+def gather(pages, table, length):
+    """The first `length` rows of one sequence of a paged cache, through its block table row."""
+    page_size = pages.shape[1]
+    return np.concatenate([pages[table[p]] for p in range(-(-length // page_size))])[:length]
+
+
+@pytest.mark.parametrize("page_size", [None, 16])
+@pytest.mark.parametrize("varlen_q", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_append(page_size, varlen_q, causal):
+    """cu_seqlens_k_new: each sequence appends its own number of packed new tokens (0 included),
+    rotated at cache_seqlens[b] + i; the queries (fixed length or varlen, counted apart from the
+    new tokens) rotate at cache_seqlens[b] + i when causal, else at cache_seqlens[b]."""
+    rng = np.random.default_rng(17)
+    hq, hkv, d, cap, rotary_dim = 4, 2, 64, 24, 32
+    new = [2, 0, 3, 1]
+    lengths = np.array([5, 3, 0, 9], np.int32)
+    rows = [1, 2, 3, 0] if varlen_q else [2] * len(new)
+    cu_new = np.concatenate([[0], np.cumsum(new)]).astype(np.int32)
+    cu_q = np.concatenate([[0], np.cumsum(rows)]).astype(np.int32)
+    q = rng.standard_normal((int(cu_q[-1]), hq, d)).astype(np.float32)
+    k = rng.standard_normal((len(new), cap, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((len(new), cap, hkv, d)).astype(np.float32)
+    k_new = rng.standard_normal((int(cu_new[-1]), hkv, d)).astype(np.float32)
+    v_new = rng.standard_normal((int(cu_new[-1]), hkv, d)).astype(np.float32)
+    angles = rng.standard_normal((cap, rotary_dim // 2))
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    kc, vc, table = cache_of(rng, k, v, lengths + np.array(new, np.int32), page_size)
+
+    want_k, want_v = k.astype(np.float64), v.astype(np.float64)
+    want_out = np.zeros((len(q), hq, d))
+    want_lse = np.full((hq, len(q)), -np.inf)
+    for b, n in enumerate(new):
+        pos = lengths[b] + np.arange(n)
+        want_k[b, pos] = rotate(k_new[cu_new[b]:cu_new[b + 1]], cos, sin, pos[:, None], True)
+        want_v[b, pos] = v_new[cu_new[b]:cu_new[b + 1]]
+        q_pos = lengths[b] + (np.arange(rows[b]) if causal else np.zeros(rows[b], int))
+        q_rot = rotate(q[cu_q[b]:cu_q[b + 1]], cos, sin, q_pos[:, None], True)
+        o, lse = reference(q_rot[None], want_k[b:b + 1], want_v[b:b + 1], [lengths[b] + n], causal)
+        want_out[cu_q[b]:cu_q[b + 1]], want_lse[:, cu_q[b]:cu_q[b + 1]] = o[0], lse[0]
+
+    queries = dict(cu_seqlens_q=cu_q) if varlen_q else {}
+    out, lse = hfa.flash_attn_with_kvcache(
+        q if varlen_q else q.reshape(len(new), 2, hq, d), kc, vc, k=k_new, v=v_new,
+        rotary_cos=cos, rotary_sin=sin, cache_seqlens=lengths, page_table=table,
+        cu_seqlens_k_new=cu_new, causal=causal, return_softmax_lse=True, **queries)
+    if not varlen_q:  # fixed-length out (batch, 2, ...), lse (batch, heads, 2): as the packed rows
+        out, lse = out.reshape(want_out.shape), lse.transpose(1, 0, 2).reshape(want_lse.shape)
+    for b, n in enumerate(new):  # appended in place
+        length = lengths[b] + n
+        got_k = kc[b, :length] if table is None else gather(kc, table[b], length)
+        got_v = vc[b, :length] if table is None else gather(vc, table[b], length)
+        np.testing.assert_allclose(got_k, want_k[b, :length], atol=1e-5)
+        np.testing.assert_allclose(got_v, want_v[b, :length], atol=0)
+    np.testing.assert_allclose(out, want_out, atol=1e-5)
+    np.testing.assert_allclose(lse, want_lse, atol=1e-5)

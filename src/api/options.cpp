@@ -66,6 +66,7 @@ hfa_kvcache_options to_c(const KVCacheOptions& options) {
   c.split_size = options.split_size;
   c.cu_seqlens_q = options.cu_seqlens_q;
   c.max_seqlen_q = options.max_seqlen_q;
+  c.cu_seqlens_k_new = options.cu_seqlens_k_new;
   return c;
 }
 
@@ -97,6 +98,7 @@ KVCacheOptions from_c(const hfa_kvcache_options& c) {
   options.split_size = c.split_size;
   options.cu_seqlens_q = c.cu_seqlens_q;
   options.max_seqlen_q = c.max_seqlen_q;
+  options.cu_seqlens_k_new = c.cu_seqlens_k_new;
   return options;
 }
 

@@ -13,6 +13,7 @@
 #include "api/devices.hpp"
 #include "api/errors.hpp"
 #include "api/validate.hpp"
+#include "common/rotary.hpp"
 
 namespace hfa::detail {
 namespace {
@@ -187,9 +188,6 @@ Status check_scalars(const KVCacheOptions& o) {
   return Status::ok();
 }
 
-// The values: each length within the cache's capacity, each block-table entry a sequence uses
-// a page of the cache. Entries past a sequence's last page are never read and not checked
-// (engines pad block tables with anything).
 // k_new / v_new (appended before the attention) and the rotary tables that go with them.
 Status check_append(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p) {
   if (o.k_new == nullptr && o.v_new != nullptr) return invalid("k_new", "is null, but v_new is given");
@@ -198,25 +196,45 @@ Status check_append(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p)
     if (o.rotary_cos != nullptr || o.rotary_sin != nullptr)
       return invalid(o.rotary_cos ? "rotary_cos" : "rotary_sin",
                      "needs k_new (rotary embedding is applied to the appended keys)");
+    if (o.cu_seqlens_k_new != nullptr)
+      return invalid("cu_seqlens_k_new", "needs k_new (it delimits the appended tokens)");
     return Status::ok();
   }
+  // Varlen new tokens are (total_k_new, heads_kv, headdim): their dims from `row` on are the
+  // fixed layout's from seqlen_new on, as for varlen q.
+  const bool varlen = o.cu_seqlens_k_new != nullptr;
+  const int32_t rank = varlen ? 3 : 4;
+  const int row = varlen ? 0 : 1, head = row + 1, dim = row + 2;
+  const char* layout = varlen ? "(total_k_new, heads_kv, headdim) with cu_seqlens_k_new"
+                              : "(batch, seqlen_new, heads_kv, headdim)";
   const std::pair<const char*, const Tensor*> news[] = {{"k_new", o.k_new}, {"v_new", o.v_new}};
   for (const auto& [name, t] : news) {
-    HFA_RETURN_IF_ERROR(check_attention_tensor(name, t, 4, "(batch, seqlen_new, heads_kv, headdim)", false));
+    HFA_RETURN_IF_ERROR(check_attention_tensor(name, t, rank, layout, false));
     if (t->dtype != q.dtype)
       return invalid(name, "expected dtype ", name_of(q.dtype), " (as q), got ", name_of(t->dtype));
     HFA_RETURN_IF_ERROR(check_same_device(name, *t, q));
-    HFA_RETURN_IF_ERROR(expect_extent(name, *t, 0, "batch", p->batch, "q"));
-    HFA_RETURN_IF_ERROR(expect_extent(name, *t, 2, "heads", p->heads_kv, "k_cache"));
+    if (!varlen) HFA_RETURN_IF_ERROR(expect_extent(name, *t, 0, "batch", p->batch, "q"));
+    HFA_RETURN_IF_ERROR(expect_extent(name, *t, head, "heads", p->heads_kv, "k_cache"));
   }
-  HFA_RETURN_IF_ERROR(expect_extent("k_new", *o.k_new, 3, "headdim", p->hdim_qk, "q"));
-  HFA_RETURN_IF_ERROR(expect_extent("v_new", *o.v_new, 3, "headdim", p->hdim_v, "v_cache"));
-  HFA_RETURN_IF_ERROR(expect_extent("v_new", *o.v_new, 1, "seqlen_new", o.k_new->shape[1], "k_new"));
+  HFA_RETURN_IF_ERROR(expect_extent("k_new", *o.k_new, dim, "headdim", p->hdim_qk, "q"));
+  HFA_RETURN_IF_ERROR(expect_extent("v_new", *o.v_new, dim, "headdim", p->hdim_v, "v_cache"));
+  HFA_RETURN_IF_ERROR(expect_extent("v_new", *o.v_new, row, varlen ? "total_k_new" : "seqlen_new",
+                                    o.k_new->shape[row], "k_new"));
+  if (varlen) {
+    const Tensor& cu = *o.cu_seqlens_k_new;
+    HFA_RETURN_IF_ERROR(check_cu_seqlens_form("cu_seqlens_k_new", &cu, q));
+    if (cu.shape[0] != int64_t{p->batch} + 1)
+      return invalid("cu_seqlens_k_new", "expected shape (", int64_t{p->batch} + 1, ") (batch + 1, as ",
+                     p->is_varlen() ? "cu_seqlens_q" : "q", "), got ", tensor_shape_string(cu));
+    p->cu_seqlens_k_new = static_cast<const int32_t*>(cu.data);
+    p->total_k_new = o.k_new->shape[0];
+  }
   p->k_new = o.k_new->data;
   p->v_new = o.v_new->data;
-  p->k_new_stride = {o.k_new->stride[0], o.k_new->stride[1], o.k_new->stride[2]};
-  p->v_new_stride = {o.v_new->stride[0], o.v_new->stride[1], o.v_new->stride[2]};
-  p->seqlen_new = static_cast<int32_t>(o.k_new->shape[1]);
+  // Varlen: rows are tokens of the packed tensors, and no batch stride.
+  p->k_new_stride = {varlen ? 0 : o.k_new->stride[0], o.k_new->stride[row], o.k_new->stride[head]};
+  p->v_new_stride = {varlen ? 0 : o.v_new->stride[0], o.v_new->stride[row], o.v_new->stride[head]};
+  p->seqlen_new = varlen ? 0 : static_cast<int32_t>(o.k_new->shape[1]);
 
   if ((o.rotary_cos == nullptr) != (o.rotary_sin == nullptr))
     return invalid(o.rotary_cos ? "rotary_sin" : "rotary_cos", "is null, but ",
@@ -254,23 +272,41 @@ Status check_append(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p)
 
 }  // namespace
 
+// The values: each length within the cache's capacity, each block-table entry a sequence uses
+// a page of the cache. Entries past a sequence's last page are never read and not checked
+// (engines pad block tables with anything).
 Status check_kvcache_values(const KVCacheProblem& p) {
   if (p.is_varlen())
     HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.total_q,
                                                 "q", "max_seqlen_q", p.seqlen_q));
+  if (p.is_varlen_new())  // no bound per sequence beyond the cache's capacity, checked below
+    HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_k_new", p.cu_seqlens_k_new, p.batch,
+                                                p.total_k_new, "k_new", nullptr, 0));
   const int64_t capacity = int64_t{p.max_pages} * p.page_size;
+  const char* new_count = p.is_varlen_new() ? " + new tokens " : " + seqlen_new ";
   for (int64_t b = 0; b < p.batch; ++b) {
     const int32_t length = p.cache_seqlens[b];
+    const int64_t added = p.new_tokens(b);
     if (length < 0) return invalid("cache_seqlens", "element ", b, " is negative (", length, ")");
     if (p.attended_length(b) > capacity) {
       return invalid("cache_seqlens", "element ", b, " (", length,
-                     p.seqlen_new ? cat(" + seqlen_new ", p.seqlen_new) : std::string(),
+                     added ? cat(new_count, added) : std::string(),
                      ") exceeds the cache's capacity ", capacity,
                      p.block_table ? " (max_pages · page_size)" : " (max_seqlen_cache)");
     }
-    if (p.rotary_cos != nullptr && p.attended_length(b) > p.seqlen_ro)
+    // Every position a new key or a query row rotates by lies inside the tables.
+    if (p.rotary_cos == nullptr) continue;
+    if (added > 0 && p.attended_length(b) > p.seqlen_ro)
       return invalid("rotary_cos", "seqlen_ro ", p.seqlen_ro, " does not reach position ",
-                     p.attended_length(b) - 1, " (cache_seqlens[", b, "] + seqlen_new - 1)");
+                     p.attended_length(b) - 1, " (cache_seqlens[", b, "] + ",
+                     p.is_varlen_new() ? "its new tokens" : "seqlen_new", " - 1)");
+    const int64_t rows = p.query_rows(b);
+    const int64_t last_query = rows > 0 ? rotary_query_position(length, rows - 1, p.window_left,
+                                                                p.window_right)
+                                        : -1;
+    if (last_query >= p.seqlen_ro)
+      return invalid("rotary_cos", "seqlen_ro ", p.seqlen_ro, " does not reach position ",
+                     last_query, " (query row ", rows - 1, " of sequence ", b, ")");
   }
   if (p.block_table == nullptr) return Status::ok();
   for (int64_t b = 0; b < p.batch; ++b) {
@@ -340,9 +376,6 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
     HFA_RETURN_IF_ERROR(check_cu_seqlens_form("cu_seqlens_q", o.cu_seqlens_q, q));
     if (o.max_seqlen_q < 1)
       return invalid("max_seqlen_q", "must be at least 1 with cu_seqlens_q, got ", o.max_seqlen_q);
-    if (o.k_new != nullptr)
-      return not_supported("k_new: appending new tokens is not supported with varlen queries "
-                           "(cu_seqlens_q) yet");
     p.cu_seqlens_q = static_cast<const int32_t*>(o.cu_seqlens_q->data);
     p.total_q = q.shape[0];
   } else if (o.max_seqlen_q != 0) {

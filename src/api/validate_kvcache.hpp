@@ -21,8 +21,9 @@ inline constexpr int32_t kMaxKVSplits = 256;
 
 Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem);
 
-// Each length within the cache's capacity, each block-table entry a sequence uses a page of the
-// cache: the first bad entry. Reads cache_seqlens and block_table (host pointers).
+// The varlen offsets well formed, each length within the cache's capacity (and the rotary
+// tables), each block-table entry a sequence uses a page of the cache: the first bad entry.
+// Reads cache_seqlens, block_table, cu_seqlens_q and cu_seqlens_k_new (host pointers).
 Status check_kvcache_values(const KVCacheProblem& problem);
 
 // Whether HFA_VALIDATE_KVCACHE (set, not "0") asks for the value checks on every device.

@@ -93,12 +93,17 @@ struct KVCacheProblem {
   // cache_seqlens before launch when set. The CPU path has always checked them (in the API).
   bool validate = false;
 
-  // Append (k_new / v_new): seqlen_new tokens per sequence written at cache_seqlens[b] + i
-  // before the attention, which then covers cache_seqlens[b] + seqlen_new keys.
+  // Append (k_new / v_new): new_tokens(b) tokens of sequence b written at cache_seqlens[b] + i
+  // before the attention, which then covers attended_length(b) keys.
   const void* k_new = nullptr;  // null: no append
   const void* v_new = nullptr;
   Strides k_new_stride, v_new_stride;  // in elements of q's dtype
-  int32_t seqlen_new = 0;
+  int32_t seqlen_new = 0;  // fixed length: new tokens per sequence; 0 with cu_seqlens_k_new
+  // Varlen new tokens: int32 offsets (batch + 1) on q's device; null: seqlen_new each. k_new and
+  // v_new are then (total_k_new, heads_kv, d) with batch stride 0, and new token i of sequence b
+  // is row new_begin(b) + i, as varlen queries are addressed through query_begin().
+  const int32_t* cu_seqlens_k_new = nullptr;
+  int64_t total_k_new = 0;  // varlen: k_new's first extent
   // Rotary embedding of k_new and q: cos / sin (seqlen_ro, rotary_dim / 2). null: none.
   const void* rotary_cos = nullptr;
   const void* rotary_sin = nullptr;
@@ -114,11 +119,21 @@ struct KVCacheProblem {
   std::size_t workspace_bytes = 0;
 
   // The keys sequence b attends to: its cached tokens plus the appended ones.
-  int64_t attended_length(int64_t b) const { return int64_t{cache_seqlens[b]} + seqlen_new; }
+  int64_t attended_length(int64_t b) const { return int64_t{cache_seqlens[b]} + new_tokens(b); }
 
-  bool is_varlen() const { return cu_seqlens_q != nullptr; }
+  HFA_HD bool is_varlen_new() const { return cu_seqlens_k_new != nullptr; }
+  // Sequence b's first row of k_new / v_new (a token of the packed rows when varlen, else 0) and
+  // its count of new tokens. Host and device (the GPU append).
+  HFA_HD int64_t new_begin(int64_t b) const { return is_varlen_new() ? cu_seqlens_k_new[b] : 0; }
+  HFA_HD int64_t new_tokens(int64_t b) const {
+    return is_varlen_new() ? int64_t{cu_seqlens_k_new[b + 1]} - cu_seqlens_k_new[b] : seqlen_new;
+  }
+  // New rows of the whole call, per kv-head.
+  int64_t total_new_rows() const { return is_varlen_new() ? total_k_new : int64_t{batch} * seqlen_new; }
+
+  HFA_HD bool is_varlen() const { return cu_seqlens_q != nullptr; }
   // Sequence b's first query row (a token of the packed q for varlen, else 0) and its row count.
-  int64_t query_begin(int64_t b) const { return is_varlen() ? cu_seqlens_q[b] : 0; }
+  HFA_HD int64_t query_begin(int64_t b) const { return is_varlen() ? cu_seqlens_q[b] : 0; }
   int64_t query_rows(int64_t b) const {
     return is_varlen() ? int64_t{cu_seqlens_q[b + 1]} - cu_seqlens_q[b] : seqlen_q;
   }

@@ -81,13 +81,14 @@ void append_new_tokens(const KVCacheProblem& p) {
   const std::size_t bytes = plain_bytes(p.dtype);
   std::vector<float> k(static_cast<std::size_t>(p.hdim_qk)), v(static_cast<std::size_t>(p.hdim_v));
   for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t i = 0; i < p.seqlen_new; ++i) {
+    for (int64_t i = 0; i < p.new_tokens(b); ++i) {
       const int64_t position = int64_t{p.cache_seqlens[b]} + i;
       const int64_t page = p.page_of(b, position / p.page_size);
       const int64_t slot = position % p.page_size;
+      const int64_t row = p.new_begin(b) + i;  // of k_new / v_new: i, or a packed token
       for (int64_t h = 0; h < p.heads_kv; ++h) {
-        const int64_t k_at = b * p.k_new_stride.batch + i * p.k_new_stride.row + h * p.k_new_stride.head;
-        const int64_t v_at = b * p.v_new_stride.batch + i * p.v_new_stride.row + h * p.v_new_stride.head;
+        const int64_t k_at = b * p.k_new_stride.batch + row * p.k_new_stride.row + h * p.k_new_stride.head;
+        const int64_t v_at = b * p.v_new_stride.batch + row * p.v_new_stride.row + h * p.v_new_stride.head;
         load_plain_row(p.dtype, static_cast<const std::byte*>(p.k_new) + k_at * static_cast<int64_t>(bytes),
                        p.hdim_qk, k.data());
         load_plain_row(p.dtype, static_cast<const std::byte*>(p.v_new) + v_at * static_cast<int64_t>(bytes),

@@ -374,6 +374,34 @@ inline void copy_sequence(KVCase& from, int64_t b_from, KVCase& to, int64_t b_to
   *to.seqlens.at<int32_t>({b_to}) = length;
 }
 
+// The batch-invariance pair of split_size tests: one causal, windowed sequence alone (fixed
+// length, contiguous cache, `base`'s format and head dim), and the same sequence packed as
+// sequence kCrowdIndex of a varlen batch among longer and empty ones in a larger cache. Built in
+// place (a built KVCase's options point into it); with split_size both must give the sequence
+// the same bytes of out and lse (same_sequence_bytes).
+struct BatchInvariancePair {
+  static constexpr int64_t kCrowdIndex = 2;
+  KVCase alone, crowd;
+
+  void build(const KVCase& base, int32_t split_size) {
+    alone = base;
+    alone.paged = false;
+    alone.group = 4;
+    alone.seqlen_q = 3;
+    alone.cache_seqlens = {1000};
+    alone.options.causal = true;
+    alone.options.window_left = 700;
+    alone.options.split_size = split_size;
+    alone.build();
+    crowd = alone;
+    crowd.query_lengths = {1, 0, 3, 5};
+    crowd.cache_seqlens = {5000, 7, 1000, 0};
+    crowd.seed = 77;
+    crowd.build();
+    copy_sequence(alone, 0, crowd, kCrowdIndex);
+  }
+};
+
 // Whether sequence b of `a` and sequence c_b of `c` got the same bytes of out and lse.
 inline ::testing::AssertionResult same_sequence_bytes(KVCase& a, int64_t b, KVCase& c, int64_t c_b) {
   const std::size_t row = static_cast<std::size_t>(a.hdim) * dtype_size(a.q_dtype());

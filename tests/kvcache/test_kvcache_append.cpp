@@ -2,7 +2,8 @@
 // the codecs write for the rotated new rows, and the output equals the float64 oracle over that
 // cache with the rotated queries. Rotary tables hold values with few significant bits
 // (0, ±1/4, ±1/2, ±3/4, ±1), so the fp32 rotation is exact however it is computed and the bytes
-// can be compared exactly.
+// can be compared exactly. Varlen new tokens (cu_seqlens_k_new) likewise, and their cache bytes
+// equal those of one fixed-length append per sequence.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -73,25 +74,27 @@ void expect_append_matches(const AppendCase& a) {
   const bool masked = a.causal;
   std::vector<float> x(static_cast<std::size_t>(got.hdim));
   for (int64_t b = 0; b < got.batch(); ++b) {
-    for (int64_t i = 0; i < a.seqlen_new; ++i) {
+    for (int64_t i = 0; i < a.new_of(b); ++i) {
       const int64_t position = a.lengths[b] + i;
       const int64_t page = got.paged ? *want.table.at<int32_t>({b, position / got.page_size}) : b;
       const int64_t slot = got.paged ? position % got.page_size : position;
       for (int64_t h = 0; h < got.heads_kv; ++h) {
-        for (int64_t d = 0; d < got.hdim; ++d) x[d] = load_float(got.q_dtype(), rows.k_new.at<unsigned char>({b, i, h, d}));
+        for (int64_t d = 0; d < got.hdim; ++d) x[d] = load_float(got.q_dtype(), new_at(a, rows.k_new, b, i, h, d));
         if (a.rotary != Rotary::none) rotate(a, rows, position, x);
         encode(want, want.k, want.k_scale, want.k_global, page, slot, h, x);
-        for (int64_t d = 0; d < got.hdim; ++d) x[d] = load_float(got.q_dtype(), rows.v_new.at<unsigned char>({b, i, h, d}));
+        for (int64_t d = 0; d < got.hdim; ++d) x[d] = load_float(got.q_dtype(), new_at(a, rows.v_new, b, i, h, d));
         encode(want, want.v, want.v_scale, want.v_global, page, slot, h, x);
       }
-      if (a.rotary != Rotary::none)
-        for (int64_t h = 0; h < got.heads_q(); ++h) {
-          for (int64_t d = 0; d < got.hdim; ++d) x[d] = load_float(got.q_dtype(), want.q.at<unsigned char>({b, i, h, d}));
-          rotate(a, rows, a.lengths[b] + (masked ? i : 0), x);
-          for (int64_t d = 0; d < got.hdim; ++d) store_float(got.q_dtype(), x[d], want.q.at<unsigned char>({b, i, h, d}));
-        }
     }
-    *want.seqlens.at<int32_t>({b}) = a.lengths[b] + static_cast<int32_t>(a.seqlen_new);
+    // Query row i at length + i when masked, else at length: i counts the sequence's own rows.
+    if (a.rotary != Rotary::none)
+      for (int64_t i = 0; i < got.rows_of(b); ++i)
+        for (int64_t h = 0; h < got.heads_q(); ++h) {
+          for (int64_t d = 0; d < got.hdim; ++d) x[d] = load_float(got.q_dtype(), want.q_at(b, i, h, d));
+          rotate(a, rows, a.lengths[b] + (masked ? i : 0), x);
+          for (int64_t d = 0; d < got.hdim; ++d) store_float(got.q_dtype(), x[d], want.q_at(b, i, h, d));
+        }
+    *want.seqlens.at<int32_t>({b}) = a.lengths[b] + static_cast<int32_t>(a.new_of(b));
   }
 
   const Status status = got.run();
@@ -113,11 +116,13 @@ void expect_append_matches(const AppendCase& a) {
   const double tol = got.q_dtype() == DType::f32 ? 2e-5 : 2e-2;
   int failures = 0;
   for (int64_t b = 0; b < got.batch(); ++b)
-    for (int64_t i = 0; i < got.seqlen_q; ++i)
+    for (int64_t i = 0; i < got.rows_of(b); ++i)
       for (int64_t h = 0; h < got.heads_q(); ++h) {
         const double want_lse = oracle.lse_at(got, b, h, i);
         const double got_lse = got.lse_at(b, h, i);
-        if (!(std::abs(got_lse - want_lse) <= tol * std::max(1.0, std::abs(want_lse))) && ++failures <= 5)
+        const bool same = got_lse == want_lse;  // -inf for a row that sees no key
+        if (!same && !(std::abs(got_lse - want_lse) <= tol * std::max(1.0, std::abs(want_lse))) &&
+            ++failures <= 5)
           ADD_FAILURE() << "lse(" << b << ", " << h << ", " << i << ") = " << got_lse << ", oracle " << want_lse;
         for (int64_t d = 0; d < got.hdim; ++d) {
           const double w = oracle.out_at(got, b, i, h, d);
@@ -144,6 +149,114 @@ TEST(KVCacheAppend, EveryFormatRotaryAndLayout) {
           expect_append_matches(a);
           if (::testing::Test::HasFailure()) return;
         }
+}
+
+// Ragged new-token counts (0 included) packed with cu_seqlens_k_new, under fixed-length queries
+// (seqlen_new rows each) and varlen ones (rows apart from the new tokens: a sequence with rows
+// and nothing to append, one that appends and has no rows).
+TEST(KVCacheAppend, VarlenNewTokens) {
+  for (CacheKind kind : {CacheKind::f32, CacheKind::bf16, CacheKind::fp8_per_head,
+                         CacheKind::fp8_per_token, CacheKind::nvfp4, CacheKind::mxfp4})
+    for (int64_t page_size : {int64_t{0}, int64_t{1}, int64_t{16}})  // 0: contiguous
+      for (Rotary rotary : {Rotary::none, Rotary::interleaved, Rotary::halves})
+        for (bool varlen_q : {false, true}) {
+          AppendCase a;
+          a.kind = kind;
+          a.paged = page_size > 0;
+          a.page_size = a.paged ? page_size : a.page_size;
+          a.rotary = rotary;
+          a.seqlen_new = 2;
+          a.new_tokens = {3, 0, 5, 1};
+          if (varlen_q) a.query_lengths = {3, 2, 4, 0};
+          a.causal = (page_size + varlen_q) % 2 == 0;  // moves the queries' rotary positions
+          expect_append_matches(a);
+          if (::testing::Test::HasFailure()) return;
+        }
+}
+
+// Sequence b of an append as a call of its own: batch 1, fixed length, the same cache (its
+// pages through row b of the block table, or its slice of a contiguous cache) and its rows of
+// the packed k_new / v_new. The queries are one zero row (the attention is not checked).
+Status append_one_sequence(KVCase& c, const AppendCase& a, Rows& rows, int64_t b) {
+  auto slice = [&](Storage& s) {  // sequence b's (1, ...) slice of a batch-major tensor
+    Tensor t = s.tensor;
+    t.data = s.at<unsigned char>({b});
+    t.shape[0] = 1;
+    return t;
+  };
+  auto packed_rows = [&](Storage& s) {  // (1, new_b, heads_kv, d) over the packed rows
+    const Tensor& all = s.tensor;
+    Tensor t = all;
+    t.data = s.at<unsigned char>({a.new_begin(b), 0, 0});
+    t.rank = 4;
+    t.shape[0] = 1;
+    t.stride[0] = a.new_of(b) * all.stride[0];
+    for (int d = 0; d < 3; ++d) {
+      t.shape[d + 1] = all.shape[d];
+      t.stride[d + 1] = all.stride[d];
+    }
+    t.shape[1] = a.new_of(b);
+    return t;
+  };
+  Storage q, out;
+  q.make(c.q_dtype(), {1, 1, c.heads_q(), c.hdim});
+  std::fill(q.bytes.begin(), q.bytes.end(), 0);
+  out.make(c.q_dtype(), {1, 1, c.heads_q(), c.hdim});
+  const bool per_row_scales = c.options.k_scale != nullptr && c.k_scale.tensor.rank >= 3;
+  Tensor k = c.paged ? c.k.tensor : slice(c.k), v = c.paged ? c.v.tensor : slice(c.v);
+  Tensor k_scale = per_row_scales && !c.paged ? slice(c.k_scale) : c.k_scale.tensor;
+  Tensor v_scale = per_row_scales && !c.paged ? slice(c.v_scale) : c.v_scale.tensor;
+  Tensor seqlens = slice(c.seqlens);
+  Tensor table = c.paged ? slice(c.table) : Tensor{};
+  Tensor k_new = packed_rows(rows.k_new), v_new = packed_rows(rows.v_new);
+  KVCacheOptions o = c.options;
+  o.cache_seqlens = &seqlens;
+  o.block_table = c.paged ? &table : nullptr;
+  if (o.k_scale != nullptr) {
+    o.k_scale = &k_scale;
+    o.v_scale = &v_scale;
+  }
+  o.k_new = &k_new;
+  o.v_new = &v_new;
+  o.cu_seqlens_k_new = nullptr;
+  o.cu_seqlens_q = nullptr;
+  o.max_seqlen_q = 0;
+  return forward_kvcache(q.tensor, k, v, out.tensor, nullptr, o);
+}
+
+TEST(KVCacheAppend, VarlenEqualsOneAppendPerSequence) {
+  for (CacheKind kind : {CacheKind::bf16, CacheKind::fp8_per_head, CacheKind::fp8_per_token,
+                         CacheKind::nvfp4, CacheKind::mxfp4})
+    for (int64_t page_size : {int64_t{0}, int64_t{1}, int64_t{16}})
+      for (Rotary rotary : {Rotary::none, Rotary::halves}) {
+        AppendCase a;
+        a.kind = kind;
+        a.paged = page_size > 0;
+        a.page_size = a.paged ? page_size : a.page_size;
+        a.rotary = rotary;
+        a.new_tokens = {2, 0, 7, 1};
+        a.query_lengths = {1, 3, 0, 2};
+        a.causal = true;
+        SCOPED_TRACE(describe(a));
+        KVCase varlen, loop;
+        make_cache(varlen, a);
+        make_cache(loop, a);  // the same seed: the same tensors
+        Rows rows = make_rows(varlen, a);
+        attach(varlen, a, rows);
+        attach(loop, a, rows);
+        const Status status = varlen.run();
+        ASSERT_TRUE(status.is_ok()) << status.message();
+        for (int64_t b = 0; b < loop.batch(); ++b) {
+          if (a.new_of(b) == 0) continue;  // nothing to append
+          const Status one = append_one_sequence(loop, a, rows, b);
+          ASSERT_TRUE(one.is_ok()) << "sequence " << b << ": " << one.message();
+        }
+        EXPECT_TRUE(varlen.k.bytes == loop.k.bytes) << "k_cache";
+        EXPECT_TRUE(varlen.v.bytes == loop.v.bytes) << "v_cache";
+        EXPECT_TRUE(varlen.k_scale.bytes == loop.k_scale.bytes) << "k_scale";
+        EXPECT_TRUE(varlen.v_scale.bytes == loop.v_scale.bytes) << "v_scale";
+        if (::testing::Test::HasFailure()) return;
+      }
 }
 
 TEST(KVCacheAppend, BadArgumentsNameTheirArgument) {

@@ -1,12 +1,14 @@
 // Every bad argument of the KV-cache forward is rejected with a message naming it, and nothing
-// is written to out or lse.
+// is written to out, lse or the caches.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <vector>
 
 #include "api/fixture.hpp"
 #include "api/validate_kvcache.hpp"
+#include "kvcache/kv_append.hpp"
 #include "kvcache/kv_case.hpp"
 
 namespace hfa::test {
@@ -24,14 +26,20 @@ void reset(KVCase& c, CacheKind kind = CacheKind::bf16, bool paged = true) {
   c.build();
 }
 
-// Rejected as described, outputs untouched (they still hold the NaN poison, bit for bit).
+// Rejected as described, outputs untouched (they still hold the NaN poison, bit for bit), and
+// the caches too (an append writes them).
 ::testing::AssertionResult KVRejected(KVCase& c, const std::string& argument,
                                       const std::string& fragment = "",
                                       Code code = Code::invalid_argument) {
   const std::vector<unsigned char> out_before = c.out.bytes, lse_before = c.lse.bytes;
+  const std::vector<unsigned char> k_before = c.k.bytes, v_before = c.v.bytes;
+  const std::vector<unsigned char> k_scale_before = c.k_scale.bytes, v_scale_before = c.v_scale.bytes;
   if (auto result = Rejected(c.run(), code, argument, fragment); !result) return result;
   if (c.out.bytes != out_before || c.lse.bytes != lse_before)
     return ::testing::AssertionFailure() << "an output was written";
+  if (c.k.bytes != k_before || c.v.bytes != v_before || c.k_scale.bytes != k_scale_before ||
+      c.v_scale.bytes != v_scale_before)
+    return ::testing::AssertionFailure() << "a cache was written";
   return ::testing::AssertionSuccess();
 }
 
@@ -290,12 +298,113 @@ TEST(KVCacheArgs, VarlenQueries) {
   reset_varlen(c);
   c.table.tensor.shape[0] = 2;
   EXPECT_TRUE(KVRejected(c, "block_table", "expected 3 rows (batch, as cu_seqlens_q)"));
-  reset_varlen(c);
-  Storage k_new;
-  k_new.make(DType::bf16, {3, 1, 2, 64});
-  c.options.k_new = &k_new.tensor;
-  c.options.v_new = &k_new.tensor;
-  EXPECT_TRUE(KVRejected(c, "k_new", "varlen queries", Code::not_supported));
+}
+
+// Varlen new tokens (cu_seqlens_k_new): a valid case to bend, packed rows of counts {2, 0, 3, 1}
+// appended to a paged FP8 per-token cache (its scales are written too), with fixed-length or
+// varlen queries.
+struct VarlenAppend {
+  AppendCase a;
+  KVCase c;
+  Rows rows;
+
+  explicit VarlenAppend(bool varlen_q = false, Rotary rotary = Rotary::none) {
+    a.kind = CacheKind::fp8_per_token;
+    a.new_tokens = {2, 0, 3, 1};
+    if (varlen_q) a.query_lengths = {1, 2, 0, 3};
+    a.rotary = rotary;
+    a.causal = true;
+    make_cache(c, a);
+    rows = make_rows(c, a);
+    attach(c, a, rows);
+  }
+};
+
+TEST(KVCacheArgs, VarlenNewTokens) {
+  for (bool varlen_q : {false, true}) {
+    VarlenAppend ok(varlen_q, Rotary::halves);
+    const Status status = ok.c.run();
+    EXPECT_TRUE(status.is_ok()) << status.message();
+  }
+  {
+    VarlenAppend t;
+    t.rows.cu_new.tensor.dtype = HFA_F32;
+    EXPECT_TRUE(KVRejected(t.c, "cu_seqlens_k_new", "expected dtype i32"));
+  }
+  {
+    VarlenAppend t;
+    t.rows.cu_new.tensor.rank = 2;
+    EXPECT_TRUE(KVRejected(t.c, "cu_seqlens_k_new", "expected rank 1"));
+  }
+  {
+    VarlenAppend t;
+    t.rows.cu_new.tensor.shape[0] = 4;  // batch, not batch + 1
+    EXPECT_TRUE(KVRejected(t.c, "cu_seqlens_k_new", "expected shape (5) (batch + 1, as q)"));
+  }
+  {
+    VarlenAppend t(true);
+    t.rows.cu_new.tensor.shape[0] = 6;
+    EXPECT_TRUE(KVRejected(t.c, "cu_seqlens_k_new", "(batch + 1, as cu_seqlens_q)"));
+  }
+  {
+    VarlenAppend t;
+    t.rows.cu_new.tensor.shape[0] = 2;  // every other element of the first four: not contiguous
+    t.rows.cu_new.tensor.stride[0] = 2;
+    EXPECT_TRUE(KVRejected(t.c, "cu_seqlens_k_new", "unit stride"));
+  }
+  {
+    VarlenAppend t;
+    t.rows.cu_new.tensor.device = HFA_CUDA;
+    EXPECT_TRUE(KVRejected(t.c, "cu_seqlens_k_new", "expected cpu (as q)"));
+  }
+  {
+    VarlenAppend t;
+    t.c.options.k_new = t.c.options.v_new = nullptr;
+    EXPECT_TRUE(KVRejected(t.c, "cu_seqlens_k_new", "needs k_new"));
+  }
+  {
+    VarlenAppend t;  // rows of the fixed layout with the offsets
+    Storage fixed;
+    fixed.make(DType::bf16, {4, 3, t.c.heads_kv, t.c.hdim});
+    t.c.options.k_new = t.c.options.v_new = &fixed.tensor;
+    EXPECT_TRUE(KVRejected(t.c, "k_new", "expected rank 3 (total_k_new, heads_kv, headdim) with cu_seqlens_k_new"));
+  }
+  {
+    VarlenAppend t;  // packed rows without the offsets
+    t.c.options.cu_seqlens_k_new = nullptr;
+    EXPECT_TRUE(KVRejected(t.c, "k_new", "expected rank 4 (batch, seqlen_new, heads_kv, headdim)"));
+  }
+  {
+    VarlenAppend t;
+    t.rows.v_new.tensor.shape[0] = 5;
+    EXPECT_TRUE(KVRejected(t.c, "v_new", "expected total_k_new 6 (as k_new), got 5"));
+  }
+  {
+    VarlenAppend t;
+    *t.rows.cu_new.at<int32_t>({0}) = 1;
+    EXPECT_TRUE(KVRejected(t.c, "cu_seqlens_k_new", "must start at 0, got 1"));
+  }
+  {
+    VarlenAppend t;
+    *t.rows.cu_new.at<int32_t>({2}) = 1;  // 0 2 1 5 6
+    EXPECT_TRUE(KVRejected(t.c, "cu_seqlens_k_new", "must not decrease, but element 2 (1) < element 1 (2)"));
+  }
+  {
+    VarlenAppend t;
+    *t.rows.cu_new.at<int32_t>({4}) = 5;
+    EXPECT_TRUE(KVRejected(t.c, "cu_seqlens_k_new", "last element 5 must equal k_new's total_tokens 6"));
+  }
+  {
+    VarlenAppend t;  // capacity (3 + 1) · 16 = 64: 64 cached + 1 new
+    *t.c.seqlens.at<int32_t>({3}) = 64;
+    EXPECT_TRUE(KVRejected(t.c, "cache_seqlens", "element 3 (64 + new tokens 1) exceeds the cache's capacity 64"));
+  }
+  {
+    VarlenAppend t(true, Rotary::interleaved);  // the keys fit the tables; query row 2 of sequence 3 not
+    const int64_t last_key = t.a.lengths[3] + t.a.new_of(3) - 1;
+    t.rows.cos.tensor.shape[0] = t.rows.sin.tensor.shape[0] = last_key + 1;
+    EXPECT_TRUE(KVRejected(t.c, "rotary_cos", "(query row 2 of sequence 3)"));
+  }
 }
 
 // The mode a GPU backend will check values in: the option, or HFA_VALIDATE_KVCACHE set and not
@@ -353,6 +462,13 @@ TEST(KVCacheArgs, CAbi) {
   EXPECT_EQ(defaults.num_splits, 0);
   EXPECT_EQ(defaults.split_size, 0);
   EXPECT_EQ(defaults.cache_seqlens, nullptr);
+  EXPECT_EQ(defaults.cu_seqlens_k_new, nullptr);
+  // Fields added later go after the earlier ones, which keep their offsets.
+  static_assert(offsetof(hfa_kvcache_options, cu_seqlens_k_new) > offsetof(hfa_kvcache_options, max_seqlen_q));
+  const Tensor offsets{};
+  KVCacheOptions with_offsets;
+  with_offsets.cu_seqlens_k_new = &offsets;
+  EXPECT_EQ(to_c(with_offsets).cu_seqlens_k_new, &offsets);
   EXPECT_EQ(hfa_forward_kvcache(&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor, &c.lse.tensor,
                                 &options),
             HFA_SUCCESS)

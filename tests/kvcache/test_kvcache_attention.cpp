@@ -239,25 +239,13 @@ TEST(KVCacheSplits, FixedSplitSizeIsBatchInvariant) {
   for (CacheKind kind : {CacheKind::bf16, CacheKind::nvfp4})
     for (int32_t split_size : {100, 192, 1024}) {
       SCOPED_TRACE(testing::Message() << kind_name(kind) << " split_size " << split_size);
-      KVCase alone;
-      alone.kind = kind;
-      alone.paged = false;
-      alone.group = 4;
-      alone.seqlen_q = 3;
-      alone.cache_seqlens = {1000};
-      alone.options.causal = true;
-      alone.options.window_left = 700;
-      alone.options.split_size = split_size;
-      alone.build();
-      KVCase crowd = alone;
-      crowd.query_lengths = {1, 0, 3, 5};
-      crowd.cache_seqlens = {5000, 7, 1000, 0};
-      crowd.seed = 77;
-      crowd.build();
-      copy_sequence(alone, 0, crowd, 2);
-      ASSERT_TRUE(alone.run().is_ok());
-      ASSERT_TRUE(crowd.run().is_ok());
-      EXPECT_TRUE(same_sequence_bytes(alone, 0, crowd, 2));
+      KVCase base;
+      base.kind = kind;
+      BatchInvariancePair pair;
+      pair.build(base, split_size);
+      ASSERT_TRUE(pair.alone.run().is_ok());
+      ASSERT_TRUE(pair.crowd.run().is_ok());
+      EXPECT_TRUE(same_sequence_bytes(pair.alone, 0, pair.crowd, BatchInvariancePair::kCrowdIndex));
     }
 }
 

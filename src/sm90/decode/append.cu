@@ -27,8 +27,8 @@ bool rotates_q(const KVCacheProblem& p) { return p.k_new != nullptr && p.rotary_
 
 AppendWork work_of(const KVCacheProblem& p, uint16_t* rotated_q) {
   AppendWork work;
-  work.token_tasks = int64_t{p.batch} * p.seqlen_new * p.heads_kv;
-  const int64_t query_tasks = rotates_q(p) ? int64_t{p.batch} * p.seqlen_q * p.heads_q : 0;
+  work.token_tasks = p.total_new_rows() * p.heads_kv;
+  const int64_t query_tasks = rotates_q(p) ? p.total_query_rows() * p.heads_q : 0;
   work.tasks = work.token_tasks + query_tasks;
   work.rotated_q = rotated_q;
   return work;
@@ -45,14 +45,15 @@ Status check_append_support(const KVCacheProblem& p) {
   // (what the stores need).
   if (blocks_of(work_of(p, nullptr)) > kMaxGridX)
     return {Code::not_supported,
-            "k_new: batch · (seqlen_new · heads_kv + seqlen_q · heads_q) rows above the GPU "
-            "append's " + std::to_string(kMaxGridX * kAppendWarps) + " (one warp each)"};
+            "k_new: new tokens · heads_kv + query rows · heads_q above the GPU append's " +
+                std::to_string(kMaxGridX * kAppendWarps) + " (one warp each)"};
   return Status::ok();
 }
 
 std::size_t rotated_q_bytes(const KVCacheProblem& p) {
   if (!rotates_q(p)) return 0;
-  const std::size_t bytes = std::size_t(p.batch) * p.seqlen_q * p.heads_q * p.hdim_qk * sizeof(uint16_t);
+  const std::size_t bytes =
+      std::size_t(p.total_query_rows()) * p.heads_q * p.hdim_qk * sizeof(uint16_t);
   return (bytes + kAppendWorkspaceAlignment - 1) / kAppendWorkspaceAlignment * kAppendWorkspaceAlignment;
 }
 
@@ -74,9 +75,10 @@ Status append_new_tokens(const KVCacheProblem& p, KVCacheProblem* attention) {
       return {Code::cuda, std::string("sm90 KV-cache append: launch: ") + cudaGetErrorString(e)};
   }
   if (rotated_q != nullptr) {
+    // q's rows in their order (packed tokens for varlen, with no batch stride), contiguous.
     const int64_t row = int64_t{p.heads_q} * p.hdim_qk;
     attention->q = rotated_q;
-    attention->q_stride = {p.seqlen_q * row, row, p.hdim_qk};
+    attention->q_stride = {p.is_varlen() ? 0 : p.seqlen_q * row, row, p.hdim_qk};
     attention->workspace = static_cast<std::byte*>(p.workspace) + rotated_bytes;
     attention->workspace_bytes = p.workspace_bytes - rotated_bytes;
   }

@@ -5,11 +5,13 @@
 // (common/rotary.hpp), all host + device code.
 //
 // One warp per task: the K and V rows of one (sequence, new token, kv-head), or one query row.
+// Tasks run over the rows as the tensors pack them (sequence after sequence, fixed length or
+// varlen: cu_seqlens_k_new, cu_seqlens_q), and a task finds its sequence from its row.
 // Each lane owns hdim / 32 consecutive columns (the kernel is compiled per head dim, as the
 // attention). A row's scale (FP8 per token) or a block's
 // (16 values for NVFP4, 32 for MXFP4) comes from an aligned run of lanes that agree on its amax
 // with shuffles; a max of magnitude bits, so the order does not change it (quant::amax_abs).
-// The tasks are few, batch · (seqlen_new · heads_kv + seqlen_q · heads_q) warps at most, so the
+// The tasks are few, new tokens · heads_kv + query rows · heads_q warps at most, so the
 // kernel makes no effort at bandwidth: plain loads, one store per lane and row.
 #pragma once
 
@@ -45,11 +47,33 @@ constexpr bool lanes_fit() {
 
 // What the launch decides beyond the problem.
 struct AppendWork {
-  int64_t token_tasks = 0;  // batch · seqlen_new · heads_kv: (sequence, new token, kv-head)
-  int64_t tasks = 0;        // token_tasks, then batch · seqlen_q · heads_q query rows (rotary)
-  // (batch, seqlen_q, heads_q, headdim) contiguous in q's dtype; null when rotary is off.
+  int64_t token_tasks = 0;  // new rows · heads_kv: (new token, kv-head)
+  int64_t tasks = 0;        // token_tasks, then query rows · heads_q (rotary)
+  // q's rows in their order ((batch, seqlen_q) or total_q), heads_q, headdim: contiguous in q's
+  // dtype; null when rotary is off.
   uint16_t* rotated_q = nullptr;
 };
+
+// Row i of sequence b, among rows packed sequence after sequence.
+struct SequenceRow {
+  int64_t b, i;
+};
+
+// The sequence of packed row `row`: varlen (offsets, batch + 1, non-null) by a binary search
+// for the last sequence that starts at or before it (an empty sequence starts where the next
+// one does, so it is passed over), else rows_each rows a sequence. Offsets out of contract give
+// some b in [0, batch) and an i that may be out of range, never a row other than `row`.
+__device__ __forceinline__ SequenceRow sequence_row(const int32_t* offsets, int32_t batch,
+                                                    int64_t rows_each, int64_t row) {
+  if (offsets == nullptr) return {row / rows_each, row % rows_each};
+  int32_t lo = 0, hi = batch - 1;  // offsets[lo] <= row, as the answer's
+  while (lo < hi) {
+    const int32_t mid = hi - (hi - lo) / 2;  // upper middle: lo = mid makes progress
+    if (offsets[mid] <= row) lo = mid;
+    else hi = mid - 1;
+  }
+  return {lo, row - offsets[lo]};
+}
 
 __device__ __forceinline__ float to_float(DType dtype, uint16_t bits) {
   return dtype == DType::bf16 ? detail::bf16_to_float(bits) : detail::fp16_to_float(bits);
@@ -204,8 +228,9 @@ template <int kHeadDim>
 __device__ __forceinline__ void append_token(const detail::KVCacheProblem& p, int64_t task, int lane) {
   constexpr int kValues = kValuesPerLane<kHeadDim>;
   const int64_t h = task % p.heads_kv;
-  const int64_t i = task / p.heads_kv % p.seqlen_new;
-  const int64_t b = task / p.heads_kv / p.seqlen_new;
+  const SequenceRow new_row = sequence_row(p.cu_seqlens_k_new, p.batch, p.seqlen_new, task / p.heads_kv);
+  const int64_t b = new_row.b, i = new_row.i;
+  const int64_t row = p.new_begin(b) + i;  // of k_new / v_new: i, or the packed token
   const int64_t position = int64_t{p.cache_seqlens[b]} + i;
   const bool rotary = p.rotary_cos != nullptr;
   if (position < 0 || position >= int64_t{p.max_pages} * p.page_size) return;
@@ -216,16 +241,16 @@ __device__ __forceinline__ void append_token(const detail::KVCacheProblem& p, in
 
   const int column = lane * kValues;
   float x[kValues];
-  const uint16_t* k_row = static_cast<const uint16_t*>(p.k_new) + row_offset(p.k_new_stride, b, i, h);
+  const uint16_t* k_row = static_cast<const uint16_t*>(p.k_new) + row_offset(p.k_new_stride, b, row, h);
   load_lane(p.dtype, k_row, column, x);
   if (rotary) rotate_lane(p, k_row, position, column, x);
   encode_lane(p, p.k, page, slot, h, lane, x);
-  load_lane(p.dtype, static_cast<const uint16_t*>(p.v_new) + row_offset(p.v_new_stride, b, i, h),
+  load_lane(p.dtype, static_cast<const uint16_t*>(p.v_new) + row_offset(p.v_new_stride, b, row, h),
             column, x);
   encode_lane(p, p.v, page, slot, h, lane, x);
 }
 
-// Query row `task` of the (batch, seqlen_q, heads_q) rows, rotated into work.rotated_q. The
+// Query row `task` of the (query rows, heads_q) rows, rotated into work.rotated_q. The
 // columns from rotary_dim on are copied bit for bit; a row whose position lies outside the
 // tables (lengths out of contract) is copied as it is.
 template <int kHeadDim>
@@ -233,11 +258,12 @@ __device__ __forceinline__ void rotate_query(const detail::KVCacheProblem& p, co
                                              int64_t task, int lane) {
   constexpr int kValues = kValuesPerLane<kHeadDim>;
   const int64_t h = task % p.heads_q;
-  const int64_t i = task / p.heads_q % p.seqlen_q;
-  const int64_t b = task / p.heads_q / p.seqlen_q;
+  const SequenceRow query = sequence_row(p.cu_seqlens_q, p.batch, p.seqlen_q, task / p.heads_q);
+  const int64_t b = query.b, i = query.i;
   const int64_t position =
       detail::rotary_query_position(p.cache_seqlens[b], i, p.window_left, p.window_right);
-  const uint16_t* q_row = static_cast<const uint16_t*>(p.q) + row_offset(p.q_stride, b, i, h);
+  const uint16_t* q_row =
+      static_cast<const uint16_t*>(p.q) + row_offset(p.q_stride, b, p.query_begin(b) + i, h);
   const int column = lane * kValues;
   uint16_t bits[kValues];
 #pragma unroll

@@ -22,10 +22,20 @@ Status cuda_error(const std::string& what) {
   return {Code::cuda, "sm90 KV-cache forward: " + what + ": " + cudaGetErrorString(cudaGetLastError())};
 }
 
-// Validation mode: the lengths, the varlen offsets and the used block-table entries, copied to
-// the host and checked like a CPU call's (the one place this path synchronizes, as documented).
+// Validation mode: the lengths, the varlen offsets (queries and new tokens) and the used
+// block-table entries, copied to the host and checked like a CPU call's (the one place this path
+// synchronizes, as documented).
 Status validate_values(const detail::KVCacheProblem& p) {
   auto stream = static_cast<cudaStream_t>(p.stream);
+  // A varlen offsets array (batch + 1) into `host`, when given; queued on the stream.
+  auto copy_offsets = [&](const int32_t* device, std::vector<int32_t>& host, const char* name) {
+    if (device == nullptr) return Status::ok();
+    host.resize(std::size_t(p.batch) + 1);
+    if (cudaMemcpyAsync(host.data(), device, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                        stream) != cudaSuccess)
+      return cuda_error(std::string("validation: reading ") + name);
+    return Status::ok();
+  };
   std::vector<int32_t> lengths(std::size_t(p.batch));
   if (cudaMemcpyAsync(lengths.data(), p.cache_seqlens, lengths.size() * sizeof(int32_t),
                       cudaMemcpyDeviceToHost, stream) != cudaSuccess)
@@ -39,17 +49,14 @@ Status validate_values(const detail::KVCacheProblem& p) {
                           cudaMemcpyDeviceToHost, stream) != cudaSuccess)
       return cuda_error("validation: reading block_table");
   }
-  std::vector<int32_t> offsets;  // varlen queries' cu_seqlens_q
-  if (p.is_varlen()) {
-    offsets.resize(std::size_t(p.batch) + 1);
-    if (cudaMemcpyAsync(offsets.data(), p.cu_seqlens_q, offsets.size() * sizeof(int32_t),
-                        cudaMemcpyDeviceToHost, stream) != cudaSuccess)
-      return cuda_error("validation: reading cu_seqlens_q");
-  }
+  std::vector<int32_t> offsets, new_offsets;  // cu_seqlens_q, cu_seqlens_k_new
+  if (Status s = copy_offsets(p.cu_seqlens_q, offsets, "cu_seqlens_q"); !s) return s;
+  if (Status s = copy_offsets(p.cu_seqlens_k_new, new_offsets, "cu_seqlens_k_new"); !s) return s;
   if (cudaStreamSynchronize(stream) != cudaSuccess) return cuda_error("validation: synchronizing");
   detail::KVCacheProblem host = p;
   host.cache_seqlens = lengths.data();
   if (p.is_varlen()) host.cu_seqlens_q = offsets.data();
+  if (p.is_varlen_new()) host.cu_seqlens_k_new = new_offsets.data();
   if (p.block_table != nullptr) {
     host.block_table = table.data();
     host.block_table_stride = p.max_pages;
@@ -90,7 +97,7 @@ Status sm90_forward_kvcache(const KVCacheProblem& p) {
   // rotated queries, from the workspace).
   detail::KVCacheProblem attention;
   if (Status s = append_new_tokens(p, &attention); !s) return s;
-  if (int64_t{p.batch} * p.seqlen_q == 0) return Status::ok();  // an append without queries
+  if (p.total_query_rows() == 0) return Status::ok();  // an append without queries
   if (p.dtype == DType::bf16) return run<__nv_bfloat16>(attention, info);
   return run<__half>(attention, info);
 }

@@ -32,7 +32,6 @@
 namespace hfa::sm90::decode {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
 inline constexpr int kChunkBytes = 16;          // one cp.async, one ldmatrix row
 inline constexpr int kSwizzleRows = 8;          // chunks XOR (row mod 8): conflict-free ldmatrix
 inline constexpr int kWarpSize = 32;
@@ -445,32 +444,19 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
     row_sum[half] += __shfl_xor_sync(kFullWarp, row_sum[half], 1);
     row_sum[half] += __shfl_xor_sync(kFullWarp, row_sum[half], 2);
     const int row = g + 8 * half;
-    const bool empty = row_max[half] == -INFINITY || !(row_sum[half] > 0.0f);
-    const float inverse = empty ? 0.0f : 1.0f / row_sum[half];
+    const float inverse = row_max[half] == -INFINITY || !(row_sum[half] > 0.0f) ? 0.0f : 1.0f / row_sum[half];
 #pragma unroll
     for (int n = 0; n < kD / kMmaN; ++n) {
       float* dst = merge_out + (warp * C::kRowsPerTile + row) * kD + n * 8 + 2 * c;
       dst[0] = o[n][2 * half] * inverse;
       dst[1] = o[n][2 * half + 1] * inverse;
     }
-    if (c == 0)
-      merge_lse[row * C::kWarps + warp] =
-          empty ? (row_sum[half] != row_sum[half] ? row_sum[half] : -INFINITY)
-                : (row_max[half] + log2f(row_sum[half])) * kLn2;
+    if (c == 0) merge_lse[row * C::kWarps + warp] = warp_partial_lse(row_max[half], row_sum[half]);
   }
   __syncthreads();
-
-  constexpr int kColumnsPerThread = C::kRowsPerTile * kD / C::kThreads;  // kD / 8
-  const int row = tid / (kD / kColumnsPerThread);
-  const int first_stored = (tid % (kD / kColumnsPerThread)) * kColumnsPerThread;
-  const int r = first_row + row;
-  if (r >= rows) return;
-  float merged[kColumnsPerThread];
-  float lse = detail::combine_splits(merge_lse + row * C::kWarps, merge_out + row * kD + first_stored,
-                                     C::kRowsPerTile * kD, C::kWarps, kColumnsPerThread, merged);
-  // lse is in the units of the scores the tile saw; softcap's tanh already used true units.
-  store_row<Element, kD>(p, seq, b, kv_head * p.group + r % p.group, r / p.group, split, first_stored,
-                         merged, lse, v_multiplier, [](int stored) { return stored_to_column<kStorage>(stored); });
+  merge_warps_and_store<Element, kD, C::kRowsPerTile, C::kWarps, C::kThreads>(
+      p, seq, b, kv_head, first_row, rows, split, merge_out, merge_lse, v_multiplier,
+      [](int stored) { return stored_to_column<kStorage>(stored); });
 }
 
 }  // namespace hfa::sm90::decode

@@ -153,6 +153,7 @@ Status run(const detail::KVCacheProblem& p, const DeviceInfo& device) {
   params.page_shift = (p.page_size & (p.page_size - 1)) == 0 ? __builtin_ctz(unsigned(p.page_size)) : -1;
   params.capacity = int32_t(std::min<int64_t>(int64_t(p.max_pages) * p.page_size, INT32_MAX));
   params.seqlen_new = p.seqlen_new;
+  params.cu_seqlens_k_new = p.cu_seqlens_k_new;
   params.batch = p.batch;
   params.seqlen_q = longest_query_rows(p);
   params.heads_q = p.heads_q;

@@ -54,6 +54,9 @@ struct Params {
   int32_t page_shift = -1;  // log2(page_size) when it is a power of two (no division per key)
   int32_t capacity = 0;  // max_pages · page_size: lengths are clamped to it
   int32_t seqlen_new = 0;  // tokens appended before the attention (keys: cache_seqlens[b] + this)
+  // Varlen new tokens (cu_seqlens_k_new, batch + 1): sequence b appended
+  // cu_seqlens_k_new[b + 1] - cu_seqlens_k_new[b] tokens instead; null: seqlen_new each.
+  const int32_t* cu_seqlens_k_new = nullptr;
 
   int32_t batch = 0, heads_q = 0, heads_kv = 0, group = 0;
   int32_t seqlen_q = 0;   // varlen: max_seqlen_q (at most total_q)

@@ -1,8 +1,13 @@
-// The end of a decode CTA for one query row: its merged output columns and LSE go to out and lse
-// (one split), or to the split's partial for the combine kernel. Shared by both decode kernels.
+// The end of a decode CTA, shared by both decode kernels: each warp's partial (its own keys'
+// normalized output and LSE) in shared memory, merged per query row (combine_splits), then the
+// row's output and LSE to out and lse (one split) or to the split's partial for the combine.
 #pragma once
 
+#include <math.h>
+
 #include <cstdint>
+
+#include "common/combine_splits.hpp"
 
 #include "sm90/decode/params.hpp"
 #include "sm90/decode/sequence.cuh"
@@ -30,6 +35,37 @@ __device__ __forceinline__ void store_row(const Params& p, const DecodeSequence&
     for (int k = 0; k < kColumns; ++k) partial[column_of(first + k)] = merged[k] * v_multiplier;
     if (first == 0) p.partial_lse[row_id * p.num_splits + split] = lse;
   }
+}
+
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+// A warp's partial LSE (natural log) from its running max (log2 domain) and sum: -inf for a row
+// that saw no key, NaN kept when the sum is NaN (a NaN in the cache poisons the row).
+__device__ __forceinline__ float warp_partial_lse(float row_max_log2, float row_sum) {
+  const bool empty = row_max_log2 == -INFINITY || !(row_sum > 0.0f);
+  if (empty) return row_sum != row_sum ? row_sum : -INFINITY;
+  return (row_max_log2 + log2f(row_sum)) * kLn2;
+}
+
+// After the warps wrote merge_out (warp, row, stored column) and merge_lse (row, warp): thread t
+// merges kHeadDim · kRows / kThreads columns of one row and stores them (rows past the
+// sequence's skip).
+template <typename Element, int kHeadDim, int kRows, int kWarps, int kThreads, typename ColumnOf>
+__device__ __forceinline__ void merge_warps_and_store(const Params& p, const DecodeSequence& seq, int b,
+                                                      int kv_head, int first_row, int rows, int split,
+                                                      const float* merge_out, const float* merge_lse,
+                                                      float v_multiplier, ColumnOf column_of) {
+  constexpr int kColumns = kRows * kHeadDim / kThreads;
+  const int row = int(threadIdx.x) / (kHeadDim / kColumns);
+  const int first = (int(threadIdx.x) % (kHeadDim / kColumns)) * kColumns;
+  const int r = first_row + row;
+  if (r >= rows) return;
+  float merged[kColumns];
+  // lse is in the units of the scores the tile saw; softcap's tanh already used true units.
+  const float lse = detail::combine_splits(merge_lse + row * kWarps, merge_out + row * kHeadDim + first,
+                                           kRows * kHeadDim, kWarps, kColumns, merged);
+  store_row<Element, kHeadDim>(p, seq, b, kv_head * p.group + r % p.group, r / p.group, split, first,
+                               merged, lse, v_multiplier, column_of);
 }
 
 }  // namespace hfa::sm90::decode

@@ -12,7 +12,7 @@ namespace hfa::sm90::decode {
 struct DecodeSequence {
   int64_t q_begin;  // the token of row 0 in q / out (varlen), else 0
   int seqlen_q;     // query rows
-  int seqlen_k;     // keys attended: cache_seqlens[b] + seqlen_new, clamped to the capacity
+  int seqlen_k;     // keys attended: cache_seqlens[b] + its new tokens, clamped to the capacity
 };
 
 __device__ __forceinline__ DecodeSequence decode_sequence(const Params& p, int b) {
@@ -24,7 +24,10 @@ __device__ __forceinline__ DecodeSequence decode_sequence(const Params& p, int b
     s.q_begin = 0;
     s.seqlen_q = p.seqlen_q;
   }
-  const int64_t keys = int64_t(p.cache_seqlens[b]) + p.seqlen_new;
+  const int64_t appended = p.cu_seqlens_k_new != nullptr
+                               ? int64_t(p.cu_seqlens_k_new[b + 1]) - p.cu_seqlens_k_new[b]
+                               : int64_t(p.seqlen_new);
+  const int64_t keys = int64_t(p.cache_seqlens[b]) + appended;
   s.seqlen_k = int(keys < 0 ? 0 : (keys > p.capacity ? p.capacity : keys));
   return s;
 }

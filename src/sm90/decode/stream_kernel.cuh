@@ -181,7 +181,14 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};
   const bool per_token = kFp8 && p.scale_kind == ScaleKind::fp8_per_token;
-  int v_exponent = 0;  // per-token V: o is in units of 2^(v_exponent - 127) (a biased exponent)
+  // Per-token V: o is in units of 2^(v_exponent - 127) (a biased exponent, only ever raised)
+  // and each tile's weights are P · scale · v_relative, v_relative = 2^(127 - v_exponent). The
+  // first reference (0, relative 2^127) makes the first tile with a normal scale raise it.
+  int v_exponent = 0;
+  float v_relative = exp2f(127.0f);
+  // Scales may exceed the reference by this much before it moves: P · scale · v_relative then
+  // stays under 2^14, far inside fp16's 65504.
+  constexpr float kScaleHeadroom = 16384.0f;
 
   // The copy pipeline. Each 16-key tile of a warp's stage lies in one page (the dispatch sends
   // only page sizes that are multiples of 16 here), so a tile costs one block-table read (one
@@ -377,32 +384,37 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
         tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(kFullWarp, tile_max[h], mask));
       grew |= tile_max[h] > row_max[h];
     }
-    // Per-token V: the stage's largest scale exponent; o follows it up (never down).
+    // Per-token V: each scale times 2^(127 - v_exponent) must stay below kScaleHeadroom (P · that
+    // then fits fp16 with room to spare). Only when one does not (the first tile, and a scale
+    // far above all before it) is the reference moved up to the warp's largest exponent, o
+    // rescaled with it; the common tile pays one compare per scale.
     float exponent_rescale = 1.0f;
+    bool exponent_grew = false;
     if (per_token) {
-      constexpr int kExponentShift = 23;
-      constexpr uint32_t kExponentMask = 0xff;
-      uint32_t largest = 0;
 #pragma unroll
       for (int kt = 0; kt < C::kKeyTiles; ++kt)
 #pragma unroll
-        for (int k = 0; k < 2; ++k)
-          largest = max(largest, (__float_as_uint(value_scale[kt][k]) >> kExponentShift) & kExponentMask);
-      const int stage_exponent = int(__reduce_max_sync(kFullWarp, largest));
-      if (stage_exponent > v_exponent) {
-        exponent_rescale = exp2f(float(v_exponent - stage_exponent));
-        v_exponent = stage_exponent;
-        grew = true;
-      }
-      const float relative = exp2f(float(127 - v_exponent));  // each scale · this ≤ 2
-#pragma unroll
-      for (int kt = 0; kt < C::kKeyTiles; ++kt) {
-        value_scale[kt][0] *= relative;
-        value_scale[kt][1] *= relative;
-      }
+        for (int k = 0; k < 2; ++k) exponent_grew |= !(value_scale[kt][k] * v_relative < kScaleHeadroom);
+      grew |= exponent_grew;
     }
-    // Rescale only when some row's max (or the V exponent) grew: after the first tiles it rarely does.
+    // Rescale only when some row's max (or the V reference) grew: after the first tiles it rarely does.
     if (__any_sync(kFullWarp, grew)) {
+      if (__any_sync(kFullWarp, exponent_grew)) {
+        constexpr int kExponentShift = 23;
+        constexpr uint32_t kExponentMask = 0xff;
+        uint32_t largest = 0;
+#pragma unroll
+        for (int kt = 0; kt < C::kKeyTiles; ++kt)
+#pragma unroll
+          for (int k = 0; k < 2; ++k)
+            largest = max(largest, (__float_as_uint(value_scale[kt][k]) >> kExponentShift) & kExponentMask);
+        const int stage_exponent = int(__reduce_max_sync(kFullWarp, largest));
+        if (stage_exponent > v_exponent) {
+          exponent_rescale = exp2f(float(v_exponent - stage_exponent));
+          v_exponent = stage_exponent;
+          v_relative = exp2f(float(127 - v_exponent));  // each scale of the tile · this ≤ 2
+        }
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float new_max = fmaxf(row_max[h], tile_max[h]);
@@ -414,6 +426,13 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
           o[mt][h] *= rescale * exponent_rescale;
           o[mt][h + 2] *= rescale * exponent_rescale;
         }
+      }
+    }
+    if (per_token) {
+#pragma unroll
+      for (int kt = 0; kt < C::kKeyTiles; ++kt) {
+        value_scale[kt][0] *= v_relative;
+        value_scale[kt][1] *= v_relative;
       }
     }
 
@@ -479,31 +498,19 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
     for (int mask = 4; mask < kWarpSize; mask *= 2)
       row_sum[h] += __shfl_xor_sync(kFullWarp, row_sum[h], mask);
     const int row = 2 * c + h;
-    const bool empty = row_max[h] == -INFINITY || !(row_sum[h] > 0.0f);
-    const float inverse = empty ? 0.0f : value_unit / row_sum[h];
+    const float inverse = row_max[h] == -INFINITY || !(row_sum[h] > 0.0f) ? 0.0f : value_unit / row_sum[h];
 #pragma unroll
     for (int mt = 0; mt < stream::kDimTiles; ++mt) {
       float* dst = merge_out + (warp * C::kRowsPerTile + row) * kD;
       dst[stream::output_dim<kStorage>(g, mt, 0)] = o[mt][h] * inverse;
       dst[stream::output_dim<kStorage>(g, mt, 1)] = o[mt][h + 2] * inverse;
     }
-    if (g == 0)
-      merge_lse[row * C::kWarps + warp] =
-          empty ? (row_sum[h] != row_sum[h] ? row_sum[h] : -INFINITY)
-                : (row_max[h] + log2f(row_sum[h])) * kLn2;
+    if (g == 0) merge_lse[row * C::kWarps + warp] = warp_partial_lse(row_max[h], row_sum[h]);
   }
   __syncthreads();
-
-  constexpr int kColumnsPerThread = C::kRowsPerTile * kD / C::kThreads;  // 8
-  const int row = tid / (kD / kColumnsPerThread);
-  const int first_column = (tid % (kD / kColumnsPerThread)) * kColumnsPerThread;
-  const int r = first_row + row;
-  if (r >= rows) return;
-  float merged[kColumnsPerThread];
-  const float lse = detail::combine_splits(merge_lse + row * C::kWarps, merge_out + row * kD + first_column,
-                                           C::kRowsPerTile * kD, C::kWarps, kColumnsPerThread, merged);
-  store_row<Element, kD>(p, seq, b, kv_head * p.group + r % p.group, r / p.group, split, first_column,
-                         merged, lse, v_multiplier, [](int column) { return column; });
+  merge_warps_and_store<Element, kD, C::kRowsPerTile, C::kWarps, C::kThreads>(
+      p, seq, b, kv_head, first_row, rows, split, merge_out, merge_lse, v_multiplier,
+      [](int column) { return column; });
 }
 
 }  // namespace hfa::sm90::decode

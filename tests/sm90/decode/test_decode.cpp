@@ -5,7 +5,8 @@
 // bit-identical results whatever the batch) likewise. Plus the workspace, validation-mode and not-supported answers, a
 // CUDA-graph capture, and the accuracy table of the benchmark notes. The append (k_new / v_new,
 // rotary) against the CPU append: cache bytes equal in every format, page size and rotary form,
-// the attention after it as the CPU path's, at every head dim. Skipped without a Hopper GPU.
+// the attention after it as the CPU path's, at every head dim; with varlen new tokens
+// (cu_seqlens_k_new) and varlen queries too. Skipped without a Hopper GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -80,6 +81,10 @@ class DeviceCase {
       v_new_ = copy_tensor(*c.options.v_new);
       options_.k_new = &k_new_;
       options_.v_new = &v_new_;
+    }
+    if (c.options.cu_seqlens_k_new) {
+      cu_new_ = copy_tensor(*c.options.cu_seqlens_k_new);
+      options_.cu_seqlens_k_new = &cu_new_;
     }
     if (c.options.rotary_cos) {
       rotary_cos_ = copy_tensor(*c.options.rotary_cos);
@@ -161,7 +166,7 @@ class DeviceCase {
   std::vector<std::unique_ptr<DeviceBuffer>> buffers_;
   std::unique_ptr<DeviceBuffer> workspace_;
   Tensor q_{}, k_{}, v_{}, out_{}, lse_{}, seqlens_{}, table_{}, k_scale_{}, v_scale_{}, k_global_{},
-      v_global_{}, k_new_{}, v_new_{}, rotary_cos_{}, rotary_sin_{}, cu_q_{};
+      v_global_{}, k_new_{}, v_new_{}, rotary_cos_{}, rotary_sin_{}, cu_q_{}, cu_new_{};
 };
 
 struct Tolerance {
@@ -427,43 +432,25 @@ TEST(DecodeSplitSize, BatchInvariant) {
   for (CacheKind kind : {CacheKind::bf16, CacheKind::fp8_per_token, CacheKind::nvfp4})
     for (int32_t split_size : {100, 192, 1024}) {
       SCOPED_TRACE(testing::Message() << kind_name(kind) << " split_size " << split_size);
-      KVCase alone = gpu_case(kind);
-      alone.paged = false;
-      alone.group = 4;
-      alone.seqlen_q = 3;
-      alone.cache_seqlens = {1000};
-      alone.options.causal = true;
-      alone.options.window_left = 700;
-      alone.options.split_size = split_size;
-      alone.build();
-      KVCase crowd = alone;
-      crowd.query_lengths = {1, 0, 3, 5};
-      crowd.cache_seqlens = {5000, 7, 1000, 0};
-      crowd.seed = 77;
-      crowd.build();
-      copy_sequence(alone, 0, crowd, 2);
-      DeviceCase a(alone), c(crowd);
+      BatchInvariancePair pair;
+      pair.build(gpu_case(kind), split_size);
+      KVCase& alone = pair.alone;
+      DeviceCase a(alone), c(pair.crowd);
       Status status = a.run();
       ASSERT_TRUE(status.is_ok()) << status.message();
       status = c.run();
       ASSERT_TRUE(status.is_ok()) << status.message();
-      EXPECT_TRUE(same_sequence_bytes(alone, 0, crowd, 2));
+      EXPECT_TRUE(same_sequence_bytes(alone, 0, pair.crowd, BatchInvariancePair::kCrowdIndex));
       // And right: the alone call against the oracle.
       const Oracle o = oracle_of(alone);
       EXPECT_EQ(compare(alone, o, default_tolerance(alone.q_dtype()), true).failures, 0);
     }
 }
 
-// The call is safe inside a CUDA graph: no allocation, no host synchronization.
-TEST(DecodeGraph, CapturesAndReplays) {
-  HFA_REQUIRE_HOPPER();
-  KVCase c = gpu_case(CacheKind::nvfp4);
-  c.group = 4;
-  c.cache_seqlens = {100, 2000};
-  c.options.num_splits = 4;
-  c.build();
-  const Oracle o = oracle_of(c);
-  DeviceCase d(c);
+// Captures one call of d into a CUDA graph on its own stream, with the workspace its query asks
+// for (which must be some: the graph tests pick calls that need one), replays the graph once
+// and waits for it.
+void run_in_graph(DeviceCase& d) {
   Status status;
   const std::size_t bytes = d.workspace_size(&status);
   ASSERT_TRUE(status.is_ok()) << status.message();
@@ -483,11 +470,28 @@ TEST(DecodeGraph, CapturesAndReplays) {
   HFA_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   HFA_CUDA_OK(cudaGraphLaunch(exec, stream));
   HFA_CUDA_OK(cudaStreamSynchronize(stream));
-  d.download();
-  EXPECT_EQ(compare(c, o, default_tolerance(c.q_dtype()), true).failures, 0);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+  d.options().stream = nullptr;
+  d.options().workspace = nullptr;
+  d.options().workspace_bytes = 0;
+}
+
+// The call is safe inside a CUDA graph: no allocation, no host synchronization.
+TEST(DecodeGraph, CapturesAndReplays) {
+  HFA_REQUIRE_HOPPER();
+  KVCase c = gpu_case(CacheKind::nvfp4);
+  c.group = 4;
+  c.cache_seqlens = {100, 2000};
+  c.options.num_splits = 4;
+  c.build();
+  const Oracle o = oracle_of(c);
+  DeviceCase d(c);
+  run_in_graph(d);
+  if (::testing::Test::HasFatalFailure()) return;
+  d.download();
+  EXPECT_EQ(compare(c, o, default_tolerance(c.q_dtype()), true).failures, 0);
 }
 
 void expect_same_bytes(const char* name, const Storage& got, const Storage& want) {
@@ -524,7 +528,7 @@ void expect_gpu_append_matches_cpu(const AppendCase& a, int32_t num_splits) {
   cpu_result.out.resize(static_cast<std::size_t>(cpu.total_q() * cpu.heads_q() * cpu.hdim));
   cpu_result.lse.resize(static_cast<std::size_t>(cpu.heads_q() * cpu.total_q()));
   for (int64_t b = 0; b < cpu.batch(); ++b)
-    for (int64_t i = 0; i < cpu.seqlen_q; ++i)
+    for (int64_t i = 0; i < cpu.rows_of(b); ++i)
       for (int64_t h = 0; h < cpu.heads_q(); ++h) {
         cpu_result.lse[static_cast<std::size_t>(cpu.lse_index(b, h, i))] = cpu.lse_at(b, h, i);
         for (int64_t c = 0; c < cpu.hdim; ++c)
@@ -538,7 +542,14 @@ void expect_gpu_append_matches_cpu(const AppendCase& a, int32_t num_splits) {
   EXPECT_EQ(compare(gpu, cpu_result, tol, true).failures, 0);
 }
 
-void append_sweep(CacheKind kind, int64_t hdim) {
+// How an append sweep packs its new tokens and its queries.
+enum class Packing {
+  fixed,             // seqlen_new tokens and query rows a sequence
+  varlen_new,        // cu_seqlens_k_new (ragged, 0 included), seqlen_new query rows each
+  varlen_new_and_q,  // cu_seqlens_k_new and cu_seqlens_q, counted apart
+};
+
+void append_sweep(CacheKind kind, int64_t hdim, Packing packing = Packing::fixed) {
   HFA_REQUIRE_HOPPER();
   SCOPED_TRACE("hdim " + std::to_string(hdim));
   const DType q_dtype = kind == CacheKind::f16 ? DType::f16 : DType::bf16;
@@ -561,6 +572,9 @@ void append_sweep(CacheKind kind, int64_t hdim) {
         a.table_dtype = (n / 3) % 2 ? q_dtype : DType::f32;
         a.causal = (n / 2) % 2 == 1;  // moves the queries' rotary positions
         a.lengths = {0, 1, 20, 37, 300};
+        const int32_t many = static_cast<int32_t>(2 * seqlen_new);
+        if (packing != Packing::fixed) a.new_tokens = {int32_t(seqlen_new), 0, 3, 1, many};
+        if (packing == Packing::varlen_new_and_q) a.query_lengths = {2, 3, 0, 1, many};
         expect_gpu_append_matches_cpu(a, std::array<int32_t, 3>{0, 1, 3}[(n / 2) % 3]);
         ++n;
         if (::testing::Test::HasFailure()) return;
@@ -577,6 +591,50 @@ TEST_P(DecodeAppendHeadDim, Fp8PerTokenCache) { append_sweep(CacheKind::fp8_per_
 TEST_P(DecodeAppendHeadDim, Nvfp4Cache) { append_sweep(CacheKind::nvfp4, GetParam()); }
 TEST_P(DecodeAppendHeadDim, Mxfp4Cache) { append_sweep(CacheKind::mxfp4, GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Sm90, DecodeAppendHeadDim, ::testing::ValuesIn(kGpuHeadDims), head_dim_name);
+
+// Varlen new tokens (cu_seqlens_k_new) at every head dim, with fixed-length and varlen queries:
+// DecodeAppendVarlen.<format>/hdim64…
+class DecodeAppendVarlen : public ::testing::TestWithParam<int64_t> {};
+
+void varlen_append_sweep(CacheKind kind, int64_t hdim) {
+  for (Packing packing : {Packing::varlen_new, Packing::varlen_new_and_q}) {
+    SCOPED_TRACE(packing == Packing::varlen_new ? "fixed-length q" : "varlen q");
+    append_sweep(kind, hdim, packing);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST_P(DecodeAppendVarlen, Bf16Cache) { varlen_append_sweep(CacheKind::bf16, GetParam()); }
+TEST_P(DecodeAppendVarlen, F16Cache) { varlen_append_sweep(CacheKind::f16, GetParam()); }
+TEST_P(DecodeAppendVarlen, Fp8PerKvHeadCache) { varlen_append_sweep(CacheKind::fp8_per_head, GetParam()); }
+TEST_P(DecodeAppendVarlen, Fp8PerTokenCache) { varlen_append_sweep(CacheKind::fp8_per_token, GetParam()); }
+TEST_P(DecodeAppendVarlen, Nvfp4Cache) { varlen_append_sweep(CacheKind::nvfp4, GetParam()); }
+TEST_P(DecodeAppendVarlen, Mxfp4Cache) { varlen_append_sweep(CacheKind::mxfp4, GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Sm90, DecodeAppendVarlen, ::testing::ValuesIn(kGpuHeadDims), head_dim_name);
+
+// Validation mode reads cu_seqlens_k_new too: a bad offset is an error naming it, and the caches
+// are left as they were (the check runs before the append).
+TEST(DecodeAppendVarlenErrors, ValidationModeChecksTheOffsets) {
+  HFA_REQUIRE_HOPPER();
+  AppendCase a;
+  a.kind = CacheKind::fp8_per_token;
+  a.hdim = kGpuHeadDim;
+  a.new_tokens = {2, 0, 3, 1};
+  KVCase c;
+  make_cache(c, a);
+  Rows rows = make_rows(c, a);
+  attach(c, a, rows);
+  c.options.validate = true;
+  *rows.cu_new.at<int32_t>({2}) = 1;  // 0 2 1 5 6: decreasing
+  const std::vector<unsigned char> k_before = c.k.bytes, k_scale_before = c.k_scale.bytes;
+  DeviceCase d(c);
+  const Status status = d.run();
+  EXPECT_EQ(status.code(), Code::invalid_argument);
+  EXPECT_EQ(status.message().rfind("cu_seqlens_k_new:", 0), 0u) << status.message();
+  d.download_caches();
+  EXPECT_TRUE(c.k.bytes == k_before) << "k_cache written";
+  EXPECT_TRUE(c.k_scale.bytes == k_scale_before) << "k_scale written";
+}
 
 // The append in a CUDA graph: no allocation, no host synchronization, the rotated queries in
 // the captured workspace.
@@ -598,32 +656,12 @@ TEST(DecodeAppend, CapturesAndReplays) {
   attach(gpu, a, rows);
   ASSERT_TRUE(cpu.run().is_ok());
   DeviceCase d(gpu);
-  Status status;
-  const std::size_t bytes = d.workspace_size(&status);
-  ASSERT_TRUE(status.is_ok()) << status.message();
-  ASSERT_GT(bytes, 0u);  // the rotated queries, even with one split
-  DeviceBuffer workspace(bytes);
-  cudaStream_t stream;
-  HFA_CUDA_OK(cudaStreamCreate(&stream));
-  d.options().stream = stream;
-  d.options().workspace = workspace.get();
-  d.options().workspace_bytes = bytes;
-  cudaGraph_t graph;
-  HFA_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  status = d.run_as_is();
-  HFA_CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  ASSERT_TRUE(status.is_ok()) << status.message();
-  cudaGraphExec_t exec;
-  HFA_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  HFA_CUDA_OK(cudaGraphLaunch(exec, stream));
-  HFA_CUDA_OK(cudaStreamSynchronize(stream));
+  run_in_graph(d);  // the workspace holds the rotated queries, even with one split
+  if (::testing::Test::HasFatalFailure()) return;
   d.download_caches();
   expect_same_bytes("k_cache", gpu.k, cpu.k);
   expect_same_bytes("k_scale", gpu.k_scale, cpu.k_scale);
   expect_same_bytes("v_cache", gpu.v, cpu.v);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 TEST(DecodeErrors, WorkspaceTooSmallOrMissing) {
