@@ -160,4 +160,15 @@ inline void attach(KVCase& c, const AppendCase& a, Rows& rows) {
   c.options.rotary_interleaved = a.rotary == Rotary::interleaved;
 }
 
+// Two cases of the same inputs (make_cache's seed: the same tensors) with the same new rows
+// attached to both, for comparing two runs of one append (CPU and GPU, varlen and a loop).
+inline Rows make_twins(KVCase& first, KVCase& second, const AppendCase& a) {
+  make_cache(first, a);
+  make_cache(second, a);
+  Rows rows = make_rows(first, a);
+  attach(first, a, rows);
+  attach(second, a, rows);
+  return rows;
+}
+
 }  // namespace hfa::test

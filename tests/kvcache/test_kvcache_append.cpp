@@ -239,11 +239,7 @@ TEST(KVCacheAppend, VarlenEqualsOneAppendPerSequence) {
         a.causal = true;
         SCOPED_TRACE(describe(a));
         KVCase varlen, loop;
-        make_cache(varlen, a);
-        make_cache(loop, a);  // the same seed: the same tensors
-        Rows rows = make_rows(varlen, a);
-        attach(varlen, a, rows);
-        attach(loop, a, rows);
+        Rows rows = make_twins(varlen, loop, a);
         const Status status = varlen.run();
         ASSERT_TRUE(status.is_ok()) << status.message();
         for (int64_t b = 0; b < loop.batch(); ++b) {

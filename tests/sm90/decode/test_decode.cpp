@@ -316,6 +316,18 @@ TEST(DecodeOracle, SplitCounts) {
   expect_matches_oracle(c, default_tolerance(c.q_dtype()));
 }
 
+// The varlen sweeps' case: rows {1, 0, 7, 1, 33, 2} over caches {700, 5, 0, 1, 300, 2}, the
+// group and causality varied by the case number n, splits >= 0 a split count, < 0 a split size.
+KVCase varlen_case(KVCase c, int n, int32_t splits) {
+  c.group = (n % 2) ? 4 : 1;
+  c.query_lengths = {1, 0, 7, 1, 33, 2};
+  c.cache_seqlens = {700, 5, 0, 1, 300, 2};
+  c.options.causal = (n % 3) != 0;
+  if (splits >= 0) c.options.num_splits = splits;
+  else c.options.split_size = -splits;
+  return c;
+}
+
 // Varlen queries (cu_seqlens_q): decode, speculative and chunked-prefill rows in one call, with
 // sequences of no row, of more rows than a 16-row tile (row tiles past a short sequence's rows
 // exit), of more rows than keys, an empty cache; every format, page sizes, auto, one and three
@@ -327,16 +339,10 @@ TEST(DecodeVarlen, MatchesOracle) {
                          CacheKind::fp8_per_token, CacheKind::nvfp4, CacheKind::mxfp4})
     for (int64_t page_size : {int64_t{0}, int64_t{1}, int64_t{16}, int64_t{64}})
       for (int32_t splits : {0, 1, 3, -100}) {  // -100: split_size 100
-        KVCase c = gpu_case(kind);
+        KVCase c = varlen_case(gpu_case(kind), n, splits);
         c.paged = page_size > 0;
         c.page_size = page_size;
-        c.group = (n % 2) ? 4 : 1;
-        c.query_lengths = {1, 0, 7, 1, 33, 2};
-        c.cache_seqlens = {700, 5, 0, 1, 300, 2};
-        c.options.causal = (n % 3) != 0;
         if (n % 5 == 4) c.options.window_left = 50;
-        if (splits >= 0) c.options.num_splits = splits;
-        else c.options.split_size = -splits;
         c.seed = static_cast<uint32_t>(900 + n++);
         expect_matches_oracle(c, default_tolerance(c.q_dtype()));
         if (::testing::Test::HasFailure()) return;
@@ -353,13 +359,7 @@ TEST(DecodeVarlen, OtherHeadDims) {
     for (CacheKind kind : {CacheKind::bf16, CacheKind::f16, CacheKind::fp8_per_head,
                            CacheKind::fp8_per_token, CacheKind::nvfp4, CacheKind::mxfp4})
       for (int32_t splits : {0, -100}) {  // -100: split_size 100
-        KVCase c = gpu_case(kind, hdim);
-        c.group = (n % 2) ? 4 : 1;
-        c.query_lengths = {1, 0, 7, 1, 33, 2};
-        c.cache_seqlens = {700, 5, 0, 1, 300, 2};
-        c.options.causal = (n % 3) != 0;
-        if (splits >= 0) c.options.num_splits = splits;
-        else c.options.split_size = -splits;
+        KVCase c = varlen_case(gpu_case(kind, hdim), n, splits);
         c.seed = static_cast<uint32_t>(1700 + n++);
         expect_matches_oracle(c, default_tolerance(c.q_dtype()));
         if (::testing::Test::HasFailure()) return;
@@ -507,11 +507,7 @@ void expect_same_bytes(const char* name, const Storage& got, const Storage& want
 void expect_gpu_append_matches_cpu(const AppendCase& a, int32_t num_splits) {
   SCOPED_TRACE(describe(a) + " splits " + std::to_string(num_splits));
   KVCase cpu, gpu;
-  make_cache(cpu, a);
-  make_cache(gpu, a);  // the same seed: the same tensors
-  Rows rows = make_rows(cpu, a);
-  attach(cpu, a, rows);
-  attach(gpu, a, rows);
+  Rows rows = make_twins(cpu, gpu, a);
   cpu.options.num_splits = gpu.options.num_splits = num_splits;
   const Status cpu_status = cpu.run();
   ASSERT_TRUE(cpu_status.is_ok()) << cpu_status.message();
@@ -649,11 +645,7 @@ TEST(DecodeAppend, CapturesAndReplays) {
   a.angle_tables = true;
   a.causal = true;
   KVCase cpu, gpu;
-  make_cache(cpu, a);
-  make_cache(gpu, a);
-  Rows rows = make_rows(cpu, a);
-  attach(cpu, a, rows);
-  attach(gpu, a, rows);
+  Rows rows = make_twins(cpu, gpu, a);
   ASSERT_TRUE(cpu.run().is_ok());
   DeviceCase d(gpu);
   run_in_graph(d);  // the workspace holds the rotated queries, even with one split
