@@ -1,18 +1,21 @@
-// The split-KV decode kernel: one CTA per (split, kv-head × 16-row tile, sequence). The query
-// rows of a GQA group (group · seqlen_q of them) are the rows of the tile, so each K/V byte is
-// read once for all of them. With varlen queries the grid's row tiles cover the longest sequence
-// and a sequence's CTAs past its own rows exit at once.
+// The tile decode kernel: one CTA per (split, kv-head × 16-row tile, sequence). The query rows
+// of a GQA group (group · seqlen_q of them) are the rows of the tile, so each K/V byte is read
+// once for all of them. It serves what the stream kernel (stream_kernel.cuh) does not: more
+// than 8 query rows per kv-head, page sizes that are not multiples of 16, head dims 64 and 256.
+// With varlen queries the grid's row tiles cover the longest sequence and a sequence's CTAs past
+// its own rows exit at once.
 //
 // The kernel is compiled per head dim (64, 128, 256: config.hpp), which sizes every tile.
 // Memory is the limit, so the kernel is a pipeline of cp.async copies: 64 keys of K and V codes
 // (and scales) per stage, (stages - 1) stages in flight, two CTAs per SM (one at hdim 256).
 // Each of the 4 warps owns 16 keys of every stage end to end: it reads their pages, copies
 // them, widens them and multiplies them, with its own online softmax, so the warps never wait
-// for each other inside the loop (only __syncwarp). Page numbers are read one iteration ahead of the copies that need
-// them, so the block table's latency hides behind a tile of compute. Quantized codes are widened
-// per stage into a bf16/fp16 tile (dequant.cuh) that the same ldmatrix + mma.sync code reads as
-// a plain cache's tile. The warps merge through shared memory at the end (combine_splits), then
-// write the output, or the split's partial when the keys are split across CTAs.
+// for each other inside the loop (only __syncwarp). Page numbers are read one iteration ahead
+// of the copies that need them, so the block table's latency hides behind a tile of compute.
+// Quantized codes are widened per stage into a bf16/fp16 tile (dequant.cuh) that the same
+// ldmatrix + mma.sync code reads as a plain cache's tile. The warps merge through shared
+// memory at the end (row_output.cuh), then write the output, or the split's partial when the
+// keys are split across CTAs.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,7 +24,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "common/combine_splits.hpp"
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/dequant.cuh"
 #include "sm90/decode/params.hpp"
@@ -434,7 +436,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
     }
   }
 
-  // Merge the warps: each writes its normalized partial and LSE, then combine_splits.
+  // Merge the warps: each writes its normalized partial and LSE (row_output.cuh merges them).
   cp_async_wait<0>();
   __syncthreads();
   float* merge_out = reinterpret_cast<float*>(stage_base(0));  // (warp, row, stored column)

@@ -486,7 +486,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
     }
   }
 
-  // Merge the warps: each writes its normalized partial and LSE, then combine_splits.
+  // Merge the warps: each writes its normalized partial and LSE (row_output.cuh merges them).
   cp_async_wait<0>();
   __syncthreads();
   float* merge_out = reinterpret_cast<float*>(smem);                // (warp, row, column)
