@@ -4,7 +4,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "sm90/decode/combine_kernel.cuh"
@@ -64,20 +63,6 @@ Status launch_decode(const Params& params, cudaStream_t stream) {
   return Status::ok();
 }
 
-// The stream kernel (stream_kernel.cuh) takes caches whose kv-head has at most 8 query rows
-// (group · seqlen_q) and whose pages hold whole 16-key tiles (contiguous caches, page sizes that
-// are multiples of 16), at the one head dim its fragments are written for
-// (stream_fragments.cuh); HFA_SM90_DECODE_STREAM=0 sends them to the tile kernel instead (to
-// measure one against the other).
-inline bool use_stream_kernel(const detail::KVCacheProblem& p, int rows) {
-  static const bool enabled = [] {
-    const char* flag = std::getenv("HFA_SM90_DECODE_STREAM");
-    return flag == nullptr || std::string(flag) != "0";
-  }();
-  const bool whole_warp_tiles = p.block_table == nullptr || p.page_size % stream::kKeysPerWarp == 0;
-  return enabled && rows <= stream::kRowsPerTile && whole_warp_tiles && p.hdim_qk == stream::kHeadDim;
-}
-
 template <typename Element, Storage kStorage>
 Status launch_stream(Params params, cudaStream_t stream) {
   using C = StreamConfig<kStorage>;
@@ -92,7 +77,7 @@ Status launch_stream(Params params, cudaStream_t stream) {
   return Status::ok();
 }
 
-// The attention of one storage format: the stream kernel where use_stream_kernel says so
+// The attention of one storage format: the stream kernel where stream::takes says so
 // (compiled only at its head dim), else the tile kernel.
 template <typename Element, Storage kStorage, int kHeadDim>
 Status launch_attention(const Params& params, bool stream_kernel, cudaStream_t stream) {
@@ -106,7 +91,7 @@ Status launch_attention(const Params& params, bool stream_kernel, cudaStream_t s
 template <typename Element, int kHeadDim>
 Status launch_for_head_dim(const detail::KVCacheProblem& p, const Params& params, cudaStream_t stream) {
   Status status;
-  const bool stream_kernel = use_stream_kernel(p, params.rows);
+  const bool stream_kernel = stream::takes(p, params.rows);
   switch (p.format) {
     case detail::CacheFormat::plain:
       status = launch_attention<Element, Storage::plain, kHeadDim>(params, stream_kernel, stream);

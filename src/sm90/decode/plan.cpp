@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <iterator>
 #include <string>
 
 #include "sm90/decode/append.hpp"
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/launch.hpp"
+#include "sm90/decode/stream_shape.hpp"
 
 namespace hfa::sm90::decode {
 namespace {
@@ -86,6 +88,15 @@ std::string supported_head_dims() {
 
 }  // namespace
 
+bool stream::takes(const KVCacheProblem& p, int rows) {
+  static const bool enabled = [] {
+    const char* flag = std::getenv("HFA_SM90_DECODE_STREAM");
+    return flag == nullptr || std::string(flag) != "0";
+  }();
+  const bool whole_tiles = p.block_table == nullptr || p.page_size % kKeysPerWarp == 0;
+  return enabled && rows <= kRowsPerTile && whole_tiles && p.hdim_qk == kHeadDim;
+}
+
 int32_t longest_query_rows(const KVCacheProblem& p) {
   return p.is_varlen() ? int32_t(std::min<int64_t>(p.seqlen_q, p.total_q)) : p.seqlen_q;
 }
@@ -110,9 +121,15 @@ int choose_splits(const KVCacheProblem& p, const DeviceInfo& device) {
   // Enough CTAs for the longest sequence the cache holds; the API keeps them at most 256.
   if (p.split_size > 0) return int(std::max<int64_t>(1, (capacity + p.split_size - 1) / p.split_size));
   if (p.num_splits > 0) return p.num_splits;
-  const int64_t ctas = int64_t(p.batch) * p.heads_kv * row_tiles(p);
+  // The waves of the kernel that will run: the stream kernel's (8-row tiles, the CTAs per SM
+  // its format wants filled) or the tile kernel's.
+  const int rows = (p.heads_q / p.heads_kv) * longest_query_rows(p);
+  const bool streamed = stream::takes(p, rows);
+  const int64_t ctas = int64_t(p.batch) * p.heads_kv *
+                       (streamed ? (rows + stream::kRowsPerTile - 1) / stream::kRowsPerTile : row_tiles(p));
   const int64_t tiles = (capacity + kKeysPerStage - 1) / kKeysPerStage;
-  const int64_t slots = int64_t(std::max(device.sm_count, 1)) * min_blocks_per_sm(p.hdim_qk);
+  const int64_t slots = int64_t(std::max(device.sm_count, 1)) *
+                        (streamed ? stream::planned_blocks_per_sm(storage_of(p.format)) : min_blocks_per_sm(p.hdim_qk));
   const int most = int(std::clamp<int64_t>(tiles / kMinTilesPerSplit, 1, kMaxAutoSplits));
   auto efficiency = [&](int splits) {
     const double waves = double(ctas * splits) / double(slots);

@@ -23,13 +23,11 @@
 
 #include "sm90/decode/dequant.cuh"
 #include "sm90/decode/params.hpp"
+#include "sm90/decode/stream_shape.hpp"
 #include "sm90/decode/warp_mma.cuh"
 
 namespace hfa::sm90::decode::stream {
 
-inline constexpr int kHeadDim = 128;
-inline constexpr int kKeysPerWarp = 16;           // one mma M tile of keys per warp per stage
-inline constexpr int kRowsPerTile = 8;            // query rows: one mma N tile
 inline constexpr int kKSteps = kHeadDim / 16;     // Sᵀ's k steps over the head dim
 inline constexpr int kDimTiles = kHeadDim / 16;   // Oᵀ's M tiles over the head dim
 inline constexpr int kDimsPerLaneV = 16;          // V dims a lane owns: 16g … 16g+15

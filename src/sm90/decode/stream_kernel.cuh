@@ -47,10 +47,7 @@ struct StreamConfig {
   static constexpr int kKeyTiles = kStorage == Storage::fp4 ? 2 : 1;
   static constexpr int kWarpKeys = kKeyTiles * stream::kKeysPerWarp;
   static constexpr int kBlockN = kWarps * kWarpKeys;  // keys per pipeline stage
-  // Quantized: 16 warps per SM, enough independent chains (copy, widen, mma, softmax) to keep
-  // every scheduler issuing while the codes stream in; 128 registers a thread. Plain: the
-  // 32 KB stages of 16-bit rows leave room for two CTAs.
-  static constexpr int kMinBlocksPerSM = kStorage == Storage::plain ? 2 : 4;
+  static constexpr int kMinBlocksPerSM = stream::blocks_per_sm(kStorage);
 
   static constexpr int kCodeRowBytes = kStorage == Storage::plain ? 2 * kHeadDim
                                        : kStorage == Storage::fp8 ? kHeadDim
