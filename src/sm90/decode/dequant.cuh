@@ -166,4 +166,15 @@ __device__ __forceinline__ uint2 e4m3x4_to(uint32_t word, float row_scale) {
   return r;
 }
 
+// 16 E4M3 codes (a 16-byte chunk) as 16 Elements, the first 8 in lo, times row_scale.
+template <typename Element, bool kScaled>
+__device__ __forceinline__ void e4m3x16_to(uint4 codes, float row_scale, uint4& lo, uint4& hi) {
+  const uint2 a = e4m3x4_to<Element, kScaled>(codes.x, row_scale);
+  const uint2 b = e4m3x4_to<Element, kScaled>(codes.y, row_scale);
+  const uint2 c = e4m3x4_to<Element, kScaled>(codes.z, row_scale);
+  const uint2 d = e4m3x4_to<Element, kScaled>(codes.w, row_scale);
+  lo = make_uint4(a.x, a.y, b.x, b.y);
+  hi = make_uint4(c.x, c.y, d.x, d.y);
+}
+
 }  // namespace hfa::sm90::decode

@@ -210,70 +210,57 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
     cp_async_commit();
   };
 
+  // Calls widen(side, row, chunk, codes) for the 16-byte code chunks of the warp's rows of stage
+  // `stage`, K's (side 0) then V's (side 1): the lane's share of the widening.
+  auto for_each_code_chunk = [&](int stage, auto widen) {
+    constexpr int kChunksPerRow = C::kCodeRowBytes / kChunkBytes;
+    constexpr int kJobs = kWarpRows * kChunksPerRow / kWarpSize;
+    static_assert(kJobs * kWarpSize == kWarpRows * kChunksPerRow);
+#pragma unroll
+    for (int side = 0; side < 2; ++side) {
+      const unsigned char* codes = side == 0 ? k_codes(stage) : v_codes(stage);
+#pragma unroll
+      for (int j = 0; j < kJobs; ++j) {
+        const unsigned job = lane + j * kWarpSize;
+        const int row = warp * kWarpRows + job / kChunksPerRow, chunk = job % kChunksPerRow;
+        widen(side, row, chunk,
+              *reinterpret_cast<const uint4*>(codes + row * C::kCodeRowBytes + chunk * kChunkBytes));
+      }
+    }
+  };
+
   // Widens stage `stage`'s codes into the dequantized K and V tiles.
   auto dequantize = [&](int stage) {
-    if constexpr (kStorage == Storage::fp8) {
-      constexpr int kChunksPerRow = C::kCodeRowBytes / kChunkBytes;  // 16 values each
-#pragma unroll
-      for (int side = 0; side < 2; ++side) {
-        const unsigned char* codes = side == 0 ? k_codes(stage) : v_codes(stage);
-        const float* scales = reinterpret_cast<const float*>(side == 0 ? k_scales(stage) : v_scales(stage));
+    if constexpr (kStorage == Storage::fp8) {  // 16 values a chunk
+      for_each_code_chunk(stage, [&](int side, int row, int chunk, uint4 w) {
         unsigned char* tile = side == 0 ? k_dequant : v_dequant;
-        constexpr int kJobs = kWarpRows * kChunksPerRow / kWarpSize;
-        static_assert(kJobs * kWarpSize == kWarpRows * kChunksPerRow);
-#pragma unroll
-        for (int j = 0; j < kJobs; ++j) {
-          const unsigned job = lane + j * kWarpSize;
-          const int row = warp * kWarpRows + job / kChunksPerRow, chunk = job % kChunksPerRow;
-          const uint4 w = *reinterpret_cast<const uint4*>(codes + row * C::kCodeRowBytes + chunk * kChunkBytes);
-          uint4 lo, hi;
-          // K's per-token scale multiplies the scores instead (one multiply per key, not per value).
-          if (side == 1 && per_token) {
-            const float s = scales[row];
-            const uint2 a = e4m3x4_to<Element, true>(w.x, s), b2 = e4m3x4_to<Element, true>(w.y, s);
-            const uint2 c2 = e4m3x4_to<Element, true>(w.z, s), d = e4m3x4_to<Element, true>(w.w, s);
-            lo = make_uint4(a.x, a.y, b2.x, b2.y);
-            hi = make_uint4(c2.x, c2.y, d.x, d.y);
-          } else {
-            const uint2 a = e4m3x4_to<Element, false>(w.x, 1.0f), b2 = e4m3x4_to<Element, false>(w.y, 1.0f);
-            const uint2 c2 = e4m3x4_to<Element, false>(w.z, 1.0f), d = e4m3x4_to<Element, false>(w.w, 1.0f);
-            lo = make_uint4(a.x, a.y, b2.x, b2.y);
-            hi = make_uint4(c2.x, c2.y, d.x, d.y);
-          }
-          *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, 2 * chunk)) = lo;
-          *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, 2 * chunk + 1)) = hi;
-        }
-      }
-    } else if constexpr (kStorage == Storage::fp4) {
-      constexpr int kChunksPerRow = C::kCodeRowBytes / kChunkBytes;  // 32 values each
+        uint4 lo, hi;
+        // K's per-token scale multiplies the scores instead (one multiply per key, not per value).
+        if (side == 1 && per_token)
+          e4m3x16_to<Element, true>(w, reinterpret_cast<const float*>(v_scales(stage))[row], lo, hi);
+        else
+          e4m3x16_to<Element, false>(w, 1.0f, lo, hi);
+        *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, 2 * chunk)) = lo;
+        *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, 2 * chunk + 1)) = hi;
+      });
+    } else if constexpr (kStorage == Storage::fp4) {  // 32 values a chunk
       const bool nvfp4 = p.scale_kind == ScaleKind::nvfp4;
-#pragma unroll
-      for (int side = 0; side < 2; ++side) {
-        const unsigned char* codes = side == 0 ? k_codes(stage) : v_codes(stage);
-        const unsigned char* scales = side == 0 ? k_scales(stage) : v_scales(stage);
+      for_each_code_chunk(stage, [&](int side, int row, int chunk, uint4 w) {
         unsigned char* tile = side == 0 ? k_dequant : v_dequant;
-        constexpr int kJobs = kWarpRows * kChunksPerRow / kWarpSize;
-        static_assert(kJobs * kWarpSize == kWarpRows * kChunksPerRow);
-#pragma unroll
-        for (int j = 0; j < kJobs; ++j) {
-          const unsigned job = lane + j * kWarpSize;
-          const int row = warp * kWarpRows + job / kChunksPerRow, chunk = job % kChunksPerRow;
-          const uint4 w = *reinterpret_cast<const uint4*>(codes + row * C::kCodeRowBytes + chunk * kChunkBytes);
-          const unsigned char* row_scales = scales + row * C::kScaleRowBytes;
-          uint32_t first, second;  // multipliers of words 0-1 and 2-3
-          if (nvfp4) {  // two blocks of 16 values, one conversion
-            nvfp4_block_multipliers<Element>(
-                *reinterpret_cast<const uint16_t*>(row_scales + 2 * chunk), first, second);
-          } else {  // one block of 32
-            first = second = mxfp4_block_multiplier<Element>(row_scales[chunk]);
-          }
-          const int base = 4 * chunk;  // 8 values (one 16-byte tile chunk) per code word
-          *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, base + 0)) = e2m1x8_scaled<Element>(w.x, first);
-          *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, base + 1)) = e2m1x8_scaled<Element>(w.y, first);
-          *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, base + 2)) = e2m1x8_scaled<Element>(w.z, second);
-          *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, base + 3)) = e2m1x8_scaled<Element>(w.w, second);
+        const unsigned char* row_scales = (side == 0 ? k_scales(stage) : v_scales(stage)) + row * C::kScaleRowBytes;
+        uint32_t first, second;  // multipliers of words 0-1 and 2-3
+        if (nvfp4) {  // two blocks of 16 values, one conversion
+          nvfp4_block_multipliers<Element>(
+              *reinterpret_cast<const uint16_t*>(row_scales + 2 * chunk), first, second);
+        } else {  // one block of 32
+          first = second = mxfp4_block_multiplier<Element>(row_scales[chunk]);
         }
-      }
+        const int base = 4 * chunk;  // 8 values (one 16-byte tile chunk) per code word
+        *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, base + 0)) = e2m1x8_scaled<Element>(w.x, first);
+        *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, base + 1)) = e2m1x8_scaled<Element>(w.y, first);
+        *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, base + 2)) = e2m1x8_scaled<Element>(w.z, second);
+        *reinterpret_cast<uint4*>(tile + swizzled<kRowBytes>(row, base + 3)) = e2m1x8_scaled<Element>(w.w, second);
+      });
     }
   };
 

@@ -44,10 +44,6 @@ inline constexpr uint32_t kInterleaveHighBytes = 0x7362;  // a2 b2 a3 b3
 inline constexpr uint32_t kLowHalves = 0x5410;            // a0 a1 b0 b1
 inline constexpr uint32_t kHighHalves = 0x7632;           // a2 a3 b2 b3
 
-__device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
-  return __byte_perm(a, b, selector);
-}
-
 // Two E4M3 codes (the low or high half of a word) as an f16 pair: exact, one instruction.
 template <int kHalf>
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t word) {
@@ -122,8 +118,8 @@ __device__ __forceinline__ void fp8_v_fragments(const uint4 (&rows)[4], uint32_t
     const uint32_t second[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
     for (int w = 0; w < 4; ++w) {  // word w: dims 16g + 4w … 4w+3
-      const uint32_t low = byte_perm(first[w], second[w], kInterleaveLowBytes);
-      const uint32_t high = byte_perm(first[w], second[w], kInterleaveHighBytes);
+      const uint32_t low = __byte_perm(first[w], second[w], kInterleaveLowBytes);
+      const uint32_t high = __byte_perm(first[w], second[w], kInterleaveHighBytes);
       a[2 * w][2 * pair] = e4m3x2_to_f16x2<0>(low);
       a[2 * w][2 * pair + 1] = e4m3x2_to_f16x2<1>(low);
       a[2 * w + 1][2 * pair] = e4m3x2_to_f16x2<0>(high);
@@ -176,7 +172,7 @@ __device__ __forceinline__ void fp4_v_fragments(const uint2 (&rows)[4], const ui
     for (int w = 0; w < 2; ++w) {
 #pragma unroll
       for (int q = 0; q < 2; ++q) {  // dims 8w + 4q … 8w + 4q + 3
-        const uint32_t word = byte_perm(first[w], second[w], q == 0 ? kLowHalves : kHighHalves);
+        const uint32_t word = __byte_perm(first[w], second[w], q == 0 ? kLowHalves : kHighHalves);
         const uint4 v = e2m1x8_scaled<Element>(word, multiplier[pair]);
         const int mt = 4 * w + 2 * q;
         a[mt][2 * pair] = v.x;      a[mt][2 * pair + 1] = v.y;
@@ -197,7 +193,7 @@ template <typename Element>
 __device__ __forceinline__ uint32_t mxfp4_pair_multiplier(uint8_t first, uint8_t second) {
   const uint32_t a = mxfp4_block_multiplier<Element>(first);
   const uint32_t b = mxfp4_block_multiplier<Element>(second);
-  return byte_perm(a, b, kLowHalves);  // both are broadcast pairs: (a, b) from their low halves
+  return __byte_perm(a, b, kLowHalves);  // both are broadcast pairs: (a, b) from their low halves
 }
 
 }  // namespace hfa::sm90::decode::stream
