@@ -34,28 +34,8 @@ void expect_matches_oracle(KVCase& c) {
   const Oracle o = oracle_of(c);
   const Status status = c.run();
   ASSERT_TRUE(status.is_ok()) << status.message();
-  const double tol = out_tolerance(c.q_dtype());
-  int failures = 0;
-  for (int64_t b = 0; b < c.batch(); ++b)
-    for (int64_t h = 0; h < c.heads_q(); ++h)
-      for (int64_t i = 0; i < c.rows_of(b); ++i) {
-        const double want_lse = o.lse_at(c, b, h, i);
-        const float got_lse = c.lse_at(b, h, i);
-        if (std::isinf(want_lse)) {
-          EXPECT_TRUE(std::isinf(got_lse) && got_lse < 0) << "b " << b << " h " << h << " i " << i << ": lse " << got_lse;
-        } else {
-          EXPECT_NEAR(got_lse, want_lse, 1e-4 * std::max(1.0, std::abs(want_lse)))
-              << "b " << b << " h " << h << " i " << i;
-        }
-        for (int64_t d = 0; d < c.hdim; ++d) {
-          const double want = o.out_at(c, b, i, h, d);
-          const double got = c.out_at(b, i, h, d);
-          if (!(std::abs(got - want) <= tol * (1.0 + std::abs(want))) && ++failures <= 5)
-            ADD_FAILURE() << "out(" << b << ", " << i << ", " << h << ", " << d << ") = " << got
-                          << ", oracle " << want;
-        }
-      }
-  EXPECT_EQ(failures, 0);
+  constexpr double kLseTolerance = 1e-4;
+  EXPECT_EQ(compare(c, o, {out_tolerance(c.q_dtype()), kLseTolerance}, true).failures, 0);
 }
 
 // One format, the whole sweep: page sizes {1, 16, 64, 256} paged and one contiguous layout,

@@ -169,46 +169,7 @@ class DeviceCase {
       v_global_{}, k_new_{}, v_new_{}, rotary_cos_{}, rotary_sin_{}, cu_q_{}, cu_new_{};
 };
 
-struct Tolerance {
-  double out;  // relative to 1 + |oracle|: P and the output rounded to q's dtype
-  double lse;  // relative to max(1, |oracle|)
-};
-
 Tolerance default_tolerance(DType dtype) { return {dtype == DType::f16 ? 4e-3 : 1.5e-2, 1e-4}; }
-
-struct Errors {
-  double max_abs = 0.0, max_lse = 0.0;
-  int failures = 0;
-};
-
-Errors compare(KVCase& c, const Oracle& o, const Tolerance& tol, bool report) {
-  Errors e;
-  for (int64_t b = 0; b < c.batch(); ++b)
-    for (int64_t h = 0; h < c.heads_q(); ++h)
-      for (int64_t i = 0; i < c.rows_of(b); ++i) {
-        const double want_lse = o.lse_at(c, b, h, i);
-        const float got_lse = c.lse_at(b, h, i);
-        if (std::isinf(want_lse)) {
-          if (!(std::isinf(got_lse) && got_lse < 0) && ++e.failures <= 5 && report)
-            ADD_FAILURE() << "b " << b << " h " << h << " i " << i << ": lse " << got_lse << ", oracle -inf";
-        } else {
-          const double err = std::abs(got_lse - want_lse);
-          e.max_lse = std::max(e.max_lse, err);
-          if (!(err <= tol.lse * std::max(1.0, std::abs(want_lse))) && ++e.failures <= 5 && report)
-            ADD_FAILURE() << "b " << b << " h " << h << " i " << i << ": lse " << got_lse << ", oracle " << want_lse;
-        }
-        for (int64_t d = 0; d < c.hdim; ++d) {
-          const double want = o.out_at(c, b, i, h, d);
-          const double got = c.out_at(b, i, h, d);
-          const double err = std::abs(got - want);
-          if (err == err) e.max_abs = std::max(e.max_abs, err);
-          if (!(err <= tol.out * (1.0 + std::abs(want))) && ++e.failures <= 5 && report)
-            ADD_FAILURE() << "out(" << b << ", " << i << ", " << h << ", " << d << ") = " << got
-                          << ", oracle " << want;
-        }
-      }
-  return e;
-}
 
 void expect_matches_oracle(KVCase& c, Tolerance tol) {
   SCOPED_TRACE(c.describe());
