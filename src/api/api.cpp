@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "api/dispatch.hpp"
-#include "api/errors.hpp"
+#include "common/errors.hpp"
 #include "api/validate.hpp"
 #include "api/validate_kvcache.hpp"
 

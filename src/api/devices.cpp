@@ -1,6 +1,6 @@
 #include "api/devices.hpp"
 
-#include "api/errors.hpp"
+#include "common/errors.hpp"
 #include "common/backend.hpp"
 
 #ifdef HFA_WITH_SM90

@@ -5,7 +5,7 @@
 #include <exception>
 #include <new>
 
-#include "api/errors.hpp"
+#include "common/errors.hpp"
 #include "common/backend.hpp"
 
 namespace hfa::detail {

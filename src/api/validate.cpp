@@ -8,26 +8,17 @@
 #include <limits>
 
 #include "api/devices.hpp"
-#include "api/errors.hpp"
+#include "common/head_dims.hpp"
+#include "common/errors.hpp"
 
 namespace hfa::detail {
 namespace {
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
-// Head dims the kernels are instantiated for (q/k and v alike).
-constexpr int32_t kHeadDims[] = {64, 96, 128, 192, 256};
-constexpr const char* kHeadDimList = "64, 96, 128, 192, 256";
-
 bool is_known_dtype(hfa_dtype d) { return d >= HFA_F32 && d <= HFA_UE8M0; }
 bool is_fp8(hfa_dtype d) { return d == HFA_E4M3 || d == HFA_E5M2; }
 const char* name_of(hfa_dtype d) { return dtype_name(static_cast<DType>(d)); }
-
-bool is_supported_head_dim(int64_t d) {
-  for (int32_t supported : kHeadDims)
-    if (d == supported) return true;
-  return false;
-}
 
 // The logical axes of an attention operand. Fixed length: (batch, seqlen, heads, headdim);
 // varlen: (total_tokens, heads, headdim), where batch comes from cu_seqlens instead.
@@ -166,7 +157,7 @@ Status check_input_dtype(const Tensor& q) {
 Status check_head_dim(const Operand& op) {
   if (is_supported_head_dim(op.extent[kDim])) return Status::ok();
   return invalid(op.name, "headdim ", op.extent[kDim], " is not supported (supported: ",
-                 kHeadDimList, ")");
+                 supported_head_dim_list(), ")");
 }
 
 // q, k, v (and out when given) agree: batch, lengths, heads, head dims. Checks dtype and
@@ -451,7 +442,7 @@ Status check_same_device(const char* name, const Tensor& t, const Tensor& q) {
 
 Status check_supported_head_dim(const char* name, int64_t headdim) {
   if (is_supported_head_dim(headdim)) return Status::ok();
-  return invalid(name, "headdim ", headdim, " is not supported (supported: ", kHeadDimList, ")");
+  return invalid(name, "headdim ", headdim, " is not supported (supported: ", supported_head_dim_list(), ")");
 }
 
 std::string tensor_shape_string(const Tensor& t) { return shape_string(t); }

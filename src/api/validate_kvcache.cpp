@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "api/devices.hpp"
-#include "api/errors.hpp"
+#include "common/errors.hpp"
 #include "api/validate.hpp"
 #include "common/rotary.hpp"
 

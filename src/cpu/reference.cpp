@@ -152,7 +152,8 @@ void forward(const ForwardProblem& p, Real* out, Real* lse, bool round_probabili
 }
 
 template <class Real>
-void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv, Real* dsinks) {
+void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv, Real* dsinks,
+              bool round_operands = false) {
   const ForwardProblem& p = problem.fwd;
   const int64_t group = p.heads_q / p.heads_kv;
   // dL/dsink of each (batch, head), summed over the batch after the parallel part so that the
@@ -207,13 +208,16 @@ void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv, Real
         }
         if constexpr (std::is_same_v<Real, float>) {
           // The peer gets D the way every FlashAttention-style backward does: from the out the
-          // forward stored, rounded to its dtype. So its error includes what that rounding
-          // costs (visible in dsinks above all, which is fp32 and not rounded again).
+          // forward stored, rounded to its dtype (and, with round_operands, computed from
+          // probabilities rounded to the input dtype, as a 16-bit tensor-core forward does).
+          // So its error includes what that costs (visible in dsinks above all, which is fp32
+          // and not rounded again).
           d = 0;
           for (int64_t c = 0; c < p.hdim_v; ++c) {
             Real o = 0;
             for (std::size_t jj = 0; jj < prob.size(); ++jj) {
-              o += prob[jj] * head.v[(first + static_cast<int64_t>(jj)) * p.hdim_v + c];
+              const Real weight = round_operands ? round_to_dtype(p.dtype, prob[jj]) : prob[jj];
+              o += weight * head.v[(first + static_cast<int64_t>(jj)) * p.hdim_v + c];
             }
             d += dout[i * p.hdim_v + c] * round_to_dtype(p.out_dtype, o);
           }
@@ -228,13 +232,18 @@ void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv, Real
           // dL/ds for the raw score s = scale·q·k, through the softmax and the softcap's tanh.
           Real ds = prob[jj] * (dprob[jj] - d);
           if (p.softcap > 0.0f) ds *= 1 - tanh[jj] * tanh[jj];
+          Real p_operand = prob[jj];
+          if (round_operands) {
+            ds = static_cast<Real>(round_to_dtype(p.dtype, static_cast<float>(ds)));
+            p_operand = static_cast<Real>(round_to_dtype(p.dtype, static_cast<float>(p_operand)));
+          }
           Real* dk_j = dk_row(j);
           Real* dv_j = dv_row(j);
           for (int64_t c = 0; c < p.hdim_qk; ++c) {
             dq_i[c] += ds * scale * head.k[j * p.hdim_qk + c];
             dk_j[c] += ds * scale * head.q[i * p.hdim_qk + c];
           }
-          for (int64_t c = 0; c < p.hdim_v; ++c) dv_j[c] += prob[jj] * dout[i * p.hdim_v + c];
+          for (int64_t c = 0; c < p.hdim_v; ++c) dv_j[c] += p_operand * dout[i * p.hdim_v + c];
         }
       }
     }
@@ -259,8 +268,8 @@ void reference_forward_f32(const ForwardProblem& p, float* out, float* lse, bool
   forward(p, out, lse, round_probabilities);
 }
 void reference_backward_f32(const BackwardProblem& p, float* dq, float* dk, float* dv,
-                            float* dsinks) {
-  backward(p, dq, dk, dv, dsinks);
+                            float* dsinks, bool round_operands) {
+  backward(p, dq, dk, dv, dsinks, round_operands);
 }
 
 }  // namespace hfa::cpu

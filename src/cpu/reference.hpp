@@ -26,11 +26,13 @@ void reference_backward(const detail::BackwardProblem& p, double* dq, double* dk
 // backward takes D = rowsum(dO∘O) from out rounded to out's dtype, as FlashAttention-style
 // backwards (which are given the stored out) do. With round_probabilities, the probabilities
 // are rounded to the input dtype before P·V, as a 16-bit tensor-core kernel feeds them (the
-// peer of the GPU kernels).
+// peer of the GPU kernels); in the backward, round_operands rounds P and dS to the input dtype
+// before they multiply dO, Q and K, as the GPU backward feeds its tensor cores, and takes D
+// from an out computed with rounded P, as the GPU forward's.
 void reference_forward_f32(const detail::ForwardProblem& p, float* out, float* lse,
                            bool round_probabilities = false);
 void reference_backward_f32(const detail::BackwardProblem& p, float* dq, float* dk, float* dv,
-                            float* dsinks = nullptr);
+                            float* dsinks = nullptr, bool round_operands = false);
 
 // The KV-cache forward in float64: each sequence's first cache_seqlens[b] cache rows, read
 // through the block table and dequantized with the same codecs as the backend (the fp32 values

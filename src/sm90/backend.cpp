@@ -7,8 +7,10 @@
 #include <string>
 
 #include "common/backend.hpp"
+#include "sm90/bwd/launch.hpp"
 #include "sm90/device.hpp"
 #include "sm90/fwd/launch.hpp"
+#include "sm90/kernel_list.hpp"
 
 namespace hfa::sm90 {
 namespace {
@@ -16,56 +18,38 @@ namespace {
 using detail::BackwardProblem;
 using detail::ForwardProblem;
 
-Status not_supported(const std::string& what) {
-  return {Code::not_supported, "sm90 forward: " + what + " is not supported on this device yet"};
-}
-
-// The compiled (hdim_qk, hdim_v) configurations, smallest first. A problem runs on the first
-// that holds both of its head dims, zero-padded (tile_config.hpp): hdim 96 on 128, 192/128 on
-// its own (DeepSeek's shape), 128/64 on 128/128.
-struct HeadDims {
-  int qk, v;
-};
-constexpr HeadDims kCompiledHeadDims[] = {{64, 64}, {128, 128}, {192, 128}, {192, 192}, {256, 256}};
-
-const HeadDims* head_dims_for(const ForwardProblem& p) {
-  for (const HeadDims& dims : kCompiledHeadDims) {
-    if (p.hdim_qk <= dims.qk && p.hdim_v <= dims.v) return &dims;
+// Whether the compiled kernels hold the problem (kernel_list.def); `family` names the caller.
+Status check_support(const ForwardProblem& p, const char* family) {
+  auto not_supported = [&](const std::string& what) -> Status {
+    return {Code::not_supported, std::string(family) + ": " + what + " is not supported on this device"};
+  };
+  if (!is_compiled_dtype(p.dtype)) {
+    return not_supported(std::string("dtype ") + dtype_name(p.dtype) + " (" + compiled_dtype_list() +
+                         " are)");
   }
-  return nullptr;
-}
-
-Status check_forward_support(const ForwardProblem& p) {
-  if (p.dtype != DType::bf16 && p.dtype != DType::f16) {
-    return not_supported(std::string("dtype ") + dtype_name(p.dtype) + " (bf16 and fp16 are)");
-  }
-  if (head_dims_for(p) == nullptr) {
+  if (detail::compiled_head_dims_for(p.hdim_qk, p.hdim_v) == nullptr) {
     return not_supported("headdim " + std::to_string(p.hdim_qk) + "/" + std::to_string(p.hdim_v) +
-                         " (up to 256 are)");
+                         " (up to " + std::to_string(detail::kCompiledHeadDims[std::size(detail::kCompiledHeadDims) - 1].qk) +
+                         " are)");
   }
   return Status::ok();
 }
 
-template <typename Element>
-Status dispatch_head_dims(const ForwardProblem& p, const fwd::LaunchContext& context) {
-  const HeadDims& dims = *head_dims_for(p);
-  switch (dims.qk * 1000 + dims.v) {
-    case 64064: return fwd::run_forward<64, 64, Element>(p, context);
-    case 128128: return fwd::run_forward<128, 128, Element>(p, context);
-    case 192128: return fwd::run_forward<192, 128, Element>(p, context);
-    case 192192: return fwd::run_forward<192, 192, Element>(p, context);
-    default: return fwd::run_forward<256, 256, Element>(p, context);
-  }
-}
+// The device's facts for a launch on it, made current for the guard's lifetime.
+struct OnDevice {
+  DeviceGuard guard;
+  const DeviceFacts& facts;
+  explicit OnDevice(int device) : guard(device), facts(device_facts(device)) {}
+};
 
 Status forward(const ForwardProblem& p) {
-  if (Status status = check_forward_support(p); !status) return status;
-  DeviceGuard guard(p.device.index);
-  const DeviceFacts& facts = device_facts(p.device.index);
-  if (!facts.status) return facts.status;
-  const fwd::LaunchContext context{facts.sm_count, facts.l2_bytes};
-  if (p.dtype == DType::bf16) return dispatch_head_dims<__nv_bfloat16>(p, context);
-  return dispatch_head_dims<__half>(p, context);
+  if (Status status = check_support(p, fwd::kFamily); !status) return status;
+  const OnDevice on(p.device.index);
+  if (!on.facts.status) return on.facts.status;
+  const fwd::LaunchContext context{on.facts.sm_count, on.facts.l2_bytes};
+  return with_compiled_kernel(p.dtype, p.hdim_qk, p.hdim_v, [&]<int kQK, int kV, typename Element>() {
+    return fwd::run_forward<kQK, kV, Element>(p, context);
+  });
 }
 
 Status forward_workspace_size(const ForwardProblem& p, std::size_t* bytes) {
@@ -73,13 +57,25 @@ Status forward_workspace_size(const ForwardProblem& p, std::size_t* bytes) {
   return Status::ok();
 }
 
-Status backward(const BackwardProblem&) {
-  return {Code::not_supported, "sm90 backward: not supported on this device yet"};
+Status backward(const BackwardProblem& p) {
+  if (Status status = check_support(p.fwd, bwd::kFamily); !status) return status;
+  const OnDevice on(p.fwd.device.index);
+  if (!on.facts.status) return on.facts.status;
+  const bwd::LaunchContext context{on.facts.sm_count, on.facts.l2_bytes};
+  const detail::HeadDims dims = bwd::head_dims_to_run(p.fwd);
+  return with_compiled_kernel(p.fwd.dtype, dims.qk, dims.v, [&]<int kQK, int kV, typename Element>() {
+    return bwd::run_backward<kQK, kV, Element>(p, context);
+  });
 }
 
-Status backward_workspace_size(const BackwardProblem&, std::size_t* bytes) {
+Status backward_workspace_size(const BackwardProblem& p, std::size_t* bytes) {
   *bytes = 0;
-  return Status::ok();
+  if (Status status = check_support(p.fwd, bwd::kFamily); !status) return status;
+  const detail::HeadDims dims = bwd::head_dims_to_run(p.fwd);
+  return with_compiled_kernel(p.fwd.dtype, dims.qk, dims.v, [&]<int kQK, int kV, typename Element>() {
+    *bytes = bwd::workspace_bytes<kQK, kV>(p);
+    return Status::ok();
+  });
 }
 
 const detail::Backend kBackend{"sm90", forward, forward_workspace_size, backward,

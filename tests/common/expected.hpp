@@ -46,7 +46,9 @@ inline ForwardExpectation expected_forward(AttentionData& data, bool round_proba
   return e;
 }
 
-inline BackwardExpectation expected_backward(AttentionData& data) {
+// round_operands: the peer rounds P and dS to the input dtype before the gradient GEMMs (the
+// GPU kernels' peer).
+inline BackwardExpectation expected_backward(AttentionData& data, bool round_operands = false) {
   const detail::BackwardProblem p = data.backward_problem();
   BackwardExpectation e;
   e.dq_ref.resize(static_cast<std::size_t>(data.dq.numel()));
@@ -58,7 +60,8 @@ inline BackwardExpectation expected_backward(AttentionData& data) {
                           sinks ? e.dsinks_ref.data() : nullptr);
   std::vector<float> dq(e.dq_ref.size()), dk(e.dk_ref.size()), dv(e.dv_ref.size());
   std::vector<float> dsinks(e.dsinks_ref.size());
-  cpu::reference_backward_f32(p, dq.data(), dk.data(), dv.data(), sinks ? dsinks.data() : nullptr);
+  cpu::reference_backward_f32(p, dq.data(), dk.data(), dv.data(), sinks ? dsinks.data() : nullptr,
+                              round_operands);
   e.dq_peer = rounded(p.fwd.dtype, dq);
   e.dk_peer = rounded(p.fwd.dtype, dk);
   e.dv_peer = rounded(p.fwd.dtype, dv);

@@ -15,6 +15,7 @@
 
 #include "common/accuracy.hpp"
 #include "common/attention_case.hpp"
+#include "common/backward_checks.hpp"
 #include "common/backend.hpp"
 #include "common/expected.hpp"
 #include "common/forward_checks.hpp"
@@ -37,26 +38,7 @@ void check_forward_and_backward(const AttentionCase& c) {
   const BackwardExpectation bwd = expected_backward(data);
   const Status backward_status = cpu.backward(data.backward_problem());
   ASSERT_TRUE(backward_status.is_ok()) << backward_status.message();
-  const std::vector<double> dq = data.dq.values(), dk = data.dk.values(), dv = data.dv.values();
-  EXPECT_REPORT(check_all_written("dq", dq));
-  EXPECT_REPORT(check_all_written("dk", dk));
-  EXPECT_REPORT(check_all_written("dv", dv));
-  EXPECT_REPORT(check_accuracy("dq", dq, bwd.dq_peer, bwd.dq_ref));
-  EXPECT_REPORT(check_accuracy("dk", dk, bwd.dk_peer, bwd.dk_ref));
-  EXPECT_REPORT(check_accuracy("dv", dv, bwd.dv_peer, bwd.dv_ref));
-  EXPECT_REPORT(check_zero("dq of rows that see no key", dq,
-                           empty_row_elements(data, fwd.lse_ref, c.hdim_qk)));
-  EXPECT_REPORT(check_zero("dq beyond seqused_q", dq,
-                           unused_gradient_elements(data, true, c.heads_q, c.hdim_qk)));
-  EXPECT_REPORT(check_zero("dk beyond seqused_k", dk,
-                           unused_gradient_elements(data, false, c.heads_kv, c.hdim_qk)));
-  EXPECT_REPORT(check_zero("dv beyond seqused_k", dv,
-                           unused_gradient_elements(data, false, c.heads_kv, c.hdim_v)));
-  if (c.sinks) {
-    const std::vector<double> dsinks(data.dsinks.begin(), data.dsinks.end());
-    EXPECT_REPORT(check_all_written("dsinks", dsinks));
-    EXPECT_REPORT(check_accuracy("dsinks", dsinks, bwd.dsinks_peer, bwd.dsinks_ref));
-  }
+  check_backward_results(data, fwd, bwd);
 }
 
 struct Mask {

@@ -1,5 +1,5 @@
 // What every GPU test needs: a loud skip without a Hopper GPU, checked CUDA calls, and device
-// buffers that free themselves.
+// buffers that free themselves (empty, or copies of host data).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <string>
 #include <vector>
+
+#include "common/host_tensor.hpp"
 
 namespace hfa::test {
 
@@ -63,6 +65,27 @@ class DeviceBuffer {
  private:
   void* data_ = nullptr;
   std::size_t bytes_;
+};
+
+// A device copy of host bytes (empty host data: no buffer, null pointer).
+class DeviceCopy {
+ public:
+  DeviceCopy(const void* host, std::size_t bytes) : buffer_(bytes) {
+    if (bytes > 0) copied_ = cudaMemcpy(buffer_.get(), host, bytes, cudaMemcpyHostToDevice);
+    data_ = bytes > 0 ? buffer_.get() : nullptr;
+  }
+  explicit DeviceCopy(const HostTensor& t) : DeviceCopy(t.data(), t.storage_bytes()) {}
+  template <typename T>
+  explicit DeviceCopy(const std::vector<T>& v) : DeviceCopy(v.data(), v.size() * sizeof(T)) {}
+
+  template <typename T>
+  T* get() const { return static_cast<T*>(data_); }
+  cudaError_t status() const { return copied_; }
+
+ private:
+  DeviceBuffer buffer_;
+  void* data_ = nullptr;
+  cudaError_t copied_ = cudaSuccess;
 };
 
 }  // namespace hfa::test

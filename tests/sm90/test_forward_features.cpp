@@ -17,67 +17,16 @@
 #include "common/backend.hpp"
 #include "common/expected.hpp"
 #include "common/forward_checks.hpp"
-#include "sm90/gpu_test_support.hpp"
+#include "sm90/gpu_case.hpp"
 
 namespace hfa::test {
 namespace {
 
-// A device copy of host bytes (empty host data: no buffer, null pointer).
-class DeviceCopy {
- public:
-  DeviceCopy(const void* host, std::size_t bytes) : buffer_(bytes) {
-    if (bytes > 0) copied_ = cudaMemcpy(buffer_.get(), host, bytes, cudaMemcpyHostToDevice);
-    data_ = bytes > 0 ? buffer_.get() : nullptr;
-  }
-  explicit DeviceCopy(const HostTensor& t) : DeviceCopy(t.data(), t.storage_bytes()) {}
-  template <typename T>
-  explicit DeviceCopy(const std::vector<T>& v) : DeviceCopy(v.data(), v.size() * sizeof(T)) {}
-
-  template <typename T>
-  T* get() const { return static_cast<T*>(data_); }
-  cudaError_t status() const { return copied_; }
-
- private:
-  DeviceBuffer buffer_;
-  void* data_ = nullptr;
-  cudaError_t copied_ = cudaSuccess;
-};
-
-// Runs the case on the sm90 backend over device copies of its buffers (outputs start as the
-// host ones: NaN) and copies out and lse back into the case's host buffers.
+// Runs the case's forward on the sm90 backend; out and lse come back into its host buffers.
 void forward_on_gpu(AttentionData& data) {
-  const AttentionCase& c = data.spec();
-  detail::ForwardProblem p = data.forward_problem();
-  DeviceCopy q(data.q), k(data.k), v(data.v), out(data.out), lse(data.lse);
-  DeviceCopy cu_q(data.cu_seqlens_q()), cu_k(data.cu_seqlens_k()), sinks(data.sinks);
-  DeviceCopy used_q(c.seqused_q), used_k(c.seqused_k);
-  for (const DeviceCopy* copy : {&q, &k, &v, &out, &lse, &cu_q, &cu_k, &sinks, &used_q, &used_k}) {
-    HFA_CUDA_OK(copy->status());
-  }
-  p.q = q.get<void>(), p.k = k.get<void>(), p.v = v.get<void>(), p.out = out.get<void>();
-  p.lse = lse.get<float>();
-  if (p.cu_seqlens_q != nullptr) {
-    p.cu_seqlens_q = cu_q.get<int32_t>();
-    p.cu_seqlens_k = cu_k.get<int32_t>();
-  }
-  if (p.sinks != nullptr) p.sinks = sinks.get<float>();
-  if (p.seqused_q != nullptr) p.seqused_q = used_q.get<int32_t>();
-  if (p.seqused_k != nullptr) p.seqused_k = used_k.get<int32_t>();
-  p.device = Device::cuda(0);
-
-  const detail::Backend& sm90 = *detail::sm90_backend();
-  std::size_t workspace_bytes = 0;
-  ASSERT_TRUE(sm90.forward_workspace_size(p, &workspace_bytes).is_ok());
-  DeviceBuffer workspace(workspace_bytes);
-  p.workspace = workspace.get();
-  p.workspace_bytes = workspace_bytes;
-  const Status status = sm90.forward(p);
-  ASSERT_TRUE(status.is_ok()) << status.message();
-  HFA_CUDA_OK(cudaDeviceSynchronize());
-  HFA_CUDA_OK(cudaMemcpy(data.out.data(), out.get<void>(), data.out.storage_bytes(),
-                         cudaMemcpyDeviceToHost));
-  HFA_CUDA_OK(cudaMemcpy(data.lse.data(), lse.get<void>(), data.lse.storage_bytes(),
-                         cudaMemcpyDeviceToHost));
+  GpuCase gpu(data);
+  ASSERT_NO_FATAL_FAILURE(gpu.check_copies());
+  gpu.forward();
 }
 
 struct HeadDims {

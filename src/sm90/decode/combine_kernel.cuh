@@ -8,7 +8,11 @@
 #include "common/combine_splits.hpp"
 #include "sm90/decode/params.hpp"
 #include "sm90/decode/sequence.cuh"
-#include "sm90/decode/warp_mma.cuh"
+#include "sm90/ptx/cp_async.cuh"
+#include "sm90/ptx/fragment.cuh"
+#include "sm90/ptx/matrix_move.cuh"
+#include "sm90/ptx/mbarrier.cuh"
+#include "sm90/ptx/mma_sync.cuh"
 
 namespace hfa::sm90::decode {
 
@@ -31,7 +35,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_c
                                            kColumnsPerLane, merged);
   Element* out = static_cast<Element*>(p.out) + out_offset_of_row(p, row_id) + first;
 #pragma unroll
-  for (int k = 0; k < kColumnsPerLane; ++k) out[k] = float_to_element<Element>(merged[k]);
+  for (int k = 0; k < kColumnsPerLane; ++k) out[k] = ptx::to_element<Element>(merged[k]);
   if (lane == 0 && p.lse != nullptr) p.lse[row_id] = lse;
 }
 

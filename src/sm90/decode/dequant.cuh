@@ -27,7 +27,11 @@
 #include <type_traits>
 
 #include "sm90/decode/params.hpp"
-#include "sm90/decode/warp_mma.cuh"
+#include "sm90/ptx/cp_async.cuh"
+#include "sm90/ptx/fragment.cuh"
+#include "sm90/ptx/matrix_move.cuh"
+#include "sm90/ptx/mbarrier.cuh"
+#include "sm90/ptx/mma_sync.cuh"
 
 namespace hfa::sm90::decode {
 
@@ -160,8 +164,8 @@ __device__ __forceinline__ uint2 e4m3x4_to(uint32_t word, float row_scale) {
     const float2 lo = __half22float2(__half2(lo_raw));
     const float2 hi = __half22float2(__half2(hi_raw));
     const float s = kScaled ? row_scale : 1.0f;
-    r.x = pack_pair<Element>(lo.x * s, lo.y * s);
-    r.y = pack_pair<Element>(hi.x * s, hi.y * s);
+    r.x = ptx::pack_pair<Element>(lo.x * s, lo.y * s);
+    r.y = ptx::pack_pair<Element>(hi.x * s, hi.y * s);
   }
   return r;
 }

@@ -24,16 +24,20 @@
 #include <cmath>
 #include <cstdint>
 
+#include "sm90/common/math.hpp"
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/dequant.cuh"
 #include "sm90/decode/params.hpp"
 #include "sm90/decode/row_output.cuh"
 #include "sm90/decode/sequence.cuh"
-#include "sm90/decode/warp_mma.cuh"
+#include "sm90/ptx/cp_async.cuh"
+#include "sm90/ptx/fragment.cuh"
+#include "sm90/ptx/matrix_move.cuh"
+#include "sm90/ptx/mbarrier.cuh"
+#include "sm90/ptx/mma_sync.cuh"
 
 namespace hfa::sm90::decode {
 
-inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr int kChunkBytes = 16;          // one cp.async, one ldmatrix row
 inline constexpr int kSwizzleRows = 8;          // chunks XOR (row mod 8): conflict-free ldmatrix
 inline constexpr int kWarpSize = 32;
@@ -119,7 +123,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
     const auto* q = static_cast<const Element*>(p.q);
     for (int idx = tid; idx < C::kRowsPerTile * kD; idx += C::kThreads) {
       const int local = idx / kD, stored = idx % kD, r = first_row + local;
-      Element value = float_to_element<Element>(0.0f);
+      Element value = ptx::to_element<Element>(0.0f);
       if (r < rows) {
         const int i = r / p.group, h = kv_head * p.group + r % p.group;
         value = q[b * p.q_batch_stride + (seq.q_begin + i) * p.q_row_stride + h * p.q_head_stride +
@@ -185,9 +189,9 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
                                                    : row * C::kCodeRowBytes + chunk * kChunkBytes;
         const bool valid = at.x >= 0;
         const int64_t in_row = chunk * kChunkBytes;
-        cp_async_16(shared_address(k_codes(stage) + dst), p.k.data + (valid ? at.x + in_row : 0),
+        ptx::cp_async_16(ptx::smem_address(k_codes(stage) + dst), p.k.data + (valid ? at.x + in_row : 0),
                     valid ? kChunkBytes : 0);
-        cp_async_16(shared_address(v_codes(stage) + dst), p.v.data + (valid ? at.y + in_row : 0),
+        ptx::cp_async_16(ptx::smem_address(v_codes(stage) + dst), p.v.data + (valid ? at.y + in_row : 0),
                     valid ? kChunkBytes : 0);
       }
       if constexpr (kStorage != Storage::plain) {
@@ -202,12 +206,12 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
             const uint32_t word_bytes = uint32_t(min(kScaleWordBytes, scale_bytes - at));
             const bool valid = offset >= 0;
             const unsigned char* src = (is_v ? p.v.scale : p.k.scale) + (valid ? offset : 0);
-            cp_async_4(shared_address(dst + at), src + (valid ? at : 0), valid ? word_bytes : 0);
+            ptx::cp_async_4(ptx::smem_address(dst + at), src + (valid ? at : 0), valid ? word_bytes : 0);
           }
         }
       }
     }
-    cp_async_commit();
+    ptx::cp_async_commit();
   };
 
   // Calls widen(side, row, chunk, codes) for the 16-byte code chunks of the warp's rows of stage
@@ -268,7 +272,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
   auto load_q = [&](int ks, uint32_t (&frag)[4]) {
     const int m = lane / 8;
     const int row = lane % 8 + (m % 2) * 8;
-    ldmatrix_x4(shared_address(q_tile + swizzled<kRowBytes>(row, 2 * ks + m / 2)), frag);
+    ptx::ldmatrix_x4(ptx::smem_address(q_tile + swizzled<kRowBytes>(row, 2 * ks + m / 2)), frag);
   };
   // Q fragments for the whole head dim, kept in registers (C::kQInRegisters), else re-read from
   // the Q tile at every k step.
@@ -313,7 +317,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
       publish_page(t + kS - 1, pending_page);
       pending_page = fetch_page(t + kS);
     }
-    cp_async_wait<kS - 2>();
+    ptx::cp_async_wait<kS - 2>();
     __syncwarp();  // the warp's rows of tile t landed; its reads of tile t-1 are done
     issue(t + kS - 1);
     const int stage = t % kS;
@@ -333,7 +337,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
     for (int ks = 0; ks < kD / kMmaK; ++ks) {
       const int m = lane / 8;
       uint32_t kf[4];
-      ldmatrix_x4(shared_address(k_tile + swizzled<kRowBytes>(key_base + (m / 2) * 8 + lane % 8, 2 * ks + m % 2)), kf);
+      ptx::ldmatrix_x4(ptx::smem_address(k_tile + swizzled<kRowBytes>(key_base + (m / 2) * 8 + lane % 8, 2 * ks + m % 2)), kf);
       uint32_t qf[4];
       if constexpr (kQInRegisters) {
 #pragma unroll
@@ -341,8 +345,8 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
       } else {
         load_q(ks, qf);
       }
-      mma_16816<Element>(s[0], qf, kf[0], kf[1]);
-      mma_16816<Element>(s[1], qf, kf[2], kf[3]);
+      ptx::mma_16816<Element>(s[0], qf, kf[0], kf[1]);
+      ptx::mma_16816<Element>(s[1], qf, kf[2], kf[3]);
     }
 
     // Scale, cap, mask; the running max per fragment row.
@@ -407,24 +411,24 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
         p_values[nt][e] = exp2f(s[nt][e] - base);
         row_sum[half] += p_values[nt][e];
       }
-    const uint32_t p_frag[4] = {pack_pair<Element>(p_values[0][0], p_values[0][1]),
-                                pack_pair<Element>(p_values[0][2], p_values[0][3]),
-                                pack_pair<Element>(p_values[1][0], p_values[1][1]),
-                                pack_pair<Element>(p_values[1][2], p_values[1][3])};
+    const uint32_t p_frag[4] = {ptx::pack_pair<Element>(p_values[0][0], p_values[0][1]),
+                                ptx::pack_pair<Element>(p_values[0][2], p_values[0][3]),
+                                ptx::pack_pair<Element>(p_values[1][0], p_values[1][1]),
+                                ptx::pack_pair<Element>(p_values[1][2], p_values[1][3])};
 
     // O += P V for this warp's 16 keys, 16 columns per ldmatrix.
 #pragma unroll
     for (int np = 0; np < kD / kMmaK; ++np) {
       const int m = lane / 8;
       uint32_t vf[4];
-      ldmatrix_x4_trans(shared_address(v_tile + swizzled<kRowBytes>(key_base + (m % 2) * 8 + lane % 8, 2 * np + m / 2)), vf);
-      mma_16816<Element>(o[2 * np], p_frag, vf[0], vf[1]);
-      mma_16816<Element>(o[2 * np + 1], p_frag, vf[2], vf[3]);
+      ptx::ldmatrix_x4_trans(ptx::smem_address(v_tile + swizzled<kRowBytes>(key_base + (m % 2) * 8 + lane % 8, 2 * np + m / 2)), vf);
+      ptx::mma_16816<Element>(o[2 * np], p_frag, vf[0], vf[1]);
+      ptx::mma_16816<Element>(o[2 * np + 1], p_frag, vf[2], vf[3]);
     }
   }
 
   // Merge the warps: each writes its normalized partial and LSE (row_output.cuh merges them).
-  cp_async_wait<0>();
+  ptx::cp_async_wait<0>();
   __syncthreads();
   float* merge_out = reinterpret_cast<float*>(stage_base(0));  // (warp, row, stored column)
   float* merge_lse = merge_out + C::kWarps * C::kRowsPerTile * kD;  // (row, warp)

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "sm90/common/launch.hpp"
 #include "sm90/decode/combine_kernel.cuh"
 #include "sm90/decode/head_dim.hpp"
 #include "sm90/decode/kernel.cuh"
@@ -14,9 +15,7 @@
 
 namespace hfa::sm90::decode {
 
-inline Status cuda_status(const char* what, cudaError_t error) {
-  return {Code::cuda, std::string("sm90 KV-cache forward: ") + what + ": " + cudaGetErrorString(error)};
-}
+inline constexpr const char* kFamily = "sm90 KV-cache forward";
 
 inline CacheView cache_view(const detail::CacheSide& side, const detail::KVCacheProblem& p) {
   const int64_t bytes = p.format == detail::CacheFormat::plain ? 2 : 1;
@@ -57,7 +56,7 @@ Status launch_decode(const Params& params, cudaStream_t stream) {
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            C::kSmemBytes);
       e != cudaSuccess)
-    return cuda_status("setting the shared memory size", e);
+    return cuda_status(kFamily, "setting the shared memory size", e);
   const dim3 grid(params.num_splits, params.heads_kv * params.row_tiles, params.batch);
   kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(params);
   return Status::ok();
@@ -70,7 +69,7 @@ Status launch_stream(Params params, cudaStream_t stream) {
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            C::kSmemBytes);
       e != cudaSuccess)
-    return cuda_status("setting the shared memory size", e);
+    return cuda_status(kFamily, "setting the shared memory size", e);
   params.row_tiles = (params.rows + C::kRowsPerTile - 1) / C::kRowsPerTile;
   const dim3 grid(params.num_splits, params.heads_kv * params.row_tiles, params.batch);
   kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(params);
@@ -164,7 +163,7 @@ Status run(const detail::KVCacheProblem& p, const DeviceInfo& device) {
     return launch_for_head_dim<Element, decltype(head_dim)::value>(p, params, stream);
   });
   if (!status) return status;
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return cuda_status("launch", e);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return cuda_status(kFamily, "launch", e);
   return Status::ok();
 }
 

@@ -8,10 +8,15 @@
 #include <cstdint>
 
 #include "common/combine_splits.hpp"
+#include "sm90/common/math.hpp"
 
 #include "sm90/decode/params.hpp"
 #include "sm90/decode/sequence.cuh"
-#include "sm90/decode/warp_mma.cuh"
+#include "sm90/ptx/cp_async.cuh"
+#include "sm90/ptx/fragment.cuh"
+#include "sm90/ptx/matrix_move.cuh"
+#include "sm90/ptx/mbarrier.cuh"
+#include "sm90/ptx/mma_sync.cuh"
 
 namespace hfa::sm90::decode {
 
@@ -27,7 +32,7 @@ __device__ __forceinline__ void store_row(const Params& p, const DecodeSequence&
     Element* out = static_cast<Element*>(p.out) + b * p.out_batch_stride + token * p.out_row_stride +
                    h * p.out_head_stride;
 #pragma unroll
-    for (int k = 0; k < kColumns; ++k) out[column_of(first + k)] = float_to_element<Element>(merged[k] * v_multiplier);
+    for (int k = 0; k < kColumns; ++k) out[column_of(first + k)] = ptx::to_element<Element>(merged[k] * v_multiplier);
     if (p.lse != nullptr && first == 0) p.lse[row_id] = lse;
   } else {
     float* partial = p.partial_out + (int64_t(split) * p.rows_total + row_id) * kHeadDim;
@@ -36,8 +41,6 @@ __device__ __forceinline__ void store_row(const Params& p, const DecodeSequence&
     if (first == 0) p.partial_lse[row_id * p.num_splits + split] = lse;
   }
 }
-
-inline constexpr float kLn2 = 0.6931471805599453f;
 
 // A warp's partial LSE (natural log) from its running max (log2 domain) and sum: -inf for a row
 // that saw no key, NaN kept when the sum is NaN (a NaN in the cache poisons the row).

@@ -24,7 +24,11 @@
 #include "sm90/decode/dequant.cuh"
 #include "sm90/decode/params.hpp"
 #include "sm90/decode/stream_shape.hpp"
-#include "sm90/decode/warp_mma.cuh"
+#include "sm90/ptx/cp_async.cuh"
+#include "sm90/ptx/fragment.cuh"
+#include "sm90/ptx/matrix_move.cuh"
+#include "sm90/ptx/mbarrier.cuh"
+#include "sm90/ptx/mma_sync.cuh"
 
 namespace hfa::sm90::decode::stream {
 
@@ -186,7 +190,7 @@ __device__ __forceinline__ void fp4_v_fragments(const uint2 (&rows)[4], const ui
 template <typename Element>
 __device__ __forceinline__ uint32_t nvfp4_pair_multiplier(uint8_t first, uint8_t second) {
   const float2 scales = nvfp4_block_scales<Element>(uint16_t(first | (second << 8)));
-  return pack_pair<Element>(scales.x, scales.y);
+  return ptx::pack_pair<Element>(scales.x, scales.y);
 }
 
 template <typename Element>

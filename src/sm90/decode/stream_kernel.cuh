@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
     for (int ks = 0; ks < stream::kKSteps; ++ks)
 #pragma unroll
       for (int slot = 0; slot < 2; ++slot)
-        q_frag[ks][slot] = pack_pair<Mma>(values[ks][slot][0] * q_multiplier, values[ks][slot][1] * q_multiplier);
+        q_frag[ks][slot] = ptx::pack_pair<Mma>(values[ks][slot][0] * q_multiplier, values[ks][slot][1] * q_multiplier);
   }
 
   // Score multiplier (log2 domain unless softcapped) and each fragment row's visible keys.
@@ -232,8 +232,8 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
           const int row = warp * kWarpRows + r;
           const bool valid = at.page >= 0 && key0 + r < key_end;
           const int bytes = valid ? kChunkBytes : 0;
-          cp_async_16(shared_address(k_codes(stage) + k_chunk_offset(row, copy_chunk)), valid ? k_row : p.k.data, bytes);
-          cp_async_16(shared_address(v_codes(stage) + v_chunk_offset(row, copy_chunk)), valid ? v_row : p.v.data, bytes);
+          ptx::cp_async_16(ptx::smem_address(k_codes(stage) + k_chunk_offset(row, copy_chunk)), valid ? k_row : p.k.data, bytes);
+          ptx::cp_async_16(ptx::smem_address(v_codes(stage) + v_chunk_offset(row, copy_chunk)), valid ? v_row : p.v.data, bytes);
           k_row += kRowsPerPass * p.k.slot_stride;
           v_row += kRowsPerPass * p.v.slot_stride;
         }
@@ -255,11 +255,11 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
                     : side.scale;
           unsigned char* dst = (is_v ? v_scales(stage) : k_scales(stage)) + (warp * kWarpRows + r) * C::kScaleRowBytes;
           for (int w = 0; w < scale_words; ++w)
-            cp_async_4(shared_address(dst + 4 * w), src + (valid ? 4 * w : 0), valid ? 4 : 0);
+            ptx::cp_async_4(ptx::smem_address(dst + 4 * w), src + (valid ? 4 * w : 0), valid ? 4 : 0);
         }
       }
     }
-    cp_async_commit();
+    ptx::cp_async_commit();
   };
 
   for (int u = 0; u < kS - 1; ++u) {
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
 #pragma unroll
     for (int kt = 0; kt < C::kKeyTiles; ++kt) next[kt] = pending[kt];
     fetch_pages(t + kS, pending);
-    cp_async_wait<kS - 2>();
+    ptx::cp_async_wait<kS - 2>();
     __syncwarp();  // the warp's rows of stage t landed; its reads of stage t-1 are done
     issue(t + kS - 1, next);
     const int stage = t % kS;
@@ -300,8 +300,8 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
 #pragma unroll
         for (int ks = 0; ks < stream::kKSteps; ++ks) {
           uint32_t a[4];
-          ldmatrix_x4(shared_address(k_tile + k_chunk_offset(row, 2 * ks + stream::plain_k_chunk(lane))), a);
-          mma_16816<Mma>(ks % 2 == 0 ? even : odd, a, q_frag[ks][0], q_frag[ks][1]);
+          ptx::ldmatrix_x4(ptx::smem_address(k_tile + k_chunk_offset(row, 2 * ks + stream::plain_k_chunk(lane))), a);
+          ptx::mma_16816<Mma>(ks % 2 == 0 ? even : odd, a, q_frag[ks][0], q_frag[ks][1]);
         }
       } else if constexpr (kFp8) {
 #pragma unroll
@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
             const int ks = 4 * h + j;
             uint32_t a[4];
             stream::fp8_k_step(lo_words[j], hi_words[j], a);
-            mma_16816<Mma>(ks % 2 == 0 ? even : odd, a, q_frag[ks][0], q_frag[ks][1]);
+            ptx::mma_16816<Mma>(ks % 2 == 0 ? even : odd, a, q_frag[ks][0], q_frag[ks][1]);
           }
         }
       } else {
@@ -336,8 +336,8 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
         for (int j = 0; j < 4; ++j) {
           uint32_t a[2][4];
           stream::fp4_k_steps<Element>(lo_words[j], hi_words[j], lo_multiplier[j / 2], hi_multiplier[j / 2], a);
-          mma_16816<Mma>(even, a[0], q_frag[2 * j][0], q_frag[2 * j][1]);
-          mma_16816<Mma>(odd, a[1], q_frag[2 * j + 1][0], q_frag[2 * j + 1][1]);
+          ptx::mma_16816<Mma>(even, a[0], q_frag[2 * j][0], q_frag[2 * j][1]);
+          ptx::mma_16816<Mma>(odd, a[1], q_frag[2 * j + 1][0], q_frag[2 * j + 1][1]);
         }
       }
 #pragma unroll
@@ -445,8 +445,8 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
         weight[e] = probability * value_scale[kt][e / 2];
       }
       // Pᵀ as the B operand: the accumulator's 8x8 halves transposed (keys become its k).
-      const uint32_t p_lo = movmatrix_trans(pack_pair<Mma>(weight[0], weight[1]));
-      const uint32_t p_hi = movmatrix_trans(pack_pair<Mma>(weight[2], weight[3]));
+      const uint32_t p_lo = ptx::movmatrix_trans(ptx::pack_pair<Mma>(weight[0], weight[1]));
+      const uint32_t p_hi = ptx::movmatrix_trans(ptx::pack_pair<Mma>(weight[2], weight[3]));
 
       // Oᵀ += Vᵀ Pᵀ over the 8 dim tiles, the lane's V keys 4c … 4c+3 of tile kt.
       const int v_row0 = warp * kWarpRows + kt * kTileKeys + 4 * c;
@@ -455,7 +455,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
         const int row = warp * kWarpRows + kt * kTileKeys + stream::key_of_m(stream::plain_v_m(lane));
 #pragma unroll
         for (int mt = 0; mt < stream::kDimTiles; ++mt)
-          ldmatrix_x4_trans(shared_address(v_tile + v_chunk_offset(row, 2 * mt + stream::plain_v_chunk(lane))), a[mt]);
+          ptx::ldmatrix_x4_trans(ptx::smem_address(v_tile + v_chunk_offset(row, 2 * mt + stream::plain_v_chunk(lane))), a[mt]);
       } else if constexpr (kFp8) {
         uint4 words[4];
 #pragma unroll
@@ -479,12 +479,12 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
         stream::fp4_v_fragments<Element>(words, multiplier, a);
       }
 #pragma unroll
-      for (int mt = 0; mt < stream::kDimTiles; ++mt) mma_16816<Mma>(o[mt], a[mt], p_lo, p_hi);
+      for (int mt = 0; mt < stream::kDimTiles; ++mt) ptx::mma_16816<Mma>(o[mt], a[mt], p_lo, p_hi);
     }
   }
 
   // Merge the warps: each writes its normalized partial and LSE (row_output.cuh merges them).
-  cp_async_wait<0>();
+  ptx::cp_async_wait<0>();
   __syncthreads();
   float* merge_out = reinterpret_cast<float*>(smem);                // (warp, row, column)
   float* merge_lse = merge_out + C::kWarps * C::kRowsPerTile * kD;  // (row, warp)

@@ -9,6 +9,7 @@
 // tiles are short, within noise at long sequences.)
 #pragma once
 
+#include "sm90/common/math.hpp"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/softmax.cuh"
@@ -26,7 +27,6 @@ struct Epilogue {
   int thread;
 
   __device__ void store(const WorkTile& tile, float (&o)[kOAcc], const OnlineSoftmax& softmax) {
-    constexpr float kLog2e = 1.4426950408889634f;
     const ptx::FragmentCoords at = ptx::fragment_coords(thread);
     // The thread's two rows (8 apart) as (query, head); with PackGQA their heads may differ.
     const int row0 = tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup + at.row0;

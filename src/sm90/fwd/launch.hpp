@@ -9,6 +9,8 @@
 
 namespace hfa::sm90::fwd {
 
+inline constexpr const char* kFamily = "sm90 forward";  // names the kernels in messages
+
 struct LaunchContext {
   int sm_count;
   std::size_t l2_bytes;
@@ -35,8 +37,8 @@ inline std::size_t workspace_bytes(const detail::ForwardProblem& problem) {
   return uses_window(problem) ? kTileCounterBytes : 0;
 }
 
-// The head dims of the compiled configurations (instantiations/). A problem runs on the
-// smallest that holds it (backend.cpp), padded with zeros.
+// One per compiled configuration (common/kernel_list.def; the build writes a translation unit
+// for each). A problem runs on the smallest that holds it (kernel_list.hpp), padded with zeros.
 template <int kHeadDimQK, int kHeadDimV, typename Element>
 Status run_forward(const detail::ForwardProblem& problem, const LaunchContext& context);
 

@@ -11,10 +11,11 @@
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/shared_storage.cuh"
-#include "sm90/fwd/softcap.cuh"
+#include "sm90/common/softcap.cuh"
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/ptx/fragment.cuh"
 #include "sm90/ptx/named_barrier.cuh"
+#include "sm90/ptx/tma.cuh"
 #include "sm90/ptx/wgmma.cuh"
 
 namespace hfa::sm90::fwd {
@@ -111,6 +112,28 @@ struct ConsumerMainloop {
     }
   }
 
+  // Keys past seqused_k may hold anything in v, NaN included: their probabilities are 0, but
+  // 0·NaN is NaN in the tensor cores. Before the P·V of a sequence's last key block, each
+  // consumer warpgroup zeroes those rows itself (zeros over zeros: no race between them). The
+  // walk goes from the last block down, so that is the first V block of the tile.
+  __device__ __forceinline__ void zero_v_padding(int stage, int n_block, const Sequence& seq) {
+    const int valid = seq.seqlen_k - n_block * Config::kBlockN;
+    if (p.seqused_k == nullptr || valid >= Config::kBlockN) return;
+    constexpr int kChunks = ptx::kSwizzleBytes / 16;
+    using VTile = typename Storage::VTile;
+    uint8_t* base = reinterpret_cast<uint8_t*>(smem.v[stage].data);
+    const int rows = Config::kBlockN - max(valid, 0);
+    for (int i = thread; i < rows * VTile::kSlabs * kChunks; i += kThreadsPerWarpgroup) {
+      const int row = Config::kBlockN - rows + i / (VTile::kSlabs * kChunks);
+      const int slab = i / kChunks % VTile::kSlabs, chunk = i % kChunks;
+      *reinterpret_cast<uint4*>(base + slab * VTile::kSlabBytes + row * ptx::kSwizzleBytes +
+                                chunk * 16) = make_uint4(0, 0, 0, 0);
+    }
+    ptx::fence_proxy_async_smem();
+    ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::v_padding_zeroed, warpgroup),
+                            kThreadsPerWarpgroup);
+  }
+
   // Leaves the unnormalized O of the tile in o and the row statistics in softmax.
   __device__ void run(const WorkTile& tile, const BlockRange& blocks, float (&o)[kOAcc],
                       OnlineSoftmax& softmax) {
@@ -124,12 +147,19 @@ struct ConsumerMainloop {
       return;
     }
 
+    // With seqused_k, the first V block (the sequence's last keys) is made safe before the
+    // walk: tested in the main loop, it cost registers (spills at hdim 256).
+    if (p.seqused_k != nullptr) {
+      smem.v_full[v_ring.stage].wait(v_ring.phase);
+      zero_v_padding(v_ring.stage, blocks.end - 1, tile.seq);
+    }
+
     const ptx::FragmentCoords at = ptx::fragment_coords(thread);
     float s[kSAcc];
     uint32_t pm[kPRegs];
     float rescale[2];
 
-    int n = blocks.n_end - 1;
+    int n = blocks.end - 1;
     smem.k_full[k_ring.stage].wait(k_ring.phase);
     wait_turn();
     issue_qk(s, k_ring.stage);
@@ -142,7 +172,7 @@ struct ConsumerMainloop {
     softmax_step(s, softmax, rescale, tile, n, at);
     ptx::accumulator_to_operand<Element>(s, pm);
 
-    for (--n; n >= blocks.n_begin; --n) {
+    for (--n; n >= blocks.begin; --n) {
       smem.k_full[k_ring.stage].wait(k_ring.phase);
       wait_turn();
       issue_qk(s, k_ring.stage);
@@ -153,7 +183,7 @@ struct ConsumerMainloop {
       ptx::fence_operands(s);
       release(smem.k_empty[k_ring.stage]);
       k_ring.advance();
-      if (n == blocks.n_begin) release(smem.q_empty);  // the next tile's Q may load now
+      if (n == blocks.begin) release(smem.q_empty);  // the next tile's Q may load now
       softmax_step(s, softmax, rescale, tile, n, at);
       ptx::wait_group<0>();
       ptx::fence_operands(o);

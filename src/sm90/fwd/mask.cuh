@@ -1,31 +1,14 @@
 // Masking one S tile in registers: keys past the sequence's seqlen_k and keys outside the
-// row's window (bottom-right aligned; causal is the window (∞, 0)).
+// row's window (bottom-right aligned; causal is the window (∞, 0); see common/window.cuh).
 #pragma once
 
 #include <cmath>
 
+#include "sm90/common/window.cuh"
 #include "sm90/fwd/params.hpp"
-#include "sm90/fwd/sequence.cuh"
-#include "sm90/ptx/fragment.cuh"
+#include "sm90/fwd/scheduler.cuh"
 
 namespace hfa::sm90::fwd {
-
-// Sets the scores of one row half of s outside key columns [column_begin, column_end) to −inf.
-// kBothSides = false skips the lower test (no left window): masked blocks are most of the work
-// of short causal sequences, and the second compare per score showed there.
-template <bool kBothSides, int kAcc>
-__device__ __forceinline__ void mask_row_half(float (&s)[kAcc], int half, int column_begin,
-                                              int column_end) {
-#pragma unroll
-  for (int i = 0; i < kAcc; ++i) {
-    // Compare the compile-time column offset of each register with per-thread limits.
-    const int column = ptx::fragment_column(i, 0);
-    if (ptx::fragment_row_half(i) == half &&
-        (column >= column_end || (kBothSides && column < column_begin))) {
-      s[i] = -INFINITY;
-    }
-  }
-}
 
 // s: one thread's accumulator of a 64 × kBlockN S tile. row0: the tile row (sequence-relative,
 // packed with PackGQA) of the thread's first row; first_column: the key index of its first column

@@ -28,7 +28,7 @@ struct Params {
   int32_t heads_per_kv;  // GQA group size
   // PackGQA: the rows of a tile are (query, head) pairs of one GQA group, head fastest, so the
   // group's heads share one pass over K/V. pack_shift = log2(heads per group), 0 = off; the tiles
-  // then run over tile_heads = heads_q >> pack_shift head groups. See sequence.cuh.
+  // then run over tile_heads = heads_q >> pack_shift head groups. See scheduler.cuh and common/sequence.cuh.
   int32_t pack_shift;
   int32_t tile_heads;
   int32_t seqlen_q;      // varlen: the longest sequence's
@@ -37,7 +37,7 @@ struct Params {
 
   // Varlen (null: fixed length): sequence b is rows [cu_seqlens[b], cu_seqlens[b + 1]) of the
   // packed tensors, which the maps see as one batch of all rows. Used lengths (null: all):
-  // sequence b uses its first seqused[b] rows. See sequence.cuh.
+  // sequence b uses its first seqused[b] rows. See scheduler.cuh and common/sequence.cuh.
   const int32_t* cu_seqlens_q;
   const int32_t* cu_seqlens_k;
   const int32_t* seqused_q;

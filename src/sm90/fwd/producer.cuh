@@ -86,14 +86,14 @@ struct Producer {
       const int kv_head = (tile.head << p.pack_shift) / p.heads_per_kv;
       // The first K of the tile goes before Q: Q waits until the previous tile's last Q·Kᵀ
       // is done, and this K load need not wait with it.
-      if (blocks.count() > 0) load_k(blocks.n_end - 1, kv_head, tile.seq);
+      if (blocks.count() > 0) load_k(blocks.end - 1, kv_head, tile.seq);
       load_q(tile);
       if (blocks.count() == 0) continue;
-      for (int n = blocks.n_end - 2; n >= blocks.n_begin; --n) {
+      for (int n = blocks.end - 2; n >= blocks.begin; --n) {
         load_k(n, kv_head, tile.seq);
         load_v(n + 1, kv_head, tile.seq);
       }
-      load_v(blocks.n_begin, kv_head, tile.seq);
+      load_v(blocks.begin, kv_head, tile.seq);
     }
   }
 };

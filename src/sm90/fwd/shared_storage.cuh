@@ -3,22 +3,11 @@
 
 #include <cstdint>
 
+#include "sm90/common/swizzled_tile.cuh"
 #include "sm90/fwd/tile_config.hpp"
 #include "sm90/ptx/mbarrier.cuh"
-#include "sm90/ptx/wgmma.cuh"
 
 namespace hfa::sm90::fwd {
-
-// A tile of rows × kHeadDim 16-bit elements, stored as kHeadDim/64 slabs of rows × 128 B in the
-// 128-byte swizzle that TMA writes and wgmma reads.
-template <typename Element, int kRows, int kHeadDim>
-struct SwizzledTile {
-  static constexpr uint32_t kSlabBytes = kRows * ptx::kSwizzleBytes;
-  static constexpr int kSlabs = kHeadDim / kSlabColumns;
-  static constexpr uint32_t kBytes = kSlabBytes * kSlabs;
-  static_assert(kSlabBytes % ptx::kSwizzleAtomBytes == 0, "slabs must stay swizzle-atom aligned");
-  alignas(ptx::kSwizzleAtomBytes) Element data[kRows * kHeadDim];
-};
 
 template <typename Config, typename Element>
 struct SharedStorage {
@@ -45,16 +34,5 @@ struct SharedStorage {
   ptx::Mbarrier tile_full[kTileSlots];
   ptx::Mbarrier tile_empty[kTileSlots];
 };
-
-// Dynamic shared memory is only guaranteed 16-byte aligned; the swizzle needs 1024.
-template <typename Storage>
-inline constexpr int kSharedBytes = sizeof(Storage) + ptx::kSwizzleAtomBytes;
-
-template <typename Storage>
-__device__ __forceinline__ Storage& shared_storage(uint8_t* dynamic_smem) {
-  const uint32_t misalignment = ptx::smem_address(dynamic_smem) % ptx::kSwizzleAtomBytes;
-  const uint32_t pad = (ptx::kSwizzleAtomBytes - misalignment) % ptx::kSwizzleAtomBytes;
-  return *reinterpret_cast<Storage*>(dynamic_smem + pad);
-}
 
 }  // namespace hfa::sm90::fwd

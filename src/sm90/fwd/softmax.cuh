@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "sm90/common/math.hpp"
 #include "sm90/fwd/exp2.cuh"
 #include "sm90/ptx/fragment.cuh"
 
@@ -77,7 +78,6 @@ struct OnlineSoftmax {
   // row that saw no key gets factor 0 and LSE −inf, or its sink's logit.
   __device__ __forceinline__ void finalize(float scale_log2, const float (&sink_log2)[2],
                                            float (&normalizer)[2], float (&lse)[2]) const {
-    constexpr float kLn2 = 0.6931471805599453f;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float sum = quad_sum(row_sum[half]);

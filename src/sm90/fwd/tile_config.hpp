@@ -21,12 +21,9 @@
 #define HFA_SM90_EXP2_EMULATE_EVERY_D64 0
 #endif
 
-namespace hfa::sm90::fwd {
+#include "sm90/common/wgmma_shape.hpp"
 
-inline constexpr int kRowsPerWarpgroup = 64;   // the M of one wgmma
-inline constexpr int kThreadsPerWarpgroup = 128;
-inline constexpr int kSlabColumns = 64;        // 16-bit columns per 128-byte swizzled slab
-inline constexpr int kMmaK = 16;               // the K of one 16-bit wgmma
+namespace hfa::sm90::fwd {
 
 // One kernel configuration: the head dims it is compiled for, whether keys are limited by a
 // window (causal is the window (∞, 0)) and whether scores are softcapped. A problem whose head dim is smaller than the
@@ -53,7 +50,9 @@ struct TileConfig {
                                  : kHeadDimQK == 128 ? (kWindowed ? HFA_SM90_D128_CAUSAL_BLOCK_N
                                                                   : HFA_SM90_D128_BLOCK_N)
                                  : kHeadDimQK == 192 ? (kHeadDimV == 128 ? 128 : 112)
-                                                     : 80;
+                                 : kHeadDimQK == 256 ? 80
+                                                     : 0;
+  static_assert(kBlockN > 0, "no forward tile for this head dim: add one here");
   static constexpr int kStages = 2;  // K and V each double-buffered: load tile j+1 during tile j
 
   static constexpr int kConsumerWarpgroups = kBlockM / kRowsPerWarpgroup;

@@ -29,6 +29,12 @@ __device__ __forceinline__ constexpr int fragment_column(int i, int column_pair)
   return 8 * (i / 4) + column_pair + i % 2;
 }
 
+template <typename Element>
+__device__ __forceinline__ Element to_element(float x) {
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>) return __float2bfloat16_rn(x);
+  else return __float2half_rn(x);
+}
+
 // Two floats as one register of two 16-bit values, the first in the low half.
 template <typename Element>
 __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {

@@ -9,7 +9,10 @@ namespace hfa::sm90::ptx {
 enum class NamedBarrier : uint32_t {
   sync_threads = 0,      // reserved: __syncthreads
   warp_scheduler = 1,    // 1..3: turn of consumer warpgroup 0..2 to issue its GEMMs (ping-pong)
-  count = 4,
+  scores_shared = 4,     // backward: both consumer warpgroups' Pᵀ/dSᵀ tiles are in shared memory
+  padding_zeroed = 5,    // backward: the tile rows past a sequence's used length are zeros
+  v_padding_zeroed = 6,  // 6..8: forward, consumer warpgroup 0..2 zeroed V's rows past seqused_k
+  count = 9,
 };
 
 inline constexpr uint32_t kWarpgroupThreads = 128;

@@ -1,7 +1,6 @@
-// TMA: the Tensor Memory Accelerator's bulk tensor copies between global and shared memory.
-//
-// A copy is described by a CUtensorMap built on the host (tma_descriptor.hpp) and one thread
-// issues it. Loads complete on an mbarrier (transaction bytes); stores complete in bulk groups.
+// TMA: the Tensor Memory Accelerator's bulk copies between global and shared memory: tensor
+// copies described by a CUtensorMap built on the host (tma_descriptor.hpp), and plain 1-D runs of
+// bytes (load_1d, reduce_add_1d). One thread issues each. Loads complete on an mbarrier (transaction bytes); stores complete in bulk groups.
 // Out-of-bounds box elements read as zero and are never written: tails need no special code.
 #pragma once
 
@@ -47,6 +46,27 @@ __device__ __forceinline__ void load_5d(void* smem_dst, const CUtensorMap* map, 
       : "memory");
 }
 
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory
+// as one bulk copy, completing on `barrier` like a tensor load.
+__device__ __forceinline__ void load_1d(void* smem_dst, const void* src, uint32_t bytes,
+                                        Mbarrier* barrier, CacheHint hint) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;\n" ::"r"(smem_address(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_address(barrier)),
+      "l"(static_cast<uint64_t>(hint))
+      : "memory");
+}
+
+// Adds `bytes` of fp32 values from shared memory into global memory, element by element and
+// atomically against other adds; a bulk group like a store (commit, then wait).
+__device__ __forceinline__ void reduce_add_1d(float* dst, const float* smem_src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   reinterpret_cast<uint64_t>(dst)),
+               "r"(smem_address(smem_src)), "r"(bytes)
+               : "memory");
+}
+
 // Stores a shared-memory box to global memory; complete with commit_group + wait_group_read.
 __device__ __forceinline__ void store_4d(const CUtensorMap* map, const void* smem_src, int32_t c0,
                                          int32_t c1, int32_t c2, int32_t c3) {
@@ -69,6 +89,12 @@ __device__ __forceinline__ void store_wait_read() {
 // Waits until the committed stores are complete in global memory.
 __device__ __forceinline__ void store_wait_all() {
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+// Orders global memory between the generic proxy (ordinary loads, stores, flags) and the async
+// proxy (bulk copies): a flag that says bulk writes landed, or that bulk writes may begin.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
 // Orders this thread's generic-proxy shared-memory writes before later async-proxy reads

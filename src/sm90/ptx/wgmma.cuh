@@ -39,8 +39,10 @@ __device__ __forceinline__ uint64_t kmajor_descriptor(uint32_t smem_addr) {
   return make_descriptor(smem_addr, 16, kSwizzleAtomBytes);
 }
 
-// MN-major operand (N contiguous: V as stored, the B of P·V). Consecutive 64-wide column slabs
-// are slab_bytes apart (leading offset); 8-row groups of K are kSwizzleAtomBytes apart.
+// MN-major operand (M or N contiguous: V as stored, the B of P·V). Consecutive 64-wide column
+// slabs are slab_bytes apart (leading offset); 8-row groups of K are kSwizzleAtomBytes apart.
+// An operand must start on a slab: an MN extent that starts inside one would run into the next
+// row of it, not the next slab.
 __device__ __forceinline__ uint64_t mnmajor_descriptor(uint32_t smem_addr, uint32_t slab_bytes) {
   return make_descriptor(smem_addr, slab_bytes, kSwizzleAtomBytes);
 }
@@ -77,17 +79,23 @@ __device__ __forceinline__ void fence_operands(uint32_t (&regs)[kCount]) {
 }
 
 // ---- Issue -----------------------------------------------------------------------------------
+// Which dimension of a shared-memory operand is contiguous: K (A of Q·Kᵀ, both operands of the
+// forward's first GEMM) or M/N (V as B of P·V; the transposed operands of the backward's dQ, dK
+// and dV GEMMs). 16-bit operands take either; descriptors above say how each is laid out.
+enum class Major : int { k = 0, mn = 1 };
+
 // accumulate = false overwrites D (the first k-step of a GEMM).
-template <int N, typename Element>
+template <int N, typename Element, Major kMajorA = Major::k, Major kMajorB = Major::k>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                        bool accumulate) {
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   static_assert(kBf16 || std::is_same_v<Element, __half>, "wgmma: bf16 or fp16 operands");
-#define HFA_CASE(W)                                                           \
-  if constexpr (N == W) {                                                     \
-    if constexpr (kBf16) wgmma_ss_m64n##W##k16_bf16(d, desc_a, desc_b, accumulate); \
-    else wgmma_ss_m64n##W##k16_f16(d, desc_a, desc_b, accumulate);            \
-    return;                                                                   \
+  constexpr int kA = int(kMajorA), kB = int(kMajorB);
+#define HFA_CASE(W)                                                                         \
+  if constexpr (N == W) {                                                                   \
+    if constexpr (kBf16) wgmma_ss_m64n##W##k16_bf16<kA, kB>(d, desc_a, desc_b, accumulate); \
+    else wgmma_ss_m64n##W##k16_f16<kA, kB>(d, desc_a, desc_b, accumulate);                  \
+    return;                                                                                 \
   }
   HFA_WGMMA_SS_WIDTHS(HFA_CASE)
 #undef HFA_CASE

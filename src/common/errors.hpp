@@ -1,4 +1,4 @@
-// Small helpers for building the Status values the API layer returns. Every rejection names
+// Small helpers for building Status values (the API layer and the backends). Every rejection names
 // the argument at fault first ("k: expected headdim 128 (as q), got 64"), so a user can find
 // the culprit without reading hfa's source.
 #pragma once

@@ -1,8 +1,9 @@
 // Softcap (Gemma 2, Grok): scores pass through c·tanh(s/c) before the softmax. The factor c is
-// folded into scale_log2 (params.hpp), so here a score only becomes tanh(s·softmax_scale/c).
+// folded into scale_log2 (fwd/params.hpp, bwd/params.hpp), so here a score only becomes
+// tanh(s·softmax_scale/c). The backward also needs the derivative, 1 − tanh².
 #pragma once
 
-namespace hfa::sm90::fwd {
+namespace hfa::sm90 {
 
 // tanh(x) = 1 − 2/(2^(2·log2(e)·x) + 1): one MUFU exp2 and one reciprocal, each within a few
 // ulp. tanh.approx.f32 would be one instruction but errs by up to 2^-11, which the factor c
@@ -19,4 +20,4 @@ __device__ __forceinline__ void apply_softcap(float (&s)[kAcc], float prescale) 
   }
 }
 
-}  // namespace hfa::sm90::fwd
+}  // namespace hfa::sm90

@@ -1,0 +1,52 @@
+// The head dims a call may have (the API accepts each of q/k and v from kSupportedHeadDims) and
+// the pairs the Hopper kernels are compiled for (kernel_list.def); every supported pair fits a
+// compiled one, which the static_assert below keeps true when either list changes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace hfa::detail {
+
+inline constexpr int32_t kSupportedHeadDims[] = {64, 96, 128, 192, 256};
+
+struct HeadDims {
+  int32_t qk, v;
+};
+
+inline constexpr HeadDims kCompiledHeadDims[] = {
+#define HFA_KERNEL_HEAD_DIMS(qk, v) {qk, v},
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_HEAD_DIMS
+};
+
+inline constexpr bool is_supported_head_dim(int64_t d) {
+  for (int32_t supported : kSupportedHeadDims)
+    if (d == supported) return true;
+  return false;
+}
+
+// The first compiled pair that holds both head dims (zero-padded), or null.
+inline constexpr const HeadDims* compiled_head_dims_for(int64_t qk, int64_t v) {
+  for (const HeadDims& dims : kCompiledHeadDims)
+    if (qk <= dims.qk && v <= dims.v) return &dims;
+  return nullptr;
+}
+
+inline constexpr bool every_supported_pair_is_compiled() {
+  for (int32_t qk : kSupportedHeadDims)
+    for (int32_t v : kSupportedHeadDims)
+      if (compiled_head_dims_for(qk, v) == nullptr) return false;
+  return true;
+}
+static_assert(every_supported_pair_is_compiled(),
+              "a supported head dim pair fits no compiled kernel (kernel_list.def)");
+
+// "64, 96, 128, 192, 256", for messages.
+inline std::string supported_head_dim_list() {
+  std::string list;
+  for (int32_t d : kSupportedHeadDims) list += (list.empty() ? "" : ", ") + std::to_string(d);
+  return list;
+}
+
+}  // namespace hfa::detail

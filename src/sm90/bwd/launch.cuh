@@ -1,0 +1,182 @@
+// Builds the backward's Params from a BackwardProblem and launches its kernels on the problem's
+// stream: preprocess, main kernel, postprocess, and the sinks' gradient when asked for.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "common/errors.hpp"
+#include "sm90/bwd/kernel.cuh"
+#include "sm90/bwd/launch.hpp"
+#include "sm90/bwd/postprocess.cuh"
+#include "sm90/bwd/preprocess.cuh"
+#include "sm90/common/launch.hpp"
+#include "sm90/common/math.hpp"
+
+namespace hfa::sm90::bwd {
+
+inline RowStrides row_strides(const detail::Strides& s) { return {s.batch, s.row, s.head}; }
+
+// The tensors read or written with 16-byte vector accesses (out, dout, dq) or 4-byte pairs (dk,
+// dv): their bases and row and head strides must allow it.
+inline Status check_alignment(const char* name, const void* data, const detail::Strides& s,
+                              std::size_t element, std::size_t alignment) {
+  const auto bytes = [&](int64_t stride) { return uint64_t(stride) * element; };
+  if (reinterpret_cast<uintptr_t>(data) % alignment != 0 || bytes(s.row) % alignment != 0 ||
+      bytes(s.head) % alignment != 0 || bytes(s.batch) % alignment != 0) {
+    return detail::not_supported(kFamily, ": ", name, " must be ", alignment,
+                         "-byte aligned, with row, head and batch strides in multiples of ",
+                         alignment, " bytes");
+  }
+  return Status::ok();
+}
+
+// Backward tiles are ordered within sections of (batch, kv head) pairs whose Q, dO and dQ
+// accumulator fit in half the L2 together.
+inline int kv_heads_per_section(const detail::ForwardProblem& p, std::size_t l2_bytes) {
+  const std::size_t per_kv_head = std::size_t(p.seqlen_q) * (p.heads_q / p.heads_kv) *
+                                  ((p.hdim_qk + p.hdim_v) * 2 + p.hdim_qk * sizeof(float));
+  return int(std::max<std::size_t>(1, l2_bytes / 2 / std::max<std::size_t>(1, per_kv_head)));
+}
+
+template <typename Config, typename Element>
+Status launch(const detail::BackwardProblem& problem, const LaunchContext& context) {
+  using Storage = SharedStorage<Config, Element>;
+  const detail::ForwardProblem& f = problem.fwd;
+  constexpr std::size_t kElement = sizeof(Element);
+  HFA_RETURN_IF_ERROR(check_alignment("out", f.out, f.out_stride, kElement, 16));
+  HFA_RETURN_IF_ERROR(check_alignment("dout", problem.dout, problem.dout_stride, kElement, 16));
+  HFA_RETURN_IF_ERROR(check_alignment("dq", problem.dq, problem.dq_stride, kElement, 16));
+  HFA_RETURN_IF_ERROR(check_alignment("dk", problem.dk, problem.dk_stride, kElement, 4));
+  HFA_RETURN_IF_ERROR(check_alignment("dv", problem.dv, problem.dv_stride, kElement, 4));
+  if (f.batch > 65535) return detail::not_supported(kFamily, ": batch ", f.batch, " (up to 65535 is)");
+
+  Params params{};
+  const bool varlen = f.is_varlen();
+  const int map_batches = varlen ? 1 : f.batch;
+  const int q_rows = varlen ? int(f.total_q) : f.seqlen_q;
+  const int k_rows = varlen ? int(f.total_k) : f.seqlen_k;
+  constexpr auto kDtype = tma_dtype<Element>();
+  const TileMapShape maps[4] = {
+      tile_map_shape<Element>(f.q, f.hdim_qk, q_rows, f.heads_q, map_batches, f.q_stride, varlen,
+                              Config::kBlockM),
+      tile_map_shape<Element>(f.k, f.hdim_qk, k_rows, f.heads_kv, map_batches, f.k_stride, varlen,
+                              Config::kBlockN),
+      tile_map_shape<Element>(f.v, f.hdim_v, k_rows, f.heads_kv, map_batches, f.v_stride, varlen,
+                              Config::kBlockN),
+      tile_map_shape<Element>(problem.dout, f.hdim_v, q_rows, f.heads_q, map_batches,
+                              problem.dout_stride, varlen, Config::kBlockM),
+  };
+  CUtensorMap* targets[4] = {&params.q_map, &params.k_map, &params.v_map, &params.do_map};
+  for (int i = 0; i < 4; ++i) HFA_RETURN_IF_ERROR(make_tile_map(targets[i], maps[i], kDtype));
+
+  params.out = f.out;
+  params.dout = problem.dout;
+  params.lse = f.lse;
+  params.out_stride = row_strides(f.out_stride);
+  params.dout_stride = row_strides(problem.dout_stride);
+  params.lse_batch_stride = f.lse_batch_stride;
+  params.lse_head_stride = f.lse_head_stride;
+  params.dq = problem.dq;
+  params.dk = problem.dk;
+  params.dv = problem.dv;
+  params.dq_stride = row_strides(problem.dq_stride);
+  params.dk_stride = row_strides(problem.dk_stride);
+  params.dv_stride = row_strides(problem.dv_stride);
+
+  const WorkspaceLayout layout = workspace_layout<Config::kBlockM, Config::kHeadDimQK>(problem);
+  auto* workspace = static_cast<uint8_t*>(f.workspace);
+  if (layout.bytes > 0 && (workspace == nullptr || f.workspace_bytes < layout.bytes ||
+                           reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlignment != 0)) {
+    return {Code::invalid_argument,
+            std::string("workspace: the GPU backward needs ") + std::to_string(layout.bytes) +
+                " bytes, " + std::to_string(kWorkspaceAlignment) + "-byte aligned"};
+  }
+  params.ws.lse_log2 = reinterpret_cast<float*>(workspace + layout.lse_offset);
+  params.ws.dpsum = reinterpret_cast<float*>(workspace + layout.dpsum_offset);
+  params.ws.dq_accum = reinterpret_cast<float*>(workspace + layout.dq_offset);
+  params.ws.dq_turns =
+      problem.deterministic ? reinterpret_cast<int32_t*>(workspace + layout.turns_offset) : nullptr;
+  params.ws.padded_rows = layout.padded_rows;
+
+  params.batch = f.batch;
+  params.heads_q = f.heads_q;
+  params.heads_kv = f.heads_kv;
+  params.heads_per_kv = f.heads_q / f.heads_kv;
+  params.seqlen_q = f.seqlen_q;
+  params.seqlen_k = f.seqlen_k;
+  params.hdim_qk = f.hdim_qk;
+  params.hdim_v = f.hdim_v;
+  params.cu_seqlens_q = f.cu_seqlens_q;
+  params.cu_seqlens_k = f.cu_seqlens_k;
+  params.seqused_q = f.seqused_q;
+  params.seqused_k = f.seqused_k;
+  params.window_left = clamp_window(f.window_left, f);
+  params.window_right = clamp_window(f.window_right, f);
+  if (f.softcap > 0.0f) {
+    params.softcap_prescale = f.softmax_scale / f.softcap;
+    params.scale_log2 = f.softcap * kLog2e;
+  } else {
+    params.softcap_prescale = 0.0f;
+    params.scale_log2 = f.softmax_scale * kLog2e;
+  }
+  params.softmax_scale = f.softmax_scale;
+  params.sinks = f.sinks;
+  params.dsinks = problem.dsinks;
+  params.num_m_blocks = (f.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
+  params.num_n_blocks = (f.seqlen_k + Config::kBlockN - 1) / Config::kBlockN;
+  params.num_tiles = params.num_n_blocks * f.heads_kv * f.batch;
+  params.kv_heads_per_section = kv_heads_per_section(f, context.l2_bytes);
+
+  const auto stream = static_cast<cudaStream_t>(f.stream);
+  const dim3 row_grid(params.num_m_blocks, f.heads_q, f.batch);
+  if (params.num_m_blocks > 0) {
+    preprocess_kernel<Config, Element><<<row_grid, kPrePostThreads, 0, stream>>>(params);
+    HFA_RETURN_IF_ERROR(launch_status(kFamily));
+  }
+  if (params.num_tiles > 0) {
+    constexpr auto kKernel = backward_kernel<Config, Element>;
+    constexpr int kSmem = kSharedBytes<Storage>;
+    HFA_RETURN_IF_ERROR(reserve_shared_memory<kKernel>(kFamily, kSmem, f.device.index));
+    kKernel<<<params.num_tiles, Config::kThreads, kSmem, stream>>>(params);
+    HFA_RETURN_IF_ERROR(launch_status(kFamily));
+  }
+  if (params.num_m_blocks > 0) {
+    postprocess_kernel<Config, Element><<<row_grid, kPrePostThreads, 0, stream>>>(params);
+    HFA_RETURN_IF_ERROR(launch_status(kFamily));
+  }
+  if (problem.dsinks != nullptr) {
+    sink_gradient_kernel<Config><<<f.heads_q, kPrePostThreads, 0, stream>>>(params);
+    HFA_RETURN_IF_ERROR(launch_status(kFamily));
+  }
+  return Status::ok();
+}
+
+template <int kHeadDimQK, int kHeadDimV, bool kWindowed, typename Element>
+Status launch_softcap_or_not(const detail::BackwardProblem& problem, const LaunchContext& context) {
+  if (problem.fwd.softcap > 0.0f) {
+    if constexpr (kHeadDimQK <= 64) {  // runs on the 128 configuration (head_dim_qk_to_run)
+      return {Code::internal, "sm90 backward: a softcapped head dim 64 reached its configuration"};
+    } else {
+      return launch<Config<kHeadDimQK, kHeadDimV, kWindowed, true>, Element>(problem, context);
+    }
+  }
+  return launch<Config<kHeadDimQK, kHeadDimV, kWindowed, false>, Element>(problem, context);
+}
+
+template <int kHeadDimQK, int kHeadDimV, typename Element>
+Status run_backward(const detail::BackwardProblem& problem, const LaunchContext& context) {
+  if (problem.fwd.has_window()) {
+    return launch_softcap_or_not<kHeadDimQK, kHeadDimV, true, Element>(problem, context);
+  }
+  return launch_softcap_or_not<kHeadDimQK, kHeadDimV, false, Element>(problem, context);
+}
+
+}  // namespace hfa::sm90::bwd
+
+// One translation unit per (head dims, element type).
+#define HFA_INSTANTIATE_BACKWARD(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT)                         \
+  template hfa::Status hfa::sm90::bwd::run_backward<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT>(     \
+      const hfa::detail::BackwardProblem&, const hfa::sm90::bwd::LaunchContext&);

@@ -1,0 +1,333 @@
+// A consumer warpgroup's work on one step — the CTA's key block against one query block — and
+// the dK, dV it accumulates over all steps (see tile_config.hpp for who computes what):
+//   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ                       (issued together)
+//   P = exp2(S·scale_log2 − LSE_log2)             (no max, no sum: the forward's LSE normalizes)
+//   dS = P ∘ (dP − D)   (× (1 − tanh²) under a softcap)
+//   dV += Pᵀ·dO,  dK += dSᵀ·Q                      (Pᵀ, dSᵀ from registers when keys split)
+//   dQ = dS·K over the block's keys                (dSᵀ of both warpgroups from shared memory)
+//   → the fp32 dQ tile in shared memory, which the writer warp adds into the workspace.
+// dQ goes out one 64 × 64 slab at a time, so at most 32 of its accumulators live at once.
+#pragma once
+
+#include "sm90/bwd/mask.cuh"
+#include "sm90/bwd/params.hpp"
+#include "sm90/bwd/scheduler.cuh"
+#include "sm90/bwd/shared_storage.cuh"
+#include "sm90/common/softcap.cuh"
+#include "sm90/ptx/fragment.cuh"
+#include "sm90/ptx/named_barrier.cuh"
+#include "sm90/ptx/tma.cuh"
+#include "sm90/ptx/wgmma.cuh"
+
+namespace hfa::sm90::bwd {
+
+template <typename Config, typename Element, int kWarpgroup>
+struct ConsumerMainloop {
+  using Storage = SharedStorage<Config, Element>;
+  using Dq = typename Storage::Dq;
+  static constexpr WarpgroupRole kRole = Config::role(kWarpgroup);
+  static constexpr int kSAcc = Config::kScoreColumns / 2;  // 64 × columns fp32 over 128 threads
+  static constexpr int kTanhAcc = Config::kSoftcap ? kSAcc : 1;  // 1 − tanh² of each score
+  static constexpr int kDkAcc = kRole.dk_count * kSlabColumns / 2;
+  static constexpr int kDvAcc = kRole.dv_count * kSlabColumns / 2;
+  static constexpr int kDqAcc = kSlabColumns / 2;
+  static constexpr int kKSteps = kSlabColumns / kMmaK;  // k16 steps inside one 128-byte slab
+  static constexpr uint32_t kKStepBytes = kMmaK * sizeof(Element);
+  static constexpr uint32_t kRowStepBytes = kMmaK * ptx::kSwizzleBytes;  // 16 rows of a tile
+  static constexpr uint32_t kBothWarpgroups = 2 * kThreadsPerWarpgroup;
+  // Keys split: this warpgroup's Sᵀ spans every query, so Pᵀ and dSᵀ are whole A operands of
+  // dV and dK in its registers. Head dims split: they meet in shared memory first.
+  static constexpr bool kScoresInRegisters = Config::kKeysSplit;
+  static_assert(kScoresInRegisters == (Config::kScoreColumns == Config::kBlockM));
+
+  const Params& p;
+  Storage& smem;
+  int thread;  // within the warpgroup
+  ptx::FragmentCoords at;
+  ptx::RingPosition<Config::kStagesQ> q_ring;
+  ptx::RingPosition<Config::kStagesDO> do_ring;
+  ptx::RingPosition<Config::kStagesScores> scores_ring;
+  ptx::RingPosition<Config::kStagesDq> dq_ring;
+
+  __device__ ConsumerMainloop(const Params& params, Storage& storage, int thread_in_warpgroup)
+      : p(params), smem(storage), thread(thread_in_warpgroup), at(ptx::fragment_coords(thread)) {}
+
+  // One lane per warp signals (arrival counts are 4 per warpgroup), once every lane of the warp
+  // is done with the buffer: the lanes read the LSE and D of a stage with ordinary loads, which
+  // the arriving lane's release does not order by itself.
+  __device__ __forceinline__ void release(ptx::Mbarrier& empty) {
+    __syncwarp();
+    if (thread % 32 == 0) empty.arrive();
+  }
+
+  // ---- GEMMs ---------------------------------------------------------------------------------
+
+  // acc = rows(key_row0..) · columns(query_col0..)ᵀ over `Slabs` slabs of both tiles (K-major).
+  template <typename RowTile, typename ColumnTile>
+  __device__ __forceinline__ void issue_transposed_scores(float (&acc)[kSAcc], const RowTile& rows,
+                                                          const ColumnTile& columns) {
+    static_assert(RowTile::kSlabs == ColumnTile::kSlabs);
+    const uint32_t a_base = ptx::smem_address(rows.data) + kRole.key_row0 * ptx::kSwizzleBytes;
+    const uint32_t b_base = ptx::smem_address(columns.data) + kRole.query_col0 * ptx::kSwizzleBytes;
+#pragma unroll
+    for (int slab = 0; slab < RowTile::kSlabs; ++slab) {
+#pragma unroll
+      for (int step = 0; step < kKSteps; ++step) {
+        const uint32_t offset = step * kKStepBytes;
+        const uint64_t a = ptx::kmajor_descriptor(a_base + slab * RowTile::kSlabBytes + offset);
+        const uint64_t b = ptx::kmajor_descriptor(b_base + slab * ColumnTile::kSlabBytes + offset);
+        ptx::mma_ss<Config::kScoreColumns, Element>(acc, a, b, slab > 0 || step > 0);
+      }
+    }
+  }
+
+  // acc(64 keys × slabs of `operand`) += scoresᵀ · operand, the reduction over the block's
+  // queries: scores from registers (packed A fragments) or from a shared Scores tile.
+  template <int kSlabCount, int kAcc, typename OperandTile>
+  __device__ __forceinline__ void issue_key_gradient(float (&acc)[kAcc],
+                                                     const uint32_t (&scores)[kSAcc / 2],
+                                                     const typename Storage::ScoresTile& shared,
+                                                     const OperandTile& operand, int first_slab) {
+    static_assert(kAcc == kSlabCount * kSlabColumns / 2);
+    const uint32_t b_base = ptx::smem_address(operand.data) + first_slab * OperandTile::kSlabBytes;
+    const uint32_t a_base = ptx::smem_address(shared.data) + kRole.key_row0 * ptx::kSwizzleBytes;
+#pragma unroll
+    for (int step = 0; step < Config::kBlockM / kMmaK; ++step) {
+      const uint64_t b = ptx::mnmajor_descriptor(b_base + step * kRowStepBytes, OperandTile::kSlabBytes);
+      if constexpr (kScoresInRegisters) {
+        const uint32_t a[4] = {scores[4 * step], scores[4 * step + 1], scores[4 * step + 2],
+                               scores[4 * step + 3]};
+        ptx::mma_rs<kSlabCount * kSlabColumns, Element>(acc, a, b, true);
+      } else {
+        const uint32_t slab = step / kKSteps, in_slab = step % kKSteps;
+        const uint64_t a = ptx::kmajor_descriptor(
+            a_base + slab * Storage::ScoresTile::kSlabBytes + in_slab * kKStepBytes);
+        ptx::mma_ss<kSlabCount * kSlabColumns, Element, ptx::Major::k, ptx::Major::mn>(acc, a, b, true);
+      }
+    }
+  }
+
+  // dq = dS(rows dq_row0..) · K(slab) over the block's keys; dS read from the dSᵀ tile, whose
+  // query columns make it MN-major, as K is (keys are its rows).
+  __device__ __forceinline__ void issue_dq(float (&dq)[kDqAcc], const typename Storage::ScoresTile& ds,
+                                           int slab) {
+    const uint32_t a_base = ptx::smem_address(ds.data) +
+                            kRole.dq_row0 / kSlabColumns * Storage::ScoresTile::kSlabBytes;
+    const uint32_t b_base = ptx::smem_address(smem.k.data) + slab * Storage::KTile::kSlabBytes;
+#pragma unroll
+    for (int step = 0; step < Config::kBlockN / kMmaK; ++step) {
+      const uint64_t a = ptx::mnmajor_descriptor(a_base + step * kRowStepBytes, Storage::ScoresTile::kSlabBytes);
+      const uint64_t b = ptx::mnmajor_descriptor(b_base + step * kRowStepBytes, Storage::KTile::kSlabBytes);
+      ptx::mma_ss<kSlabColumns, Element, ptx::Major::mn, ptx::Major::mn>(dq, a, b, step > 0);
+    }
+  }
+
+  // ---- Element-wise ----------------------------------------------------------------------------
+
+  // The thread's column pair j of the tile: queries query_col0 + 8j + column_pair, + 1.
+  __device__ __forceinline__ float2 column_pair(const float* per_query, int j) const {
+    return *reinterpret_cast<const float2*>(per_query + kRole.query_col0 + 8 * j + at.column_pair);
+  }
+
+  // Sᵀ → P in place; under a softcap, dtanh = 1 − tanh² (taken before masking: at −inf it
+  // would be NaN).
+  __device__ __forceinline__ void probabilities(float (&s)[kSAcc], float (&dtanh)[kTanhAcc],
+                                                const KeyTile& tile, int m_block, int stage) {
+    if constexpr (Config::kSoftcap) {
+      apply_softcap(s, p.softcap_prescale);
+#pragma unroll
+      for (int i = 0; i < kSAcc; ++i) dtanh[i] = fmaf(-s[i], s[i], 1.0f);
+    }
+    if (Scheduler<Config>::needs_mask(p, tile, m_block)) {
+      mask_scores<Config::kWindowed>(
+          s, tile.n_block * Config::kBlockN + kRole.key_row0 + at.row0,
+          m_block * Config::kBlockM + kRole.query_col0 + at.column_pair, tile.seq, p);
+    }
+    // A query past the sequence has LSE +inf (preprocess): P = 0 there without a test.
+#pragma unroll
+    for (int j = 0; j < kSAcc / 4; ++j) {
+      const float2 lse = column_pair(smem.lse_log2[stage], j);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float* e = s + 4 * j + 2 * half;
+        e[0] = exp2f(fmaf(e[0], p.scale_log2, -lse.x));
+        e[1] = exp2f(fmaf(e[1], p.scale_log2, -lse.y));
+      }
+    }
+  }
+
+  // dPᵀ → dSᵀ in place.
+  __device__ __forceinline__ void score_gradients(float (&dp)[kSAcc], const float (&prob)[kSAcc],
+                                                  const float (&dtanh)[kTanhAcc], int stage) {
+#pragma unroll
+    for (int j = 0; j < kSAcc / 4; ++j) {
+      const float2 d = column_pair(smem.dpsum[stage], j);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = 4 * j + 2 * half;
+        dp[i] = prob[i] * (dp[i] - d.x);
+        dp[i + 1] = prob[i + 1] * (dp[i + 1] - d.y);
+        if constexpr (Config::kSoftcap) {
+          dp[i] *= dtanh[i];
+          dp[i + 1] *= dtanh[i + 1];
+        }
+      }
+    }
+  }
+
+  // The warpgroup's part of a Scores tile: packed register i holds the pair (row half i % 2,
+  // columns 8·(i / 2) + column_pair, + 1) of accumulator_to_operand's packing.
+  __device__ __forceinline__ void store_scores(typename Storage::ScoresTile& tile,
+                                               const uint32_t (&packed)[kSAcc / 2]) {
+    uint8_t* base = reinterpret_cast<uint8_t*>(tile.data);
+#pragma unroll
+    for (int i = 0; i < kSAcc / 2; ++i) {
+      const int row = kRole.key_row0 + at.row0 + 8 * (i % 2);
+      const int column = kRole.query_col0 + 8 * (i / 2) + at.column_pair;
+      *reinterpret_cast<uint32_t*>(base + Storage::ScoresTile::offset(row, column)) = packed[i];
+    }
+  }
+
+  // dQ slab → its 64 × 64 part of the shared dQ tile, in accumulator order (workspace.hpp).
+  __device__ __forceinline__ void store_dq(const float (&dq)[kDqAcc], int slab) {
+    float4* part = reinterpret_cast<float4*>(smem.dq[dq_ring.stage] +
+                                             Dq::part(kRole.dq_row0 / kRowsPerWarpgroup, slab));
+#pragma unroll
+    for (int group = 0; group < kDqAcc / 4; ++group) {
+      part[group * kThreadsPerWarpgroup + thread] =
+          make_float4(dq[4 * group], dq[4 * group + 1], dq[4 * group + 2], dq[4 * group + 3]);
+    }
+  }
+
+  // ---- The step ------------------------------------------------------------------------------
+
+  // Rows [valid_rows, kRows) of a tile to zeros, shared among both consumer warpgroups (the
+  // caller syncs them after): rows past a sequence's used length (seqused) may hold anything,
+  // NaN included, and a GEMM would multiply them by the zero probabilities (0 · NaN = NaN).
+  template <typename Tile>
+  __device__ __forceinline__ static void zero_rows(Tile& tile, int valid_rows, int thread_in_both) {
+    constexpr int kChunks = ptx::kSwizzleBytes / 16;  // 16-byte pieces of a slab row
+    const int rows = Tile::kRowCount - max(valid_rows, 0);
+    uint8_t* base = reinterpret_cast<uint8_t*>(tile.data);
+    for (int i = thread_in_both; i < rows * Tile::kSlabs * kChunks; i += kBothWarpgroups) {
+      const int row = Tile::kRowCount - rows + i / (Tile::kSlabs * kChunks);
+      const int slab = i / kChunks % Tile::kSlabs, chunk = i % kChunks;
+      *reinterpret_cast<uint4*>(base + slab * Tile::kSlabBytes + row * ptx::kSwizzleBytes + chunk * 16) =
+          make_uint4(0, 0, 0, 0);
+    }
+  }
+
+  __device__ __forceinline__ void zero_padding_and_sync() {
+    ptx::fence_proxy_async_smem();  // wgmma (async proxy) reads the zeros
+    ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::padding_zeroed), kBothWarpgroups);
+  }
+
+  // K and V rows past the used keys (seqused_k) to zeros, once, before any step reads them.
+  __device__ void zero_key_padding(const KeyTile& tile) {
+    const int valid = tile.seq.seqlen_k - tile.n_block * Config::kBlockN;
+    if (p.seqused_k == nullptr || valid >= Config::kBlockN) return;
+    const int t = kWarpgroup * kThreadsPerWarpgroup + thread;
+    zero_rows(smem.k, valid, t);
+    zero_rows(smem.v, valid, t);
+    zero_padding_and_sync();
+  }
+
+  // The Pᵀ tile of a stage: its own when the warpgroups share P, else dSᵀ's (never read).
+  __device__ __forceinline__ typename Storage::ScoresTile& prob_tile(int stage) {
+    if constexpr (kScoresInRegisters) return smem.ds[stage];
+    else return smem.p[stage];
+  }
+
+  __device__ void step(const KeyTile& tile, int m_block, float (&dk)[kDkAcc], float (&dv)[kDvAcc]) {
+    const int q_stage = q_ring.stage, do_stage = do_ring.stage, scores_stage = scores_ring.stage;
+    float s[kSAcc], dp[kSAcc], dtanh[kTanhAcc];
+
+    smem.q_full[q_stage].wait(q_ring.phase);
+    const int valid_queries = tile.seq.seqlen_q - m_block * Config::kBlockM;
+    const bool padded = p.seqused_q != nullptr && valid_queries < Config::kBlockM;
+    if (padded) {
+      smem.do_full[do_stage].wait(do_ring.phase);
+      const int t = kWarpgroup * kThreadsPerWarpgroup + thread;
+      zero_rows(smem.q[q_stage], valid_queries, t);
+      zero_rows(smem.dout[do_stage], valid_queries, t);
+      zero_padding_and_sync();
+    }
+    ptx::fence_operands(s);
+    ptx::fence_operands(dp);
+    ptx::fence();
+    issue_transposed_scores(s, smem.k, smem.q[q_stage]);
+    ptx::commit_group();
+    smem.do_full[do_stage].wait(do_ring.phase);
+    issue_transposed_scores(dp, smem.v, smem.dout[do_stage]);
+    ptx::commit_group();
+    ptx::wait_group<1>();
+    ptx::fence_operands(s);
+    probabilities(s, dtanh, tile, m_block, q_stage);
+    ptx::wait_group<0>();
+    ptx::fence_operands(dp);
+    score_gradients(dp, s, dtanh, do_stage);
+
+    uint32_t prob[kSAcc / 2], grad[kSAcc / 2];
+    ptx::accumulator_to_operand<Element>(s, prob);
+    ptx::accumulator_to_operand<Element>(dp, grad);
+    typename Storage::ScoresTile& ds_tile = smem.ds[scores_stage];
+    store_scores(ds_tile, grad);
+    if constexpr (!kScoresInRegisters) store_scores(prob_tile(scores_stage), prob);
+    ptx::fence_proxy_async_smem();  // the tiles are read by wgmma (async proxy) next
+
+    // dV first, from registers before the other warpgroup's scores are in; from the shared
+    // tiles after them.
+    auto issue_dv = [&] {
+      ptx::fence_operands(dv);
+      ptx::fence_operands(prob);
+      ptx::fence();
+      issue_key_gradient<kRole.dv_count>(dv, prob, prob_tile(scores_stage), smem.dout[do_stage],
+                                         kRole.dv_first);
+      ptx::commit_group();
+    };
+    if constexpr (kScoresInRegisters) issue_dv();
+    ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::scores_shared), kBothWarpgroups);
+    if constexpr (!kScoresInRegisters) issue_dv();
+
+    float dq[kDqAcc];
+    ptx::fence_operands(dq);
+    ptx::fence_operands(dk);
+    ptx::fence_operands(grad);
+    ptx::fence();
+    issue_dq(dq, ds_tile, kRole.dq_first);
+    ptx::commit_group();
+    issue_key_gradient<kRole.dk_count>(dk, grad, ds_tile, smem.q[q_stage], kRole.dk_first);
+    ptx::commit_group();
+    ptx::wait_group<1>();  // dV and the first dQ slab are done; dK may still run
+    ptx::fence_operands(dv);
+    ptx::fence_operands(prob);
+    ptx::fence_operands(dq);
+    release(smem.do_empty[do_stage]);
+    do_ring.advance();
+
+    smem.dq_empty[dq_ring.stage].wait(dq_ring.phase ^ 1);  // the writer has read this tile's last use
+    store_dq(dq, kRole.dq_first);
+#pragma unroll
+    for (int j = 1; j < kRole.dq_count; ++j) {
+      ptx::fence_operands(dq);
+      ptx::fence();
+      issue_dq(dq, ds_tile, kRole.dq_first + j);
+      ptx::commit_group();
+      ptx::wait_group<0>();
+      ptx::fence_operands(dq);
+      store_dq(dq, kRole.dq_first + j);
+    }
+    ptx::fence_proxy_async_smem();  // the writer's bulk add reads the tile (async proxy)
+    release(smem.dq_full[dq_ring.stage]);
+    dq_ring.advance();
+
+    ptx::wait_group<0>();
+    ptx::fence_operands(dk);
+    ptx::fence_operands(grad);
+    release(smem.q_empty[q_stage]);
+    q_ring.advance();
+    scores_ring.advance();
+  }
+};
+
+}  // namespace hfa::sm90::bwd

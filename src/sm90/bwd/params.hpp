@@ -1,0 +1,77 @@
+// What the backward's kernels receive: TMA maps of q, k, v and dout, the tensors they read and
+// write directly, the workspace, and the problem's scalars. One struct for the three launches
+// (preprocess, main, postprocess); each reads its part.
+#pragma once
+
+#include <cstdint>
+#include <cuda.h>
+
+namespace hfa::sm90::bwd {
+
+struct RowStrides {
+  int64_t batch, row, head;  // elements; varlen tensors have batch 0 and absolute rows
+};
+
+// The workspace (workspace.hpp): per (batch, query head) a run of padded rows — a multiple of
+// kBlockM, so that every query block of a sequence is one aligned chunk — holding the LSE in
+// log2 units, D = rowsum(dO∘O), and dQ's fp32 accumulator (kBlockM × headdim_qk floats a chunk,
+// in the order of workspace.hpp's DqChunk); and one turn counter a chunk (deterministic).
+struct Workspace {
+  float* lse_log2;
+  float* dpsum;
+  float* dq_accum;
+  int32_t* dq_turns;  // null unless deterministic
+  int64_t padded_rows;  // fixed length: rows of one (batch, head) run; varlen: of one head's run
+};
+
+struct Params {
+  // Boxes of 64 dims × kBlockM (q, dout) or kBlockN (k, v) rows of one (head, batch): rank 4
+  // (dim, row, head, batch).
+  CUtensorMap q_map;
+  CUtensorMap k_map;
+  CUtensorMap v_map;
+  CUtensorMap do_map;
+
+  const void* out;
+  const void* dout;
+  const float* lse;  // the forward's, natural log
+  RowStrides out_stride, dout_stride;
+  int64_t lse_batch_stride, lse_head_stride;  // varlen: batch stride 0, rows from cu_seqlens_q
+  void* dq;
+  void* dk;
+  void* dv;
+  RowStrides dq_stride, dk_stride, dv_stride;
+
+  Workspace ws;
+
+  int32_t batch;
+  int32_t heads_q;
+  int32_t heads_kv;
+  int32_t heads_per_kv;  // GQA group: a CTA walks every query head of its kv head's group
+  int32_t seqlen_q;      // varlen: the longest sequence's
+  int32_t seqlen_k;
+  int32_t hdim_qk;       // columns of dq, dk to store (fewer than the kernel's when padded)
+  int32_t hdim_v;
+  const int32_t* cu_seqlens_q;  // see common/sequence.cuh
+  const int32_t* cu_seqlens_k;
+  const int32_t* seqused_q;
+  const int32_t* seqused_k;
+  int32_t window_left;   // bottom-right aligned, −1 = unbounded (common/window.cuh)
+  int32_t window_right;
+
+  // P = exp2(s·scale_log2 − lse_log2); with a softcap c, s is first tanh(s·softcap_prescale)
+  // (as in the forward, fwd/params.hpp). dQ and dK are scaled by softmax_scale at the end.
+  float scale_log2;
+  float softcap_prescale;
+  float softmax_scale;
+
+  const float* sinks;  // (heads_q) or null
+  float* dsinks;       // (heads_q) or null
+
+  int32_t num_m_blocks;  // of the longest sequence (preprocess, postprocess grids)
+  int32_t num_n_blocks;
+  int32_t num_tiles;     // num_n_blocks · heads_kv · batch
+  int32_t kv_heads_per_section;  // windowed tile order: (batch, kv head) pairs whose Q, dO share L2
+};
+
+}  // namespace hfa::sm90::bwd

@@ -1,0 +1,127 @@
+// The producer warpgroup's two working threads, which walk the same (query head, query block)
+// steps as the consumers:
+//   the loader (warp 0) brings the CTA's K and V block once, then keeps the Q ring (each stage
+//     with its block's LSE) and the dO ring (with D) full with TMA;
+//   the dQ writer (warp 1) adds each step's fp32 dQ tile into the workspace accumulator with one
+//     bulk reduce-add, in turn order when deterministic.
+#pragma once
+
+#include "sm90/bwd/params.hpp"
+#include "sm90/bwd/scheduler.cuh"
+#include "sm90/bwd/shared_storage.cuh"
+#include "sm90/bwd/workspace.hpp"
+#include "sm90/ptx/flag.cuh"
+#include "sm90/ptx/tma.cuh"
+
+namespace hfa::sm90::bwd {
+
+// The steps of a CTA in walk order: every query head of the kv head's group, each over the
+// query blocks that see the tile's keys (in the scheduler's order).
+// One flat loop: a nest of two kept more values alive across the walk than the consumers'
+// registers hold (ptxas spilled them).
+template <typename Config, typename Visit>
+__device__ __forceinline__ void for_each_step(const Params& p, const KeyTile& tile,
+                                              const BlockRange& blocks, Visit&& visit) {
+  const int steps = p.heads_per_kv * blocks.count();
+  int head = tile.kv_head * p.heads_per_kv, i = 0;
+  for (int step = 0; step < steps; ++step) {
+    visit(head, Scheduler<Config>::query_block(p, tile, blocks, i));
+    if (++i == blocks.count()) i = 0, ++head;
+  }
+}
+
+template <typename Config, typename Element>
+struct Loader {
+  using Storage = SharedStorage<Config, Element>;
+  static constexpr int kKVSlabElements = Config::kBlockN * kSlabColumns;
+  static constexpr int kQSlabElements = Config::kBlockM * kSlabColumns;
+  static constexpr uint32_t kStatBytes = Config::kBlockM * sizeof(float);
+
+  const Params& p;
+  Storage& smem;
+
+  template <typename Tile>
+  __device__ __forceinline__ void load_rows(Tile& tile, const CUtensorMap* map, ptx::Mbarrier* full,
+                                            int first_row, int head, int map_batch,
+                                            ptx::CacheHint hint) {
+#pragma unroll
+    for (int slab = 0; slab < Tile::kSlabs; ++slab) {
+      ptx::load_4d(tile.data + slab * Tile::kRowCount * kSlabColumns, map, full,
+                   slab * kSlabColumns, first_row, head, map_batch, hint);
+    }
+  }
+
+  __device__ void run(const KeyTile& tile, const BlockRange& blocks) {
+    // K and V are read by this CTA alone; Q and dO by every CTA of the head (keep them in L2).
+    const int first_key = tile.seq.k_offset + tile.n_block * Config::kBlockN;
+    smem.kv_full.arrive_expect_tx(Storage::KTile::kBytes + Storage::VTile::kBytes);
+    load_rows(smem.k, &p.k_map, &smem.kv_full, first_key, tile.kv_head, tile.seq.map_batch,
+              ptx::CacheHint::evict_first);
+    load_rows(smem.v, &p.v_map, &smem.kv_full, first_key, tile.kv_head, tile.seq.map_batch,
+              ptx::CacheHint::evict_first);
+
+    ptx::RingPosition<Config::kStagesQ> q_ring;
+    ptx::RingPosition<Config::kStagesDO> do_ring;
+    for_each_step<Config>(p, tile, blocks, [&](int head, int m) {
+      const int first_query = tile.seq.q_offset + m * Config::kBlockM;
+      const int64_t stats = workspace_row<Config::kBlockM>(p, tile.batch, head) + m * Config::kBlockM;
+      smem.q_empty[q_ring.stage].wait(q_ring.phase ^ 1);
+      ptx::Mbarrier* q_full = &smem.q_full[q_ring.stage];
+      q_full->arrive_expect_tx(Storage::QTile::kBytes + kStatBytes);
+      load_rows(smem.q[q_ring.stage], &p.q_map, q_full, first_query, head, tile.seq.map_batch,
+                ptx::CacheHint::evict_last);
+      ptx::load_1d(smem.lse_log2[q_ring.stage], p.ws.lse_log2 + stats, kStatBytes, q_full,
+                   ptx::CacheHint::evict_last);
+      q_ring.advance();
+
+      smem.do_empty[do_ring.stage].wait(do_ring.phase ^ 1);
+      ptx::Mbarrier* do_full = &smem.do_full[do_ring.stage];
+      do_full->arrive_expect_tx(Storage::DOTile::kBytes + kStatBytes);
+      load_rows(smem.dout[do_ring.stage], &p.do_map, do_full, first_query, head,
+                tile.seq.map_batch, ptx::CacheHint::evict_last);
+      ptx::load_1d(smem.dpsum[do_ring.stage], p.ws.dpsum + stats, kStatBytes, do_full,
+                   ptx::CacheHint::evict_last);
+      do_ring.advance();
+    });
+  }
+};
+
+template <typename Config, typename Element>
+struct DqWriter {
+  using Storage = SharedStorage<Config, Element>;
+  using Dq = typename Storage::Dq;
+
+  const Params& p;
+  Storage& smem;
+
+  __device__ void run(const KeyTile& tile, const BlockRange& blocks) {
+    ptx::RingPosition<Config::kStagesDq> ring;
+    for_each_step<Config>(p, tile, blocks, [&](int head, int m) {
+      const int64_t chunk = workspace_row<Config::kBlockM>(p, tile.batch, head) / Config::kBlockM + m;
+      float* accumulator = p.ws.dq_accum + chunk * Dq::kFloats;
+      const float* tile_dq = smem.dq[ring.stage];
+      smem.dq_full[ring.stage].wait(ring.phase);
+      if (p.ws.dq_turns != nullptr) {
+        // Deterministic: the key blocks of query block m add in turn (Scheduler::turn). Wait
+        // for ours, add, wait until the adds have landed (not only read shared memory), pass
+        // the turn on.
+        int32_t* turns = p.ws.dq_turns + chunk;
+        ptx::wait_flag(turns, Scheduler<Config>::turn(p, tile, m));
+        ptx::fence_proxy_async_global();
+        ptx::reduce_add_1d(accumulator, tile_dq, Dq::kBytes);
+        ptx::store_commit_group();
+        ptx::store_wait_all();
+        ptx::fence_proxy_async_global();
+        ptx::pass_flag(turns);
+      } else {
+        ptx::reduce_add_1d(accumulator, tile_dq, Dq::kBytes);
+        ptx::store_commit_group();
+        ptx::store_wait_read();
+      }
+      smem.dq_empty[ring.stage].arrive();
+      ring.advance();
+    });
+  }
+};
+
+}  // namespace hfa::sm90::bwd

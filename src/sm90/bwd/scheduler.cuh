@@ -1,0 +1,79 @@
+// Which key block a CTA owns, and which query blocks it walks. One CTA per tile (no persistent
+// loop: every CTA keeps its K/V block and dK/dV accumulators for its whole life).
+#pragma once
+
+#include "sm90/bwd/params.hpp"
+#include "sm90/common/sequence.cuh"
+#include "sm90/common/tile_order.cuh"
+#include "sm90/common/window.cuh"
+
+namespace hfa::sm90::bwd {
+
+struct KeyTile {
+  int n_block;  // which kBlockN keys of the sequence
+  int kv_head;  // the CTA walks the queries of every query head of this kv head's GQA group
+  int batch;
+  Sequence seq;
+  int allocated_k;  // keys the sequence has in k, v, dk, dv (seq.seqlen_k of them used)
+};
+
+template <typename Config>
+struct Scheduler {
+  // Tile order (tile_order.cuh), in launch order since the grid is one CTA a tile: no window,
+  // n_block fastest (the CTAs running together stream one head's Q and dO through L2).
+  // Windowed, within sections of (batch, kv head) pairs: n_block ascending, so that under a
+  // causal mask the first key blocks, which see the most queries, go first (LPT) — except in
+  // the deterministic mode, where it descends (see turn).
+  static __device__ __forceinline__ KeyTile tile(const Params& p, int index) {
+    TilePosition at;
+    if constexpr (Config::kWindowed) {
+      at = sectioned_ranks(index, p.num_n_blocks, p.heads_kv * p.batch, p.kv_heads_per_section);
+      if (p.ws.dq_turns != nullptr) at.rank = p.num_n_blocks - 1 - at.rank;
+    } else {
+      at = blocks_fastest(index, p.num_n_blocks);
+    }
+    const int batch = at.pair / p.heads_kv;
+    return {at.rank, at.pair % p.heads_kv, batch, sequence_of(p, batch), allocated_keys(p, batch)};
+  }
+
+  // The query blocks that see the tile's keys (empty past the used keys).
+  static __device__ __forceinline__ BlockRange query_range(const Params& p, const KeyTile& t) {
+    return query_blocks<Config::kBlockM, Config::kWindowed>(p, t.seq, t.n_block * Config::kBlockN,
+                                                           Config::kBlockN);
+  }
+
+  // The i-th query block of the walk. Unordered adds (the default) rotate the walk by the key
+  // block, so that the CTAs of a head do not all add into the same dQ chunk at once (L2
+  // serializes atomics on one line); a window already staggers where they start.
+  static __device__ __forceinline__ int query_block(const Params& p, const KeyTile& t,
+                                                    const BlockRange& blocks, int i) {
+    if (Config::kWindowed || p.ws.dq_turns != nullptr) return blocks.begin + i;
+    const int rotation = t.n_block * (Config::kBlockN / Config::kBlockM);
+    return blocks.begin + (i + rotation) % blocks.count();
+  }
+
+  // Deterministic dQ: the key blocks that see query block m add their partials in a fixed order;
+  // this tile's place in it. No window: n_block ascending (every tile walks m from the first
+  // block, and tiles launch in that order). Windowed: descending, the shortest-processing-time
+  // order — each tile walks m up from its diagonal, so the highest key block reaches m first —
+  // and tiles launch in that order too, so a tile only ever waits for one dispatched before it.
+  static __device__ __forceinline__ int turn(const Params& p, const KeyTile& t, int m_block) {
+    const int first_query = m_block * Config::kBlockM;
+    const int last_query = min(first_query + Config::kBlockM, t.seq.seqlen_q) - 1;
+    const BlockRange keys =
+        key_blocks<Config::kBlockN, Config::kWindowed>(p, t.seq, first_query, last_query);
+    return Config::kWindowed ? keys.end - 1 - t.n_block : t.n_block - keys.begin;
+  }
+
+  // Whether the scores of (this tile, query block m) need the mask: keys past seqlen_k or cut
+  // by the window for some query of the block.
+  static __device__ __forceinline__ bool needs_mask(const Params& p, const KeyTile& t, int m_block) {
+    const int first_key = t.n_block * Config::kBlockN;
+    const int last_key = first_key + Config::kBlockN - 1;
+    if constexpr (!Config::kWindowed) return last_key >= t.seq.seqlen_k;
+    return block_needs_mask(p, t.seq, m_block * Config::kBlockM,
+                            (m_block + 1) * Config::kBlockM - 1, first_key, last_key);
+  }
+};
+
+}  // namespace hfa::sm90::bwd

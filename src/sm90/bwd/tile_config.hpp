@@ -1,0 +1,114 @@
+// Tile shapes and the CTA's division of labour for each backward configuration.
+//
+// A CTA owns one block of kBlockN keys (K and V stay in shared memory) and walks the blocks of
+// kBlockM queries that see it. Per query block it recomputes the scores transposed,
+// Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (keys as the wgmma M), so that Pᵀ and dSᵀ come out with keys as
+// rows: the A operand of dV += Pᵀ·dO and dK += dSᵀ·Q. dQ = dS·K reads dSᵀ from shared memory,
+// and its fp32 partial is added into a workspace accumulator.
+//
+// Two consumer warpgroups divide each step one of two ways:
+//   keys split (head dims ≤ 128): each warpgroup its own 64 keys against all kBlockM queries, so
+//     its Pᵀ and dSᵀ span the whole reduction of dV and dK and feed them from registers, and its
+//     dK, dV accumulators (64 keys × the whole head dims) stay in registers across the walk;
+//   head dims split (192, 256): 64 keys, and 64 × (dqk + dv) accumulators would not fit one
+//     warpgroup's registers, so each warpgroup takes half the queries of Sᵀ and dPᵀ, both halves
+//     meet in shared memory, and each warpgroup accumulates its share of the 64-column slabs of
+//     dK and dV (and computes its share of dQ's).
+#pragma once
+
+#include "sm90/common/wgmma_shape.hpp"
+
+// Tuning switches, overridable at build time for experiments (-D...).
+#ifndef HFA_SM90_BWD_DQ_STAGES_D128
+#define HFA_SM90_BWD_DQ_STAGES_D128 2
+#endif
+
+namespace hfa::sm90::bwd {
+
+// What one consumer warpgroup computes of a step. Slab runs are [first, first + count) of
+// 64-column slabs; rows and columns count from the block's first key or query.
+struct WarpgroupRole {
+  int key_row0;     // its 64 rows (keys) of Sᵀ and dPᵀ
+  int query_col0;   // its first query column of Sᵀ and dPᵀ (it has kScoreColumns of them)
+  int dk_first, dk_count;  // dK and dV: rows key_row0 .. + 63, these slabs of the head dims
+  int dv_first, dv_count;
+  int dq_row0;             // dQ: rows dq_row0 .. + 63 of the query block, these slabs of dqk
+  int dq_first, dq_count;
+};
+
+template <int kHeadDimQK_, int kHeadDimV_, bool kWindowed_, bool kSoftcap_>
+struct TileConfig {
+  static constexpr int kHeadDimQK = kHeadDimQK_;
+  static constexpr int kHeadDimV = kHeadDimV_;
+  static constexpr bool kWindowed = kWindowed_;
+  static constexpr bool kSoftcap = kSoftcap_;
+  static constexpr int kSlabsQK = kHeadDimQK / kSlabColumns;
+  static constexpr int kSlabsV = kHeadDimV / kSlabColumns;
+  static_assert(kHeadDimQK % kSlabColumns == 0 && kHeadDimV % kSlabColumns == 0);
+  static_assert(kHeadDimQK <= 256 && kHeadDimV <= 256, "no backward tile for this head dim");
+
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kThreads = kThreadsPerWarpgroup * (kConsumerWarpgroups + 1);
+  static constexpr bool kKeysSplit = kHeadDimQK <= 128 && kHeadDimV <= 128;
+
+  // Keys split: 2 × 64 keys. Queries: 128 at hdim 64, where a step's GEMMs are short and S, dP
+  // (64 registers each) still fit beside dK, dV (32 each); 64 at hdim 128 (dK, dV take 128
+  // registers). Head dims split: 64 × 64, the tile whose accumulators fit at hdim 256 (dK, dV
+  // 128 registers, Sᵀ and dPᵀ 16 each, a dQ slab 32).
+  static constexpr int kBlockN = kKeysSplit ? kConsumerWarpgroups * kRowsPerWarpgroup : kRowsPerWarpgroup;
+  static constexpr int kBlockM = kKeysSplit && kHeadDimQK <= 64 ? 2 * kRowsPerWarpgroup : kRowsPerWarpgroup;
+  static constexpr int kScoreColumns = kKeysSplit ? kBlockM : kBlockM / kConsumerWarpgroups;
+
+  // Shared memory (≤ 227 KB): K, V, Q and dO stages, Pᵀ (head dims split only) and dSᵀ stages,
+  // the fp32 dQ tile. hdim 128: 32 + 32 + 2·16 + 2·16 + 2·16 + 32 = 192 KB; hdim 64: 16 + 16 +
+  // 2·16 + 2·16 + 2·32 + 32 = 192 KB; 192/192: 24 + 24 + 2·24 + 2·24 + 2·8 + 2·8 + 48 = 224 KB.
+  // hdim 256 keeps one Q and one dO stage (32 + 32 + 32 + 32 + 16 + 16 + 64 = 224 KB).
+  static constexpr int kStagesQ = kHeadDimQK == 256 ? 1 : 2;
+  static constexpr int kStagesDO = kHeadDimQK == 256 ? 1 : 2;
+  // Two Pᵀ/dSᵀ stages: a warpgroup writes the next step's while the other may still read this
+  // one's in its dQ GEMM, and one barrier a step (scores_shared) orders both uses.
+  static constexpr int kStagesScores = 2;
+  // dQ tiles for the writer warp: two where shared memory has room (hdim 128: 192 + 32 KB), so
+  // a step's dQ need not wait for the bulk add of the last one to have read its tile.
+  static constexpr int kStagesDq = kKeysSplit && kBlockM == kRowsPerWarpgroup ? HFA_SM90_BWD_DQ_STAGES_D128 : 1;
+
+  // setmaxnreg: the producer warpgroup (a TMA warp and the dQ writer warp) gives back all but
+  // 24; the consumers take 240. Balanced against the launch allocation of 168 registers a
+  // thread at 384 threads: 128·(168 − 24) = 256·(240 − 168).
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+  static_assert((kLaunchRegisters - kProducerRegisters) * kThreadsPerWarpgroup >=
+                    (kConsumerRegisters - kLaunchRegisters) * kThreadsPerWarpgroup *
+                        kConsumerWarpgroups,
+                "setmaxnreg: consumers would claim registers the producer never gave back");
+
+  static constexpr WarpgroupRole role(int w) {
+    if constexpr (kKeysSplit) {
+      // dQ: two 64-row halves of a 128-query block, or the two slabs of a 64-query one.
+      const bool rows_split = kBlockM == 2 * kRowsPerWarpgroup;
+      const int dq_count = rows_split ? kSlabsQK : kSlabsQK / 2;
+      return {kRowsPerWarpgroup * w, 0,           0, kSlabsQK, 0, kSlabsV,
+              rows_split ? kRowsPerWarpgroup * w : 0, rows_split ? 0 : dq_count * w, dq_count};
+    } else {
+      // dK: warpgroup 0 the first ceil(slabs / 2). dV: an odd count gives its larger share to
+      // warpgroup 1, which has the smaller dK share. dQ: the larger share to the warpgroup with
+      // less dK + dV work.
+      const int dk0 = (kSlabsQK + 1) / 2;
+      const int dv1 = (kSlabsV + 1) / 2;
+      const int load0 = dk0 + (kSlabsV - dv1), load1 = (kSlabsQK - dk0) + dv1;
+      const int dq_more = (kSlabsQK + 1) / 2;
+      const int dq0 = load0 <= load1 ? dq_more : kSlabsQK - dq_more;
+      if (w == 0) return {0, 0, 0, dk0, dv1, kSlabsV - dv1, 0, 0, dq0};
+      return {0, kScoreColumns, dk0, kSlabsQK - dk0, 0, dv1, 0, dq0, kSlabsQK - dq0};
+    }
+  }
+
+  static_assert(kBlockN % kMmaK == 0 && kBlockM % kMmaK == 0 && kScoreColumns % 16 == 0);
+  static_assert(kKeysSplit || kBlockM / kConsumerWarpgroups == kScoreColumns);
+  static_assert(kKeysSplit || kBlockM == kRowsPerWarpgroup, "head dims split: one 64-row dQ tile");
+  static_assert(!kKeysSplit || kBlockM == 2 * kRowsPerWarpgroup || kSlabsQK % 2 == 0,
+                "keys split with 64 queries: dQ's slabs split evenly");
+};
+
+}  // namespace hfa::sm90::bwd

@@ -1,0 +1,75 @@
+// Host side of every sm90 launch: TMA map shapes of attention tensors, the shared-memory opt-in,
+// and CUDA errors as a Status that names the kernel family.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "common/problem.hpp"
+#include "sm90/tma_descriptor.hpp"
+
+namespace hfa::sm90 {
+
+inline Status cuda_status(const char* family, const char* what, cudaError_t error) {
+  return {Code::cuda, std::string(family) + ": " + what + ": " + cudaGetErrorString(error)};
+}
+
+template <typename Element>
+constexpr CUtensorMapDataType tma_dtype() {
+  static_assert(std::is_same_v<Element, __nv_bfloat16> || std::is_same_v<Element, __half>);
+  return std::is_same_v<Element, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+}
+
+// Shape of one (batch, row, head, dim) attention tensor as a (dim, row, head, batch) tile map.
+// Varlen tensors are (total, head, dim): one batch of `rows` = total rows, whose batch stride
+// is never stepped over but must be valid for TMA (a multiple of 16 bytes).
+template <typename Element>
+TileMapShape tile_map_shape(const void* base, int dim, int rows, int heads, int batch,
+                            detail::Strides strides, bool varlen, int box_rows) {
+  constexpr uint64_t kBytes = sizeof(Element);
+  if (varlen) strides.batch = strides.row * rows;
+  return {base,
+          {uint64_t(dim), uint64_t(rows), uint64_t(heads), uint64_t(batch)},
+          {uint64_t(strides.row) * kBytes, uint64_t(strides.head) * kBytes,
+           uint64_t(strides.batch) * kBytes},
+          uint32_t(box_rows)};
+}
+
+// The window as kernels take it: −1 (unbounded) or at most the longest possible reach, so that
+// row ± window cannot overflow.
+inline int32_t clamp_window(int32_t window, const detail::ForwardProblem& problem) {
+  return window < 0 ? -1 : std::min(window, problem.seqlen_q + problem.seqlen_k);
+}
+
+// A kernel that takes more than 48 KB of shared memory must opt in, once per device.
+template <auto kKernel>
+Status reserve_shared_memory(const char* family, int bytes, int device) {
+  static std::atomic<uint64_t> reserved_on_device{0};
+  const uint64_t device_bit = uint64_t(1) << (device % 64);
+  if (reserved_on_device.load(std::memory_order_relaxed) & device_bit) return Status::ok();
+  if (cudaError_t error =
+          cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      error != cudaSuccess) {
+    return cuda_status(family, "cannot reserve shared memory", error);
+  }
+  reserved_on_device.fetch_or(device_bit, std::memory_order_relaxed);
+  return Status::ok();
+}
+
+// The launch just made on this thread failed to start (bad configuration, no kernel image).
+inline Status launch_status(const char* family) {
+  if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) {
+    return cuda_status(family, "launch failed", error);
+  }
+  return Status::ok();
+}
+
+}  // namespace hfa::sm90

@@ -1,0 +1,44 @@
+// A tile of rows × columns 16-bit elements, stored as 64-column slabs of rows × 128 B in the
+// 128-byte swizzle that TMA writes and wgmma reads, and the kernels' shared storage placement.
+#pragma once
+
+#include <cstdint>
+
+#include "sm90/common/wgmma_shape.hpp"
+#include "sm90/ptx/mbarrier.cuh"
+#include "sm90/ptx/wgmma.cuh"
+
+namespace hfa::sm90 {
+
+template <typename Element, int kRows, int kColumns>
+struct SwizzledTile {
+  static constexpr int kRowCount = kRows;
+  static constexpr uint32_t kSlabBytes = kRows * ptx::kSwizzleBytes;
+  static constexpr int kSlabs = kColumns / kSlabColumns;
+  static constexpr uint32_t kBytes = kSlabBytes * kSlabs;
+  static_assert(kColumns % kSlabColumns == 0, "a tile is whole 64-column slabs");
+  static_assert(kSlabBytes % ptx::kSwizzleAtomBytes == 0, "slabs must stay swizzle-atom aligned");
+  alignas(ptx::kSwizzleAtomBytes) Element data[kRows * kColumns];
+
+  // The byte offset of element (row, column) from the tile's start: slab, row, then the
+  // 16-byte chunk of the row XORed with the row's place in its 8-row swizzle atom.
+  __device__ __forceinline__ static constexpr uint32_t offset(int row, int column) {
+    const uint32_t slab = uint32_t(column) / kSlabColumns;
+    const uint32_t in_row = (uint32_t(column) % kSlabColumns) * sizeof(Element);
+    const uint32_t chunk = (in_row / 16) ^ (uint32_t(row) % 8);
+    return slab * kSlabBytes + uint32_t(row) * ptx::kSwizzleBytes + chunk * 16 + in_row % 16;
+  }
+};
+
+// Dynamic shared memory is only guaranteed 16-byte aligned; the swizzle needs 1024.
+template <typename Storage>
+inline constexpr int kSharedBytes = sizeof(Storage) + ptx::kSwizzleAtomBytes;
+
+template <typename Storage>
+__device__ __forceinline__ Storage& shared_storage(uint8_t* dynamic_smem) {
+  const uint32_t misalignment = ptx::smem_address(dynamic_smem) % ptx::kSwizzleAtomBytes;
+  const uint32_t pad = (ptx::kSwizzleAtomBytes - misalignment) % ptx::kSwizzleAtomBytes;
+  return *reinterpret_cast<Storage*>(dynamic_smem + pad);
+}
+
+}  // namespace hfa::sm90

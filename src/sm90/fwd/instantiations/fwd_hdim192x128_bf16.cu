@@ -1,3 +1,0 @@
-#include "sm90/fwd/launch.cuh"
-
-HFA_INSTANTIATE_FORWARD(192, 128, __nv_bfloat16)

@@ -1,0 +1,57 @@
+// The one place where a problem's dtype and head dims become template arguments: the compiled
+// configuration (common/kernel_list.def) that holds them, or not_supported naming what is.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+#include "common/head_dims.hpp"
+#include "hfa/hfa.hpp"
+
+namespace hfa::sm90 {
+
+// Whether some compiled element type is `dtype`.
+inline bool is_compiled_dtype(DType dtype) {
+#define HFA_KERNEL_ELEMENT(name, type) \
+  if (dtype == DType::name) return true;
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_ELEMENT
+  return false;
+}
+
+// The compiled types, for messages ("bf16, f16").
+inline std::string compiled_dtype_list() {
+  std::string list;
+#define HFA_KERNEL_ELEMENT(name, type) list += (list.empty() ? "" : ", ") + std::string(#name);
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_ELEMENT
+  return list;
+}
+
+// run.template operator()<kHeadDimQK, kHeadDimV, Element>() for the compiled configuration of
+// (dtype, hdim_qk, hdim_v). The caller checks support first (is_compiled_dtype,
+// compiled_head_dims_for): anything else is an internal error, never a kernel of the wrong size.
+template <typename Run>
+Status with_compiled_kernel(DType dtype, int hdim_qk, int hdim_v, Run&& run) {
+  const Status missing{Code::internal, "sm90: no kernel compiled for dtype " +
+                                           std::string(dtype_name(dtype)) + ", head dims " +
+                                           std::to_string(hdim_qk) + "/" + std::to_string(hdim_v)};
+  const detail::HeadDims* dims = detail::compiled_head_dims_for(hdim_qk, hdim_v);
+  if (dims == nullptr) return missing;
+  auto with_element = [&]<typename Element>() -> Status {
+#define HFA_KERNEL_HEAD_DIMS(QK, V) \
+  if (dims->qk == QK && dims->v == V) return run.template operator()<QK, V, Element>();
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_HEAD_DIMS
+    return missing;
+  };
+#define HFA_KERNEL_ELEMENT(name, type) \
+  if (dtype == DType::name) return with_element.template operator()<type>();
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_ELEMENT
+  return missing;
+}
+
+}  // namespace hfa::sm90

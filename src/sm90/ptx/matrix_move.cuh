@@ -1,0 +1,29 @@
+// ldmatrix / movmatrix: 8×8 tiles of 16-bit values moved between shared memory (or another
+// thread's registers) and the mma fragment layout (lane l: row l / 4, columns 2·(l % 4), +1).
+#pragma once
+
+#include <cstdint>
+
+namespace hfa::sm90::ptx {
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t address, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t address, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// The transpose of an 8x8 b16 matrix held as an mma fragment: an accumulator tile's rows
+// become a B operand's k.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t r;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+  return r;
+}
+
+}  // namespace hfa::sm90::ptx

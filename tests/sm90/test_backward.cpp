@@ -1,0 +1,269 @@
+// The Hopper backward against the float64 oracle, with the checks the CPU backend gets
+// (tests/common/backward_checks.hpp). Each case runs the GPU forward first and the backward on
+// its out and lse, as a training step does; gradients start as NaN. The peer that sets the
+// bound rounds P and dS to the input dtype before the gradient GEMMs, as a 16-bit tensor-core
+// backward feeds them.
+//
+//   Features: per dtype × head dims, every mask × layout × GQA ratio, softcap and sinks in turn.
+//   Lengths: 1, 17, 255, 1000, 4097, seqlen_q ≠ seqlen_k both ways, GQA 8, large magnitudes.
+//   NaN padding: rows past seqused hold NaN in q, k, v, dout, out and lse and must not leak.
+//   Determinism: the deterministic mode gives the same bytes twice, and from a CUDA graph.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/attention_case.hpp"
+#include "common/backward_checks.hpp"
+#include "common/expected.hpp"
+#include "common/forward_checks.hpp"
+#include "sm90/gpu_case.hpp"
+
+namespace hfa::test {
+namespace {
+
+// Forward and backward of a case on the GPU, checked against the oracle.
+void check_on_gpu(AttentionData& data, bool deterministic = false) {
+  const ForwardExpectation fwd = expected_forward(data, true);
+  GpuCase gpu(data);
+  ASSERT_NO_FATAL_FAILURE(gpu.check_copies());
+  ASSERT_NO_FATAL_FAILURE(gpu.forward());
+  check_forward_results(data, fwd);
+  const BackwardExpectation bwd = expected_backward(data, true);
+  ASSERT_NO_FATAL_FAILURE(gpu.backward(deterministic));
+  check_backward_results(data, fwd, bwd);
+}
+
+struct HeadDims {
+  int qk, v;
+};
+
+struct Combination {
+  DType dtype;
+  HeadDims dims;
+};
+
+std::string combination_name(const Combination& c) {
+  std::ostringstream name;
+  name << dtype_name(c.dtype) << "_d" << c.dims.qk;
+  if (c.dims.v != c.dims.qk) name << "v" << c.dims.v;
+  return name.str();
+}
+
+enum class Mask { none, causal, sliding, window };
+enum class Layout { fixed, varlen, seqused };
+
+// Lengths that fill no tile (64 or 128 rows × 64 or 128 keys), seqlen_q ≠ seqlen_k, empty
+// sequences (varlen: no queries, no keys; seqused: no keys) and a one-token sequence.
+AttentionCase make_case(const Combination& combination, Mask mask, Layout layout, int group,
+                        int turn) {
+  AttentionCase c;
+  c.dtype = combination.dtype;
+  c.hdim_qk = combination.dims.qk;
+  c.hdim_v = combination.dims.v;
+  c.heads_kv = 2;
+  c.heads_q = 2 * group;
+  switch (mask) {
+    case Mask::none: break;
+    case Mask::causal: c.causal = true; break;
+    case Mask::sliding: c.causal = true, c.window_left = 64; break;
+    case Mask::window: c.window_left = 37, c.window_right = 9; break;
+  }
+  // Softcap and sinks in turn, so that each meets every mask, layout and ratio.
+  if (turn % 2 == 1) c.softcap = 4.0f;  // small enough that tanh bends the scores
+  c.sinks = turn % 4 >= 2;
+  switch (layout) {
+    case Layout::fixed: c.batch = 2, c.seqlen_q = 150, c.seqlen_k = 211; break;
+    case Layout::varlen:
+      c.varlen_q = {70, 0, 131, 1};
+      c.varlen_k = {200, 3, 131, 0};
+      break;
+    case Layout::seqused:
+      c.batch = 2, c.seqlen_q = 150, c.seqlen_k = 211;
+      c.seqused_q = {97, 150};
+      c.seqused_k = {211, 0};
+      break;
+  }
+  c.seed = 100 + turn;
+  return c;
+}
+
+class BackwardSm90Features : public ::testing::TestWithParam<Combination> {};
+
+TEST_P(BackwardSm90Features, EveryOptionWithEveryOther) {
+  HFA_REQUIRE_HOPPER();
+  int turn = 0;
+  for (Mask mask : {Mask::none, Mask::causal, Mask::sliding, Mask::window})
+    for (Layout layout : {Layout::fixed, Layout::varlen, Layout::seqused})
+      for (int group : {1, 4}) {
+        const AttentionCase c = make_case(GetParam(), mask, layout, group, turn++);
+        SCOPED_TRACE(c.name());
+        AttentionData data(c);
+        check_on_gpu(data);
+      }
+}
+
+std::vector<Combination> combinations() {
+  std::vector<Combination> result;
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (HeadDims dims : {HeadDims{64, 64}, HeadDims{96, 96}, HeadDims{128, 128},
+                          HeadDims{192, 128}, HeadDims{192, 192}, HeadDims{256, 256}}) {
+      result.push_back({dtype, dims});
+    }
+  return result;
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, BackwardSm90Features, ::testing::ValuesIn(combinations()),
+                         [](const auto& info) { return combination_name(info.param); });
+
+// seqlens 1, 17, 255, 1000 and 4097 (one past a multiple of every tile), unequal both ways,
+// GQA 8 and MQA, large magnitudes that stress the exponentials.
+TEST(BackwardSm90Lengths, SeqlensRatiosMagnitudes) {
+  HFA_REQUIRE_HOPPER();
+  std::vector<AttentionCase> cases;
+  const std::pair<int, int> seqlens[] = {{1, 1}, {17, 17}, {255, 1000}, {1000, 255}, {1000, 1000}};
+  int turn = 0;
+  for (int hdim : {64, 128, 256})
+    for (bool causal : {false, true})
+      for (auto [sq, sk] : seqlens) {
+        AttentionCase c;
+        c.dtype = turn % 2 ? DType::f16 : DType::bf16;
+        c.hdim_qk = c.hdim_v = hdim;
+        c.causal = causal;
+        c.batch = 1, c.seqlen_q = sq, c.seqlen_k = sk;
+        c.heads_q = 8, c.heads_kv = turn % 3 == 0 ? 1 : 8 / (1 + turn % 2 * 3);
+        c.seed = 200 + turn++;
+        cases.push_back(c);
+      }
+  for (int hdim : {64, 128}) {
+    AttentionCase c;
+    c.dtype = DType::bf16;
+    c.hdim_qk = c.hdim_v = hdim;
+    c.causal = hdim == 128;
+    c.seqlen_q = c.seqlen_k = 4097;
+    c.heads_q = 2, c.heads_kv = 1;
+    c.seed = 300 + hdim;
+    cases.push_back(c);
+  }
+  AttentionCase large;
+  large.dtype = DType::bf16;
+  large.hdim_qk = large.hdim_v = 128;
+  large.seqlen_q = 300, large.seqlen_k = 513;
+  large.heads_q = large.heads_kv = 2;
+  large.input_scale = 4.0;
+  cases.push_back(large);
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE(c.name());
+    AttentionData data(c);
+    check_on_gpu(data);
+  }
+}
+
+// Rows past seqused (and their out and lse) hold NaN: nothing of them may reach a gradient.
+TEST(BackwardSm90NanPadding, PaddingNeverLeaks) {
+  HFA_REQUIRE_HOPPER();
+  for (int hdim : {64, 128, 256})
+    for (bool varlen : {false, true}) {
+      AttentionCase c;
+      c.dtype = DType::bf16;
+      c.hdim_qk = c.hdim_v = hdim;
+      c.heads_q = 4, c.heads_kv = 2;
+      c.causal = hdim == 128;
+      c.sinks = hdim == 64;
+      if (varlen) {
+        c.varlen_q = {100, 130, 64};
+        c.varlen_k = {150, 90, 128};
+      } else {
+        c.batch = 3, c.seqlen_q = 130, c.seqlen_k = 150;
+      }
+      c.seqused_q = {70, 130, 1};
+      c.seqused_k = {33, 90, 128};
+      SCOPED_TRACE(c.name());
+      AttentionData data(c);
+      const std::vector<bool> used_q = data.used_tokens(true), used_k = data.used_tokens(false);
+      auto poison = [](HostTensor& t, const std::vector<bool>& used) {
+        const int64_t per_token = t.numel() / int64_t(used.size());
+        for (int64_t i = 0; i < t.numel(); ++i) {
+          if (!used[i / per_token]) t.set(i, std::numeric_limits<double>::quiet_NaN());
+        }
+      };
+      poison(data.q, used_q);
+      poison(data.dout, used_q);
+      poison(data.k, used_k);
+      poison(data.v, used_k);
+      const ForwardExpectation fwd = expected_forward(data, true);
+      GpuCase gpu(data);
+      ASSERT_NO_FATAL_FAILURE(gpu.check_copies());
+      ASSERT_NO_FATAL_FAILURE(gpu.forward());
+      check_forward_results(data, fwd);
+      // The forward left out and lse of the padding rows as they were: NaN.
+      const BackwardExpectation bwd = expected_backward(data, true);
+      ASSERT_NO_FATAL_FAILURE(gpu.backward());
+      check_backward_results(data, fwd, bwd);
+    }
+}
+
+// The deterministic mode: the same bytes twice, and from a CUDA graph of the call.
+TEST(BackwardSm90Determinism, SameBytesEveryRun) {
+  HFA_REQUIRE_HOPPER();
+  for (int hdim : {64, 128, 256}) {
+    AttentionCase c;
+    c.dtype = DType::bf16;
+    c.hdim_qk = c.hdim_v = hdim;
+    c.batch = 2, c.seqlen_q = c.seqlen_k = 1500;
+    c.heads_q = 8, c.heads_kv = 2;
+    c.causal = hdim != 256;
+    c.sinks = true;
+    SCOPED_TRACE(c.name());
+    AttentionData data(c);
+    GpuCase gpu(data);
+    ASSERT_NO_FATAL_FAILURE(gpu.check_copies());
+    ASSERT_NO_FATAL_FAILURE(gpu.forward());
+    auto gradients = [&] {
+      std::vector<double> all = data.dq.values();
+      for (const HostTensor* t : {&data.dk, &data.dv}) {
+        const std::vector<double> v = t->values();
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      all.insert(all.end(), data.dsinks.begin(), data.dsinks.end());
+      return all;
+    };
+    ASSERT_NO_FATAL_FAILURE(gpu.backward(true));
+    const std::vector<double> first = gradients();
+    ASSERT_NO_FATAL_FAILURE(gpu.backward(true));
+    const std::vector<double> second = gradients();
+    ASSERT_EQ(first.size(), second.size());
+    EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(double)))
+        << "two deterministic runs differ";
+
+    // Captured in a graph (no allocation, no synchronization in the call), replayed twice.
+    cudaStream_t stream;
+    HFA_CUDA_OK(cudaStreamCreate(&stream));
+    DeviceBuffer workspace(gpu.workspace_bytes(true));
+    cudaGraph_t graph;
+    HFA_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const Status status = gpu.enqueue_backward(true, workspace.get(), workspace.bytes(), stream);
+    HFA_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    ASSERT_TRUE(status.is_ok()) << status.message();
+    cudaGraphExec_t exec;
+    HFA_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 2; ++replay) {
+      HFA_CUDA_OK(cudaGraphLaunch(exec, stream));
+      HFA_CUDA_OK(cudaStreamSynchronize(stream));
+      ASSERT_NO_FATAL_FAILURE(gpu.download_gradients());
+      const std::vector<double> replayed = gradients();
+      EXPECT_EQ(0, std::memcmp(first.data(), replayed.data(), first.size() * sizeof(double)))
+          << "graph replay " << replay << " differs from the direct call";
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+}  // namespace
+}  // namespace hfa::test
