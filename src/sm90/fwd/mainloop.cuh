@@ -137,21 +137,21 @@ struct ConsumerMainloop {
   // Leaves the unnormalized O of the tile in o and the row statistics in softmax.
   __device__ void run(const WorkTile& tile, const BlockRange& blocks, float (&o)[kOAcc],
                       OnlineSoftmax& softmax) {
-#pragma unroll
-    for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
     softmax.reset();
     smem.q_full.wait(q_phase);
     q_phase ^= 1;
+    // With seqused_k, the first V block (the sequence's last keys) is made safe before the
+    // walk, while no accumulator is live: in the main loop it cost registers (spills at hdim
+    // 256).
+    if (p.seqused_k != nullptr && blocks.count() > 0) {
+      smem.v_full[v_ring.stage].wait(v_ring.phase);
+      zero_v_padding(v_ring.stage, blocks.end - 1, tile.seq);
+    }
+#pragma unroll
+    for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
     if (blocks.count() == 0) {
       release(smem.q_empty);
       return;
-    }
-
-    // With seqused_k, the first V block (the sequence's last keys) is made safe before the
-    // walk: tested in the main loop, it cost registers (spills at hdim 256).
-    if (p.seqused_k != nullptr) {
-      smem.v_full[v_ring.stage].wait(v_ring.phase);
-      zero_v_padding(v_ring.stage, blocks.end - 1, tile.seq);
     }
 
     const ptx::FragmentCoords at = ptx::fragment_coords(thread);
