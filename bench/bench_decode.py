@@ -30,7 +30,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_fwd import fmt, git_commit, ratio  # noqa: E402  (one copy of the house helpers)
+from benchlib import fmt, git_commit, ratio  # noqa: E402  (one copy of the house helpers)
 
 FORMATS = ["bf16", "fp8", "fp8_per_token", "nvfp4", "mxfp4"]
 PEERS = ["cudnn", "fa2"]

@@ -31,7 +31,7 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_fwd import git_commit, nan_filled_empty  # noqa: E402
+from benchlib import git_commit, nan_filled_empty  # noqa: E402
 
 CELLS = ["varlen", "window", "softcap", "sinks", "packgqa"]
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: GPU tests, SASS facts, sanitizers and the peer benchmark.
+# One call on the GPU machine: GPU tests, SASS facts, sanitizers and the peer benchmarks.
 #
-#   bench/device_run.sh STEP...     steps: info tests[:BINARIES] sass sanitize bench[:ARGS] features[:ARGS] variants[:ARGS]
+#   bench/device_run.sh STEP...     steps: info tests[:BINARIES] sass sanitize bench[:ARGS] bwd[:ARGS] features[:ARGS] variants[:ARGS]
 #
 # Binaries come prebuilt from this machine (see bench/README.md) in $HFA_BIN (default .device):
-# test_sm90_forward, test_sm90_ptx, hfa, libhfa.so (+ variants/). Results go to $OUT.
+# test_sm90_forward, test_sm90_forward_features, test_sm90_backward, test_sm90_ptx, hfa,
+# libhfa.so (+ variants/). Results go to $OUT.
+# shellcheck disable=SC2317  # the steps are reached as "step_$name", which shellcheck cannot see
 set -uo pipefail
 bin=${HFA_BIN:-.device}
 out=${OUT:-/tmp/hfa-out}
@@ -19,7 +21,7 @@ step_info() {
 
 step_tests() {  # [BINARY...] (default: all GPU test binaries)
   local tests=("$@")
-  [ ${#tests[@]} -gt 0 ] || tests=(test_sm90_ptx test_sm90_forward test_sm90_forward_features)
+  [ ${#tests[@]} -gt 0 ] || tests=(test_sm90_ptx test_sm90_forward test_sm90_forward_features test_sm90_backward)
   # The float64 oracle runs on the host, one core a process: shard each binary over the cores.
   local shards=8
   for test in "${tests[@]}"; do
@@ -47,17 +49,29 @@ step_sass() {
     /tmp/hfa.sass | sort | tee "$out/sass.txt"
 }
 
+# Small problems only: the sanitizers slow kernels down a hundredfold and more. The backward's
+# NaN-padding test is small and walks varlen, seqused, causal and sinks at every head dim.
 step_sanitize() {
-  local filter='*d128_bf16_*_b2_h4_kv1_q255_k1000:*d64_bf16_causal_b2_h4_kv1_q17_k17'
-  for tool in memcheck racecheck; do
-    compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/test_sm90_forward" \
-      --gtest_filter="$filter" 2>&1 | tail -6 | tee -a "$out/sanitizer.txt" || status=1
+  local runs=("test_sm90_forward:*d128_bf16_*_b2_h4_kv1_q255_k1000:*d64_bf16_causal_b2_h4_kv1_q17_k17"
+              "test_sm90_backward:BackwardSm90NanPadding.*")
+  for run in "${runs[@]}"; do
+    local test=${run%%:*} filter=${run#*:}
+    for tool in memcheck racecheck; do
+      echo "--- $tool $test $filter" | tee -a "$out/sanitizer.txt"
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/$test" \
+        --gtest_filter="$filter" 2>&1 | tail -6 | tee -a "$out/sanitizer.txt" || status=1
+    done
   done
 }
 
 step_bench() {
   PYTHONUNBUFFERED=1 HFA_LIBRARY="$bin/libhfa.so" PYTHONPATH=python \
     python3 bench/bench_fwd.py --out "$out" "$@" || status=1
+}
+
+step_bwd() {
+  PYTHONUNBUFFERED=1 HFA_LIBRARY="$bin/libhfa.so" PYTHONPATH=python \
+    python3 bench/bench_bwd.py --out "$out" "$@" || status=1
 }
 
 step_features() {

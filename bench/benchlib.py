@@ -1,0 +1,286 @@
+"""What the grid benchmarks (bench_fwd.py, bench_bwd.py) share, and the house helpers the other
+benchmarks import: the result header, design §5's FLOP count, the per-cell error handling of the
+main loop, and the JSON / markdown / PNG writers.
+
+torch, triton and matplotlib are imported inside the functions that need them, so that
+`--help` and the writers work on a machine without them.
+"""
+
+import contextlib
+import datetime
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The checkout's package first, so that a benchmark measures the tree it sits in.
+sys.path.insert(0, os.path.join(REPO, "python"))
+
+# Case keys that vary inside one measured cell (bench_bwd.py's "bwd" and "fwdbwd" rows read the
+# same gradients): one accuracy entry covers every value of them.
+VARIANT_KEYS = ("mode",)
+
+
+def git_commit():
+    """HFA_COMMIT when set: the commit the binaries were built from. The GPU machine's copy of
+    the repository carries the working tree but not always the newest .git, so its own
+    `git rev-parse` can name an older commit (then marked -dirty)."""
+    if os.environ.get("HFA_COMMIT"):
+        return os.environ["HFA_COMMIT"]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=REPO, capture_output=True, text=True).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def flops(batch, heads, seqlen_q, seqlen_k, d_qk, d_v, causal):
+    """Design §5: 4·b·h·s_q·s_k·d (d: mean of the head dims), halved for causal at s_q = s_k."""
+    f = 4.0 * batch * heads * seqlen_q * seqlen_k * (d_qk + d_v) / 2
+    return f / 2 if causal and seqlen_q == seqlen_k else f
+
+
+# --- running ----------------------------------------------------------------------------------
+
+class nan_filled_empty:
+    """torch.empty returns NaN-filled memory inside this block (deterministic mode fills
+    uninitialized memory), so outputs hfa allocates start as NaN (design §6)."""
+
+    def __enter__(self):
+        import torch
+        self.prev = (torch.are_deterministic_algorithms_enabled(),
+                     torch.is_deterministic_algorithms_warn_only_enabled())
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+        torch.use_deterministic_algorithms(self.prev[0], warn_only=self.prev[1])
+        return False
+
+
+def under(backend):
+    """The SDPA backend context for a peer; nothing for hfa (backend None)."""
+    if backend is None:
+        return contextlib.nullcontext()
+    from torch.nn.attention import sdpa_kernel
+    return sdpa_kernel(backend)
+
+
+def first_line(e):
+    return (str(e).splitlines() or [""])[0]
+
+
+def skip_reason(e):
+    """Why an implementation cannot run a cell, from what its first call raised."""
+    if isinstance(e, NotImplementedError):  # hfa: not supported by this build or device
+        return f"not implemented: {e}"
+    # SDPA: no kernel for this shape; hfa: CUDA or internal error.
+    return f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+
+
+def check_grid_args(parser, a):
+    """The grid's derived arguments and its divisibility rules (16k tokens = batch × seqlen,
+    head budget = heads × hdim)."""
+    a.causals = {"both": [False, True], "true": [True], "false": [False]}[a.causal]
+    a.tag = a.tag or a.dtype
+    for d in a.hdims:
+        if a.head_budget % d:
+            parser.error(f"--hdims: {d} does not divide --head-budget {a.head_budget}")
+    for s in a.seqlens:
+        if a.tokens % s:
+            parser.error(f"--seqlens: {s} does not divide --tokens {a.tokens}")
+    return a
+
+
+def grid(args):
+    """(hdim, causal, seqlen) in the order the cells run and the tables list them."""
+    return itertools.product(args.hdims, args.causals, args.seqlens)
+
+
+def cell_label(hdim, causal, seqlen):
+    return f"hdim {hdim:3d} causal {int(causal)} seqlen {seqlen:5d}"
+
+
+def new_result(what, now, args, accuracy, **settings):
+    """The header every result JSON starts with (README: one shape for every file); `settings`
+    adds this benchmark's own entries after the common ones."""
+    import torch
+    import triton
+
+    import hfa
+    return {
+        "what": what,
+        "commit": git_commit(),
+        "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "device": torch.cuda.get_device_name(),
+        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda,
+                     "cudnn": torch.backends.cudnn.version(), "triton": triton.__version__,
+                     "hfa": hfa.version()},
+        "settings": {"dtype": args.dtype, "tokens": args.tokens, "head_budget": args.head_budget,
+                     "do_bench": f"median, warmup {args.warmup} ms, rep {args.rep} ms",
+                     "accuracy": accuracy, **settings},
+        "rows": [], "accuracy": [], "skipped": [],
+    }
+
+
+def utc_now():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def announce(result):
+    print(f"bench: {result['device']}; " + ", ".join(f"{k} {v}" for k, v in
+                                                   result["versions"].items()), flush=True)
+
+
+def record_cell(result, run, case, impls, t0, variants=({},), checks=("pass",), own=("hfa",)):
+    """Runs one grid cell and appends what it measured to `result`. run() -> (rows, acc,
+    skipped): one row per entry of `variants` (case keys added to `case`), the cell's accuracy
+    entry, and {"case", "impl", "reason"} for each implementation that could not run.
+    An exception out of run() (e.g. a sticky CUDA error) is recorded as null rows and a failed
+    accuracy, and the grid goes on, so that the cells measured so far are written.
+    Returns how many bad outcomes to report: errors of our own implementations (`own`), and
+    accuracy keys among `checks` that are False."""
+    bad = 0
+    try:
+        rows, acc, skipped = run()
+    except Exception as e:  # noqa: BLE001 - keep the cells measured so far
+        rows = [{"case": {**case, **v}, "metric": "tflops", **{i: None for i in impls}}
+                for v in variants]
+        acc = {"case": case, "pass": False}
+        skipped = [{"case": rows[0]["case"], "impl": "cell",
+                    "reason": f"error: {type(e).__name__}: {first_line(e)}"}]
+        bad += 1
+    result["rows"] += rows
+    result["accuracy"].append(acc)
+    result["skipped"] += skipped
+    bad += sum(bool(s["reason"].startswith("error") and s["impl"] in own) for s in skipped)
+    bad += sum(acc.get(k) is False for k in checks)
+    for row in rows:
+        c = row["case"]
+        label = " ".join([cell_label(c["hdim"], c["causal"], c["seqlen_q"])]
+                         + [str(c[k]) for k in VARIANT_KEYS if k in c])
+        summary = "  ".join(f"{i} {fmt(row.get(i))}" for i in impls)
+        print(f"{label}: {summary}  acc {acc.get('pass')}  [{time.time() - t0:.0f}s]",
+              flush=True)
+    import torch
+    torch.cuda.empty_cache()
+    return bad
+
+
+# --- outputs ----------------------------------------------------------------------------------
+
+def ratio(a, b):
+    return f"{a / b:.2f}" if a and b else "–"
+
+
+def fmt(x):
+    return f"{x:.1f}" if x is not None else "–"
+
+
+def sci(x):
+    return f"{x:.2e}" if x is not None else "–"
+
+
+def verdict(acc):
+    return {True: "pass", False: "**FAIL**", None: "–"}[acc.get("pass")]
+
+
+def accuracy_of(result):
+    """case -> its accuracy entry ({} when none), the variant keys left out of the match."""
+    def key(case):
+        return json.dumps({k: v for k, v in case.items() if k not in VARIANT_KEYS},
+                          sort_keys=True)
+    index = {key(a["case"]): a for a in result["accuracy"]}
+    return lambda case: index.get(key(case), {})
+
+
+def case_cells(case):
+    """The first columns of a grid table."""
+    return [str(case["hdim"]), "T" if case["causal"] else "F", str(case["seqlen_q"]),
+            f"{case['batch']}×{case['heads']}"]
+
+
+def markdown(title, result, head, body):
+    """The result as a markdown document: header, one table row per list of cells in `body`,
+    and what did not run."""
+    lines = [f"# {title} ({result['date']})", "",
+             f"- device: {result['device']}", f"- commit: `{result['commit']}`",
+             "- versions: " + ", ".join(f"{k} {v}" for k, v in result["versions"].items()),
+             f"- settings: {result['settings']}", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    if result["skipped"]:
+        lines += ["", "Not run:", ""]
+        for s in result["skipped"]:
+            c = s["case"]
+            where = "".join(f", {k} {c[k]}" for k in VARIANT_KEYS if k in c)
+            lines.append(f"- {s['impl']} at hdim {c['hdim']}, causal {c['causal']}, seqlen "
+                         f"{c['seqlen_q']}{where}: {s['reason']}")
+    return "\n".join(lines) + "\n"
+
+
+def write_plot(path, result, impls, hdims, panels, title):
+    """TFLOP/s over seqlen: a column per hdim, a row per entry of `panels` (the case fields a
+    panel's rows match, e.g. {"causal": True}). Variants of an implementation (an underscore in
+    the name: cudnn_bshd, hfa_det) are dashed beside it. False without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        print(f"bench: no plot ({e})", file=sys.stderr)
+        return False
+    fig, axes = plt.subplots(len(panels), len(hdims), squeeze=False,
+                             figsize=(4.2 * len(hdims), 3.4 * len(panels)))
+    for i, panel in enumerate(panels):
+        for j, hdim in enumerate(hdims):
+            ax = axes[i][j]
+            match = {"hdim": hdim, **panel}
+            rows = [r for r in result["rows"]
+                    if all(r["case"].get(k) == v for k, v in match.items())]
+            for impl in impls:
+                pts = [(r["case"]["seqlen_q"], r[impl]) for r in rows if r.get(impl)]
+                if pts:
+                    xs, ys = zip(*pts)
+                    ax.plot(xs, ys, marker="o", label=impl,
+                            linestyle="--" if "_" in impl else "-")
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"hdim {hdim}, {'causal' if panel['causal'] else 'non-causal'}"
+                         + "".join(f", {v}" for k, v in panel.items() if k != "causal"))
+            ax.set_xlabel("seqlen (batch x seqlen fixed)")
+            ax.set_ylabel("TFLOP/s")
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"{title}, {result['device']}, {result['date']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+def write_results(stem, result, md, plot=None):
+    """<stem>.json, <stem>.md (the text `md`) and, when `plot` (path -> bool) draws one,
+    <stem>.png. Returns the paths written."""
+    with open(stem + ".json", "w") as fh:
+        json.dump(result, fh, indent=1)
+    with open(stem + ".md", "w") as fh:
+        fh.write(md)
+    written = [stem + ".json", stem + ".md"]
+    if plot is not None and plot(stem + ".png"):
+        written.append(stem + ".png")
+    return written
+
+
+def conclude(result, written, t0, bad, strict):
+    """The closing lines; the exit status (1 for bad cells under --strict)."""
+    print(f"bench: {len(result['rows'])} cells in {time.time() - t0:.0f}s; wrote "
+          + ", ".join(written))
+    if bad:
+        print(f"bench: {bad} cell(s) with hfa errors or failed accuracy", file=sys.stderr)
+    return 1 if (bad and strict) else 0
