@@ -208,18 +208,26 @@ void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv, Real
         }
         if constexpr (std::is_same_v<Real, float>) {
           // The peer gets D the way every FlashAttention-style backward does: from the out the
-          // forward stored, rounded to its dtype (and, with round_operands, computed from
-          // probabilities rounded to the input dtype, as a 16-bit tensor-core forward does).
-          // So its error includes what that costs (visible in dsinks above all, which is fp32
-          // and not rounded again).
+          // forward stored, rounded to its dtype. So its error includes what that rounding
+          // costs (visible in dsinks above all, which is fp32 and not rounded again). With
+          // round_operands (the GPU kernels' peer) that out is the one the backward under test
+          // is given (p.fwd.out): the same inputs for both, so that the comparison measures the
+          // backward, not the forward that made out.
           d = 0;
-          for (int64_t c = 0; c < p.hdim_v; ++c) {
-            Real o = 0;
-            for (std::size_t jj = 0; jj < prob.size(); ++jj) {
-              const Real weight = round_operands ? round_to_dtype(p.dtype, prob[jj]) : prob[jj];
-              o += weight * head.v[(first + static_cast<int64_t>(jj)) * p.hdim_v + c];
+          if (round_operands) {
+            const auto given = rows_of(static_cast<const void*>(p.out), p.out_dtype, p.out_stride, b,
+                                       seq.q_begin, h);
+            for (int64_t c = 0; c < p.hdim_v; ++c) {
+              d += dout[i * p.hdim_v + c] * static_cast<Real>(to_double(p.out_dtype, given.row(i), c));
             }
-            d += dout[i * p.hdim_v + c] * round_to_dtype(p.out_dtype, o);
+          } else {
+            for (int64_t c = 0; c < p.hdim_v; ++c) {
+              Real o = 0;
+              for (std::size_t jj = 0; jj < prob.size(); ++jj) {
+                o += prob[jj] * head.v[(first + static_cast<int64_t>(jj)) * p.hdim_v + c];
+              }
+              d += dout[i * p.hdim_v + c] * round_to_dtype(p.out_dtype, o);
+            }
           }
         }
         // The sink's probability exp(sink − LSE) enters the loss only through the denominator:

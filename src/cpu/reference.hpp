@@ -28,7 +28,7 @@ void reference_backward(const detail::BackwardProblem& p, double* dq, double* dk
 // are rounded to the input dtype before P·V, as a 16-bit tensor-core kernel feeds them (the
 // peer of the GPU kernels); in the backward, round_operands rounds P and dS to the input dtype
 // before they multiply dO, Q and K, as the GPU backward feeds its tensor cores, and takes D
-// from an out computed with rounded P, as the GPU forward's.
+// from the out the problem gives (p.fwd.out, as the backward under test does).
 void reference_forward_f32(const detail::ForwardProblem& p, float* out, float* lse,
                            bool round_probabilities = false);
 void reference_backward_f32(const detail::BackwardProblem& p, float* dq, float* dk, float* dv,
