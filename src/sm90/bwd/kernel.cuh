@@ -47,11 +47,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1) backward_kernel(const __g
     smem.kv_full.init(1);
     for (int stage = 0; stage < Config::kStagesQ; ++stage) {
       smem.q_full[stage].init(1);
-      smem.q_empty[stage].init(kWarpsPerConsumers);
+      smem.q_empty[stage].init(Config::kStageReleasers);
     }
     for (int stage = 0; stage < Config::kStagesDO; ++stage) {
       smem.do_full[stage].init(1);
-      smem.do_empty[stage].init(kWarpsPerConsumers);
+      smem.do_empty[stage].init(Config::kStageReleasers);
     }
     for (int stage = 0; stage < Config::kStagesDq; ++stage) {
       smem.dq_full[stage].init(kWarpsPerConsumers);

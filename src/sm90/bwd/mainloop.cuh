@@ -53,12 +53,13 @@ struct ConsumerMainloop {
       : p(params), smem(storage), thread(thread_in_warpgroup), at(ptx::fragment_coords(thread)) {}
 
   // One lane per warp signals (arrival counts are 4 per warpgroup), once every lane of the warp
-  // is done with the buffer: the lanes read the LSE and D of a stage with ordinary loads, which
-  // the arriving lane's release does not order by itself.
+  // is done with the buffer.
   __device__ __forceinline__ void release(ptx::Mbarrier& empty) {
     __syncwarp();
     if (thread % 32 == 0) empty.arrive();
   }
+  // A Q or dO stage: every thread releases its own reads (tile_config.hpp, kStageReleasers).
+  __device__ __forceinline__ void release_stage(ptx::Mbarrier& empty) { empty.arrive(); }
 
   // ---- GEMMs ---------------------------------------------------------------------------------
 
@@ -302,7 +303,7 @@ struct ConsumerMainloop {
     ptx::fence_operands(dv);
     ptx::fence_operands(prob);
     ptx::fence_operands(dq);
-    release(smem.do_empty[do_stage]);
+    release_stage(smem.do_empty[do_stage]);
     do_ring.advance();
 
     smem.dq_empty[dq_ring.stage].wait(dq_ring.phase ^ 1);  // the writer has read this tile's last use
@@ -324,7 +325,7 @@ struct ConsumerMainloop {
     ptx::wait_group<0>();
     ptx::fence_operands(dk);
     ptx::fence_operands(grad);
-    release(smem.q_empty[q_stage]);
+    release_stage(smem.q_empty[q_stage]);
     q_ring.advance();
     scores_ring.advance();
   }
