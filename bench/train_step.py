@@ -31,11 +31,10 @@ import datetime
 import json
 import math
 import os
-import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import git_commit  # noqa: E402  (benchlib also puts python/ on the path)
 
 CALLS = {"hfa": 0, "hfa_with_mask": 0}  # counted by hfa_attention: proof that it ran
 
@@ -62,20 +61,6 @@ def parse_args(argv=None):
     p.add_argument("--f64-seqlen", type=int, default=256)
     p.add_argument("--worst", type=int, default=5, help="worst parameters kept in the JSON")
     return p.parse_args(argv)
-
-
-def git_commit():
-    """HFA_COMMIT when set (the commit the binaries were built from), else git's HEAD."""
-    if os.environ.get("HFA_COMMIT"):
-        return os.environ["HFA_COMMIT"]
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=REPO, capture_output=True, text=True).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 # --- hfa as a transformers attention function --------------------------------------------------

@@ -18,6 +18,7 @@
 #include "common/expected.hpp"
 #include "common/forward_checks.hpp"
 #include "sm90/gpu_case.hpp"
+#include "sm90/gpu_combinations.hpp"
 
 namespace hfa::test {
 namespace {
@@ -27,22 +28,6 @@ void forward_on_gpu(AttentionData& data) {
   GpuCase gpu(data);
   ASSERT_NO_FATAL_FAILURE(gpu.check_copies());
   gpu.forward();
-}
-
-struct HeadDims {
-  int qk, v;
-};
-
-struct Combination {
-  DType dtype;
-  HeadDims dims;
-};
-
-std::string combination_name(const Combination& c) {
-  std::ostringstream name;
-  name << dtype_name(c.dtype) << "_d" << c.dims.qk;
-  if (c.dims.v != c.dims.qk) name << "v" << c.dims.v;
-  return name.str();
 }
 
 enum class Mask { none, causal, sliding, window };
@@ -104,16 +89,6 @@ TEST_P(ForwardSm90Features, EveryOptionWithEveryOther) {
             forward_on_gpu(data);
             check_forward_results(data, expected);
           }
-}
-
-std::vector<Combination> combinations() {
-  std::vector<Combination> result;
-  for (DType dtype : {DType::bf16, DType::f16})
-    for (HeadDims dims : {HeadDims{64, 64}, HeadDims{96, 96}, HeadDims{128, 128},
-                          HeadDims{192, 128}, HeadDims{192, 192}, HeadDims{256, 256}}) {
-      result.push_back({dtype, dims});
-    }
-  return result;
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, ForwardSm90Features, ::testing::ValuesIn(combinations()),

@@ -13,7 +13,6 @@
 #include "sm90/bwd/postprocess.cuh"
 #include "sm90/bwd/preprocess.cuh"
 #include "sm90/common/launch.hpp"
-#include "sm90/common/math.hpp"
 
 namespace hfa::sm90::bwd {
 
@@ -105,23 +104,9 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
   params.heads_q = f.heads_q;
   params.heads_kv = f.heads_kv;
   params.heads_per_kv = f.heads_q / f.heads_kv;
-  params.seqlen_q = f.seqlen_q;
-  params.seqlen_k = f.seqlen_k;
   params.hdim_qk = f.hdim_qk;
   params.hdim_v = f.hdim_v;
-  params.cu_seqlens_q = f.cu_seqlens_q;
-  params.cu_seqlens_k = f.cu_seqlens_k;
-  params.seqused_q = f.seqused_q;
-  params.seqused_k = f.seqused_k;
-  params.window_left = clamp_window(f.window_left, f);
-  params.window_right = clamp_window(f.window_right, f);
-  if (f.softcap > 0.0f) {
-    params.softcap_prescale = f.softmax_scale / f.softcap;
-    params.scale_log2 = f.softcap * kLog2e;
-  } else {
-    params.softcap_prescale = 0.0f;
-    params.scale_log2 = f.softmax_scale * kLog2e;
-  }
+  fill_shared_fields(params, f);
   params.softmax_scale = f.softmax_scale;
   params.sinks = f.sinks;
   params.dsinks = problem.dsinks;

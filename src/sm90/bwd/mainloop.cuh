@@ -63,7 +63,7 @@ struct ConsumerMainloop {
 
   // ---- GEMMs ---------------------------------------------------------------------------------
 
-  // acc = rows(key_row0..) · columns(query_col0..)ᵀ over `Slabs` slabs of both tiles (K-major).
+  // acc = rows(key_row0..) · columns(query_col0..)ᵀ over the slabs of both tiles (K-major).
   template <typename RowTile, typename ColumnTile>
   __device__ __forceinline__ void issue_transposed_scores(float (&acc)[kSAcc], const RowTile& rows,
                                                           const ColumnTile& columns) {

@@ -64,8 +64,8 @@ struct TileConfig {
   static constexpr int kScoreColumns = kKeysSplit ? kBlockM : kBlockM / kConsumerWarpgroups;
 
   // Shared memory (≤ 227 KB): K, V, Q and dO stages, Pᵀ (head dims split only) and dSᵀ stages,
-  // the fp32 dQ tile. hdim 128: 32 + 32 + 2·16 + 2·16 + 2·16 + 32 = 192 KB; hdim 64: 16 + 16 +
-  // 2·16 + 2·16 + 2·32 + 32 = 192 KB; 192/192: 24 + 24 + 2·24 + 2·24 + 2·8 + 2·8 + 48 = 224 KB.
+  // the fp32 dQ tiles. hdim 128: 32 + 32 + 2·16 + 2·16 + 2·16 + 2·32 = 224 KB; hdim 64: 16 + 16
+  // + 2·16 + 2·16 + 2·32 + 32 = 192 KB; 192/192: 24 + 24 + 2·24 + 2·24 + 2·8 + 2·8 + 48 = 224 KB.
   // hdim 256 keeps one Q and one dO stage (32 + 32 + 32 + 32 + 16 + 16 + 64 = 224 KB).
   static constexpr int kStagesQ = kHeadDimQK == 256 ? 1 : 2;
   static constexpr int kStagesDO = kHeadDimQK == 256 ? 1 : 2;
@@ -77,8 +77,8 @@ struct TileConfig {
   // accesses. (Measured: one lane per warp after __syncwarp was 0-4 % faster at hdim 128, and
   // compute-sanitizer racecheck reported its reads against the next bulk copy as hazards.)
   static constexpr int kStageReleasers = kConsumerWarpgroups * kThreadsPerWarpgroup;
-  // dQ tiles for the writer warp: two where shared memory has room (hdim 128: 192 + 32 KB), so
-  // a step's dQ need not wait for the bulk add of the last one to have read its tile.
+  // dQ tiles for the writer warp: two where shared memory has room (hdim 128), so a step's dQ
+  // need not wait for the bulk add of the last one.
   static constexpr int kStagesDq = kKeysSplit && kBlockM == kRowsPerWarpgroup ? HFA_SM90_BWD_DQ_STAGES_D128 : 1;
 
   // setmaxnreg: the producer warpgroup (a TMA warp and the dQ writer warp) gives back all but
@@ -86,10 +86,8 @@ struct TileConfig {
   // thread at 384 threads: 128·(168 − 24) = 256·(240 − 168).
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
-  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
-  static_assert((kLaunchRegisters - kProducerRegisters) * kThreadsPerWarpgroup >=
-                    (kConsumerRegisters - kLaunchRegisters) * kThreadsPerWarpgroup *
-                        kConsumerWarpgroups,
+  static_assert(register_split_fits(kThreads, kProducerRegisters, kConsumerRegisters,
+                                    kConsumerWarpgroups),
                 "setmaxnreg: consumers would claim registers the producer never gave back");
 
   static constexpr WarpgroupRole role(int w) {

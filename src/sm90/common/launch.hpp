@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "common/problem.hpp"
+#include "sm90/common/math.hpp"
 #include "sm90/tma_descriptor.hpp"
 
 namespace hfa::sm90 {
@@ -47,6 +48,25 @@ TileMapShape tile_map_shape(const void* base, int dim, int rows, int heads, int 
 // row ± window cannot overflow.
 inline int32_t clamp_window(int32_t window, const detail::ForwardProblem& problem) {
   return window < 0 ? -1 : std::min(window, problem.seqlen_q + problem.seqlen_k);
+}
+
+// The fields every kernel family's Params shares, under the same names: the sequences
+// (sequence.cuh), the window (window.cuh) and the scores' scale. Scores reach the softmax as
+// exp2(s·scale_log2 − ...); with a softcap c, s is first tanh(s·softcap_prescale),
+// softcap_prescale = softmax_scale / c, and scale_log2 = c·log2(e).
+template <typename Params>
+void fill_shared_fields(Params& params, const detail::ForwardProblem& problem) {
+  params.seqlen_q = problem.seqlen_q;
+  params.seqlen_k = problem.seqlen_k;
+  params.cu_seqlens_q = problem.cu_seqlens_q;
+  params.cu_seqlens_k = problem.cu_seqlens_k;
+  params.seqused_q = problem.seqused_q;
+  params.seqused_k = problem.seqused_k;
+  params.window_left = clamp_window(problem.window_left, problem);
+  params.window_right = clamp_window(problem.window_right, problem);
+  const bool softcapped = problem.softcap > 0.0f;
+  params.softcap_prescale = softcapped ? problem.softmax_scale / problem.softcap : 0.0f;
+  params.scale_log2 = (softcapped ? problem.softcap : problem.softmax_scale) * kLog2e;
 }
 
 // A kernel that takes more than 48 KB of shared memory must opt in, once per device.

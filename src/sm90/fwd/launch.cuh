@@ -8,7 +8,6 @@
 
 #include "common/errors.hpp"
 #include "sm90/common/launch.hpp"
-#include "sm90/common/math.hpp"
 #include "sm90/fwd/kernel.cuh"
 #include "sm90/fwd/launch.hpp"
 
@@ -76,22 +75,8 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
   params.heads_per_kv = problem.heads_q / problem.heads_kv;
   params.pack_shift = pack_shift;
   params.tile_heads = problem.heads_q >> pack_shift;
-  params.seqlen_q = problem.seqlen_q;
-  params.seqlen_k = problem.seqlen_k;
   params.hdim_v = problem.hdim_v;
-  params.cu_seqlens_q = problem.cu_seqlens_q;
-  params.cu_seqlens_k = problem.cu_seqlens_k;
-  params.seqused_q = problem.seqused_q;
-  params.seqused_k = problem.seqused_k;
-  params.window_left = clamp_window(problem.window_left, problem);
-  params.window_right = clamp_window(problem.window_right, problem);
-  if (problem.softcap > 0.0f) {
-    params.softcap_prescale = problem.softmax_scale / problem.softcap;
-    params.scale_log2 = problem.softcap * kLog2e;
-  } else {
-    params.softcap_prescale = 0.0f;
-    params.scale_log2 = problem.softmax_scale * kLog2e;
-  }
+  fill_shared_fields(params, problem);
   params.sinks = problem.sinks;
   params.num_m_blocks = ((problem.seqlen_q << pack_shift) + Config::kBlockM - 1) / Config::kBlockM;
   params.num_tiles = params.num_m_blocks * params.tile_heads * b;

@@ -82,13 +82,9 @@ struct TileConfig {
   static constexpr int kSlabsV = kHeadDimV / kSlabColumns;
   static_assert(kHeadDimQK % kSlabColumns == 0 && kHeadDimV % kSlabColumns == 0);
   static_assert(kBlockN % kMmaK == 0 && kBlockN % 8 == 0);
-  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;  // what launch bounds grant
-  static_assert((kLaunchRegisters - kProducerRegisters) * kThreadsPerWarpgroup >=
-                    (kConsumerRegisters - kLaunchRegisters) * kThreadsPerWarpgroup *
-                        kConsumerWarpgroups,
+  static_assert(register_split_fits(kThreads, kProducerRegisters, kConsumerRegisters,
+                                    kConsumerWarpgroups),
                 "setmaxnreg: consumers would claim registers the producer never gave back");
-  static_assert(kProducerRegisters % 8 == 0 && kConsumerRegisters % 8 == 0,
-                "setmaxnreg takes multiples of 8");
 };
 
 }  // namespace hfa::sm90::fwd
