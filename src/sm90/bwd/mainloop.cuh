@@ -202,22 +202,8 @@ struct ConsumerMainloop {
 
   // ---- The step ------------------------------------------------------------------------------
 
-  // Rows [valid_rows, kRows) of a tile to zeros, shared among both consumer warpgroups (the
-  // caller syncs them after): rows past a sequence's used length (seqused) may hold anything,
-  // NaN included, and a GEMM would multiply them by the zero probabilities (0 · NaN = NaN).
-  template <typename Tile>
-  __device__ __forceinline__ static void zero_rows(Tile& tile, int valid_rows, int thread_in_both) {
-    constexpr int kChunks = ptx::kSwizzleBytes / 16;  // 16-byte pieces of a slab row
-    const int rows = Tile::kRowCount - max(valid_rows, 0);
-    uint8_t* base = reinterpret_cast<uint8_t*>(tile.data);
-    for (int i = thread_in_both; i < rows * Tile::kSlabs * kChunks; i += kBothWarpgroups) {
-      const int row = Tile::kRowCount - rows + i / (Tile::kSlabs * kChunks);
-      const int slab = i / kChunks % Tile::kSlabs, chunk = i % kChunks;
-      *reinterpret_cast<uint4*>(base + slab * Tile::kSlabBytes + row * ptx::kSwizzleBytes + chunk * 16) =
-          make_uint4(0, 0, 0, 0);
-    }
-  }
-
+  // After both consumer warpgroups zeroed tile rows past a sequence's used length
+  // (zero_rows_from): the zeros are visible to either's wgmma.
   __device__ __forceinline__ void zero_padding_and_sync() {
     ptx::fence_proxy_async_smem();  // wgmma (async proxy) reads the zeros
     ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::padding_zeroed), kBothWarpgroups);
@@ -228,8 +214,8 @@ struct ConsumerMainloop {
     const int valid = tile.seq.seqlen_k - tile.n_block * Config::kBlockN;
     if (p.seqused_k == nullptr || valid >= Config::kBlockN) return;
     const int t = kWarpgroup * kThreadsPerWarpgroup + thread;
-    zero_rows(smem.k, valid, t);
-    zero_rows(smem.v, valid, t);
+    zero_rows_from(smem.k, valid, t, kBothWarpgroups);
+    zero_rows_from(smem.v, valid, t, kBothWarpgroups);
     zero_padding_and_sync();
   }
 
@@ -249,8 +235,8 @@ struct ConsumerMainloop {
     if (padded) {
       smem.do_full[do_stage].wait(do_ring.phase);
       const int t = kWarpgroup * kThreadsPerWarpgroup + thread;
-      zero_rows(smem.q[q_stage], valid_queries, t);
-      zero_rows(smem.dout[do_stage], valid_queries, t);
+      zero_rows_from(smem.q[q_stage], valid_queries, t, kBothWarpgroups);
+      zero_rows_from(smem.dout[do_stage], valid_queries, t, kBothWarpgroups);
       zero_padding_and_sync();
     }
     ptx::fence_operands(s);

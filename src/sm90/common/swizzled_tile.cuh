@@ -2,6 +2,7 @@
 // 128-byte swizzle that TMA writes and wgmma reads, and the kernels' shared storage placement.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 
 #include "sm90/common/wgmma_shape.hpp"
@@ -28,7 +29,28 @@ struct SwizzledTile {
     const uint32_t chunk = (in_row / 16) ^ (uint32_t(row) % 8);
     return slab * kSlabBytes + uint32_t(row) * ptx::kSwizzleBytes + chunk * 16 + in_row % 16;
   }
+
 };
+
+// Rows [first_row, kRows) of a tile to zeros (whole rows: the swizzle permutes only within a
+// row), the 16-byte pieces spread over `threads` threads of which the caller is `thread`. Rows
+// past a sequence's used length may hold anything, NaN included, and a GEMM multiplies them by
+// zero probabilities (0·NaN = NaN). The callers fence for the async proxy and sync after.
+// `threads` keeps the caller's integer type, which decides how ptxas unrolls the loop: each
+// kernel family keeps the machine code it was measured with (the forward's stride is signed,
+// the backward's unsigned).
+template <typename Tile, std::integral Threads>
+__device__ __forceinline__ void zero_rows_from(Tile& tile, int first_row, int thread, Threads threads) {
+  constexpr int kChunks = ptx::kSwizzleBytes / 16;
+  const int rows = Tile::kRowCount - max(first_row, 0);
+  uint8_t* base = reinterpret_cast<uint8_t*>(tile.data);
+  for (int i = thread; i < rows * Tile::kSlabs * kChunks; i += threads) {
+    const int row = Tile::kRowCount - rows + i / (Tile::kSlabs * kChunks);
+    const int slab = i / kChunks % Tile::kSlabs, chunk = i % kChunks;
+    *reinterpret_cast<uint4*>(base + slab * Tile::kSlabBytes + row * ptx::kSwizzleBytes + chunk * 16) =
+        make_uint4(0, 0, 0, 0);
+  }
+}
 
 // Dynamic shared memory is only guaranteed 16-byte aligned; the swizzle needs 1024.
 template <typename Storage>

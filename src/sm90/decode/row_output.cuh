@@ -12,11 +12,7 @@
 
 #include "sm90/decode/params.hpp"
 #include "sm90/decode/sequence.cuh"
-#include "sm90/ptx/cp_async.cuh"
 #include "sm90/ptx/fragment.cuh"
-#include "sm90/ptx/matrix_move.cuh"
-#include "sm90/ptx/mbarrier.cuh"
-#include "sm90/ptx/mma_sync.cuh"
 
 namespace hfa::sm90::decode {
 

@@ -119,16 +119,7 @@ struct ConsumerMainloop {
   __device__ __forceinline__ void zero_v_padding(int stage, int n_block, const Sequence& seq) {
     const int valid = seq.seqlen_k - n_block * Config::kBlockN;
     if (p.seqused_k == nullptr || valid >= Config::kBlockN) return;
-    constexpr int kChunks = ptx::kSwizzleBytes / 16;
-    using VTile = typename Storage::VTile;
-    uint8_t* base = reinterpret_cast<uint8_t*>(smem.v[stage].data);
-    const int rows = Config::kBlockN - max(valid, 0);
-    for (int i = thread; i < rows * VTile::kSlabs * kChunks; i += kThreadsPerWarpgroup) {
-      const int row = Config::kBlockN - rows + i / (VTile::kSlabs * kChunks);
-      const int slab = i / kChunks % VTile::kSlabs, chunk = i % kChunks;
-      *reinterpret_cast<uint4*>(base + slab * VTile::kSlabBytes + row * ptx::kSwizzleBytes +
-                                chunk * 16) = make_uint4(0, 0, 0, 0);
-    }
+    zero_rows_from(smem.v[stage], valid, thread, kThreadsPerWarpgroup);
     ptx::fence_proxy_async_smem();
     ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::v_padding_zeroed, warpgroup),
                             kThreadsPerWarpgroup);
