@@ -59,7 +59,7 @@ def _frontend(q):
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, deterministic=False, return_attn_probs=False,
-                    learnable_sink=None):
+                    learnable_sink=None, out=None):
     """Attention over fixed-length batches (FlashAttention-3's signature).
 
     softmax_scale: default 1/sqrt(headdim). causal and window_size=(left, right) are aligned
@@ -68,41 +68,65 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     learnable_sink (FlashAttention-4's name): attention sinks, one logit per query head
     (heads_q,), that join each row's softmax denominator (gpt-oss); the LSE includes them, and
     with torch they get a gradient.
+    out: a caller's buffer to write the result into (vLLM's out=; not differentiable).
     Returns out, or (out, lse) when return_attn_probs (the LSE, not the probabilities, as FA3).
     """
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_func(q, k, v, softmax_scale, causal, window_size, softcap,
-                                  deterministic, return_attn_probs, learnable_sink)
-    from . import _numpy
-    out, lse = _numpy.forward(q, k, v, softmax_scale=softmax_scale, causal=causal,
-                              window_size=window_size, softcap=softcap,
-                              learnable_sink=learnable_sink)
-    return (out, lse) if return_attn_probs else out
+                                  deterministic, return_attn_probs, learnable_sink, out)
+    from . import _kvcache, _numpy
+    result, lse = _kvcache.into(out, *_numpy.forward(
+        q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+        softcap=softcap, learnable_sink=learnable_sink))
+    return (result, lse) if return_attn_probs else result
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                            deterministic=False, return_attn_probs=False, seqused_q=None,
-                           seqused_k=None, learnable_sink=None):
+                           seqused_k=None, learnable_sink=None, out=None, block_table=None,
+                           page_table=None, num_splits=0, q_descale=None, k_descale=None,
+                           v_descale=None, s_aux=None):
     """Attention over variable-length sequences packed as (total_tokens, heads, headdim);
     sequence b is rows cu_seqlens[b]:cu_seqlens[b+1]. seqused_q / seqused_k (int32, (batch,),
     as in FlashAttention-3): only the first seqused[b] rows / keys of sequence b are used; the
-    out rows beyond seqused_q[b] come back 0 and their LSE -inf. Otherwise as flash_attn_func."""
+    out rows beyond seqused_q[b] come back 0 and their LSE -inf. s_aux is learnable_sink's
+    other name (transformers passes it). out: a caller's buffer (not differentiable).
+    Paged (FlashAttention-3's call from vLLM and SGLang): with block_table (or page_table), k
+    and v are a paged KV cache (num_pages, page_size, heads_kv, headdim), seqused_k (required)
+    the cache tokens of each sequence, cu_seqlens_k unused; this runs flash_attn_with_kvcache
+    with varlen queries (num_splits and the descales as there). Otherwise as flash_attn_func."""
+    if s_aux is not None:
+        if learnable_sink is not None:
+            raise ValueError("s_aux, learnable_sink: give one (they are the same argument)")
+        learnable_sink = s_aux
+    if block_table is not None or page_table is not None:
+        if learnable_sink is not None or seqused_q is not None or deterministic:
+            raise NotImplementedError("flash_attn_varlen_func: with a block_table, sinks, "
+                                      "seqused_q and deterministic are not supported yet")
+        if seqused_k is None:
+            raise ValueError("seqused_k: required with a block_table (the tokens in each "
+                             "sequence's pages)")
+        return flash_attn_with_kvcache(
+            q, k, v, cache_seqlens=seqused_k, page_table=page_table, block_table=block_table,
+            cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale,
+            causal=causal, window_size=window_size, softcap=softcap, num_splits=num_splits,
+            q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+            return_softmax_lse=return_attn_probs, out=out)
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                          max_seqlen_k, softmax_scale, causal, window_size,
                                          softcap, deterministic, return_attn_probs, seqused_q,
-                                         seqused_k, learnable_sink)
-    from . import _numpy
-    out, lse = _numpy.forward(q, k, v, softmax_scale=softmax_scale, causal=causal,
-                              window_size=window_size, softcap=softcap,
-                              cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                              max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                              learnable_sink=learnable_sink, seqused_q=seqused_q,
-                              seqused_k=seqused_k)
-    return (out, lse) if return_attn_probs else out
+                                         seqused_k, learnable_sink, out)
+    from . import _kvcache, _numpy
+    result, lse = _kvcache.into(out, *_numpy.forward(
+        q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+        softcap=softcap, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, learnable_sink=learnable_sink,
+        seqused_q=seqused_q, seqused_k=seqused_k))
+    return (result, lse) if return_attn_probs else result
 
 
 def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=False,
@@ -137,7 +161,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             rotary_interleaved=True, scheduler_metadata=None, num_splits=0,
                             pack_gqa=None, sm_margin=0, return_softmax_lse=False, *,
                             block_table=None, k_scale=None, v_scale=None, k_global_scale=None,
-                            v_global_scale=None, split_size=0):
+                            v_global_scale=None, split_size=0, out=None):
     """Attention of a few new query tokens over a KV cache (FlashAttention-3's signature).
 
     q (batch, seqlen_q, heads_q, headdim); k_cache / v_cache paged (num_pages, page_size,
@@ -165,8 +189,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     cu_seqlens_k_new (int32, (batch + 1,)) k / v are packed (total_k_new, heads_kv, headdim):
     sequence b appends rows cu_seqlens_k_new[b] .. cu_seqlens_k_new[b + 1] (any number, 0
     included) and attends to cache_seqlens[b] + that many keys; with fixed-length or varlen q.
-    Not yet: cache_batch_idx, cache_leftpad, rotary_seqlens, descales; they raise
-    NotImplementedError. pack_gqa and sm_margin are accepted and ignored (speed only).
+    Descales (FlashAttention-3's, as vLLM passes them: (num_seqs, heads_kv), stride 0 over the
+    sequences): k_descale / v_descale of a float8 e4m3 cache are its per-kv-head scales (one row,
+    broadcast); descales of 16-bit tensors are ignored, as FlashAttention-3 does.
+    out: a caller's buffer to write the result into (vLLM's out=).
+    Not yet: cache_batch_idx, cache_leftpad, rotary_seqlens, per-sequence descales, fp8 q; they
+    raise NotImplementedError. pack_gqa and sm_margin are accepted and ignored (speed only).
     CUDA tensors run on a Hopper GPU with headdim 64, 128 or 256 (the same for k and v); others
     raise NotImplementedError.
     Returns out, or (out, lse) with return_softmax_lse (lse float32 (batch, heads_q, seqlen_q),
@@ -175,8 +203,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     from . import _kvcache
     _kvcache.check_not_yet(attention_chunk, qv=qv, cache_batch_idx=cache_batch_idx,
                            cache_leftpad=cache_leftpad, rotary_seqlens=rotary_seqlens,
-                           q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
                            scheduler_metadata=scheduler_metadata)
+    k_scale, v_scale = _kvcache.scales_from_descales(q, k_cache, k_scale, v_scale, q_descale,
+                                                     k_descale, v_descale)
     if block_table is not None and page_table is not None:
         raise ValueError("page_table, block_table: give one (they are the same argument)")
     kw = dict(cache_seqlens=cache_seqlens,
@@ -189,9 +218,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
               cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
               cu_seqlens_k_new=cu_seqlens_k_new)
     if _frontend(q) is not None:
-        out, lse = _kvcache.torch_forward(q, k_cache, v_cache, **kw)
+        out, lse = _kvcache.torch_forward(q, k_cache, v_cache, out, **kw)
     else:
-        out, lse = _kvcache.numpy_forward(q, k_cache, v_cache, **kw)
+        out, lse = _kvcache.numpy_forward(q, k_cache, v_cache, out, **kw)
     return (out, lse) if return_softmax_lse else out
 
 

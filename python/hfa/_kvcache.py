@@ -21,8 +21,7 @@ from . import _lib
 
 # FlashAttention-3 arguments hfa does not implement yet. Passing any of them raises rather
 # than silently computing something else.
-_NOT_YET = ("qv", "cache_batch_idx", "cache_leftpad", "rotary_seqlens",
-            "q_descale", "k_descale", "v_descale", "scheduler_metadata")
+_NOT_YET = ("qv", "cache_batch_idx", "cache_leftpad", "rotary_seqlens", "scheduler_metadata")
 
 # Arguments that are int32 offsets or indices, on q's device.
 _INT32_ARGUMENTS = ("cache_seqlens", "page_table", "cu_seqlens_q", "cu_seqlens_k_new")
@@ -37,6 +36,34 @@ def check_not_yet(attention_chunk, **given):
     if attention_chunk:
         raise NotImplementedError("flash_attn_with_kvcache: attention_chunk is not supported by "
                                   "hfa yet")
+
+
+def scales_from_descales(q, k_cache, k_scale, v_scale, q_descale, k_descale, v_descale):
+    """(k_scale, v_scale) with FlashAttention-3's descales folded in. A descale applies to an fp8
+    tensor only (FlashAttention-3 ignores those of 16-bit ones); for a float8 e4m3 cache,
+    k_descale / v_descale of shape (num_seqs, heads_kv) broadcast over the sequences (stride 0,
+    or one row) are its per-kv-head scales."""
+    def is_e4m3(t):
+        return "float8_e4m3" in str(getattr(t, "dtype", ""))
+
+    if q_descale is not None and is_e4m3(q):
+        raise NotImplementedError("q_descale: fp8 queries are not supported by the KV-cache "
+                                  "path yet")
+    if not is_e4m3(k_cache):
+        return k_scale, v_scale
+    scales = []
+    for name, scale, descale in (("k", k_scale, k_descale), ("v", v_scale, v_descale)):
+        if descale is not None:
+            if scale is not None:
+                raise ValueError(f"{name}_scale, {name}_descale: give one (the same scales)")
+            if descale.ndim != 2 or not (descale.shape[0] == 1 or descale.stride(0) == 0):
+                raise NotImplementedError(
+                    f"{name}_descale: per-sequence descales are not supported; hfa takes one "
+                    f"scale per kv-head, shape (num_seqs, heads_kv) broadcast with stride 0 "
+                    f"(got shape {tuple(descale.shape)}, strides {tuple(descale.stride())})")
+            scale = descale[0]
+        scales.append(scale)
+    return tuple(scales)
 
 
 _FLOAT_CODES = {"f32": _lib.F32, "f16": _lib.F16, "bf16": _lib.BF16}
@@ -68,16 +95,12 @@ def _cache_codes(cache_kind: str, scale_kind, has_global: bool):
     raise TypeError("k_scale: expected float32 (FP8 cache) or uint8 / float8 (FP4 block scales)")
 
 
-def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, full_seqlens,
-        alloc_workspace, longest_sequence,
-        cache_seqlens, page_table, k_scale, v_scale, k_global_scale, v_global_scale,
-        softmax_scale, causal, window_size, softcap, num_splits, stream, k=None, v=None,
-        rotary_cos=None, rotary_sin=None, rotary_interleaved=True, split_size=0,
-        cu_seqlens_q=None, max_seqlen_q=None, cu_seqlens_k_new=None):
-    """The front-end-independent part. kind_of(a) -> a kind of _cache_codes; view(a, name, code) -> (kept, Tensor); alloc_out(shape) and
-    alloc_lse(shape) allocate outputs like q; full_seqlens(batch, length) makes an int32 vector
-    on q's device; alloc_workspace(bytes) -> (kept, address) the split partials' scratch (GPU);
-    longest_sequence(cu_seqlens) the most rows of a sequence (a host read of the offsets)."""
+def resolve(q, k_cache, v_cache, *, kind_of, full_seqlens, longest_sequence, cache_seqlens,
+            page_table, k_scale, k_global_scale, cu_seqlens_q, max_seqlen_q):
+    """What a call means before any view is made: (cache dtype code, scale dtype code,
+    cache_seqlens as a vector, max_seqlen_q, batch). kind_of(a) -> a kind of _cache_codes;
+    full_seqlens(batch, length) makes an int32 vector on q's device; longest_sequence(cu_seqlens)
+    the most rows of a sequence (a host read of the offsets)."""
     varlen = cu_seqlens_q is not None
     if varlen and q.ndim != 3:
         raise ValueError(f"q: expected rank 3 (total_q, heads_q, headdim) with cu_seqlens_q, got "
@@ -93,6 +116,45 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
     cache_code, scale_code = _cache_codes(cache_kind, scale_kind, k_global_scale is not None)
     if scale_code is None:  # a stray v_scale alone: labelled f32, the library rejects it
         scale_code = _lib.F32
+    if varlen:
+        if cu_seqlens_q.ndim != 1 or cu_seqlens_q.shape[0] < 1:
+            raise ValueError(f"cu_seqlens_q: expected shape (batch + 1,), got "
+                             f"{tuple(cu_seqlens_q.shape)}")
+        batch = int(cu_seqlens_q.shape[0]) - 1
+        if max_seqlen_q is None:
+            max_seqlen_q = max(1, longest_sequence(cu_seqlens_q)) if batch else 1
+    else:
+        batch = int(q.shape[0])
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = full_seqlens(batch, cache_seqlens)
+    elif cache_seqlens is None:
+        # FlashAttention's default: the whole cache (every page of the table).
+        capacity = (int(page_table.shape[1]) * int(k_cache.shape[1]) if page_table is not None
+                    else int(k_cache.shape[1]))
+        cache_seqlens = full_seqlens(batch, capacity)
+    return cache_code, scale_code, cache_seqlens, max_seqlen_q, batch
+
+
+def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, full_seqlens,
+        alloc_workspace, longest_sequence,
+        cache_seqlens, page_table, k_scale, v_scale, k_global_scale, v_global_scale,
+        softmax_scale, causal, window_size, softcap, num_splits, stream, k=None, v=None,
+        rotary_cos=None, rotary_sin=None, rotary_interleaved=True, split_size=0,
+        cu_seqlens_q=None, max_seqlen_q=None, cu_seqlens_k_new=None):
+    """The front-end-independent part of the ctypes path. resolve() says what kind_of,
+    full_seqlens and longest_sequence are; view(a, name, code) -> (kept, Tensor); alloc_out(shape)
+    and alloc_lse(shape) allocate outputs like q; alloc_workspace(bytes) -> (kept, address) the
+    split partials' scratch (GPU)."""
+    cache_code, scale_code, cache_seqlens, max_seqlen_q, batch = resolve(
+        q, k_cache, v_cache, kind_of=kind_of, full_seqlens=full_seqlens,
+        longest_sequence=longest_sequence, cache_seqlens=cache_seqlens, page_table=page_table,
+        k_scale=k_scale, k_global_scale=k_global_scale, cu_seqlens_q=cu_seqlens_q,
+        max_seqlen_q=max_seqlen_q)
+    varlen = cu_seqlens_q is not None
+    if varlen:
+        total_q, heads_q = int(q.shape[0]), int(q.shape[1])
+    else:
+        seqlen_q, heads_q = int(q.shape[1]), int(q.shape[2])
     keep = []  # every array and view the call reads, alive until it returns
 
     def tensor(a, name, code):
@@ -102,22 +164,6 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
         keep.append((kept, t))
         return t
 
-    if varlen:
-        if cu_seqlens_q.ndim != 1 or cu_seqlens_q.shape[0] < 1:
-            raise ValueError(f"cu_seqlens_q: expected shape (batch + 1,), got "
-                             f"{tuple(cu_seqlens_q.shape)}")
-        batch, total_q, heads_q = int(cu_seqlens_q.shape[0]) - 1, int(q.shape[0]), int(q.shape[1])
-        if max_seqlen_q is None:
-            max_seqlen_q = max(1, longest_sequence(cu_seqlens_q)) if batch else 1
-    else:
-        batch, seqlen_q, heads_q = int(q.shape[0]), int(q.shape[1]), int(q.shape[2])
-    if isinstance(cache_seqlens, int):
-        cache_seqlens = full_seqlens(batch, cache_seqlens)
-    elif cache_seqlens is None:
-        # FlashAttention's default: the whole cache (every page of the table).
-        capacity = (int(page_table.shape[1]) * int(k_cache.shape[1]) if page_table is not None
-                    else int(k_cache.shape[1]))
-        cache_seqlens = full_seqlens(batch, capacity)
     packed = cache_code == _lib.FP4_E2M1X2
     hdim_v = int(v_cache.shape[-1]) * (2 if packed else 1)
     if varlen:
@@ -167,7 +213,7 @@ def _rotary_code(kind_of, table, q_code):
 
 # --- numpy -------------------------------------------------------------------------------------
 
-def numpy_forward(q, k_cache, v_cache, **kw):
+def numpy_forward(q, k_cache, v_cache, out=None, **kw):
     import numpy as np
 
     from . import _numpy
@@ -191,12 +237,12 @@ def numpy_forward(q, k_cache, v_cache, **kw):
             raise TypeError(f"{name}: expected an int32 array, got {a.dtype}")
         return _numpy._view(a, name, {a.dtype: code})
 
-    return run(q, k_cache, v_cache, q_code=floats[q.dtype], kind_of=kind_of, view=view,
+    return into(out, *run(q, k_cache, v_cache, q_code=floats[q.dtype], kind_of=kind_of, view=view,
                alloc_out=lambda shape: np.empty(shape, dtype=q.dtype),
                alloc_lse=lambda shape: np.empty(shape, dtype=np.float32),
                full_seqlens=lambda b, n: np.full((b,), n, dtype=np.int32),
                alloc_workspace=lambda n: _numpy_workspace(np, n),
-               longest_sequence=lambda cu: int(np.diff(cu).max()), stream=None, **kw)
+               longest_sequence=lambda cu: int(np.diff(cu).max()), stream=None, **kw))
 
 
 def _numpy_workspace(np, n):
@@ -206,7 +252,7 @@ def _numpy_workspace(np, n):
 
 # --- torch -------------------------------------------------------------------------------------
 
-def torch_forward(q, k_cache, v_cache, **kw):
+def torch_forward(q, k_cache, v_cache, out=None, **kw):
     import torch
 
     floats = {torch.float32: _lib.F32, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16}
@@ -240,16 +286,50 @@ def torch_forward(q, k_cache, v_cache, **kw):
             device, index = _lib.CPU, 0
         return t, _lib.make_tensor(t.data_ptr(), code, t.shape, t.stride(), device, index)
 
+    full_seqlens = lambda b, n: torch.full((b,), n, dtype=torch.int32, device=q.device)  # noqa
+    longest_sequence = lambda cu: int((cu[1:] - cu[:-1]).max().item())  # noqa: E731
+    from . import _torch
+    if _torch.NATIVE:
+        return _native_forward(_torch, q, k_cache, v_cache, out, kind_of, full_seqlens,
+                               longest_sequence, **kw)
     stream = None
     if q.device.type == "cuda":
         stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream).value
-    return run(q, k_cache, v_cache, q_code=floats[q.dtype], kind_of=kind_of, view=view,
+    result = run(q, k_cache, v_cache, q_code=floats[q.dtype], kind_of=kind_of, view=view,
                alloc_out=lambda shape: torch.empty(shape, dtype=q.dtype, device=q.device),
                alloc_lse=lambda shape: torch.empty(shape, dtype=torch.float32, device=q.device),
-               full_seqlens=lambda b, n: torch.full((b,), n, dtype=torch.int32, device=q.device),
+               full_seqlens=full_seqlens,
                alloc_workspace=lambda n: _torch_workspace(torch, n, q.device),
-               longest_sequence=lambda cu: int((cu[1:] - cu[:-1]).max().item()), stream=stream,
-               **kw)
+               longest_sequence=longest_sequence, stream=stream, **kw)
+    return into(out, *result)
+
+
+def into(out, result, lse):
+    """(out, lse) with result copied into the caller's out, when one was given."""
+    if out is None:
+        return result, lse
+    if tuple(out.shape) != tuple(result.shape) or out.dtype != result.dtype:
+        raise ValueError(f"out: expected shape {tuple(result.shape)} and dtype {result.dtype}, "
+                         f"got {tuple(out.shape)} {out.dtype}")
+    out[...] = result
+    return out, lse
+
+
+def _native_forward(_torch, q, k_cache, v_cache, out, kind_of, full_seqlens, longest_sequence,
+                    *, cache_seqlens, page_table, k_scale, v_scale, k_global_scale,
+                    v_global_scale, softmax_scale, causal, window_size, softcap, num_splits,
+                    k=None, v=None, rotary_cos=None, rotary_sin=None, rotary_interleaved=True,
+                    split_size=0, cu_seqlens_q=None, max_seqlen_q=None, cu_seqlens_k_new=None):
+    cache_code, scale_code, cache_seqlens, max_seqlen_q, _ = resolve(
+        q, k_cache, v_cache, kind_of=kind_of, full_seqlens=full_seqlens,
+        longest_sequence=longest_sequence, cache_seqlens=cache_seqlens, page_table=page_table,
+        k_scale=k_scale, k_global_scale=k_global_scale, cu_seqlens_q=cu_seqlens_q,
+        max_seqlen_q=max_seqlen_q)
+    return _torch.forward_kvcache(
+        q, k_cache, v_cache, out, cache_code, scale_code, cache_seqlens, page_table, k_scale,
+        v_scale, k_global_scale, v_global_scale, k, v, rotary_cos, rotary_sin,
+        rotary_interleaved, cu_seqlens_q, 0 if max_seqlen_q is None else max_seqlen_q,
+        cu_seqlens_k_new, softmax_scale, causal, window_size, softcap, num_splits, split_size)
 
 
 def _torch_workspace(torch, n, device):

@@ -1,23 +1,29 @@
-"""The torch front end: custom ops hfa::fwd and hfa::bwd over the C ABI.
+"""The torch front end: hfa's ops (torch.ops.hfa.*), their fake kernels, and the flash_attn-style
+entry points over them.
 
-The ops are registered with torch.library.custom_op, with fake (meta) implementations and an
-autograd formula (register_autograd, which torch turns into an autograd.Function), so that
-torch.compile(fullgraph=True) sees them as opaque nodes and traces through without graph breaks.
-Everything the library writes is allocated here with torch (out, lse, dq/dk/dv, workspaces).
+The ops come from one of two places, with the same schemas:
+  - native: libhfa_torch (src/torch/ops.cpp), registered in C++ with an autograd kernel, so
+    that a call goes through torch's dispatcher into libhfa with no Python in between (a few
+    microseconds of host time). It is built where torch was found at build time and lies beside
+    libhfa; HFA_TORCH_LIBRARY names another file.
+  - ctypes: python/hfa/_torch_ctypes.py, torch.library.custom_op over the C ABI (~90 us a call),
+    for a libhfa built without torch.
+HFA_TORCH_OPS chooses: "auto" (the default: native when its library loads), "native" (an
+error when it does not) or "ctypes". Either way the fake kernels below let
+torch.compile(fullgraph=True) trace the ops as opaque nodes.
 
 CUDA tensors run on torch's current stream of their device. The returned LSE does not require
-grad: no gradient flows through it (the C ABI has no dLSE yet).
-
-This module deliberately has no `from __future__ import annotations`: custom_op infers the op
-schema from the real annotation objects.
+grad: no gradient flows through it (the C ABI has no dLSE yet). Everything the library writes
+is allocated with torch (out, lse, dq/dk/dv, workspaces).
 """
 
-import contextlib
-from typing import Optional, Tuple
+import os
+import warnings
 
 import torch
 
 from . import _lib
+from ._torch_shapes import dsinks_shape, lse_shape, out_dtype, out_shapes
 
 if not hasattr(torch.library, "custom_op") or not hasattr(torch.library, "register_fake"):
     raise ImportError(f"hfa needs torch >= 2.4 (torch.library.custom_op); "
@@ -25,219 +31,94 @@ if not hasattr(torch.library, "custom_op") or not hasattr(torch.library, "regist
 
 Tensor = torch.Tensor
 
-_DTYPES = {
-    torch.float32: _lib.F32,
-    torch.float16: _lib.F16,
-    torch.bfloat16: _lib.BF16,
-    torch.int32: _lib.I32,
-}
-# fp8 dtypes exist from torch 2.1; forward only (the library rejects them in the backward).
-for _name, _code in (("float8_e4m3fn", _lib.E4M3), ("float8_e5m2", _lib.E5M2)):
-    if hasattr(torch, _name):
-        _DTYPES[getattr(torch, _name)] = _code
-_FP8 = {d for d, c in _DTYPES.items() if c in (_lib.E4M3, _lib.E5M2)}
+_NATIVE_NAMES = ("libhfa_torch.so",)
+_MODES = ("auto", "native", "ctypes")
 
 
-def _out_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Output dtype = input dtype, except bf16 for fp8 inputs (design §3)."""
-    return torch.bfloat16 if dtype in _FP8 else dtype
+def _native_library_path():
+    env = os.environ.get("HFA_TORCH_LIBRARY")
+    if env:
+        return env
+    for name in _NATIVE_NAMES:
+        path = os.path.join(os.path.dirname(os.path.realpath(_lib.library_path())), name)
+        if os.path.isfile(path):
+            return path
+    return None
 
 
-def _view(t: Tensor, name: str):
-    """(tensor kept alive, hfa Tensor). A tensor whose last dim is not unit-stride is copied;
-    other strides go to the library unchanged."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in _DTYPES:
-        raise TypeError(f"{name}: dtype {t.dtype} is not supported")
-    if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
-        t = t.contiguous()
-    if t.device.type == "cuda":
-        device, index = _lib.CUDA, t.device.index if t.device.index is not None else 0
-    elif t.device.type == "cpu":
-        device, index = _lib.CPU, 0
-    else:
-        raise ValueError(f"{name}: device {t.device} is not supported (cpu or cuda)")
-    return t, _lib.make_tensor(t.data_ptr(), _DTYPES[t.dtype], t.shape, t.stride(), device, index)
+def _load_ops():
+    """'native' or 'ctypes': which implementation registered torch.ops.hfa."""
+    mode = os.environ.get("HFA_TORCH_OPS", "auto")
+    if mode not in _MODES:
+        raise ValueError(f"HFA_TORCH_OPS: expected one of {', '.join(_MODES)}, got {mode!r}")
+    if mode != "ctypes":
+        path = _native_library_path()
+        problem = "not found beside libhfa (built only where torch is found)"
+        if path is not None:
+            try:
+                _lib.library()  # libhfa first: the ops bind to this copy by its soname
+                torch.ops.load_library(path)
+                return "native"
+            except OSError as e:
+                problem = f"{path} did not load ({e})"
+        if mode == "native":
+            raise ImportError(f"HFA_TORCH_OPS=native: libhfa_torch {problem}")
+        if path is not None:  # there but unusable (built for another torch?): say so once
+            warnings.warn(f"hfa: C++ torch ops unavailable, using ctypes: {problem}")
+    from . import _torch_ctypes  # noqa: F401  (registers hfa::fwd and hfa::bwd)
+    return "ctypes"
 
 
-def _out_shapes(q: Tensor, v: Tensor, varlen: bool):
-    want = 3 if varlen else 4
-    if q.dim() != want:
-        layout = "(total_tokens, heads, headdim)" if varlen else "(batch, seqlen, heads, headdim)"
-        raise ValueError(f"q: expected rank {want} {layout}, got shape {tuple(q.shape)}")
-    if v.dim() != want:
-        raise ValueError(f"v: expected rank {want}, got shape {tuple(v.shape)}")
-    out_shape = tuple(q.shape[:-1]) + (v.shape[-1],)
-    lse_shape = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
-    return out_shape, lse_shape
+OPS = _load_ops()
+NATIVE = OPS == "native"
+_fwd = torch.ops.hfa.fwd.default
+_bwd = torch.ops.hfa.bwd.default
 
 
-@contextlib.contextmanager
-def _on_device(t: Tensor):
-    """Make t's GPU current for the call (the library launches on the current device)."""
-    if t.device.type == "cuda":
-        with torch.cuda.device(t.device):
-            yield
-    else:
-        yield
+# --- fake kernels (shapes and dtypes only, for torch.compile and meta tensors) ----------------
 
-
-class _Call:
-    """Options for one library call plus everything they point at, kept alive together."""
-
-    def __init__(self, ref: Tensor, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                 softmax_scale, causal, window_left, window_right, softcap, deterministic,
-                 sinks=None, seqused_q=None, seqused_k=None, dsinks=None):
-        if (cu_seqlens_q is None) != (cu_seqlens_k is None):
-            raise ValueError("cu_seqlens_q, cu_seqlens_k: give both or neither")
-        self.keep = []
-        cu_q_t = cu_k_t = None
-        if cu_seqlens_q is not None:
-            cu_q, cu_q_t = _view(cu_seqlens_q, "cu_seqlens_q")
-            cu_k, cu_k_t = _view(cu_seqlens_k, "cu_seqlens_k")
-            self.keep += [cu_q, cu_k, cu_q_t, cu_k_t]
-        vectors = {}
-        for name, t in (("sinks", sinks), ("seqused_q", seqused_q), ("seqused_k", seqused_k),
-                        ("dsinks", dsinks)):
-            if t is not None:
-                t, vectors[name] = _view(t, name)
-                self.keep += [t, vectors[name]]
-        stream = None
-        if ref.device.type == "cuda":
-            stream = torch.cuda.current_stream(ref.device).cuda_stream
-        self.options = _lib.make_options(
-            softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
-            softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_q_t,
-            cu_seqlens_k=cu_k_t, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-            stream=stream, **vectors)
-        self.device = ref.device
-
-    def workspace(self, nbytes: int) -> None:
-        if nbytes:
-            ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-            self.keep.append(ws)
-            self.options.workspace = ws.data_ptr()
-            self.options.workspace_bytes = nbytes
-
-
-# --- hfa::fwd ----------------------------------------------------------------------------------
-
-@torch.library.custom_op("hfa::fwd", mutates_args=())
-def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
-        cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
-        softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
-        softcap: float, deterministic: bool, sinks: Optional[Tensor] = None,
-        seqused_q: Optional[Tensor] = None,
-        seqused_k: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-    """(out, lse). `deterministic` is unused here; it rides along for the backward. sinks:
-    float32 (heads_q,); seqused_q/k: int32 (batch,). The library leaves the out and lse rows
-    beyond seqused_q untouched, so with seqused_q they are allocated as 0 and -inf."""
-    varlen = cu_seqlens_q is not None
-    out_shape, lse_shape = _out_shapes(q, v, varlen)
-    q, qt = _view(q, "q")
-    k, kt = _view(k, "k")
-    v, vt = _view(v, "v")
-    if seqused_q is not None:
-        out = torch.zeros(out_shape, dtype=_out_dtype(q.dtype), device=q.device)
-        lse = torch.full(lse_shape, float("-inf"), dtype=torch.float32, device=q.device)
-    else:
-        out = torch.empty(out_shape, dtype=_out_dtype(q.dtype), device=q.device)
-        lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-    _, ot = _view(out, "out")
-    _, lt = _view(lse, "lse")
-    call = _Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                 causal, window_left, window_right, softcap, False, sinks, seqused_q, seqused_k)
-    with _on_device(q):
-        call.workspace(_lib.forward_workspace_size(qt, kt, vt, call.options))
-        _lib.forward(qt, kt, vt, ot, lt, call.options)
-    return out, lse
-
-
-@fwd.register_fake
+@torch.library.register_fake("hfa::fwd")
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
               causal, window_left, window_right, softcap, deterministic, sinks=None,
               seqused_q=None, seqused_k=None):
-    out_shape, lse_shape = _out_shapes(q, v, cu_seqlens_q is not None)
-    return (q.new_empty(out_shape, dtype=_out_dtype(q.dtype)),
-            q.new_empty(lse_shape, dtype=torch.float32))
+    out_shape, lse = out_shapes(q, v, cu_seqlens_q is not None)
+    return (q.new_empty(out_shape, dtype=out_dtype(q.dtype)),
+            q.new_empty(lse, dtype=torch.float32))
 
 
-# --- hfa::bwd ----------------------------------------------------------------------------------
-
-def _dsinks_shape(sinks: Optional[Tensor]):
-    # A custom op cannot return None: without sinks, dsinks is an empty tensor.
-    return tuple(sinks.shape) if sinks is not None else (0,)
-
-
-@torch.library.custom_op("hfa::bwd", mutates_args=())
-def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-        cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
-        max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_left: int,
-        window_right: int, softcap: float, deterministic: bool, sinks: Optional[Tensor] = None,
-        seqused_q: Optional[Tensor] = None,
-        seqused_k: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(dq, dk, dv, dsinks): the first three of their input's shape and dtype, contiguous;
-    dsinks float32 (heads_q,) with sinks, else empty (0,). Gradient rows beyond seqused are 0."""
-    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-    dsinks = torch.empty(_dsinks_shape(sinks), dtype=torch.float32, device=q.device)
-    dout, dot = _view(dout, "dout")
-    q, qt = _view(q, "q")
-    k, kt = _view(k, "k")
-    v, vt = _view(v, "v")
-    out, ot = _view(out, "out")
-    lse, lt = _view(lse, "lse")
-    _, dqt = _view(dq, "dq")
-    _, dkt = _view(dk, "dk")
-    _, dvt = _view(dv, "dv")
-    call = _Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                 causal, window_left, window_right, softcap, deterministic, sinks, seqused_q,
-                 seqused_k, dsinks if sinks is not None else None)
-    with _on_device(q):
-        call.workspace(_lib.backward_workspace_size(qt, kt, vt, call.options))
-        _lib.backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, call.options)
-    return dq, dk, dv, dsinks
-
-
-@bwd.register_fake
+@torch.library.register_fake("hfa::bwd")
 def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
               softmax_scale, causal, window_left, window_right, softcap, deterministic,
               sinks=None, seqused_q=None, seqused_k=None):
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
-            q.new_empty(_dsinks_shape(sinks), dtype=torch.float32))
+            q.new_empty(dsinks_shape(sinks), dtype=torch.float32))
 
 
-# --- autograd ----------------------------------------------------------------------------------
-
-def _setup_context(ctx, inputs, output):
-    (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, deterministic) = inputs[:13]
-    # sinks, seqused_q, seqused_k have defaults: a caller of the op may leave them out.
-    sinks, seqused_q, seqused_k = (tuple(inputs[13:]) + (None,) * 3)[:3]
-    ctx.num_inputs = len(inputs)
-    out, lse = output
-    # No gradient flows through the LSE (the C ABI has no dLSE input yet, and FlashAttention-3
-    # drops it silently). Marking it says so: lse.requires_grad is False.
-    ctx.mark_non_differentiable(lse)
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, sinks, seqused_q, seqused_k)
-    ctx.params = (max_q, max_k, scale, causal, wl, wr, softcap, deterministic)
+def _kvcache_out_shape(q, v_cache, cache_code):
+    headdim_v = v_cache.shape[-1] * (2 if cache_code == _lib.FP4_E2M1X2 else 1)
+    return tuple(q.shape[:-1]) + (headdim_v,)
 
 
-def _backward(ctx, grad_out, grad_lse):
-    q, k, v, out, lse, cu_q, cu_k, sinks, seqused_q, seqused_k = ctx.saved_tensors
-    if grad_out is None:  # only lse was used downstream: the gradient through out is zero
-        grad_out = torch.zeros_like(out)
-    # grad_lse is None or zeros: lse is marked non-differentiable in _setup_context.
-    dq, dk, dv, dsinks = torch.ops.hfa.bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, *ctx.params,
-                                           sinks, seqused_q, seqused_k)
-    # One entry per input of hfa::fwd: q, k, v, ten options, then sinks, seqused_q, seqused_k
-    # (as many of those as the call passed).
-    grads = (dq, dk, dv) + (None,) * 10 + (dsinks if sinks is not None else None, None, None)
-    return grads[:ctx.num_inputs]
+if NATIVE:
+    _fwd_into = torch.ops.hfa.fwd_into.default
+    _fwd_kvcache = torch.ops.hfa.fwd_kvcache.default
+    _fwd_kvcache_into = torch.ops.hfa.fwd_kvcache_into.default
 
+    @torch.library.register_fake("hfa::fwd_into")
+    def _fwd_into_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                       softmax_scale, causal, window_left, window_right, softcap, sinks=None,
+                       seqused_q=None, seqused_k=None, *, out):
+        return q.new_empty(lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32)
 
-fwd.register_autograd(_backward, setup_context=_setup_context)
+    @torch.library.register_fake("hfa::fwd_kvcache")
+    def _fwd_kvcache_fake(q, k_cache, v_cache, cache_code, scale_code, *args):
+        varlen = args[11] is not None  # cu_seqlens_q
+        return (q.new_empty(_kvcache_out_shape(q, v_cache, cache_code)),
+                q.new_empty(lse_shape(q, varlen), dtype=torch.float32))
+
+    @torch.library.register_fake("hfa::fwd_kvcache_into")
+    def _fwd_kvcache_into_fake(q, k_cache, v_cache, cache_code, scale_code, *args, out):
+        return q.new_empty(lse_shape(q, args[11] is not None), dtype=torch.float32)
 
 
 # --- flash_attn-style entry points -------------------------------------------------------------
@@ -264,26 +145,46 @@ def _sinks(learnable_sink):
     return learnable_sink.to(torch.float32)
 
 
+def _forward(q, k, v, out, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
+             deterministic, sinks, seqused_q, seqused_k):
+    """(out, lse); into the caller's out when given (no autograd through it)."""
+    if out is None:
+        return _fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
+                    deterministic, sinks, seqused_q, seqused_k)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                       for t in (q, k, v, sinks)):
+        raise ValueError("out: writing into a given out is not differentiable; call under "
+                         "torch.no_grad() or leave out=None")
+    if NATIVE:
+        return out, _fwd_into(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
+                              sinks, seqused_q, seqused_k, out=out)
+    result, lse = _fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
+                       deterministic, sinks, seqused_q, seqused_k)
+    if out.shape != result.shape or out.dtype != result.dtype or out.device != result.device:
+        raise ValueError(f"out: expected {tuple(result.shape)} {result.dtype} on "
+                         f"{result.device}, got {tuple(out.shape)} {out.dtype} on {out.device}")
+    return out.copy_(result), lse
+
+
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, deterministic=False, return_attn_probs=False,
-                    learnable_sink=None):
+                    learnable_sink=None, out=None):
     wl, wr = _window(window_size)
-    out, lse = torch.ops.hfa.fwd(q, k, v, None, None, 0, 0, softmax_scale, bool(causal), wl, wr,
-                                 float(softcap), bool(deterministic), _sinks(learnable_sink),
-                                 None, None)
+    out, lse = _forward(q, k, v, out, None, None, 0, 0, softmax_scale, bool(causal), wl, wr,
+                        float(softcap), bool(deterministic), _sinks(learnable_sink), None, None)
     return (out, lse) if return_attn_probs else out
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                            deterministic=False, return_attn_probs=False, seqused_q=None,
-                           seqused_k=None, learnable_sink=None):
+                           seqused_k=None, learnable_sink=None, out=None):
     wl, wr = _window(window_size)
-    out, lse = torch.ops.hfa.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k,
-                                 _as_int(max_seqlen_q, "max_seqlen_q"),
-                                 _as_int(max_seqlen_k, "max_seqlen_k"), softmax_scale,
-                                 bool(causal), wl, wr, float(softcap), bool(deterministic),
-                                 _sinks(learnable_sink), seqused_q, seqused_k)
+    out, lse = _forward(q, k, v, out, cu_seqlens_q, cu_seqlens_k,
+                        _as_int(max_seqlen_q, "max_seqlen_q"),
+                        _as_int(max_seqlen_k, "max_seqlen_k"), softmax_scale, bool(causal), wl,
+                        wr, float(softcap), bool(deterministic), _sinks(learnable_sink),
+                        seqused_q, seqused_k)
     return (out, lse) if return_attn_probs else out
 
 
@@ -297,8 +198,24 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     mq = _as_int(max_seqlen_q, "max_seqlen_q") if varlen else 0
     mk = _as_int(max_seqlen_k, "max_seqlen_k") if varlen else 0
     sinks = _sinks(learnable_sink)
-    dq, dk, dv, dsinks = torch.ops.hfa.bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
-                                           mq, mk, softmax_scale, bool(causal), wl, wr,
-                                           float(softcap), bool(deterministic), sinks, seqused_q,
-                                           seqused_k)
+    dq, dk, dv, dsinks = _bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, mq, mk,
+                              softmax_scale, bool(causal), wl, wr, float(softcap),
+                              bool(deterministic), sinks, seqused_q, seqused_k)
     return (dq, dk, dv) if sinks is None else (dq, dk, dv, dsinks)
+
+
+def forward_kvcache(q, k_cache, v_cache, out, cache_code, scale_code, cache_seqlens, page_table,
+                    k_scale, v_scale, k_global_scale, v_global_scale, k, v, rotary_cos,
+                    rotary_sin, rotary_interleaved, cu_seqlens_q, max_seqlen_q,
+                    cu_seqlens_k_new, softmax_scale, causal, window_size, softcap, num_splits,
+                    split_size):
+    """(out, lse) through the native hfa::fwd_kvcache ops (python/hfa/_kvcache.py has already
+    resolved the cache format and the lengths' defaults)."""
+    wl, wr = _window(window_size)
+    args = (q, k_cache, v_cache, cache_code, scale_code, cache_seqlens, page_table, k_scale,
+            v_scale, k_global_scale, v_global_scale, k, v, rotary_cos, rotary_sin,
+            bool(rotary_interleaved), cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new,
+            softmax_scale, bool(causal), wl, wr, float(softcap), num_splits, split_size)
+    if out is None:
+        return _fwd_kvcache(*args)
+    return out, _fwd_kvcache_into(*args, out=out)

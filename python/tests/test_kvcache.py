@@ -163,7 +163,7 @@ def test_not_yet_and_errors():
     q = np.zeros((1, 1, 2, 64), np.float32)
     k = np.zeros((1, 8, 2, 64), np.float32)
     seqlens = np.array([4], np.int32)
-    for name in ("rotary_seqlens", "cache_batch_idx", "k_descale"):
+    for name in ("rotary_seqlens", "cache_batch_idx", "scheduler_metadata"):
         with pytest.raises(NotImplementedError, match=name):
             hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, **{name: k})
     with pytest.raises(hfa.HfaInvalidArgument, match="^block_table: entry \\(0, 0\\) = 5"):

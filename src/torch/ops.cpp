@@ -1,0 +1,552 @@
+// hfa's torch ops in C++: torch.ops.hfa.{fwd, fwd_into, bwd, fwd_kvcache, fwd_kvcache_into}.
+//
+// Why C++: a call that goes through the dispatcher straight into libhfa costs a few
+// microseconds of host time; the same call through Python glue and ctypes costs ~90 (issue 11).
+// The schemas are the ones python/hfa/_torch_ctypes.py registers when this library is absent,
+// so one Python front end (python/hfa/_torch.py) and one set of fake kernels serve both.
+//
+// What is here: tensor views and status translation (a bad argument raises ValueError, a dtype
+// TypeError, "not supported" NotImplementedError, each with libhfa's message naming the
+// argument), the kernels for the CPU and CUDA keys, and the autograd kernel of hfa::fwd (a
+// torch::autograd::Function, so that eager training steps never enter Python either).
+// Everything the library writes is allocated with torch's allocator on the inputs' device;
+// nothing synchronizes the host.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <array>
+#include <cmath>
+#include <iterator>
+#include <optional>
+#include <vector>
+
+#include "hfa/hfa.hpp"
+
+namespace {
+
+using at::Tensor;
+using OptTensor = std::optional<Tensor>;
+
+// --- views and statuses ------------------------------------------------------------------------
+
+std::optional<hfa_dtype> dtype_code(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return HFA_F32;
+    case at::kHalf: return HFA_F16;
+    case at::kBFloat16: return HFA_BF16;
+    case at::kFloat8_e4m3fn: return HFA_E4M3;
+    case at::kFloat8_e5m2: return HFA_E5M2;
+    case at::kInt: return HFA_I32;
+    default: return std::nullopt;
+  }
+}
+
+hfa_dtype dtype_of(const Tensor& t, const char* name) {
+  std::optional<hfa_dtype> code = dtype_code(t.scalar_type());
+  TORCH_CHECK_TYPE(code.has_value(), name, ": dtype ", t.scalar_type(), " is not supported");
+  return *code;
+}
+
+// libhfa takes any strides but a unit last one; a tensor without it is copied (as the Python
+// front end does), and the copy is what the caller keeps alive.
+Tensor unit_last_stride(const Tensor& t) {
+  return t.dim() > 0 && t.size(-1) > 1 && t.stride(-1) != 1 ? t.contiguous() : t;
+}
+
+hfa::Tensor view(const Tensor& t, hfa_dtype code, const char* name) {
+  TORCH_CHECK_VALUE(t.dim() <= HFA_MAX_RANK, name, ": rank ", t.dim(), " is more than ",
+                    HFA_MAX_RANK);
+  TORCH_CHECK_VALUE(t.is_cpu() || t.is_cuda(), name, ": device ", t.device(),
+                    " is not supported (cpu or cuda)");
+  hfa::Tensor v{};
+  v.data = t.data_ptr();
+  v.dtype = code;
+  v.rank = static_cast<int32_t>(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    v.shape[d] = t.size(d);
+    v.stride[d] = t.stride(d);
+  }
+  v.device = t.is_cuda() ? HFA_CUDA : HFA_CPU;
+  v.device_index = t.is_cuda() ? t.get_device() : 0;
+  return v;
+}
+
+hfa::Tensor view(const Tensor& t, const char* name) { return view(t, dtype_of(t, name), name); }
+
+// An optional argument's view, kept where the options can point at it.
+struct OptionalView {
+  std::optional<hfa::Tensor> tensor;
+  OptionalView(const OptTensor& t, const char* name) {
+    if (t.has_value()) tensor = view(*t, name);
+  }
+  OptionalView(const OptTensor& t, hfa_dtype code, const char* name) {
+    if (t.has_value()) tensor = view(*t, code, name);
+  }
+  const hfa::Tensor* get() const { return tensor ? &*tensor : nullptr; }
+};
+
+// The inputs' GPU current for the call (libhfa launches on the current device).
+struct OnDevice {
+  c10::OptionalDeviceGuard guard;
+  explicit OnDevice(const Tensor& t) {
+    if (t.is_cuda()) guard.reset_device(t.device());
+  }
+};
+
+void check(const hfa::Status& status) {
+  if (status) return;
+  const std::string& message = status.message();
+  switch (status.code()) {
+    case hfa::Code::invalid_argument: TORCH_CHECK_VALUE(false, message);
+    case hfa::Code::not_supported: TORCH_CHECK_NOT_IMPLEMENTED(false, message);
+    default: TORCH_CHECK(false, "hfa: ", hfa_status_name(static_cast<hfa_status>(status.code())),
+                         ": ", message);
+  }
+}
+
+// torch's current stream on t's device (null on the CPU, where libhfa ignores it).
+void* current_stream(const Tensor& t) {
+  if (!t.is_cuda()) return nullptr;
+  return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(t.device())
+      .native_handle();
+}
+
+// Scratch memory from torch's caching allocator: no cudaMalloc, capturable in a CUDA graph.
+Tensor workspace(const Tensor& like, std::size_t bytes, void** data) {
+  if (bytes == 0) return {};
+  Tensor scratch = at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
+  *data = scratch.data_ptr();
+  return scratch;
+}
+
+at::ScalarType out_dtype(const Tensor& q) {
+  bool fp8 = q.scalar_type() == at::kFloat8_e4m3fn || q.scalar_type() == at::kFloat8_e5m2;
+  return fp8 ? at::kBFloat16 : q.scalar_type();
+}
+
+// --- hfa::fwd, hfa::fwd_into -------------------------------------------------------------------
+
+struct AttentionArgs {  // what hfa::fwd and hfa::bwd share after q, k, v
+  const OptTensor& cu_seqlens_q;
+  const OptTensor& cu_seqlens_k;
+  int64_t max_seqlen_q, max_seqlen_k;
+  std::optional<double> softmax_scale;
+  bool causal;
+  int64_t window_left, window_right;
+  double softcap;
+  bool deterministic;
+  const OptTensor& sinks;
+  const OptTensor& seqused_q;
+  const OptTensor& seqused_k;
+};
+
+// The options' vectors (views), alive for one call.
+struct AttentionViews {
+  OptionalView cu_q, cu_k, sinks, used_q, used_k;
+  explicit AttentionViews(const AttentionArgs& a)
+      : cu_q(a.cu_seqlens_q, "cu_seqlens_q"), cu_k(a.cu_seqlens_k, "cu_seqlens_k"),
+        sinks(a.sinks, "sinks"), used_q(a.seqused_q, "seqused_q"),
+        used_k(a.seqused_k, "seqused_k") {}
+
+  hfa::Options options(const AttentionArgs& a, const Tensor& q) const {
+    TORCH_CHECK_VALUE(a.cu_seqlens_q.has_value() == a.cu_seqlens_k.has_value(),
+                      "cu_seqlens_q, cu_seqlens_k: give both or neither");
+    hfa::Options o;
+    if (a.softmax_scale) o.softmax_scale = static_cast<float>(*a.softmax_scale);
+    o.causal = a.causal;
+    o.window_left = static_cast<int32_t>(a.window_left);
+    o.window_right = static_cast<int32_t>(a.window_right);
+    o.softcap = static_cast<float>(a.softcap);
+    o.cu_seqlens_q = cu_q.get();
+    o.cu_seqlens_k = cu_k.get();
+    o.max_seqlen_q = static_cast<int32_t>(a.max_seqlen_q);
+    o.max_seqlen_k = static_cast<int32_t>(a.max_seqlen_k);
+    o.deterministic = a.deterministic;
+    o.sinks = sinks.get();
+    o.seqused_q = used_q.get();
+    o.seqused_k = used_k.get();
+    o.stream = current_stream(q);
+    return o;
+  }
+};
+
+void check_rank(const Tensor& t, const char* name, bool varlen) {
+  if (varlen) {
+    TORCH_CHECK_VALUE(t.dim() == 3, name,
+                      ": expected rank 3 (total_tokens, heads, headdim), got shape ", t.sizes());
+  } else {
+    TORCH_CHECK_VALUE(t.dim() == 4, name,
+                      ": expected rank 4 (batch, seqlen, heads, headdim), got shape ", t.sizes());
+  }
+}
+
+// The forward into given out and lse tensors.
+void forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& out,
+             const Tensor& lse, const AttentionArgs& a) {
+  Tensor q = unit_last_stride(q_in), k = unit_last_stride(k_in), v = unit_last_stride(v_in);
+  OnDevice on_device(q);
+  AttentionViews vectors(a);
+  hfa::Options o = vectors.options(a, q);
+  hfa::Tensor qt = view(q, "q"), kt = view(k, "k"), vt = view(v, "v");
+  hfa::Tensor ot = view(out, "out"), lt = view(lse, "lse");
+  std::size_t bytes = 0;
+  check(hfa::forward_workspace_size(qt, kt, vt, o, &bytes));
+  Tensor scratch = workspace(q, bytes, &o.workspace);
+  o.workspace_bytes = bytes;
+  check(hfa::forward(qt, kt, vt, ot, &lt, o));
+}
+
+std::array<int64_t, 3> lse_shape(const Tensor& q, bool varlen) {
+  if (varlen) return {q.size(1), q.size(0), -1};
+  return {q.size(0), q.size(2), q.size(1)};
+}
+
+Tensor empty_lse(const Tensor& q, bool varlen, bool rows_may_stay_unwritten) {
+  std::array<int64_t, 3> s = lse_shape(q, varlen);
+  at::IntArrayRef shape(s.data(), varlen ? 2 : 3);
+  at::TensorOptions f32 = q.options().dtype(at::kFloat);
+  // Rows beyond seqused_q are left untouched by libhfa: they read as an empty row's -inf.
+  return rows_may_stay_unwritten ? at::full(shape, -INFINITY, f32) : at::empty(shape, f32);
+}
+
+std::tuple<Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k,
+                               int64_t max_seqlen_q, int64_t max_seqlen_k,
+                               std::optional<double> softmax_scale, bool causal,
+                               int64_t window_left, int64_t window_right, double softcap,
+                               bool deterministic, const OptTensor& sinks,
+                               const OptTensor& seqused_q, const OptTensor& seqused_k) {
+  AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                  causal, window_left, window_right, softcap, deterministic, sinks,
+                  seqused_q, seqused_k};
+  bool varlen = cu_seqlens_q.has_value();
+  check_rank(q, "q", varlen);
+  check_rank(v, "v", varlen);
+  std::vector<int64_t> out_shape = q.sizes().vec();
+  out_shape.back() = v.size(-1);
+  at::TensorOptions out_options = q.options().dtype(out_dtype(q));
+  bool partial = seqused_q.has_value();
+  Tensor out = partial ? at::zeros(out_shape, out_options) : at::empty(out_shape, out_options);
+  Tensor lse = empty_lse(q, varlen, partial);
+  forward(q, k, v, out, lse, a);
+  return {out, lse};
+}
+
+Tensor fwd_into(const Tensor& q, const Tensor& k, const Tensor& v,
+                const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k,
+                int64_t max_seqlen_q, int64_t max_seqlen_k, std::optional<double> softmax_scale,
+                bool causal, int64_t window_left, int64_t window_right, double softcap,
+                const OptTensor& sinks, const OptTensor& seqused_q, const OptTensor& seqused_k,
+                const Tensor& out) {
+  AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                  causal, window_left, window_right, softcap, false, sinks,
+                  seqused_q, seqused_k};
+  bool varlen = cu_seqlens_q.has_value();
+  check_rank(q, "q", varlen);
+  TORCH_CHECK_VALUE(out.device() == q.device(), "out: on ", out.device(), ", q on ", q.device());
+  Tensor lse = empty_lse(q, varlen, seqused_q.has_value());
+  forward(q, k, v, out, lse, a);
+  return lse;
+}
+
+// --- hfa::bwd ----------------------------------------------------------------------------------
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> bwd(
+    const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+    const Tensor& out_in, const Tensor& lse, const OptTensor& cu_seqlens_q,
+    const OptTensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+    std::optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
+    double softcap, bool deterministic, const OptTensor& sinks, const OptTensor& seqused_q,
+    const OptTensor& seqused_k) {
+  AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                  causal, window_left, window_right, softcap, deterministic, sinks,
+                  seqused_q, seqused_k};
+  Tensor dout = unit_last_stride(dout_in), q = unit_last_stride(q_in);
+  Tensor k = unit_last_stride(k_in), v = unit_last_stride(v_in), out = unit_last_stride(out_in);
+  OnDevice on_device(q);
+  Tensor dq = at::empty(q.sizes(), q.options());
+  Tensor dk = at::empty(k.sizes(), k.options());
+  Tensor dv = at::empty(v.sizes(), v.options());
+  // A custom op cannot return None: without sinks, dsinks is an empty tensor.
+  std::vector<int64_t> dsinks_shape = sinks ? sinks->sizes().vec() : std::vector<int64_t>{0};
+  Tensor dsinks = at::empty(dsinks_shape, q.options().dtype(at::kFloat));
+  AttentionViews vectors(a);
+  hfa::Options o = vectors.options(a, q);
+  hfa::Tensor dsinks_view;
+  if (sinks) {
+    dsinks_view = view(dsinks, "dsinks");
+    o.dsinks = &dsinks_view;
+  }
+  hfa::Tensor qt = view(q, "q"), kt = view(k, "k"), vt = view(v, "v");
+  std::size_t bytes = 0;
+  check(hfa::backward_workspace_size(qt, kt, vt, o, &bytes));
+  Tensor scratch = workspace(q, bytes, &o.workspace);
+  o.workspace_bytes = bytes;
+  check(hfa::backward(view(dout, "dout"), qt, kt, vt, view(out, "out"), view(lse, "lse"),
+                      view(dq, "dq"), view(dk, "dk"), view(dv, "dv"), o));
+  return {dq, dk, dv, dsinks};
+}
+
+// --- autograd of hfa::fwd ----------------------------------------------------------------------
+
+using FwdSignature = decltype(fwd);
+using BwdSignature = decltype(bwd);
+
+template <class Signature>
+c10::TypedOperatorHandle<Signature> op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
+
+const c10::TypedOperatorHandle<FwdSignature>& fwd_op() {
+  static const auto handle = op<FwdSignature>("hfa::fwd");
+  return handle;
+}
+
+// The options of a call, saved for its backward (optional tensors as IValues: None stays None).
+constexpr const char* kSavedOptions[] = {"cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                                         "max_seqlen_k", "softmax_scale", "causal",
+                                         "window_left", "window_right", "softcap",
+                                         "deterministic", "sinks", "seqused_q", "seqused_k"};
+
+struct Attention : torch::autograd::Function<Attention> {
+  static torch::autograd::variable_list forward(
+      torch::autograd::AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+      const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k, int64_t max_seqlen_q,
+      int64_t max_seqlen_k, std::optional<double> softmax_scale, bool causal,
+      int64_t window_left, int64_t window_right, double softcap, bool deterministic,
+      const OptTensor& sinks, const OptTensor& seqused_q, const OptTensor& seqused_k) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [out, lse] = fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                  max_seqlen_k, softmax_scale, causal, window_left,
+                                  window_right, softcap, deterministic, sinks, seqused_q,
+                                  seqused_k);
+    // No gradient flows through the LSE (libhfa's backward has no dLSE input, and
+    // FlashAttention-3 drops it silently); marked, lse.requires_grad says so.
+    ctx->mark_non_differentiable({lse});
+    ctx->save_for_backward({q, k, v, out, lse});
+    c10::IValue values[] = {cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                            softmax_scale, causal, window_left, window_right, softcap,
+                            deterministic, sinks, seqused_q, seqused_k};
+    for (std::size_t i = 0; i < std::size(kSavedOptions); ++i)
+      ctx->saved_data[kSavedOptions[i]] = values[i];
+    return {out, lse};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    auto& d = ctx->saved_data;
+    // Only lse was used downstream: the gradient through out is zero.
+    Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(out);
+    OptTensor sinks = d["sinks"].toOptional<Tensor>();
+    static auto bwd_op = op<BwdSignature>("hfa::bwd");
+    auto [dq, dk, dv, dsinks] = bwd_op.call(
+        dout, q, k, v, out, lse, d["cu_seqlens_q"].toOptional<Tensor>(),
+        d["cu_seqlens_k"].toOptional<Tensor>(), d["max_seqlen_q"].toInt(),
+        d["max_seqlen_k"].toInt(), d["softmax_scale"].toOptional<double>(),
+        d["causal"].toBool(), d["window_left"].toInt(), d["window_right"].toInt(),
+        d["softcap"].toDouble(), d["deterministic"].toBool(), sinks,
+        d["seqused_q"].toOptional<Tensor>(), d["seqused_k"].toOptional<Tensor>());
+    // One gradient per input of forward: q, k, v, ten options, sinks, seqused_q, seqused_k.
+    torch::autograd::variable_list result(16);
+    result[0] = dq;
+    result[1] = dk;
+    result[2] = dv;
+    if (sinks) result[13] = dsinks;
+    return result;
+  }
+};
+
+std::tuple<Tensor, Tensor> fwd_autograd(
+    const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cu_seqlens_q,
+    const OptTensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+    std::optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
+    double softcap, bool deterministic, const OptTensor& sinks, const OptTensor& seqused_q,
+    const OptTensor& seqused_k) {
+  // Inference (no input wants a gradient): no autograd node, a plain redispatch.
+  const bool wants_grad =
+      at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() ||
+                                     v.requires_grad() || (sinks && sinks->requires_grad()));
+  if (!wants_grad) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                         softmax_scale, causal, window_left, window_right, softcap,
+                         deterministic, sinks, seqused_q, seqused_k);
+  }
+  torch::autograd::variable_list result = Attention::apply(
+      q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+      window_left, window_right, softcap, deterministic, sinks, seqused_q, seqused_k);
+  return {result[0], result[1]};
+}
+
+// --- hfa::fwd_kvcache, hfa::fwd_kvcache_into ---------------------------------------------------
+
+struct KVCacheArgs {
+  int64_t cache_code, scale_code;  // the caches' and scales' hfa_dtype (python/hfa/_kvcache.py)
+  const Tensor& cache_seqlens;
+  const OptTensor &block_table, &k_scale, &v_scale, &k_global_scale, &v_global_scale;
+  const OptTensor &k_new, &v_new, &rotary_cos, &rotary_sin;
+  bool rotary_interleaved;
+  const OptTensor& cu_seqlens_q;
+  int64_t max_seqlen_q;
+  const OptTensor& cu_seqlens_k_new;
+  std::optional<double> softmax_scale;
+  bool causal;
+  int64_t window_left, window_right;
+  double softcap;
+  int64_t num_splits, split_size;
+};
+
+// Rotary tables are float32 or q's dtype (the library checks which).
+hfa_dtype rotary_code(const OptTensor& table, hfa_dtype q_code) {
+  return table && table->scalar_type() == at::kFloat ? HFA_F32 : q_code;
+}
+
+void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_cache,
+                     const Tensor& out, const Tensor& lse, const KVCacheArgs& a) {
+  Tensor q = unit_last_stride(q_in);
+  OnDevice on_device(q);
+  hfa_dtype q_code = dtype_of(q, "q");
+  auto cache_code = static_cast<hfa_dtype>(a.cache_code);
+  auto scale_code = static_cast<hfa_dtype>(a.scale_code);
+  hfa::Tensor seqlens = view(a.cache_seqlens, "cache_seqlens");
+  OptionalView table(a.block_table, "page_table"), k_scale(a.k_scale, scale_code, "k_scale"),
+      v_scale(a.v_scale, scale_code, "v_scale"),
+      k_global(a.k_global_scale, "k_global_scale"), v_global(a.v_global_scale, "v_global_scale"),
+      k_new(a.k_new, q_code, "k"), v_new(a.v_new, q_code, "v"),
+      cos_table(a.rotary_cos, rotary_code(a.rotary_cos, q_code), "rotary_cos"),
+      sin_table(a.rotary_sin, rotary_code(a.rotary_sin, q_code), "rotary_sin"),
+      cu_q(a.cu_seqlens_q, "cu_seqlens_q"), cu_k_new(a.cu_seqlens_k_new, "cu_seqlens_k_new");
+  hfa::KVCacheOptions o;
+  o.cache_seqlens = &seqlens;
+  o.block_table = table.get();
+  o.k_scale = k_scale.get();
+  o.v_scale = v_scale.get();
+  o.k_global_scale = k_global.get();
+  o.v_global_scale = v_global.get();
+  if (a.softmax_scale) o.softmax_scale = static_cast<float>(*a.softmax_scale);
+  o.causal = a.causal;
+  o.window_left = static_cast<int32_t>(a.window_left);
+  o.window_right = static_cast<int32_t>(a.window_right);
+  o.softcap = static_cast<float>(a.softcap);
+  o.num_splits = static_cast<int32_t>(a.num_splits);
+  o.stream = current_stream(q);
+  o.k_new = k_new.get();
+  o.v_new = v_new.get();
+  o.rotary_cos = cos_table.get();
+  o.rotary_sin = sin_table.get();
+  o.rotary_interleaved = a.rotary_interleaved;
+  o.split_size = static_cast<int32_t>(a.split_size);
+  o.cu_seqlens_q = cu_q.get();
+  o.max_seqlen_q = static_cast<int32_t>(a.max_seqlen_q);
+  o.cu_seqlens_k_new = cu_k_new.get();
+  hfa::Tensor qt = view(q, q_code, "q"), kt = view(k_cache, cache_code, "k_cache"),
+              vt = view(v_cache, cache_code, "v_cache");
+  std::size_t bytes = 0;
+  check(hfa::forward_kvcache_workspace_size(qt, kt, vt, o, &bytes));
+  Tensor scratch = workspace(q, bytes, &o.workspace);
+  o.workspace_bytes = bytes;
+  hfa::Tensor lt = view(lse, "lse");
+  check(hfa::forward_kvcache(qt, kt, vt, view(out, q_code, "out"), &lt, o));
+}
+
+#define HFA_KVCACHE_PARAMETERS                                                                  \
+  const Tensor &q, const Tensor &k_cache, const Tensor &v_cache, int64_t cache_code,           \
+      int64_t scale_code, const Tensor &cache_seqlens, const OptTensor &block_table,           \
+      const OptTensor &k_scale, const OptTensor &v_scale, const OptTensor &k_global_scale,      \
+      const OptTensor &v_global_scale, const OptTensor &k_new, const OptTensor &v_new,         \
+      const OptTensor &rotary_cos, const OptTensor &rotary_sin, bool rotary_interleaved,        \
+      const OptTensor &cu_seqlens_q, int64_t max_seqlen_q, const OptTensor &cu_seqlens_k_new,  \
+      std::optional<double> softmax_scale, bool causal, int64_t window_left,                   \
+      int64_t window_right, double softcap, int64_t num_splits, int64_t split_size
+#define HFA_KVCACHE_ARGUMENTS                                                                   \
+  KVCacheArgs {                                                                                 \
+    cache_code, scale_code, cache_seqlens, block_table, k_scale, v_scale, k_global_scale,       \
+        v_global_scale, k_new, v_new, rotary_cos, rotary_sin, rotary_interleaved,               \
+        cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new, softmax_scale, causal, window_left,       \
+        window_right, softcap, num_splits, split_size                                           \
+  }
+
+Tensor kvcache_lse(const Tensor& q, bool varlen) {
+  return empty_lse(q, varlen, /*rows_may_stay_unwritten=*/false);
+}
+
+std::tuple<Tensor, Tensor> fwd_kvcache(HFA_KVCACHE_PARAMETERS) {
+  bool varlen = cu_seqlens_q.has_value();
+  check_rank(q, "q", varlen);
+  TORCH_CHECK_VALUE(v_cache.dim() == 4, "v_cache: expected rank 4, got shape ", v_cache.sizes());
+  std::vector<int64_t> out_shape = q.sizes().vec();
+  out_shape.back() = v_cache.size(-1) * (cache_code == HFA_FP4_E2M1X2 ? 2 : 1);
+  Tensor out = at::empty(out_shape, q.options());
+  Tensor lse = kvcache_lse(q, varlen);
+  forward_kvcache(q, k_cache, v_cache, out, lse, HFA_KVCACHE_ARGUMENTS);
+  return {out, lse};
+}
+
+Tensor fwd_kvcache_into(HFA_KVCACHE_PARAMETERS, const Tensor& out) {
+  bool varlen = cu_seqlens_q.has_value();
+  check_rank(q, "q", varlen);
+  TORCH_CHECK_VALUE(out.device() == q.device(), "out: on ", out.device(), ", q on ", q.device());
+  Tensor lse = kvcache_lse(q, varlen);
+  forward_kvcache(q, k_cache, v_cache, out, lse, HFA_KVCACHE_ARGUMENTS);
+  return lse;
+}
+
+#undef HFA_KVCACHE_ARGUMENTS
+#undef HFA_KVCACHE_PARAMETERS
+
+}  // namespace
+
+// Schemas: the same as python/hfa/_torch_ctypes.py's custom ops (fwd, bwd), plus the out=
+// and KV-cache forms. Optional arguments after the options keep their defaults, so that older
+// callers of hfa::fwd still bind.
+#define HFA_ATTENTION_OPTIONS                                                                  \
+  "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "      \
+  "float? softmax_scale, bool causal, int window_left, int window_right, float softcap, "
+#define HFA_ATTENTION_VECTORS "Tensor? sinks=None, Tensor? seqused_q=None, Tensor? seqused_k=None"
+#define HFA_KVCACHE_SCHEMA                                                                     \
+  "Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, int cache_code, int scale_code, "         \
+  "Tensor cache_seqlens, Tensor? block_table, Tensor? k_scale, Tensor? v_scale, "               \
+  "Tensor? k_global_scale, Tensor? v_global_scale, Tensor? k_new, Tensor? v_new, "              \
+  "Tensor? rotary_cos, Tensor? rotary_sin, bool rotary_interleaved, Tensor? cu_seqlens_q, "     \
+  "int max_seqlen_q, Tensor? cu_seqlens_k_new, float? softmax_scale, bool causal, "          \
+  "int window_left, int window_right, float softcap, int num_splits, int split_size"
+
+TORCH_LIBRARY(hfa, m) {
+  m.def("fwd(Tensor q, Tensor k, Tensor v, " HFA_ATTENTION_OPTIONS
+        "bool deterministic, " HFA_ATTENTION_VECTORS ") -> (Tensor, Tensor)");
+  m.def("fwd_into(Tensor q, Tensor k, Tensor v, " HFA_ATTENTION_OPTIONS HFA_ATTENTION_VECTORS
+        ", *, Tensor(o!) out) -> Tensor");
+  m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+        HFA_ATTENTION_OPTIONS "bool deterministic, " HFA_ATTENTION_VECTORS
+        ") -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def("fwd_kvcache(" HFA_KVCACHE_SCHEMA ") -> (Tensor, Tensor)");
+  m.def("fwd_kvcache_into(" HFA_KVCACHE_SCHEMA ", *, Tensor(o!) out) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(hfa, CPU, m) {
+  m.impl("fwd", &fwd);
+  m.impl("fwd_into", &fwd_into);
+  m.impl("bwd", &bwd);
+  m.impl("fwd_kvcache", &fwd_kvcache);
+  m.impl("fwd_kvcache_into", &fwd_kvcache_into);
+}
+
+TORCH_LIBRARY_IMPL(hfa, CUDA, m) {
+  m.impl("fwd", &fwd);
+  m.impl("fwd_into", &fwd_into);
+  m.impl("bwd", &bwd);
+  m.impl("fwd_kvcache", &fwd_kvcache);
+  m.impl("fwd_kvcache_into", &fwd_kvcache_into);
+}
+
+TORCH_LIBRARY_IMPL(hfa, Autograd, m) { m.impl("fwd", &fwd_autograd); }
