@@ -16,9 +16,11 @@ import sys
 from . import _args
 from ._lib import (HfaError, HfaInvalidArgument, HfaNotSupported, candidate_paths,
                    cuda_device_count, library_path, version)
+from ._quant import dequantize_kv, quantize_kv
 
 __all__ = [
     "flash_attn_func", "flash_attn_varlen_func", "flash_attn_backward", "flash_attn_with_kvcache",
+    "quantize_kv", "dequantize_kv",
     "HfaError", "HfaInvalidArgument", "HfaNotSupported",
     "version", "cuda_device_count", "library_path", "candidate_paths",
 ]
