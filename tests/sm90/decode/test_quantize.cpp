@@ -86,7 +86,9 @@ Result run(KVFormat format, DType dtype, int64_t d, Device device) {
     }
     void* p = nullptr;
     EXPECT_EQ(cudaMalloc(&p, bytes > 0 ? bytes : 1), cudaSuccess);
-    if (init != nullptr) EXPECT_EQ(cudaMemcpy(p, init, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    if (init != nullptr) {
+      EXPECT_EQ(cudaMemcpy(p, init, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    }
     return p;
   };
   std::vector<uint8_t> x_store(host_x.size()), head_store(per_head.size() * 4), global_store(4);
@@ -116,8 +118,9 @@ Result run(KVFormat format, DType dtype, int64_t d, Device device) {
   if (gpu) {
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(r.codes.data(), codes, r.codes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-    if (!r.scales.empty())
+    if (!r.scales.empty()) {
       EXPECT_EQ(cudaMemcpy(r.scales.data(), scales, r.scales.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    }
     EXPECT_EQ(cudaMemcpy(r.values.data(), out, r.values.size(), cudaMemcpyDeviceToHost), cudaSuccess);
     for (void* p : {x, codes, head_scale, out, g}) cudaFree(p);
     if (scales != head_scale) cudaFree(scales);
