@@ -16,7 +16,7 @@ Commands:
   bench   a table of shapes with their TFLOP/s (--json for machine-readable output)
   info    version, devices, backends
 
-`hfa <command> --help` lists a command's flags.
+`hfa <command> --help` lists a command's flags; `hfa --version` prints the version.
 )";
 
 }  // namespace
@@ -39,6 +39,10 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "--help" || command == "-h" || command == "help") {
     std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (command == "--version" || command == "-V") {
+    std::printf("hfa %s\n", hfa_version());
     return 0;
   }
   Args args(std::vector<std::string>(argv + 2, argv + argc));

@@ -14,8 +14,30 @@
 
 namespace hfa::tool {
 
-HostArray::HostArray(DType dtype, int64_t count)
-    : dtype_(dtype), count_(count), bytes_(static_cast<std::size_t>(count) * dtype_size(dtype)) {}
+namespace {
+
+// The error of an allocation that failed: its size and what to do about it (std::bad_alloc alone
+// says neither).
+[[noreturn]] void out_of_memory(const char* where, std::size_t bytes) {
+  throw std::runtime_error(std::string("cannot allocate ") + std::to_string(bytes) + " bytes (" +
+                           std::to_string(bytes >> 20) + " MiB) of " + where +
+                           " memory for the run's tensors; hint: lower --batch, --heads or "
+                           "--seqlen (q, k, v and out are held on the host, and on the GPU too "
+                           "for a GPU run)");
+}
+
+}  // namespace
+
+HostArray::HostArray(DType dtype, int64_t count) : dtype_(dtype), count_(count) {
+  const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
+  try {
+    bytes_.resize(bytes);
+  } catch (const std::bad_alloc&) {
+    out_of_memory("host", bytes);
+  } catch (const std::length_error&) {
+    out_of_memory("host", bytes);
+  }
+}
 
 float HostArray::get(int64_t i) const {
   switch (dtype_) {
@@ -57,12 +79,17 @@ DeviceMemory::DeviceMemory(Device device, std::size_t bytes) : device_(device), 
   const std::size_t size = bytes == 0 ? 1 : bytes;  // a valid pointer even for empty tensors
   if (device.kind == DeviceKind::cpu) {
     data_ = std::malloc(size);
-    if (data_ == nullptr) throw std::bad_alloc();
+    if (data_ == nullptr) out_of_memory("host", size);
     return;
   }
 #ifdef HFA_WITH_SM90
   cuda_check(cudaSetDevice(device.index), "cudaSetDevice");
-  cuda_check(cudaMalloc(&data_, size), "cudaMalloc");
+  if (cudaError_t e = cudaMalloc(&data_, size); e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    out_of_memory("GPU", size);
+  } else {
+    cuda_check(e, "cudaMalloc");
+  }
 #else
   no_cuda();
 #endif

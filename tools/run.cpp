@@ -1,6 +1,8 @@
 // `hfa run`: one problem, timed and checked.
-#include <cstdio>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <iostream>
 #include <memory>
 
@@ -33,11 +35,33 @@ float64 reference on a sample of rows. Exits 1 when the comparison fails.
   --backward               also run and check the backward
   --seed N                 seed of the random inputs                       [0]
   --iters N                timed iterations (after one warm-up)            [cuda 20, cpu 3]
+  --progress               report each call on stderr (on by default for CPU runs of
+                           more than a few seconds)
+
+TFLOP/s count the (query, key) pairs the mask lets through (causal, window).
 )";
 
 void print_timing(const char* what, const Timing& t, double flops) {
   std::printf("  %-9s %10.3f ms  %8.3f TFLOP/s   (median of %d; min %.3f ms)\n", what, t.median_ms,
               t.median_ms > 0 ? flops / (t.median_ms * 1e-3) / 1e12 : 0.0, t.iterations, t.min_ms);
+}
+
+// CPU work above this many FLOPs a call takes seconds: such runs say on stderr what they do.
+constexpr double kSlowCpuFlops = 2e11;
+
+// `call`, announcing each of its `count` calls on stderr when `verbose` (a long CPU run would
+// otherwise sit silent for minutes).
+std::function<Status()> with_progress(const char* what, int count, bool verbose,
+                                      std::function<Status()> call) {
+  if (!verbose) return call;
+  auto done = std::make_shared<int>(0);
+  const auto start = std::chrono::steady_clock::now();
+  return [=] {
+    const Status status = call();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "hfa run: %s call %d/%d done, %.1f s so far\n", what, ++*done, count, seconds);
+    return status;
+  };
 }
 
 int report_failure(const char* what, const Status& status) {
@@ -60,6 +84,7 @@ int run_command(Args& args) {
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0, 0, INT64_MAX));
   const bool on_gpu = spec.device.kind == DeviceKind::cuda;
   const int iterations = static_cast<int>(args.integer("iters", on_gpu ? 20 : 3, 1, 100000));
+  const bool progress = args.flag("progress");
   args.finish();
 
   std::printf("hfa run: %s on %s\n", spec.describe().c_str(), describe_device(spec.device).c_str());
@@ -71,19 +96,28 @@ int run_command(Args& args) {
   } catch (const WorkloadError& e) {
     return report_failure("setup", e.status());
   }
+  const bool slow = progress || (!on_gpu && forward_flops(spec) > kSlowCpuFlops);
+  if (slow)
+    std::fprintf(stderr, "hfa run: %.3g GFLOP a forward call on the CPU, %d calls (1 warm-up)%s: "
+                 "progress follows\n", forward_flops(spec) * 1e-9, iterations + 1,
+                 backward ? ", then the backward's" : "");
   Status status;
-  const Timing forward = time_calls(spec.device, 1, iterations, [&] { return workload->forward(); }, &status);
+  const Timing forward = time_calls(spec.device, 1, iterations,
+                                    with_progress("forward", iterations + 1, slow, [&] { return workload->forward(); }),
+                                    &status);
   if (!status) return report_failure("forward", status);
   print_timing("forward", forward, forward_flops(spec));
   if (backward) {
-    const Timing timing =
-        time_calls(spec.device, 1, iterations, [&] { return workload->backward(); }, &status);
+    const Timing timing = time_calls(
+        spec.device, 1, iterations,
+        with_progress("backward", iterations + 1, slow, [&] { return workload->backward(); }), &status);
     if (!status) return report_failure("backward", status);
     print_timing("backward", timing, backward_flops(spec));
   }
   std::fflush(stdout);
 
   workload->download();
+  if (slow) std::fprintf(stderr, "hfa run: checking a sample against the float64 reference\n");
   const CheckResult check = check_against_reference(*workload, backward, std::cout);
   std::cout << (check.passed ? "PASS" : "FAIL") << std::endl;
   return check.passed ? 0 : 1;

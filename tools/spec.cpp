@@ -74,11 +74,23 @@ void parse_spec(Args& args, Spec* spec) {
   spec->sinks = args.flag("sinks");
 }
 
+int64_t visible_pairs(int64_t seqlen_q, int64_t seqlen_k, bool causal, int32_t window_left,
+                      int32_t window_right) {
+  const int64_t right = causal ? 0 : window_right;
+  int64_t pairs = 0;
+  for (int64_t i = 0; i < seqlen_q; ++i) {
+    const int64_t diagonal = i + seqlen_k - seqlen_q;  // bottom-right aligned
+    const int64_t first = window_left < 0 ? 0 : std::max<int64_t>(0, diagonal - window_left);
+    const int64_t last = right < 0 ? seqlen_k - 1 : std::min(seqlen_k - 1, diagonal + right);
+    pairs += std::max<int64_t>(0, last - first + 1);
+  }
+  return pairs;
+}
+
 double forward_flops(const Spec& s) {
-  double avg_keys = static_cast<double>(s.seqlen_k);
-  if (s.causal)
-    avg_keys = (static_cast<double>(std::max<int64_t>(0, s.seqlen_k - s.seqlen_q)) + s.seqlen_k) / 2.0;
-  return 2.0 * static_cast<double>(s.batch) * s.heads * s.seqlen_q * avg_keys * (s.hdim + s.hdim_v);
+  const double pairs = static_cast<double>(
+      visible_pairs(s.seqlen_q, s.seqlen_k, s.causal, s.window_left, s.window_right));
+  return 2.0 * static_cast<double>(s.batch) * s.heads * pairs * (s.hdim + s.hdim_v);
 }
 
 }  // namespace hfa::tool

@@ -40,9 +40,14 @@ void parse_spec(Args& args, Spec* spec);
 
 DType parse_dtype(const std::string& text);
 
-// FLOPs of one forward (design §5, FlashAttention's formula): 2·s_q·s_k·(d + d_v) per (batch,
-// head), with s_k replaced by the average keys a row sees under causal (which halves the count
-// when s_q = s_k). The backward is 2.5 times the forward.
+// The (query, key) pairs inside the mask of one (batch, head): causal and the window
+// bottom-right aligned as the library's (causal = window_right 0), rows that see no key counted 0.
+int64_t visible_pairs(int64_t seqlen_q, int64_t seqlen_k, bool causal, int32_t window_left,
+                      int32_t window_right);
+
+// FLOPs of one forward (design §5, FlashAttention's formula): 2·(d + d_v) per (query, key) pair
+// the mask lets through, per (batch, head): s_q·s_k without a mask, about half with causal at
+// s_q = s_k, about s_q·(L + R + 1) with a window (L, R). The backward is 2.5 times the forward.
 double forward_flops(const Spec& spec);
 inline double backward_flops(const Spec& spec) { return 2.5 * forward_flops(spec); }
 

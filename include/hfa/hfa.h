@@ -255,6 +255,45 @@ HFA_API hfa_status hfa_forward_kvcache_workspace_size(const hfa_tensor* q,
                                                       const hfa_kvcache_options* options,
                                                       size_t* bytes);
 
+/* Quantizing KV rows into the cache formats hfa_forward_kvcache reads, and back: the bytes the
+ * append (hfa_kvcache_options.k_new / v_new) writes for the same values, on the CPU and on a GPU
+ * alike (one encoder, src/quant). For filling a cache ahead of decode (a prefill's keys and
+ * values), calibrating, or inspecting a cache.
+ *
+ * values (x to quantize, out of a dequantization): f32, f16 or bf16, rank 2 to 4 with the kv-head
+ * and headdim last: (heads_kv, d), (tokens, heads_kv, d) or (pages or batch, page_size or
+ * seqlen, heads_kv, d); unit last stride, any other strides (a slice of a cache works).
+ * codes: values' shape with last extent d (HFA_E4M3) or d / 2 (HFA_FP4_E2M1X2, two a byte).
+ * scale, by format:
+ *   - HFA_KV_FP8_PER_HEAD: fp32 (heads_kv), an input in both directions: the calibrated scale
+ *     the cache uses (the append takes it as given too); value = e4m3 · scale.
+ *   - HFA_KV_FP8_PER_TOKEN: fp32, values' shape without d; quantize writes amax / 448 per row.
+ *   - HFA_KV_NVFP4: HFA_E4M3, values' shape with last extent d / 16 (written by quantize), and
+ *     options->global_scale, fp32 (1), an input (the cache's k_global_scale / v_global_scale).
+ *   - HFA_KV_MXFP4: HFA_UE8M0, values' shape with last extent d / 32 (written by quantize).
+ * All tensors on one device. On a GPU: d of 64, 128 or 256 and code rows at 16-byte aligned
+ * addresses and strides (as the cache the decode reads); the call is queued on options->stream
+ * with no allocation and no synchronization. options is required (it names the format). */
+typedef enum hfa_kv_format {
+  HFA_KV_FP8_PER_HEAD = 1,
+  HFA_KV_FP8_PER_TOKEN = 2,
+  HFA_KV_NVFP4 = 3,
+  HFA_KV_MXFP4 = 4
+} hfa_kv_format;
+
+typedef struct hfa_quantize_options {
+  hfa_kv_format format;
+  const hfa_tensor* global_scale; /* NVFP4 only: fp32 (1), on the tensors' device */
+  void* stream;                   /* cudaStream_t for CUDA tensors; ignored on the CPU */
+} hfa_quantize_options;
+
+/* codes (and, but for FP8 per kv-head, scale) are written. */
+HFA_API hfa_status hfa_quantize_kv(const hfa_tensor* x, const hfa_tensor* codes,
+                                   const hfa_tensor* scale, const hfa_quantize_options* options);
+/* out = the values the decode reads from codes and scale. */
+HFA_API hfa_status hfa_dequantize_kv(const hfa_tensor* codes, const hfa_tensor* scale,
+                                     const hfa_tensor* out, const hfa_quantize_options* options);
+
 /* The message of the last failed call on this thread ("" if none). */
 HFA_API const char* hfa_last_error(void);
 HFA_API const char* hfa_status_name(hfa_status status);

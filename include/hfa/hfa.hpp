@@ -158,6 +158,26 @@ HFA_API Status forward_kvcache_workspace_size(const Tensor& q, const Tensor& k_c
                                               const Tensor& v_cache, const KVCacheOptions& options,
                                               std::size_t* bytes);
 
+// See hfa_quantize_kv for the formats and the shapes.
+enum class KVFormat : int32_t {
+  fp8_per_head = HFA_KV_FP8_PER_HEAD,
+  fp8_per_token = HFA_KV_FP8_PER_TOKEN,
+  nvfp4 = HFA_KV_NVFP4,
+  mxfp4 = HFA_KV_MXFP4,
+};
+
+struct QuantizeOptions {
+  KVFormat format = KVFormat::fp8_per_token;
+  const Tensor* global_scale = nullptr;  // NVFP4 only: fp32 (1)
+  void* stream = nullptr;                // cudaStream_t
+};
+
+// See hfa_quantize_kv / hfa_dequantize_kv.
+HFA_API Status quantize_kv(const Tensor& x, const Tensor& codes, const Tensor& scale,
+                           const QuantizeOptions& options);
+HFA_API Status dequantize_kv(const Tensor& codes, const Tensor& scale, const Tensor& out,
+                             const QuantizeOptions& options);
+
 HFA_API int32_t cuda_device_count();
 
 }  // namespace hfa

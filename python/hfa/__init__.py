@@ -13,11 +13,14 @@ use (HFA_LIBRARY, then next to this package, then the checkout's build/*/src/).
 
 import sys
 
+from . import _args
 from ._lib import (HfaError, HfaInvalidArgument, HfaNotSupported, candidate_paths,
                    cuda_device_count, library_path, version)
+from ._quant import dequantize_kv, quantize_kv
 
 __all__ = [
     "flash_attn_func", "flash_attn_varlen_func", "flash_attn_backward", "flash_attn_with_kvcache",
+    "quantize_kv", "dequantize_kv",
     "HfaError", "HfaInvalidArgument", "HfaNotSupported",
     "version", "cuda_device_count", "library_path", "candidate_paths",
 ]
@@ -32,6 +35,11 @@ def _load_torch_frontend():
         from . import _torch
         _torch_frontend = _torch
     return _torch_frontend
+
+
+def _checked(window_size, **flags):
+    """window_size and the switches of a call, checked and normalized (hfa._args), in order."""
+    return (_args.window(window_size),) + tuple(_args.flag(v, n) for n, v in flags.items())
 
 
 def _frontend(q):
@@ -71,6 +79,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     out: a caller's buffer to write the result into (vLLM's out=; not differentiable).
     Returns out, or (out, lse) when return_attn_probs (the LSE, not the probabilities, as FA3).
     """
+    window_size, causal, deterministic, return_attn_probs = _checked(
+        window_size, causal=causal, deterministic=deterministic,
+        return_attn_probs=return_attn_probs)
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_func(q, k, v, softmax_scale, causal, window_size, softcap,
@@ -97,6 +108,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     and v are a paged KV cache (num_pages, page_size, heads_kv, headdim), seqused_k (required)
     the cache tokens of each sequence, cu_seqlens_k unused; this runs flash_attn_with_kvcache
     with varlen queries (num_splits and the descales as there). Otherwise as flash_attn_func."""
+    window_size, causal, deterministic, return_attn_probs = _checked(
+        window_size, causal=causal, deterministic=deterministic,
+        return_attn_probs=return_attn_probs)
     if s_aux is not None:
         if learnable_sink is not None:
             raise ValueError("s_aux, learnable_sink: give one (they are the same argument)")
@@ -137,6 +151,8 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     """(dq, dk, dv) for dout, given the forward's out and lse and the same options; with
     learnable_sink, (dq, dk, dv, dsink). Gradient rows beyond seqused_q/k are 0.
     For numpy arrays (no autograd there) and for torch users who call it directly."""
+    window_size, causal, deterministic = _checked(window_size, causal=causal,
+                                                  deterministic=deterministic)
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_backward(dout, q, k, v, out, lse, softmax_scale, causal,
@@ -200,6 +216,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     Returns out, or (out, lse) with return_softmax_lse (lse float32 (batch, heads_q, seqlen_q),
     or (heads_q, total_q) for varlen q).
     """
+    window_size, causal, rotary_interleaved, return_softmax_lse = _checked(
+        window_size, causal=causal, rotary_interleaved=rotary_interleaved,
+        return_softmax_lse=return_softmax_lse)
     from . import _kvcache
     _kvcache.check_not_yet(attention_chunk, qv=qv, cache_batch_idx=cache_batch_idx,
                            cache_leftpad=cache_leftpad, rotary_seqlens=rotary_seqlens,

@@ -29,6 +29,9 @@ DTYPE_NAMES = {F32: "float32", F16: "float16", BF16: "bfloat16", E4M3: "float8_e
 CPU, CUDA = 0, 1
 MAX_RANK = 4
 
+# hfa_kv_format: the cache formats of hfa_quantize_kv / hfa_dequantize_kv.
+KV_FORMATS = {"fp8_per_head": 1, "fp8_per_token": 2, "nvfp4": 3, "mxfp4": 4}
+
 
 # --- structs, field for field as in hfa.h (C enums are int-sized) ------------------------------
 
@@ -101,6 +104,14 @@ class KVCacheOptions(ctypes.Structure):
     ]
 
 
+class QuantizeOptions(ctypes.Structure):
+    _fields_ = [
+        ("format", ctypes.c_int),
+        ("global_scale", ctypes.POINTER(Tensor)),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 def make_tensor(data: int, dtype: int, shape: Sequence[int], stride: Sequence[int],
                 device: int = CPU, device_index: int = 0) -> Tensor:
     """A view over memory the caller owns; strides count elements, not bytes."""
@@ -164,6 +175,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "hfa_forward_kvcache_workspace_size": (ctypes.c_int, [T, T, T,
                                                               ctypes.POINTER(KVCacheOptions),
                                                               size_p]),
+        "hfa_quantize_kv": (ctypes.c_int, [T, T, T, ctypes.POINTER(QuantizeOptions)]),
+        "hfa_dequantize_kv": (ctypes.c_int, [T, T, T, ctypes.POINTER(QuantizeOptions)]),
         "hfa_last_error": (ctypes.c_char_p, []),
         "hfa_status_name": (ctypes.c_char_p, [ctypes.c_int]),
         "hfa_version": (ctypes.c_char_p, []),
@@ -355,6 +368,25 @@ def forward_kvcache_workspace_size(q: Tensor, k_cache: Tensor, v_cache: Tensor,
     check(library().hfa_forward_kvcache_workspace_size(_ref(q), _ref(k_cache), _ref(v_cache),
                                                        ctypes.byref(options), ctypes.byref(n)))
     return n.value
+
+
+def make_quantize_options(format: int, global_scale: Optional[Tensor] = None,
+                          stream=None) -> QuantizeOptions:
+    """The options of hfa_quantize_kv; global_scale must outlive them."""
+    o = QuantizeOptions()
+    o.format = format
+    if global_scale is not None:
+        o.global_scale = ctypes.pointer(global_scale)
+    o.stream = stream
+    return o
+
+
+def quantize_kv(x: Tensor, codes: Tensor, scale: Tensor, options: QuantizeOptions) -> None:
+    check(library().hfa_quantize_kv(_ref(x), _ref(codes), _ref(scale), ctypes.byref(options)))
+
+
+def dequantize_kv(codes: Tensor, scale: Tensor, out: Tensor, options: QuantizeOptions) -> None:
+    check(library().hfa_dequantize_kv(_ref(codes), _ref(scale), _ref(out), ctypes.byref(options)))
 
 
 def version() -> str:

@@ -449,3 +449,48 @@ def test_rejected_call_writes_nothing(qkv):
 def test_not_a_tensor():
     with pytest.raises(TypeError, match=names("q")):
         hfa.flash_attn_func([1.0], [1.0], [1.0])
+
+
+def test_empty_queries():
+    """seqlen_q = 0: the forward returns an empty out and lse (numpy gives them any strides),
+    and the backward zero gradients for k and v."""
+    rng = np.random.default_rng(14)
+    for varlen in (False, True):
+        q = np.zeros((1, 0, 2, 64), np.float32)
+        k = make(rng, (1, 7, 2, 64), "float32")
+        if varlen:
+            q, k = q.reshape(0, 2, 64), k.reshape(7, 2, 64)
+            kw = dict(cu_seqlens_q=np.array([0, 0], np.int32),
+                      cu_seqlens_k=np.array([0, 7], np.int32))
+            out, lse = hfa.flash_attn_varlen_func(q, k, k, kw["cu_seqlens_q"],
+                                                  kw["cu_seqlens_k"], None, None, causal=True,
+                                                  return_attn_probs=True)
+            assert lse.shape == (2, 0)
+        else:
+            kw = {}
+            out, lse = hfa.flash_attn_func(q, k, k, causal=True, return_attn_probs=True)
+            assert lse.shape == (1, 2, 0)
+        assert out.shape == q.shape
+        dq, dk, dv = hfa.flash_attn_backward(out, q, k, k, out, lse, causal=True, **kw)
+        assert dq.shape == q.shape and np.all(dk == 0) and np.all(dv == 0)
+
+
+def test_converted_vectors_stay_alive():
+    """Vectors the wrapper converts (float16 sinks, a strided seqused) are kept with the
+    options until the call returns, varlen included: every pointer the options hold views an
+    array of `keep`."""
+    sinks = np.array([0.5, -1.0], np.float16)
+    seqused = np.array([3, 0, 5, 0], np.int32)[::2]  # strided: copied
+    cu = np.array([0, 5, 10], np.int32)
+    opts, keep = _numpy._options(None, False, (-1, -1), 0.0, False, cu, cu, None, None,
+                                 sinks, seqused, seqused)
+    kept = {a.ctypes.data for a in keep if isinstance(a, np.ndarray)}
+    for name in ("sinks", "seqused_q", "seqused_k", "cu_seqlens_q", "cu_seqlens_k"):
+        assert getattr(opts, name).contents.data in kept, name
+    # And the call itself: converted inputs give the reference's answer.
+    rng = np.random.default_rng(15)
+    q = make(rng, (10, 2, 64), "float32")
+    k = make(rng, (10, 2, 64), "float32")
+    v = make(rng, (10, 2, 64), "float32")
+    run_and_check(rng, "float32", q, k, v, varlen=(cu, cu), learnable_sink=sinks,
+                  seqused_q=seqused, seqused_k=seqused)

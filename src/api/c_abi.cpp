@@ -30,6 +30,10 @@ hfa::Options options_from(const hfa_options* options) {
   return options ? hfa::detail::from_c(*options) : hfa::Options{};
 }
 
+hfa::QuantizeOptions quantize_options_from(const hfa_quantize_options& options) {
+  return {static_cast<hfa::KVFormat>(options.format), options.global_scale, options.stream};
+}
+
 // The first null among required tensors, by name, or null when all are present.
 const char* first_null(std::initializer_list<std::pair<const char*, const hfa_tensor*>> args) {
   for (const auto& [name, tensor] : args)
@@ -109,6 +113,26 @@ hfa_status hfa_forward_kvcache_workspace_size(const hfa_tensor* q, const hfa_ten
     if (options == nullptr) return null_argument("options");
     return hfa::forward_kvcache_workspace_size(*q, *k_cache, *v_cache,
                                                hfa::detail::from_c(*options), bytes);
+  }));
+}
+
+hfa_status hfa_quantize_kv(const hfa_tensor* x, const hfa_tensor* codes, const hfa_tensor* scale,
+                           const hfa_quantize_options* options) {
+  return finish(hfa::detail::guarded("hfa_quantize_kv", [&]() -> hfa::Status {
+    if (const char* name = first_null({{"x", x}, {"codes", codes}, {"scale", scale}}))
+      return null_argument(name);
+    if (options == nullptr) return null_argument("options");  // it names the format
+    return hfa::quantize_kv(*x, *codes, *scale, quantize_options_from(*options));
+  }));
+}
+
+hfa_status hfa_dequantize_kv(const hfa_tensor* codes, const hfa_tensor* scale,
+                             const hfa_tensor* out, const hfa_quantize_options* options) {
+  return finish(hfa::detail::guarded("hfa_dequantize_kv", [&]() -> hfa::Status {
+    if (const char* name = first_null({{"codes", codes}, {"scale", scale}, {"out", out}}))
+      return null_argument(name);
+    if (options == nullptr) return null_argument("options");
+    return hfa::dequantize_kv(*codes, *scale, *out, quantize_options_from(*options));
   }));
 }
 

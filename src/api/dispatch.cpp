@@ -13,6 +13,9 @@ Status sm90_kvcache_workspace_size(const KVCacheProblem&, std::size_t* bytes) {
   *bytes = 0;
   return not_supported("the KV-cache forward: this build has no CUDA backend");
 }
+Status sm90_quantize_kv(const QuantizeProblem&) {
+  return not_supported("KV quantization: this build has no CUDA backend");
+}
 #endif
 
 namespace {

@@ -43,10 +43,11 @@ struct Operand {
   }
 };
 
-int64_t element_count(const Tensor& t) {
-  int64_t count = 1;
-  for (int d = 0; d < t.rank; ++d) count *= t.shape[d];  // shapes were checked: no overflow
-  return count;
+// Whether some extent is 0 (asked before the shapes are known not to overflow a product).
+bool has_no_elements(const Tensor& t) {
+  for (int d = 0; d < t.rank; ++d)
+    if (t.shape[d] == 0) return true;
+  return false;
 }
 
 std::string shape_string(const Tensor& t) {
@@ -56,8 +57,8 @@ std::string shape_string(const Tensor& t) {
 }
 
 // Checks a tensor on its own: present, the expected rank, a dtype and device hfa knows,
-// non-negative shape and strides, unit stride in the last dim, addressable extent, and data
-// unless it is empty. Outputs also may not have a zero stride over a dim with more than one
+// non-negative shape; unless it is empty (any strides, null data allowed): non-negative strides,
+// unit stride in the last dim, addressable extent, and data. Outputs also may not have a zero stride over a dim with more than one
 // element (two elements would share an address and the result would depend on write order).
 Status check_form(const char* name, const Tensor* t, int32_t rank, const char* layout,
                   bool is_output) {
@@ -66,11 +67,14 @@ Status check_form(const char* name, const Tensor* t, int32_t rank, const char* l
   if (!is_known_dtype(t->dtype)) return invalid(name, "unknown dtype ", static_cast<int>(t->dtype));
   if (t->device != HFA_CPU && t->device != HFA_CUDA)
     return invalid(name, "unknown device kind ", static_cast<int>(t->device));
-  for (int d = 0; d < rank; ++d) {
+  for (int d = 0; d < rank; ++d)
     if (t->shape[d] < 0) return invalid(name, "negative extent ", t->shape[d], " in dim ", d);
+  // A tensor with no elements has no layout: frameworks give such tensors any strides (numpy
+  // and torch disagree), and no backend addresses them.
+  if (has_no_elements(*t)) return Status::ok();
+  for (int d = 0; d < rank; ++d)
     if (t->stride[d] < 0)
       return invalid(name, "negative stride ", t->stride[d], " in dim ", d, " is not supported");
-  }
   if (t->stride[rank - 1] != 1 && t->shape[rank - 1] > 1)
     return invalid(name, "the last dim must have unit stride, got stride ", t->stride[rank - 1]);
 
@@ -78,7 +82,6 @@ Status check_form(const char* name, const Tensor* t, int32_t rank, const char* l
   int64_t count = 1;
   int64_t last_offset = 0;
   for (int d = 0; d < rank; ++d) {
-    if (t->shape[d] == 0) continue;
     int64_t span = 0;
     if (__builtin_mul_overflow(t->shape[d], count, &count) ||
         __builtin_mul_overflow(t->shape[d] - 1, t->stride[d], &span) ||
@@ -86,16 +89,16 @@ Status check_form(const char* name, const Tensor* t, int32_t rank, const char* l
       return invalid(name, "shape ", shape_string(*t), " with its strides overflows int64");
   }
 
-  if (is_output && element_count(*t) > 0) {
+  if (is_output) {
     for (int d = 0; d < rank; ++d)
       if (t->stride[d] == 0 && t->shape[d] > 1)
         return invalid(name, "zero stride in dim ", d, ": output elements would overlap");
   }
 
-  if (t->data == nullptr && element_count(*t) != 0)
-    return invalid(name, "data is null (allowed only for a tensor with no elements)");
+  if (t->data == nullptr) return invalid(name, "data is null (allowed only for a tensor with no elements)");
   return Status::ok();
 }
+
 
 Status check_operand(const char* name, const Tensor* t, bool varlen, bool is_output,
                      Operand* op) {
@@ -260,16 +263,7 @@ Status check_lse(const Tensor* lse, const Core& core, int64_t batch, bool varlen
       return invalid("lse", "expected shape ", shape, ") ", layout, ", got ", shape_string(*lse));
     }
   }
-  // Contiguous, ignoring the strides of dims with one element (frameworks leave those
-  // arbitrary).
-  int64_t running = 1;
-  for (int d = lse->rank - 1; d >= 0; --d) {
-    if (lse->shape[d] > 1 && lse->stride[d] != running)
-      return invalid("lse", "must be contiguous ", layout, ", got stride ", lse->stride[d],
-                     " in dim ", d, " (expected ", running, ")");
-    running *= lse->shape[d];
-  }
-  return Status::ok();
+  return check_contiguous("lse", *lse, layout);
 }
 
 Status check_scalars(const Options& options) {
@@ -446,6 +440,18 @@ Status check_supported_head_dim(const char* name, int64_t headdim) {
 }
 
 std::string tensor_shape_string(const Tensor& t) { return shape_string(t); }
+
+Status check_contiguous(const char* name, const Tensor& t, const char* layout) {
+  if (has_no_elements(t)) return Status::ok();  // no layout to check, as in check_form
+  int64_t running = 1;
+  for (int d = t.rank - 1; d >= 0; --d) {
+    if (t.shape[d] > 1 && t.stride[d] != running)
+      return invalid(name, "must be contiguous ", layout, ", got stride ", t.stride[d], " in dim ",
+                     d, " (expected ", running, ")");
+    running *= t.shape[d];
+  }
+  return Status::ok();
+}
 
 // Varlen offsets: int32, (batch + 1), contiguous, on q's device. On the CPU the values are
 // read and checked too; on a GPU they would need a copy and a sync, so CUDA callers are

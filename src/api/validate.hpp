@@ -42,6 +42,9 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
 // validate.cpp for what each checks.
 Status check_tensor_form(const char* name, const Tensor* t, int32_t rank, const char* layout,
                          bool is_output);
+// Row-major contiguous, ignoring the strides of dims with one element (frameworks leave those
+// arbitrary) and every stride of a tensor with no elements.
+Status check_contiguous(const char* name, const Tensor& t, const char* layout);
 Status check_same_device(const char* name, const Tensor& t, const Tensor& q);
 Status check_supported_head_dim(const char* name, int64_t headdim);
 std::string tensor_shape_string(const Tensor& t);

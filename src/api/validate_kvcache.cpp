@@ -433,14 +433,7 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
         return invalid("lse", "expected shape (", want[0], ", ", want[1],
                        varlen ? std::string() : cat(", ", want[2]), ") ", lse_layout, ", got ",
                        tensor_shape_string(lse));
-    // Contiguous, as hfa_forward's, ignoring the strides of dims with one element.
-    int64_t running = 1;
-    for (int d = lse_rank - 1; d >= 0; --d) {
-      if (lse.shape[d] > 1 && lse.stride[d] != running)
-        return invalid("lse", "must be contiguous ", lse_layout, ", got stride ", lse.stride[d],
-                       " in dim ", d, " (expected ", running, ")");
-      running *= lse.shape[d];
-    }
+    HFA_RETURN_IF_ERROR(check_contiguous("lse", lse, lse_layout));
     p.lse = static_cast<float*>(lse.data);
     // Contiguous: the strides follow from the shape (a dim of one element may carry any stride).
     p.lse_batch_stride = varlen ? 0 : int64_t{p.heads_q} * p.seqlen_q;

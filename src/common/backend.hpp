@@ -5,6 +5,7 @@
 
 #include "common/kvcache_problem.hpp"
 #include "common/problem.hpp"
+#include "common/quantize_problem.hpp"
 
 namespace hfa::detail {
 
@@ -26,6 +27,11 @@ Status cpu_forward_kvcache(const KVCacheProblem& problem);
 // partials). Kept beside the Backend table, whose sm90 entry is another kernel family's file.
 Status sm90_forward_kvcache(const KVCacheProblem& problem);
 Status sm90_kvcache_workspace_size(const KVCacheProblem& problem, std::size_t* bytes);
+
+// hfa_quantize_kv / hfa_dequantize_kv on the CPU (src/cpu/quantize.cpp) and on a Hopper GPU
+// (src/sm90/decode/quantize.cu).
+Status cpu_quantize_kv(const QuantizeProblem& problem);
+Status sm90_quantize_kv(const QuantizeProblem& problem);
 
 // The Hopper backend (src/sm90); null when this build has no CUDA.
 const Backend* sm90_backend();

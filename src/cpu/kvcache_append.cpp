@@ -5,15 +5,10 @@
 
 #include "common/rotary.hpp"
 #include "cpu/kvcache_rows.hpp"
-#include "quant/fp8_kv.hpp"
-#include "quant/mxfp4.hpp"
-#include "quant/nvfp4.hpp"
 
 namespace hfa::cpu {
 namespace {
 
-using detail::CacheFormat;
-using detail::CacheSide;
 using detail::KVCacheProblem;
 
 std::size_t plain_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
@@ -26,37 +21,6 @@ float table_value(const KVCacheProblem& p, const void* table, int64_t stride, in
                      (position * stride + j) * static_cast<int64_t>(plain_bytes(p.rotary_dtype)),
                  1, &value);
   return value;
-}
-
-// Writes one row of fp32 values at (page, slot, head) of one side, in the cache's format.
-void encode_row(const KVCacheProblem& p, const CacheSide& side, int64_t page, int64_t slot,
-                int64_t head, const float* values) {
-  const int64_t offset = side.stride.offset(page, slot, head);
-  const int64_t scale_offset = side.scale_stride.offset(page, slot, head);
-  // The caller's cache: written in place, as the API documents.
-  auto* codes = static_cast<uint8_t*>(const_cast<void*>(side.data)) + offset;  // byte formats
-  auto* scales = static_cast<uint8_t*>(const_cast<void*>(side.scale));
-  const int d = side.hdim;
-  switch (p.format) {
-    case CacheFormat::plain:
-      store_plain_row(p.cache_dtype, values, d,
-                      static_cast<std::byte*>(const_cast<void*>(side.data)) +
-                          offset * static_cast<int64_t>(plain_bytes(p.cache_dtype)));
-      return;
-    case CacheFormat::fp8_per_head:
-      quant::fp8_kv_quantize_row(values, d, static_cast<const float*>(side.scale)[scale_offset], codes);
-      return;
-    case CacheFormat::fp8_per_token:
-      reinterpret_cast<float*>(scales)[scale_offset] =
-          quant::fp8_kv_quantize_row_per_token(values, d, codes);
-      return;
-    case CacheFormat::nvfp4:
-      quant::nvfp4_quantize_row(values, d, *side.global_scale, codes, scales + scale_offset);
-      return;
-    case CacheFormat::mxfp4:
-      quant::mxfp4_quantize_row(values, d, codes, scales + scale_offset);
-      return;
-  }
 }
 
 }  // namespace
@@ -94,8 +58,8 @@ void append_new_tokens(const KVCacheProblem& p) {
         load_plain_row(p.dtype, static_cast<const std::byte*>(p.v_new) + v_at * static_cast<int64_t>(bytes),
                        p.hdim_v, v.data());
         if (p.rotary_cos != nullptr) apply_rotary(p, position, k.data());
-        encode_row(p, p.k, page, slot, h, k.data());
-        encode_row(p, p.v, page, slot, h, v.data());
+        encode_row(p.format, p.cache_dtype, p.k, page, slot, h, k.data());
+        encode_row(p.format, p.cache_dtype, p.v, page, slot, h, v.data());
       }
     }
 }

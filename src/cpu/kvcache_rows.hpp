@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/half_float.hpp"
+#include "common/kv_rows.hpp"
 #include "common/kvcache_problem.hpp"
 #include "quant/fp8_kv.hpp"
 #include "quant/mxfp4.hpp"
@@ -37,37 +38,56 @@ inline void store_plain_row(DType dtype, const float* values, int64_t n, void* r
     bits[c] = dtype == DType::f16 ? detail::float_to_fp16(values[c]) : detail::float_to_bf16(values[c]);
 }
 
+// The row at (page, slot, head) of one side of a cache in `format` (plain rows of cache_dtype),
+// into out[0, side.hdim). The CPU attention's reads and hfa_dequantize_kv's.
+inline void decode_row(detail::CacheFormat format, DType cache_dtype, const detail::CacheSide& side,
+                       int64_t page, int64_t slot, int64_t head, float* out) {
+  if (format != detail::CacheFormat::plain) {
+    detail::decode_columns(format, side, page, slot, head, 0, side.hdim, out);
+    return;
+  }
+  const std::size_t size = cache_dtype == DType::f32 ? 4 : 2;
+  load_plain_row(cache_dtype,
+                 static_cast<const std::byte*>(side.data) + side.stride.offset(page, slot, head) * size,
+                 side.hdim, out);
+}
+
+// fp32 values[0, side.hdim) written as the row at (page, slot, head) of one side, in `format`
+// (computing the row's or blocks' scales where the format does): the CPU append's writes and
+// hfa_quantize_kv's. side.data and side.scale are the caller's memory, written in place.
+inline void encode_row(detail::CacheFormat format, DType cache_dtype, const detail::CacheSide& side,
+                       int64_t page, int64_t slot, int64_t head, const float* values) {
+  using detail::CacheFormat;
+  const int64_t offset = side.stride.offset(page, slot, head);
+  const int64_t scale_offset = side.scale_stride.offset(page, slot, head);
+  auto* codes = static_cast<uint8_t*>(const_cast<void*>(side.data)) + offset;  // byte formats
+  auto* scales = static_cast<uint8_t*>(const_cast<void*>(side.scale));
+  const int d = side.hdim;
+  switch (format) {
+    case CacheFormat::plain:
+      store_plain_row(cache_dtype, values, d,
+                      static_cast<std::byte*>(const_cast<void*>(side.data)) +
+                          offset * static_cast<int64_t>(cache_dtype == DType::f32 ? 4 : 2));
+      return;
+    case CacheFormat::fp8_per_head:
+      quant::fp8_kv_quantize_row(values, d, static_cast<const float*>(side.scale)[scale_offset], codes);
+      return;
+    case CacheFormat::fp8_per_token:
+      reinterpret_cast<float*>(scales)[scale_offset] = quant::fp8_kv_quantize_row_per_token(values, d, codes);
+      return;
+    case CacheFormat::nvfp4:
+      quant::nvfp4_quantize_row(values, d, *side.global_scale, codes, scales + scale_offset);
+      return;
+    case CacheFormat::mxfp4:
+      quant::mxfp4_quantize_row(values, d, codes, scales + scale_offset);
+      return;
+  }
+}
+
 // Token j of sequence b, kv-head `head`, of one side of the cache, into out[0, side.hdim).
 inline void load_cache_row(const detail::KVCacheProblem& p, const detail::CacheSide& side,
                            int64_t b, int64_t j, int64_t head, float* out) {
-  using detail::CacheFormat;
-  const int64_t page = p.page_of(b, j / p.page_size);
-  const int64_t slot = j % p.page_size;
-  const int64_t offset = page * side.stride.page + slot * side.stride.slot + head * side.stride.head;
-  const int64_t scale_offset =
-      page * side.scale_stride.page + slot * side.scale_stride.slot + head * side.scale_stride.head;
-  const auto* codes = static_cast<const uint8_t*>(side.data) + offset;  // the byte formats
-  switch (p.format) {
-    case CacheFormat::plain: {
-      const std::size_t size = p.cache_dtype == DType::f32 ? 4 : 2;
-      load_plain_row(p.cache_dtype, static_cast<const std::byte*>(side.data) + offset * size,
-                     side.hdim, out);
-      return;
-    }
-    case CacheFormat::fp8_per_head:
-    case CacheFormat::fp8_per_token:
-      quant::fp8_kv_dequantize_row(codes, side.hdim,
-                                   static_cast<const float*>(side.scale)[scale_offset], out);
-      return;
-    case CacheFormat::nvfp4:
-      quant::nvfp4_dequantize_row(codes, static_cast<const uint8_t*>(side.scale) + scale_offset,
-                                  side.hdim, *side.global_scale, out);
-      return;
-    case CacheFormat::mxfp4:
-      quant::mxfp4_dequantize_row(codes, static_cast<const uint8_t*>(side.scale) + scale_offset,
-                                  side.hdim, out);
-      return;
-  }
+  decode_row(p.format, p.cache_dtype, side, p.page_of(b, j / p.page_size), j % p.page_size, head, out);
 }
 
 // The keys query row i of a sequence with `seqlen_q` query rows and `seqlen_k` cache tokens

@@ -24,6 +24,20 @@ TEST(Empty, SeqlenQZero) {
   EXPECT_TRUE(a.forward().is_ok());
 }
 
+TEST(Empty, EmptyTensorsTakeAnyStrides) {
+  // numpy gives an empty array strides as if its empty dims had one element (lse (1, 2, 0):
+  // strides (2, 1, 1)); torch has its own rules. No element is addressed: any stride goes.
+  Attention a;
+  a.seqlen_q = 0;
+  a.allocate();
+  a.lse.tensor.stride[0] = a.heads_q;
+  a.lse.tensor.stride[1] = 1;
+  a.lse.tensor.stride[2] = 1;
+  a.q.tensor.stride[3] = 7;
+  a.out.tensor.stride[0] = 0;
+  ASSERT_TRUE(a.forward().is_ok()) << a.forward().message();
+}
+
 TEST(Empty, SeqlenKZeroGivesZeroOutAndMinusInfLse) {
   Attention a;
   a.seqlen_k = 0;

@@ -85,12 +85,29 @@ TEST(ToolFlops, Formula) {
   Spec s;
   s.batch = 2, s.heads = 3, s.seqlen_q = s.seqlen_k = 100, s.hdim = s.hdim_v = 64;
   EXPECT_DOUBLE_EQ(forward_flops(s), 4.0 * 2 * 3 * 100 * 100 * 64);
-  s.causal = true;
-  EXPECT_DOUBLE_EQ(forward_flops(s), 2.0 * 2 * 3 * 100 * 100 * 64);
+  s.causal = true;  // the pairs on and below the diagonal: 100 · 101 / 2
+  EXPECT_DOUBLE_EQ(forward_flops(s), 4.0 * 2 * 3 * 5050 * 64);
   s.hdim_v = 128;  // d = (d_qk + d_v) / 2
   s.causal = false;
   EXPECT_DOUBLE_EQ(forward_flops(s), 4.0 * 2 * 3 * 100 * 100 * 96);
   EXPECT_DOUBLE_EQ(backward_flops(s), 2.5 * forward_flops(s));
+}
+
+TEST(ToolFlops, CountsThePairsInsideTheMask) {
+  EXPECT_EQ(visible_pairs(4, 4, false, -1, -1), 16);
+  EXPECT_EQ(visible_pairs(4, 4, true, -1, -1), 10);
+  EXPECT_EQ(visible_pairs(4, 4, false, 1, 0), 7);    // 1 + 2 + 2 + 2
+  EXPECT_EQ(visible_pairs(4, 4, false, 0, 1), 7);    // 2 + 2 + 2 + 1
+  EXPECT_EQ(visible_pairs(2, 5, true, -1, -1), 9);   // bottom-right: rows see 4 and 5 keys
+  EXPECT_EQ(visible_pairs(5, 2, true, -1, -1), 3);   // rows 0..2 see nothing
+  EXPECT_EQ(visible_pairs(4, 4, true, 1, 5), 7);     // causal caps the right side at 0
+  EXPECT_EQ(visible_pairs(0, 9, true, -1, -1), 0);
+  // --window 128,0 at 1024: 129 keys a row but for the first 128 rows, not 1024.
+  EXPECT_EQ(visible_pairs(1024, 1024, false, 128, 0), 128 * 129 / 2 + 896 * 129);
+  Spec s;
+  s.batch = 1, s.heads = 1, s.seqlen_q = s.seqlen_k = 1024, s.hdim = s.hdim_v = 64;
+  s.window_left = 128, s.window_right = 0;
+  EXPECT_DOUBLE_EQ(forward_flops(s), 2.0 * 128 * (128 * 129 / 2 + 896 * 129));
 }
 
 }  // namespace

@@ -155,11 +155,12 @@ __device__ __forceinline__ void store_e2m1(uint8_t* dst, const uint8_t (&e)[kVal
   store_lane(dst, packed);
 }
 
-// The lane's columns of one row, written at (page, slot, head) of one side in the cache's
-// format: the CPU's encode_row with the row spread over the warp. Every lane must call it (the
+// The lane's columns of one row, written at (page, slot, head) of one side in `format` (plain
+// rows of cache_dtype): the CPU's encode_row (cpu/kvcache_rows.hpp) with the row spread over the
+// warp; the append's writes and hfa_quantize_kv's (quantize.cu). Every lane must call it (the
 // scales take shuffles).
 template <int kValues>
-__device__ __forceinline__ void encode_lane(const detail::KVCacheProblem& p,
+__device__ __forceinline__ void encode_lane(detail::CacheFormat format, DType cache_dtype,
                                             const detail::CacheSide& side, int64_t page,
                                             int64_t slot, int64_t head, int lane,
                                             const float (&x)[kValues]) {
@@ -171,17 +172,17 @@ __device__ __forceinline__ void encode_lane(const detail::KVCacheProblem& p,
   auto* codes = static_cast<uint8_t*>(const_cast<void*>(side.data));
   auto* scales = static_cast<uint8_t*>(const_cast<void*>(side.scale));
   uint8_t e[kValues];
-  switch (p.format) {
+  switch (format) {
     case CacheFormat::plain: {
       uint16_t h[kValues];
 #pragma unroll
-      for (int k = 0; k < kValues; ++k) h[k] = from_float(p.cache_dtype, x[k]);
+      for (int k = 0; k < kValues; ++k) h[k] = from_float(cache_dtype, x[k]);
       store_lane(reinterpret_cast<uint16_t*>(codes) + row + column, h);
       return;
     }
     case CacheFormat::fp8_per_head:
     case CacheFormat::fp8_per_token: {
-      const bool per_token = p.format == CacheFormat::fp8_per_token;
+      const bool per_token = format == CacheFormat::fp8_per_token;
       const float scale = per_token ? quant::fp8_kv_scale(run_amax<kAppendLanes>(x))
                                     : static_cast<const float*>(side.scale)[scale_row];
       if (per_token && lane == 0) reinterpret_cast<float*>(scales)[scale_row] = scale;
@@ -244,10 +245,10 @@ __device__ __forceinline__ void append_token(const detail::KVCacheProblem& p, in
   const uint16_t* k_row = static_cast<const uint16_t*>(p.k_new) + row_offset(p.k_new_stride, b, row, h);
   load_lane(p.dtype, k_row, column, x);
   if (rotary) rotate_lane(p, k_row, position, column, x);
-  encode_lane(p, p.k, page, slot, h, lane, x);
+  encode_lane(p.format, p.cache_dtype, p.k, page, slot, h, lane, x);
   load_lane(p.dtype, static_cast<const uint16_t*>(p.v_new) + row_offset(p.v_new_stride, b, row, h),
             column, x);
-  encode_lane(p, p.v, page, slot, h, lane, x);
+  encode_lane(p.format, p.cache_dtype, p.v, page, slot, h, lane, x);
 }
 
 // Query row `task` of the (query rows, heads_q) rows, rotated into work.rotated_q. The

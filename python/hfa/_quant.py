@@ -1,0 +1,222 @@
+"""quantize_kv / dequantize_kv over hfa_quantize_kv / hfa_dequantize_kv (hfa.h), for numpy
+arrays and torch tensors (CPU and CUDA).
+
+The codes and scales are the bytes flash_attn_with_kvcache's append (k= / v=) writes for the
+same values, in the dtypes flash_attn_with_kvcache reads (see hfa._kvcache):
+  format         codes                          scale
+  fp8_per_head   (..., heads_kv, d) e4m3        (heads_kv,) float32, given (calibrated)
+  fp8_per_token  (..., heads_kv, d) e4m3        (..., heads_kv) float32, computed
+  nvfp4          (..., heads_kv, d / 2) uint8   (..., heads_kv, d / 16) uint8 (e4m3), computed,
+                                                with global_scale (1,) float32 given
+  mxfp4          (..., heads_kv, d / 2) uint8   (..., heads_kv, d / 32) uint8 (ue8m0), computed
+e4m3 codes are uint8 for numpy, torch.float8_e4m3fn for torch (uint8 where torch lacks it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from . import _lib
+
+_FP4 = {"nvfp4": 16, "mxfp4": 32}  # values per block scale
+_SCALE_CODES = {"fp8_per_head": _lib.F32, "fp8_per_token": _lib.F32, "nvfp4": _lib.E4M3,
+                "mxfp4": _lib.UE8M0}
+
+
+def _format(format):
+    if not isinstance(format, str) or format not in _lib.KV_FORMATS:
+        raise ValueError(f"format: expected one of {', '.join(_lib.KV_FORMATS)}, got {format!r}")
+    return format
+
+
+def _shapes(format, shape):
+    """(codes shape, scale shape) for values of `shape`; the scale's is None for fp8_per_head
+    (an input). A headdim the format cannot take is left to the library to name."""
+    rows, d = tuple(shape[:-1]), int(shape[-1])
+    if format in _FP4:
+        return rows + (d // 2,), rows + (d // _FP4[format],)
+    return rows + (d,), (None if format == "fp8_per_head" else rows)
+
+
+def _check_rank(a, name):
+    if not 2 <= a.ndim <= 4:
+        raise ValueError(f"{name}: expected rank 2 to 4 ([pages,] [page_size,] heads_kv, headdim), "
+                         f"got shape {tuple(a.shape)}")
+
+
+def _check_global(format, global_scale):
+    if format == "nvfp4" and global_scale is None:
+        raise ValueError("global_scale: nvfp4 needs it (float32, shape (1,)): the cache's "
+                         "k_global_scale / v_global_scale, e.g. amax / (448 * 6)")
+    if format != "nvfp4" and global_scale is not None:
+        raise ValueError(f"global_scale: only nvfp4 takes one, not {format}")
+
+
+def _check_scale_input(format, scale, name="scale"):
+    if format == "fp8_per_head" and scale is None:
+        raise ValueError(f"{name}: fp8_per_head takes the cache's calibrated scale per kv-head "
+                         "(float32, (heads_kv,)), e.g. amax over the tokens / 448; "
+                         "fp8_per_token computes one per row")
+    if format != "fp8_per_head" and scale is not None:
+        raise ValueError(f"{name}: only fp8_per_head takes a scale; {format} computes its own")
+
+
+def quantize_kv(x, format, *, scale=None, global_scale=None):
+    """(codes, scale) of x (..., heads_kv, headdim) in a cache format; see the module doc."""
+    format = _format(format)
+    _check_scale_input(format, scale)
+    _check_global(format, global_scale)
+    fe = _torch_side() if _is_torch(x) else _NumpySide()
+    x = fe.values(x, "x")
+    _check_rank(x, "x")
+    codes_shape, scale_shape = _shapes(format, x.shape)
+    codes = fe.empty(codes_shape, "codes", format, x)
+    if scale_shape is not None:
+        scale = fe.empty(scale_shape, "scale", format, x)
+    keep = []
+    options = _lib.make_quantize_options(_lib.KV_FORMATS[format],
+                                         fe.view(global_scale, "global_scale", _lib.F32, keep),
+                                         fe.stream(x))
+    _lib.quantize_kv(fe.view(x, "x", fe.float_code(x), keep),
+                     fe.view(codes, "codes", _code(format), keep),
+                     fe.view(scale, "scale", _SCALE_CODES[format], keep), options)
+    return codes, scale
+
+
+def dequantize_kv(codes, scale, format, *, global_scale=None, dtype=None):
+    """The values the decode reads from codes and scale (quantize_kv's layouts), as float32
+    (numpy, torch) or the given dtype (numpy float32 / float16; torch float32, float16,
+    bfloat16)."""
+    format = _format(format)
+    _check_global(format, global_scale)
+    fe = _torch_side() if _is_torch(codes) else _NumpySide()
+    if scale is None:
+        raise ValueError("scale: is None (dequantize_kv needs the codes' scales)")
+    _check_rank(codes, "codes")
+    shape = tuple(codes.shape[:-1]) + (int(codes.shape[-1]) * (2 if format in _FP4 else 1),)
+    out = fe.empty_values(shape, dtype, codes)
+    keep = []
+    options = _lib.make_quantize_options(_lib.KV_FORMATS[format],
+                                         fe.view(global_scale, "global_scale", _lib.F32, keep),
+                                         fe.stream(codes))
+    _lib.dequantize_kv(fe.view(codes, "codes", _code(format), keep),
+                       fe.view(scale, "scale", _SCALE_CODES[format], keep),
+                       fe.view(out, "out", fe.float_code(out), keep), options)
+    return out
+
+
+def _code(format):
+    return _lib.FP4_E2M1X2 if format in _FP4 else _lib.E4M3
+
+
+def _is_torch(a):
+    return type(a).__module__.split(".")[0] == "torch" or (
+        not type(a).__module__.startswith("numpy") and hasattr(a, "data_ptr"))
+
+
+# --- numpy -------------------------------------------------------------------------------------
+
+class _NumpySide:
+    def __init__(self):
+        import numpy as np
+        self.np = np
+
+    def values(self, x, name):
+        np = self.np
+        if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float16):
+            raise TypeError(f"{name}: expected a float32 or float16 numpy array (or a torch "
+                            f"tensor), got {getattr(x, 'dtype', type(x).__name__)}")
+        return x
+
+    def float_code(self, a):
+        return _lib.F32 if a.dtype == self.np.float32 else _lib.F16
+
+    def empty(self, shape, name, format, like):
+        dtype = self.np.float32 if name == "scale" and format.startswith("fp8") else self.np.uint8
+        return self.np.empty(shape, dtype=dtype)
+
+    def empty_values(self, shape, dtype, like):
+        dtype = self.np.dtype(self.np.float32 if dtype is None else dtype)
+        if dtype not in (self.np.float32, self.np.float16):
+            raise TypeError(f"dtype: expected float32 or float16, got {dtype}")
+        return self.np.empty(shape, dtype=dtype)
+
+    def view(self, a, name, code, keep):
+        """A Tensor over a (copied when its layout needs it) with the hfa dtype `code`; a's
+        own dtype must have that code's size."""
+        if a is None:
+            return None
+        np = self.np
+        from . import _numpy
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"{name}: expected a numpy array, got {type(a).__name__}")
+        want = {_lib.F32: np.float32, _lib.F16: np.float16}.get(code, np.uint8)
+        if a.dtype != want:
+            raise TypeError(f"{name}: expected a numpy {np.dtype(want)} array, got {a.dtype}")
+        kept, t = _numpy._view(a, name, {a.dtype: code})
+        keep.append(kept)
+        return t
+
+    def stream(self, _):
+        return None
+
+
+# --- torch -------------------------------------------------------------------------------------
+
+def _torch_side():
+    import torch
+
+    class _TorchSide:
+        e4m3 = getattr(torch, "float8_e4m3fn", None)
+        floats = {torch.float32: _lib.F32, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16}
+
+        def values(self, x, name):
+            if x.dtype not in self.floats:
+                raise TypeError(f"{name}: expected float32, float16 or bfloat16, got {x.dtype}")
+            return x
+
+        def float_code(self, a):
+            return self.floats[a.dtype]
+
+        def empty(self, shape, name, format, like):
+            if name == "scale" and format.startswith("fp8"):
+                dtype = torch.float32
+            elif name == "codes" and format.startswith("fp8") and self.e4m3 is not None:
+                dtype = self.e4m3
+            else:
+                dtype = torch.uint8
+            return torch.empty(shape, dtype=dtype, device=like.device)
+
+        def empty_values(self, shape, dtype, like):
+            dtype = torch.float32 if dtype is None else dtype
+            if dtype not in self.floats:
+                raise TypeError(f"dtype: expected float32, float16 or bfloat16, got {dtype}")
+            return torch.empty(shape, dtype=dtype, device=like.device)
+
+        def view(self, t, name, code, keep):
+            if t is None:
+                return None
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+            byte_types = (torch.uint8,) + tuple(d for d in (self.e4m3, getattr(
+                torch, "float8_e8m0fnu", None)) if d is not None)
+            ok = (t.dtype == torch.float32 if code == _lib.F32 else
+                  t.dtype in byte_types if code in (_lib.E4M3, _lib.UE8M0, _lib.FP4_E2M1X2) else
+                  self.floats.get(t.dtype) == code)
+            if not ok:
+                raise TypeError(f"{name}: dtype {t.dtype} does not fit ({_lib.DTYPE_NAMES[code]} "
+                                "expected)")
+            if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+                t = t.contiguous()
+            keep.append(t)
+            cuda = t.device.type == "cuda"
+            return _lib.make_tensor(t.data_ptr(), code, t.shape, t.stride(),
+                                    _lib.CUDA if cuda else _lib.CPU,
+                                    (t.device.index or 0) if cuda else 0)
+
+        def stream(self, a):
+            if a.device.type != "cuda":
+                return None
+            return ctypes.c_void_p(torch.cuda.current_stream(a.device).cuda_stream).value
+
+    return _TorchSide()
