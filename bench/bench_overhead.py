@@ -145,7 +145,7 @@ def main():
             except Exception as e:  # noqa: BLE001  (a row says what failed; the run goes on)
                 row["hfa"] = None
                 result["skipped"].append({"case": row["case"], "impl": "hfa",
-                                          "why": benchlib.skip_reason(e)})
+                                          "reason": benchlib.skip_reason(e)})
             for name, backend in peers.items():
                 try:
                     with benchlib.under(backend):
@@ -154,15 +154,15 @@ def main():
                 except Exception as e:  # noqa: BLE001
                     row[name] = None
                     result["skipped"].append({"case": row["case"], "impl": name,
-                                              "why": benchlib.skip_reason(e)})
+                                              "reason": benchlib.skip_reason(e)})
             result["rows"].append(row)
             print(f"bench: {call:26s} {mode:8s} hfa {benchlib.fmt(row['hfa'])} us, flash "
                   f"{benchlib.fmt(row['sdpa_flash'])}, cudnn {benchlib.fmt(row['sdpa_cudnn'])}",
                   flush=True)
-    head = "| call | mode | hfa µs | SDPA flash µs | SDPA cuDNN µs |\n|---|---|---|---|---|\n"
-    body = "".join(f"| {r['case']['call']} | {r['case']['mode']} | {benchlib.fmt(r['hfa'])} | "
-                   f"{benchlib.fmt(r['sdpa_flash'])} | {benchlib.fmt(r['sdpa_cudnn'])} |\n"
-                   for r in result["rows"])
+    head = ["call", "mode", "hfa µs", "SDPA flash µs", "SDPA cuDNN µs"]
+    body = [[r["case"]["call"], r["case"]["mode"]] + [benchlib.fmt(r[k]) for k in
+                                                      ("hfa", "sdpa_flash", "sdpa_cudnn")]
+            for r in result["rows"]]
     md = benchlib.markdown("Host time per call", result, head, body)
     stem = os.path.join(a.out, f"{now:%Y-%m-%d}-overhead")
     written = benchlib.write_results(stem, result, md)

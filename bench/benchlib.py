@@ -220,9 +220,12 @@ def markdown(title, result, head, body):
         lines += ["", "Not run:", ""]
         for s in result["skipped"]:
             c = s["case"]
-            where = "".join(f", {k} {c[k]}" for k in VARIANT_KEYS if k in c)
-            lines.append(f"- {s['impl']} at hdim {c['hdim']}, causal {c['causal']}, seqlen "
-                         f"{c['seqlen_q']}{where}: {s['reason']}")
+            if "hdim" in c:  # a grid cell
+                where = "".join(f", {k} {c[k]}" for k in VARIANT_KEYS if k in c)
+                at = f"hdim {c['hdim']}, causal {c['causal']}, seqlen {c['seqlen_q']}{where}"
+            else:
+                at = ", ".join(f"{k} {v}" for k, v in c.items())
+            lines.append(f"- {s['impl']} at {at}: {s['reason']}")
     return "\n".join(lines) + "\n"
 
 

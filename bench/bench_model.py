@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""A whole transformers model with hfa as its attention against the same model on SDPA.
+
+A random-init Llama (the shape of Llama-3-8B's layers: hidden 4096, 32 query / 8 KV heads,
+head dim 128, MLP 14336; --layers of them), bf16, one sequence of --seqlen tokens: the forward
+(no_grad) and a training step (forward + backward of the LM loss), timed with CUDA events (median
+of --reps after --warmup), in tokens per second. Implementations: "hfa"
+(attn_implementation="hfa", hfa.integrations.transformers) and "sdpa" (transformers' SDPA
+attention, PyTorch choosing its backend, cuDNN on this GPU), plus "sdpa_flash" forced to SDPA's
+flash (FlashAttention-2) backend. The logits of hfa and SDPA are compared (relative norm error)
+so that a fast wrong model cannot pass.
+
+JSON (design §5): {"what": "model", ..., "rows": [{"case": {"model", "layers", "seqlen",
+"mode"}, "metric": "tokens_per_s", "hfa": x, "sdpa": y, "sdpa_flash": z}]}.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
+
+def build(transformers, torch, layers, impl):
+    config = transformers.LlamaConfig(
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=layers,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16)
+    model.set_attn_implementation(impl)
+    return model
+
+
+def timed(torch, fn, warmup, reps):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=os.path.join(benchlib.REPO, "bench", "results"))
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--seqlen", type=int, default=8192)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--reps", type=int, default=10)
+    a = p.parse_args()
+
+    import torch
+    import transformers
+    from torch.nn.attention import SDPBackend
+
+    import hfa.integrations.transformers as hfa_hf
+    hfa_hf.register()
+    now, t0 = benchlib.utc_now(), time.time()
+    a.dtype, a.tokens, a.head_budget, a.rep = "bf16", a.seqlen, 4096, a.reps
+    result = benchlib.new_result("model", now, a, accuracy="logits vs SDPA, relative norm",
+                                 layers=a.layers, transformers=transformers.__version__)
+    benchlib.announce(result)
+    ids = torch.randint(0, 32000, (1, a.seqlen), device="cuda",
+                        generator=torch.Generator(device="cuda").manual_seed(1))
+    impls = {"hfa": ("hfa", None), "sdpa": ("sdpa", None),
+             "sdpa_flash": ("sdpa", SDPBackend.FLASH_ATTENTION)}
+    rows = {mode: {"case": {"model": "llama-8b-shape", "layers": a.layers, "seqlen": a.seqlen,
+                            "mode": mode}, "metric": "tokens_per_s"}
+            for mode in ("forward", "train_step")}
+    logits = {}
+    for name, (impl, backend) in impls.items():
+        model = build(transformers, torch, a.layers, impl)
+
+        def forward():
+            with torch.no_grad(), benchlib.under(backend):
+                return model(ids).logits
+
+        def train_step():
+            with benchlib.under(backend):
+                model(ids, labels=ids).loss.backward()
+            model.zero_grad(set_to_none=True)
+
+        try:
+            logits[name] = forward().float()
+            rows["forward"][name] = a.seqlen / timed(torch, forward, a.warmup, a.reps)
+            rows["train_step"][name] = a.seqlen / timed(torch, train_step, a.warmup, a.reps)
+        except Exception as e:  # noqa: BLE001  (a row says what failed; the run goes on)
+            rows["forward"].setdefault(name, None)
+            rows["train_step"].setdefault(name, None)
+            result["skipped"].append({"case": {"model": "llama-8b-shape"}, "impl": name,
+                                      "reason": benchlib.skip_reason(e)})
+        del model
+        torch.cuda.empty_cache()
+        print(f"bench: {name}: forward {benchlib.fmt(rows['forward'][name])} tok/s, train step "
+              f"{benchlib.fmt(rows['train_step'][name])} tok/s", flush=True)
+    if "hfa" in logits and "sdpa" in logits:
+        err = ((logits["hfa"] - logits["sdpa"]).norm() / logits["sdpa"].norm()).item()
+        result["accuracy"].append({"case": rows["forward"]["case"], "logits_rel_err": err,
+                                   "verdict": "pass" if err < 4e-2 else "fail"})
+        print(f"bench: logits hfa vs sdpa, relative norm error {err:.3g}")
+    result["rows"] = list(rows.values())
+    head = ["mode", "hfa tok/s", "SDPA (cuDNN) tok/s", "SDPA flash tok/s", "hfa ÷ SDPA"]
+    body = [[r["case"]["mode"]] + [benchlib.fmt(r.get(k)) for k in ("hfa", "sdpa", "sdpa_flash")]
+            + [benchlib.ratio(r.get("hfa"), r.get("sdpa"))] for r in result["rows"]]
+    md = benchlib.markdown(f"Llama ({a.layers} layers of Llama-3-8B's shape) at {a.seqlen} "
+                           f"tokens", result, head, body)
+    stem = os.path.join(a.out, f"{now:%Y-%m-%d}-model")
+    written = benchlib.write_results(stem, result, md)
+    return benchlib.conclude(result, written, t0, 0, False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
