@@ -14,7 +14,10 @@ def flag(value, name: str) -> bool:
     """A switch such as causal: bool (Python or numpy), or the int 0 or 1. Anything else (a
     string, None, 2, a float) raises TypeError naming the argument: bool("no") is True, so
     taking truthiness would silently turn a typo into a mask."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":  # numpy.bool_ without numpy
+    if value is True or value is False:
+        return value
+    kind = type(value)
+    if kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool"):  # numpy 1 and 2
         return bool(value)
     if isinstance(value, numbers.Integral) and value in (0, 1):
         return bool(value)
@@ -34,6 +37,10 @@ def window(window_size, name: str = "window_size") -> tuple:
     """(left, right) as ints, -1 (or None) = unbounded. A value of the wrong length raises
     ValueError, a non-integer side TypeError, both naming the argument. The library checks
     the range (window_left / window_right >= -1)."""
+    if type(window_size) is tuple and len(window_size) == 2:  # the usual call: no more checks
+        left, right = window_size
+        if type(left) is int and type(right) is int:
+            return window_size
     if isinstance(window_size, (str, bytes)) or not hasattr(window_size, "__len__"):
         raise TypeError(f"{name}: expected a (left, right) pair, got "
                         f"{type(window_size).__name__} {window_size!r}")

@@ -140,7 +140,7 @@ struct ConsumerMainloop {
       for (int i = 0; i < kSAcc; ++i) dtanh[i] = fmaf(-s[i], s[i], 1.0f);
     }
     if (Scheduler<Config>::needs_mask(p, tile, m_block)) {
-      mask_scores<Config::kWindowed>(
+      mask_scores(
           s, tile.n_block * Config::kBlockN + kRole.key_row0 + at.row0,
           m_block * Config::kBlockM + kRole.query_col0 + at.column_pair, tile.seq, p);
     }

@@ -13,7 +13,7 @@ namespace hfa::sm90::bwd {
 
 // s: one thread's accumulator of a 64-key × N-query tile; first_key: the key of its row0,
 // first_query: the query of its first column (column_pair included). Masked scores become −inf.
-template <bool kWindowed, int kAcc, WindowFields P>
+template <int kAcc, WindowFields P>
 __device__ __forceinline__ void mask_scores(float (&s)[kAcc], int first_key, int first_query,
                                             const Sequence& seq, const P& p) {
   constexpr int kUnbounded = 1 << 30;
@@ -24,7 +24,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[kAcc], int first_key, int
     int begin = -kUnbounded, end = kUnbounded;
     if (key >= seq.seqlen_k) {
       end = begin;
-    } else if constexpr (kWindowed) {
+    } else {
       const int facing = key - seq.diagonal() - first_query;  // the query on the key's diagonal
       if (p.window_right >= 0) begin = facing - p.window_right;
       if (p.window_left >= 0) end = facing + p.window_left + 1;
