@@ -2,7 +2,7 @@
 """hfa as the attention of a Hugging Face transformers model: registered as an attention
 function (transformers.AttentionInterface) and selected by name. A small random Llama (GQA 4:1,
 head_dim 128) runs one forward + backward with hfa and with PyTorch SDPA on the same weights;
-the losses and logits are compared. Exits 1 when they differ by more than bf16 noise.
+the losses, logits and a gradient are compared. Exits 1 when they differ by more than bf16 noise.
 
 Needs torch >= 2.4, transformers with AttentionInterface (>= 4.48) and a Hopper GPU.
 """
@@ -10,7 +10,7 @@ Needs torch >= 2.4, transformers with AttentionInterface (>= 4.48) and a Hopper 
 import sys
 
 import torch
-from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
+from transformers import AttentionInterface, AutoModelForCausalLM, LlamaConfig
 
 import hfa
 
@@ -30,33 +30,20 @@ def hfa_attention(module, query, key, value, attention_mask, scaling=None, dropo
     return out, None
 
 
-def use_attention(model, name):
-    """Switch the attention in place (same weights): transformers 5 has set_attn_implementation;
-    older versions read config._attn_implementation at each call."""
-    if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation(name)
-    if model.config._attn_implementation != name:
-        try:
-            model.config._attn_implementation = name
-        except AttributeError:  # a read-only property over the internal attribute
-            model.config._attn_implementation_internal = name
-    if model.config._attn_implementation != name:
-        raise RuntimeError(f"could not select attn_implementation={name!r}")
-
-
 def main():
     AttentionInterface.register("hfa", hfa_attention)
     config = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
                          num_hidden_layers=2, num_attention_heads=16, num_key_value_heads=4,
                          head_dim=128, attention_dropout=0.0, use_cache=False)
     torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to(device="cuda", dtype=torch.bfloat16)
     ids = torch.randint(0, config.vocab_size, (2, 512), device="cuda")
-
-    results = {}
+    results, weights = {}, None
     for name in ("sdpa", "hfa"):
-        use_attention(model, name)
-        model.zero_grad(set_to_none=True)
+        model = AutoModelForCausalLM.from_config(config, attn_implementation=name)
+        if weights is None:
+            weights = model.state_dict()
+        model.load_state_dict(weights)  # the same random weights for both
+        model = model.to(device="cuda", dtype=torch.bfloat16)
         output = model(input_ids=ids, labels=ids)
         output.loss.backward()
         if (CALLS[0] > 0) != (name == "hfa"):
