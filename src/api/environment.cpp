@@ -9,7 +9,7 @@
 namespace hfa::detail {
 namespace {
 
-constexpr int kMaxCpuThreads = 4096;
+constexpr int kMaxCpuThreads = 4096;  // as the message says
 
 const char* value_of(EnvironmentLookup lookup, const char* name) {
   const char* value = lookup(name);
@@ -27,7 +27,8 @@ Status read_cpu_threads(EnvironmentLookup lookup, int* threads) {
   int count = 0;
   const auto [stop, error] = std::from_chars(value, end, count);
   if (error != std::errc() || stop != end || count < 1 || count > kMaxCpuThreads)
-    return bad_value("HFA_CPU_THREADS", value, "an integer from 1 to 4096 (threads, the caller's included)");
+    return bad_value("HFA_CPU_THREADS", value,
+                     "an integer from 1 to 4096 (threads, the caller's included)");
   *threads = count;
   return Status::ok();
 }
