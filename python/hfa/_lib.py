@@ -132,8 +132,10 @@ def make_tensor(data: int, dtype: int, shape: Sequence[int], stride: Sequence[in
 # --- finding and loading the library -----------------------------------------------------------
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-# python/hfa/ -> the repository root, when the package is used from a checkout.
+# python/hfa/ -> the repository root, when the package is used from a checkout. An installed
+# package (pip install .) has its library beside it, and no build folders to look in.
 _REPO_ROOT = os.path.dirname(os.path.dirname(_PACKAGE_DIR))
+_IN_CHECKOUT = os.path.isfile(os.path.join(_REPO_ROOT, "CMakeLists.txt"))
 _LIB_NAMES = ("libhfa.so", "libhfa.dylib", "hfa.dll")
 
 
@@ -144,6 +146,8 @@ def candidate_paths() -> list:
     if env:
         return [env]
     paths = [os.path.join(_PACKAGE_DIR, n) for n in _LIB_NAMES]
+    if not _IN_CHECKOUT:
+        return paths
     build = os.path.join(_REPO_ROOT, "build")
     for preset in ("release", "cpu"):
         paths += [os.path.join(build, preset, "src", n) for n in _LIB_NAMES]

@@ -14,6 +14,8 @@ PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_version_and_devices():
     assert hfa.version()
+    # The package's version and the library's both come from the CMake project version.
+    assert hfa.__version__ == hfa.version()
     assert hfa.cuda_device_count() >= 0
     assert os.path.isfile(hfa.library_path())
 

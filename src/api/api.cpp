@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "api/dispatch.hpp"
+#include "common/environment.hpp"
 #include "common/errors.hpp"
 #include "api/validate.hpp"
 #include "api/validate_kvcache.hpp"
@@ -10,9 +11,22 @@ namespace hfa {
 
 using namespace detail;
 
+namespace {
+
+// A bad environment variable (common/environment.hpp) fails every call, the first one included.
+template <typename Fn>
+Status checked_call(const char* what, Fn&& fn) {
+  return guarded(what, [&]() -> Status {
+    HFA_RETURN_IF_ERROR(environment().status);
+    return fn();
+  });
+}
+
+}  // namespace
+
 Status forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                const Tensor* lse, const Options& options) {
-  return guarded("forward", [&]() -> Status {
+  return checked_call("forward", [&]() -> Status {
     ForwardProblem problem;
     HFA_RETURN_IF_ERROR(
         build_forward_problem({&q, &k, &v, &out, lse, &options}, Purpose::run, &problem));
@@ -26,7 +40,7 @@ Status forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
 
 Status forward_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Options& options, std::size_t* bytes) {
-  return guarded("forward_workspace_size", [&]() -> Status {
+  return checked_call("forward_workspace_size", [&]() -> Status {
     if (bytes == nullptr) return invalid("bytes", "is null");
     ForwardProblem problem;
     HFA_RETURN_IF_ERROR(build_forward_problem({&q, &k, &v, nullptr, nullptr, &options},
@@ -38,7 +52,7 @@ Status forward_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v,
 Status backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                 const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                 const Tensor& dv, const Options& options) {
-  return guarded("backward", [&]() -> Status {
+  return checked_call("backward", [&]() -> Status {
     BackwardProblem problem;
     HFA_RETURN_IF_ERROR(build_backward_problem(
         {&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv, &options}, Purpose::run, &problem));
@@ -52,7 +66,7 @@ Status backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tens
 
 Status backward_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v,
                                const Options& options, std::size_t* bytes) {
-  return guarded("backward_workspace_size", [&]() -> Status {
+  return checked_call("backward_workspace_size", [&]() -> Status {
     if (bytes == nullptr) return invalid("bytes", "is null");
     BackwardArgs args;
     args.q = &q;
@@ -67,7 +81,7 @@ Status backward_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v
 
 Status forward_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& out, const Tensor* lse, const KVCacheOptions& options) {
-  return guarded("forward_kvcache", [&]() -> Status {
+  return checked_call("forward_kvcache", [&]() -> Status {
     KVCacheProblem problem;
     HFA_RETURN_IF_ERROR(
         build_kvcache_problem({&q, &k_cache, &v_cache, &out, lse, &options}, &problem));
@@ -86,7 +100,7 @@ Status forward_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_c
 Status forward_kvcache_workspace_size(const Tensor& q, const Tensor& k_cache,
                                       const Tensor& v_cache, const KVCacheOptions& options,
                                       std::size_t* bytes) {
-  return guarded("forward_kvcache_workspace_size", [&]() -> Status {
+  return checked_call("forward_kvcache_workspace_size", [&]() -> Status {
     if (bytes == nullptr) return invalid("bytes", "is null");
     *bytes = 0;
     // The call's checks need an out: a contiguous stand-in of q's shape with v's headdim (never

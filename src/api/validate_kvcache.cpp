@@ -6,11 +6,10 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 
 #include "api/devices.hpp"
+#include "common/environment.hpp"
 #include "common/errors.hpp"
 #include "api/validate.hpp"
 #include "common/rotary.hpp"
@@ -321,11 +320,11 @@ Status check_kvcache_values(const KVCacheProblem& p) {
   return Status::ok();
 }
 
-bool kvcache_validation_from_env() {
+Status kvcache_validation_from_env(bool* on) {
   // Read on every call (a scan of the environment, small next to an attention call), so that a
   // process can turn it on after its first call.
-  const char* value = std::getenv("HFA_VALIDATE_KVCACHE");
-  return value != nullptr && value[0] != '\0' && std::strcmp(value, "0") != 0;
+  *on = false;
+  return read_switch(process_variable, "HFA_VALIDATE_KVCACHE", on);
 }
 
 Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
@@ -494,7 +493,9 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
   p.causal = p.window_left < 0 && p.window_right == 0;
   p.num_splits = o.num_splits;
   p.split_size = o.split_size;
-  p.validate = o.validate || kvcache_validation_from_env();
+  bool validate_from_env = false;
+  HFA_RETURN_IF_ERROR(kvcache_validation_from_env(&validate_from_env));
+  p.validate = o.validate || validate_from_env;
   p.device = q.device == HFA_CUDA ? Device{DeviceKind::cuda, q.device_index} : Device{DeviceKind::cpu, 0};
   p.stream = o.stream;
   p.workspace = o.workspace;

@@ -26,7 +26,8 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem);
 // Reads cache_seqlens, block_table, cu_seqlens_q and cu_seqlens_k_new (host pointers).
 Status check_kvcache_values(const KVCacheProblem& problem);
 
-// Whether HFA_VALIDATE_KVCACHE (set, not "0") asks for the value checks on every device.
-bool kvcache_validation_from_env();
+// Whether HFA_VALIDATE_KVCACHE=1 asks for the value checks on every device; a value other than
+// 0 or 1 is an error naming the variable.
+Status kvcache_validation_from_env(bool* on);
 
 }  // namespace hfa::detail

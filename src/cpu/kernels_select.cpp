@@ -1,8 +1,6 @@
 // Run-time choice of the kernel table. Compiled for the baseline x86-64, like everything but
 // kernels_avx512.cpp, so that the CPU check itself runs anywhere.
-#include <cstdlib>
-#include <cstring>
-
+#include "common/environment.hpp"
 #include "cpu/kernels.hpp"
 
 namespace hfa::cpu {
@@ -19,8 +17,7 @@ const Kernels* avx512_kernels() {
 
 const Kernels& active_kernels() {
   static const Kernels& chosen = [] () -> const Kernels& {
-    const char* forced = std::getenv("HFA_CPU_ISA");
-    const bool force_generic = forced != nullptr && std::strcmp(forced, "generic") == 0;
+    const bool force_generic = detail::environment().cpu_isa == detail::CpuIsa::generic;
     const Kernels* avx512 = avx512_kernels();
     return (avx512 != nullptr && !force_generic) ? *avx512 : generic_kernels();
   }();

@@ -1,21 +1,19 @@
 #include "cpu/thread_pool.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
 #include <new>
 
 #include <unistd.h>
 
+#include "common/environment.hpp"
+
 namespace hfa::cpu {
 namespace {
 
 int default_thread_count() {
-  if (const char* forced = std::getenv("HFA_CPU_THREADS")) {
-    const int count = std::atoi(forced);
-    if (count > 0) return count;
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
+  const int forced = detail::environment().cpu_threads;
+  return forced > 0 ? forced : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 constexpr std::align_val_t kScratchAlignment{64};

@@ -407,8 +407,8 @@ TEST(KVCacheArgs, VarlenNewTokens) {
   }
 }
 
-// The mode a GPU backend will check values in: the option, or HFA_VALIDATE_KVCACHE set and not
-// "0". (CPU tensors are checked either way: see CacheSeqlens and BlockTable.)
+// The mode a GPU backend will check values in: the option, or HFA_VALIDATE_KVCACHE=1. (CPU
+// tensors are checked either way: see CacheSeqlens and BlockTable.)
 TEST(KVCacheArgs, ValidationModeFromOptionOrEnvironment) {
   KVCase c;
   reset(c);
@@ -428,7 +428,11 @@ TEST(KVCacheArgs, ValidationModeFromOptionOrEnvironment) {
   EXPECT_TRUE(mode());
   setenv("HFA_VALIDATE_KVCACHE", "0", 1);
   EXPECT_FALSE(mode());
+  setenv("HFA_VALIDATE_KVCACHE", "yes", 1);  // read on every call, so a bad value fails this one
+  EXPECT_TRUE(KVRejected(c, "HFA_VALIDATE_KVCACHE",
+                         "environment variable set to \"yes\"; accepted: 0 (off), 1 (on)"));
   unsetenv("HFA_VALIDATE_KVCACHE");
+  EXPECT_TRUE(c.run().is_ok());
 }
 
 // CUDA tensors (here over host memory) are checked without a dereference: without a GPU the

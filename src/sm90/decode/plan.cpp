@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <iterator>
 #include <string>
 
+#include "common/environment.hpp"
 #include "sm90/decode/append.hpp"
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/launch.hpp"
@@ -89,10 +89,7 @@ std::string supported_head_dims() {
 }  // namespace
 
 bool stream::takes(const KVCacheProblem& p, int rows) {
-  static const bool enabled = [] {
-    const char* flag = std::getenv("HFA_SM90_DECODE_STREAM");
-    return flag == nullptr || std::string(flag) != "0";
-  }();
+  const bool enabled = detail::environment().sm90_decode_stream;
   const bool whole_tiles = p.block_table == nullptr || p.page_size % kKeysPerWarp == 0;
   return enabled && rows <= kRowsPerTile && whole_tiles && p.hdim_qk == kHeadDim;
 }

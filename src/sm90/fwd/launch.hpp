@@ -2,9 +2,9 @@
 // in its own translation unit (instantiations/) so the build compiles them in parallel.
 #pragma once
 
-#include <cstdlib>
-#include <string_view>
+#include <cstddef>
 
+#include "common/environment.hpp"
 #include "common/problem.hpp"
 
 namespace hfa::sm90::fwd {
@@ -16,14 +16,8 @@ struct LaunchContext {
   std::size_t l2_bytes;
 };
 
-// Whether PackGQA may be used (HFA_SM90_PACK_GQA=0 turns it off), read once.
-inline bool pack_gqa_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("HFA_SM90_PACK_GQA");
-    return value == nullptr || std::string_view(value) != "0";
-  }();
-  return enabled;
-}
+// Whether PackGQA may be used (HFA_SM90_PACK_GQA=0 turns it off).
+inline bool pack_gqa_enabled() { return detail::environment().sm90_pack_gqa; }
 
 // Whether keys are limited by a window (causal or sliding): the kernels with masked diagonals
 // and the dynamic schedule.
