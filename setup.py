@@ -32,12 +32,17 @@ def built_library() -> str:
 
 
 class BuildWithLibrary(build_py):
-    """The package's modules, plus libhfa.so beside them and the version written in."""
+    """The package's modules, plus libhfa.so beside them (and libhfa_torch.so, the C++ torch
+    ops, when the build made them: where it found torch) and the version written in."""
 
     def run(self):
         super().run()
         package = os.path.join(self.build_lib, "hfa")
-        shutil.copyfile(built_library(), os.path.join(package, "libhfa.so"))  # the file, not a link
+        library = built_library()
+        shutil.copyfile(library, os.path.join(package, "libhfa.so"))  # the file, not a link
+        torch_ops = os.path.join(os.path.dirname(os.path.realpath(library)), "libhfa_torch.so")
+        if os.path.isfile(torch_ops):
+            shutil.copyfile(torch_ops, os.path.join(package, "libhfa_torch.so"))
         with open(os.path.join(package, "_version.py"), "w", encoding="utf-8") as f:
             f.write('"""hfa.__version__: the CMake project version, written by setup.py."""\n\n'
                     f'__version__ = "{VERSION}"\n')

@@ -8,6 +8,10 @@ set(HFA_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/hfa)
 install(TARGETS hfa EXPORT hfaTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY include/hfa DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS hfa_tool RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET hfa_torch)  # the C++ torch ops, built where torch was found: beside libhfa
+  set_target_properties(hfa_torch PROPERTIES INSTALL_RPATH "$ORIGIN")
+  install(TARGETS hfa_torch LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(FILES LICENSE README.md CHANGELOG.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
 install(EXPORT hfaTargets NAMESPACE hfa:: DESTINATION ${HFA_INSTALL_CMAKEDIR})
