@@ -45,9 +45,10 @@ def _check_case(function, layout, causal, full, rank, world):
     def shard(x):
         return zigzag_shard(x, rank, world) if layout == "zigzag" else x.chunk(world, 1)[rank]
 
-    q, k, v, dout = (shard(t).detach().requires_grad_() for t in full)
+    q, k, v = (shard(t).detach().requires_grad_() for t in full[:3])
+    dout = shard(full[3])
     out = function(q, k, v, causal=causal, layout=layout)
-    out.backward(dout.detach())
+    out.backward(dout)
     ours = (out.detach(), q.grad, k.grad, v.grad)
     oracle = [shard(t) for t in _float64(*full, causal)]
     single = [shard(t) for t in _single_call(*full, causal)]
@@ -93,7 +94,8 @@ def main():
             full = [torch.randn((1, seqlen, h, 128), generator=gen).to(device, torch.bfloat16)
                     for h in (heads_q, heads_kv, heads_kv, heads_q)]
             for name, layout, causal in cases:
-                what = f"{name} {layout} {'causal' if causal else 'full'} heads {heads_q}/{heads_kv}"
+                mask = "causal" if causal else "full"
+                what = f"{name} {layout} {mask} heads {heads_q}/{heads_kv}"
                 if name == "ulysses" and (heads_q % world or heads_kv % world):
                     if rank == 0:
                         print(f"skip  {what}: heads not divisible by {world}")
@@ -108,7 +110,8 @@ def main():
                     print(f"{'ok   ' if count.item() == 0 else 'FAIL '} {what} (P = {world})")
                 failed += int(count.item() > 0)
         if rank == 0:
-            print(f"nccl_cp_check: {failed} case(s) failed" if failed else "nccl_cp_check: all passed")
+            print(f"nccl_cp_check: {failed} case(s) failed" if failed
+                  else "nccl_cp_check: all passed")
         return 1 if failed else 0
     finally:
         dist.destroy_process_group()

@@ -41,9 +41,9 @@ class TorchComm:
                                "hfa.distributed.emulated to run several ranks in one process)")
         self.group = group
         self.rank = dist.get_rank(group)
-        self.world = dist.get_world_size(group)
         if self.rank < 0:
             raise ValueError("group: this process is not a member of the group")
+        self.world = dist.get_world_size(group)
         whole = group if group is not None else dist.group.WORLD
         # P2POp takes global ranks.
         self._next = dist.get_global_rank(whole, (self.rank + 1) % self.world)

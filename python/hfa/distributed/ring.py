@@ -67,7 +67,8 @@ def zigzag_unshard(shards, dim=1):
 def zigzag_positions(seqlen, rank, world, device=None):
     """Global positions (int64, for RoPE position ids) of the tokens rank `rank` holds in the
     zigzag layout of a sequence of `seqlen` tokens: not arange(seqlen // world) + offset, but
-    two runs, [rank*c, (rank+1)*c) and [(2*world-1-rank)*c, (2*world-rank)*c), c = seqlen/(2*world)."""
+    two runs, [rank*c, (rank+1)*c) and [(2*world-1-rank)*c, (2*world-rank)*c), with
+    c = seqlen / (2*world)."""
     _check_rank(rank, world)
     chunk = _zigzag_chunk(seqlen, world, "seqlen")
     first = torch.arange(rank * chunk, (rank + 1) * chunk, device=device)
