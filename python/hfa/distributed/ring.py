@@ -1,0 +1,230 @@
+"""Ring attention, pass-KV: each rank keeps its queries while the K/V chunks travel the ring.
+
+Forward: P steps; at step s rank r holds the K/V of rank (r - s) mod P, attends to them with
+hfa's forward (out_s, lse_s) and merges that into fp32 (O, LSE). The next hop's K/V are sent
+before the step's attention and waited for after it.
+Backward: the K/V travel again, each with fp32 dK/dV accumulators that collect every rank's
+contribution and arrive home after P hops; dQ stays local. Every step's backward uses the
+final (out, lse), so each block's probabilities exp(S - LSE) are already the exact ones.
+
+Layouts of the global sequence over P ranks (every rank holds the same number of tokens):
+  "contiguous": rank r holds chunk r of P.
+  "zigzag": the sequence is cut into 2P chunks; rank r holds chunks r and 2P-1-r (in that
+      order). With a causal mask every rank then does the same work at every step.
+"""
+
+import torch
+
+import hfa
+
+from ._comm import communicator
+
+LAYOUTS = ("zigzag", "contiguous")
+
+
+# --- the zigzag layout ------------------------------------------------------------------------
+
+def _check_rank(rank, world):
+    if not isinstance(world, int) or world < 1:
+        raise ValueError(f"world: expected a positive int, got {world!r}")
+    if not isinstance(rank, int) or not 0 <= rank < world:
+        raise ValueError(f"rank: expected an int in [0, {world}), got {rank!r}")
+
+
+def _zigzag_chunk(seqlen, world, name):
+    if seqlen % (2 * world):
+        raise ValueError(f"{name}: {seqlen} tokens do not split into 2 * world = {2 * world} "
+                         f"equal chunks (the zigzag layout needs seqlen % (2 * world) == 0)")
+    return seqlen // (2 * world)
+
+
+def zigzag_shard(x, rank, world, dim=1):
+    """Rank `rank`'s part of the global sequence x (sequence along `dim`): chunks rank and
+    2*world-1-rank of 2*world, concatenated."""
+    _check_rank(rank, world)
+    chunk = _zigzag_chunk(x.shape[dim], world, "x")
+    first = x.narrow(dim, rank * chunk, chunk)
+    second = x.narrow(dim, (2 * world - 1 - rank) * chunk, chunk)
+    return torch.cat([first, second], dim)
+
+
+def zigzag_unshard(shards, dim=1):
+    """The global sequence from every rank's zigzag shard, shards[r] being rank r's."""
+    shards = list(shards)
+    if not shards:
+        raise ValueError("shards: expected one tensor per rank, got none")
+    halves = []
+    for r, shard in enumerate(shards):
+        if shard.shape[dim] % 2:
+            raise ValueError(f"shards[{r}]: {shard.shape[dim]} tokens along dim {dim}; a zigzag "
+                             f"shard holds two equal chunks")
+        halves.append(shard.chunk(2, dim))
+    world = len(shards)
+    ordered = [halves[r][0] for r in range(world)] + [halves[r][1] for r in reversed(range(world))]
+    return torch.cat(ordered, dim)
+
+
+def zigzag_positions(seqlen, rank, world, device=None):
+    """Global positions (int64, for RoPE position ids) of the tokens rank `rank` holds in the
+    zigzag layout of a sequence of `seqlen` tokens: not arange(seqlen // world) + offset, but
+    two runs, [rank*c, (rank+1)*c) and [(2*world-1-rank)*c, (2*world-rank)*c), with
+    c = seqlen / (2*world)."""
+    _check_rank(rank, world)
+    chunk = _zigzag_chunk(seqlen, world, "seqlen")
+    first = torch.arange(rank * chunk, (rank + 1) * chunk, device=device)
+    second_start = (2 * world - 1 - rank) * chunk
+    second = torch.arange(second_start, second_start + chunk, device=device)
+    return torch.cat([first, second])
+
+
+# --- the merge --------------------------------------------------------------------------------
+
+def merge_attn_partial(out, lse, out_part, lse_part):
+    """Merges the attention of the same queries over more keys into (out, lse), in place.
+
+    out: fp32 (batch, seqlen, heads, headdim); lse: fp32 (batch, heads, seqlen), natural log;
+    out_part/lse_part: the same of the other keys (out_part of any float dtype). Both may be
+    views. A row whose keys are all masked on both sides (lse = lse_part = -inf) keeps out = 0
+    and lse = -inf."""
+    lse_new = torch.logaddexp(lse, lse_part)
+    # For a row masked on both sides lse_new = -inf and exp(lse - lse_new) would be NaN;
+    # measuring from 0 instead gives both weights exp(-inf) = 0, so out stays 0.
+    reference = torch.where(torch.isneginf(lse_new), torch.zeros_like(lse_new), lse_new)
+    weight = torch.exp(lse - reference).transpose(1, 2).unsqueeze(-1)
+    weight_part = torch.exp(lse_part - reference).transpose(1, 2).unsqueeze(-1)
+    out.mul_(weight).add_(out_part.float() * weight_part)
+    lse.copy_(lse_new)
+
+
+# --- one rank's steps -------------------------------------------------------------------------
+
+_ALL = slice(None)
+
+
+def _step_block(src, rank, seqlen, causal, layout):
+    """What rank `rank` computes against the K/V of rank `src`: (query rows, key rows, causal)
+    as slices of its local chunk, or None when no query of it sees any of those keys."""
+    if src == rank:
+        return _ALL, _ALL, causal  # the diagonal block, local positions in order
+    if not causal:
+        return _ALL, _ALL, False
+    if layout == "contiguous":
+        return (_ALL, _ALL, False) if src < rank else None  # earlier tokens: all seen
+    half = seqlen // 2
+    if src < rank:
+        # Both local chunks come after src's first chunk and before its second.
+        return _ALL, slice(0, half), False
+    # src > rank: only the local second chunk (near the end) sees src's chunks, both of them.
+    return slice(half, None), _ALL, False
+
+
+def ring_forward(comm, q, k, v, softmax_scale, causal, layout):
+    """One rank's forward: fp32 (out, lse) of its queries over the whole sequence."""
+    world, rank, seqlen = comm.world, comm.rank, q.shape[1]
+    out = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=torch.float32, device=q.device)
+    lse = torch.full((q.shape[0], q.shape[2], seqlen), float("-inf"), dtype=torch.float32,
+                     device=q.device)
+    for step in range(world):
+        next_kv = comm.shift([k, v]) if step + 1 < world else None
+        block = _step_block((rank - step) % world, rank, seqlen, causal, layout)
+        if block is not None:
+            rows, keys, block_causal = block
+            out_part, lse_part = hfa.flash_attn_func(
+                q[:, rows], k[:, keys], v[:, keys], softmax_scale=softmax_scale,
+                causal=block_causal, return_attn_probs=True)
+            merge_attn_partial(out[:, rows], lse[:, :, rows], out_part, lse_part)
+        if next_kv is not None:
+            k, v = next_kv.wait()
+    return out, lse
+
+
+def ring_backward(comm, dout, q, k, v, out, lse, softmax_scale, causal, layout):
+    """One rank's backward: (dq, dk, dv) of its chunk in the inputs' dtypes. out is the final
+    output in q's dtype, lse the final fp32 LSE (batch, heads, seqlen), contiguous."""
+    world, rank, seqlen = comm.world, comm.rank, q.shape[1]
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    incoming_dkv = None  # the accumulators of the K/V now held, from the previous rank
+    for step in range(world):
+        next_kv = comm.shift([k, v]) if step + 1 < world else None
+        block = _step_block((rank - step) % world, rank, seqlen, causal, layout)
+        grads = None
+        if block is not None:
+            rows, keys, block_causal = block
+            grads = hfa.flash_attn_backward(
+                dout[:, rows], q[:, rows], k[:, keys], v[:, keys], out[:, rows],
+                lse[:, :, rows].contiguous(), softmax_scale=softmax_scale, causal=block_causal)
+        if incoming_dkv is None:  # step 0: the accumulators of this rank's own K/V start here
+            dk_acc = torch.zeros(k.shape, dtype=torch.float32, device=k.device)
+            dv_acc = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
+        else:
+            dk_acc, dv_acc = incoming_dkv.wait()
+        if grads is not None:
+            dq_part, dk_part, dv_part = grads
+            dq[:, rows] += dq_part
+            dk_acc[:, keys] += dk_part
+            dv_acc[:, keys] += dv_part
+        # Onward with the K/V they belong to; the last hop brings each rank its own.
+        incoming_dkv = comm.shift([dk_acc, dv_acc])
+        if next_kv is not None:
+            k, v = next_kv.wait()
+    dk, dv = incoming_dkv.wait()
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+# --- the entry point --------------------------------------------------------------------------
+
+def check_ring_args(q, k, v, world, layout):
+    """The checks every rank can make alone (the ranks' shapes must also agree)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {layout!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"{name}: expected (batch, seqlen, heads, headdim), got shape "
+                             f"{tuple(t.shape)}")
+    if k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
+        raise ValueError(f"k, v: expected the same local seqlen as q ({q.shape[1]}), got "
+                         f"{k.shape[1]} and {v.shape[1]} (ring attention is self-attention "
+                         f"over one sharded sequence)")
+    if layout == "zigzag" and q.shape[1] % 2:
+        raise ValueError(f"q: a zigzag shard holds two equal chunks, got an odd local seqlen "
+                         f"{q.shape[1]} (see zigzag_shard)")
+    if world < 1:
+        raise ValueError(f"group: expected a world size >= 1, got {world}")
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, comm, softmax_scale, causal, layout):
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        out, lse = ring_forward(comm, q, k, v, softmax_scale, causal, layout)
+        out = out.to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.options = comm, softmax_scale, causal, layout
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        comm, softmax_scale, causal, layout = ctx.options
+        q, k, v, out, lse = ctx.saved_tensors
+        with torch.no_grad():
+            dq, dk, dv = ring_backward(comm, dout.contiguous(), q, k, v, out, lse,
+                                       softmax_scale, causal, layout)
+        return dq, dk, dv, None, None, None, None
+
+
+def ring_flash_attn_func(q, k, v, group=None, causal=False, softmax_scale=None,
+                         layout="zigzag", return_attn_probs=False):
+    """Exact attention over a sequence sharded across the ranks of `group`.
+
+    q (batch, seqlen_local, heads_q, headdim), k/v (batch, seqlen_local, heads_kv, headdim):
+    this rank's tokens in `layout` ("zigzag", the default: shard with zigzag_shard and take
+    RoPE positions from zigzag_positions; or "contiguous"). GQA/MQA K/V travel with their own
+    heads. group: a torch.distributed process group (None: the default one). Every rank must
+    call with the same shapes and options, and backpropagate through the output.
+    Returns out (as q), or (out, lse) with return_attn_probs (lse fp32 (batch, heads_q,
+    seqlen_local), no gradient)."""
+    comm = communicator(group)
+    check_ring_args(q, k, v, comm.world, layout)
+    out, lse = _RingAttention.apply(q, k, v, comm, softmax_scale, bool(causal), layout)
+    return (out, lse) if return_attn_probs else out

@@ -1,0 +1,98 @@
+"""Ulysses (DeepSpeed) attention: an all-to-all trades the sequence split for a head split,
+each rank runs one full-sequence attention on heads/P of the heads, and a second all-to-all
+trades back. The backward does the same with dout and the gradients (an all-to-all's adjoint
+is the inverse all-to-all)."""
+
+import torch
+
+import hfa
+
+from ._comm import communicator
+from .ring import LAYOUTS, zigzag_shard, zigzag_unshard
+
+
+def _join_sequence(pieces, layout):
+    return torch.cat(pieces, 1) if layout == "contiguous" else zigzag_unshard(pieces, 1)
+
+
+def _split_sequence(x, world, layout):
+    if layout == "contiguous":
+        return list(x.chunk(world, 1))
+    return [zigzag_shard(x, r, world, 1) for r in range(world)]
+
+
+def _to_head_split(comm, x, layout):
+    """(batch, seqlen_local, heads, d) → (batch, seqlen, heads / P, d): this rank's heads of
+    every rank's tokens, in global sequence order."""
+    pieces = comm.all_to_all(list(x.chunk(comm.world, 2)))
+    return _join_sequence(pieces, layout)
+
+
+def _to_sequence_split(comm, x, layout):
+    """The inverse of _to_head_split."""
+    pieces = comm.all_to_all(_split_sequence(x, comm.world, layout))
+    return torch.cat(pieces, 2)
+
+
+def ulysses_forward(comm, q, k, v, softmax_scale, causal, layout):
+    """One rank's forward: (out, saved) with saved what ulysses_backward needs."""
+    qh, kh, vh = (_to_head_split(comm, t, layout) for t in (q, k, v))
+    out_h, lse_h = hfa.flash_attn_func(qh, kh, vh, softmax_scale=softmax_scale, causal=causal,
+                                       return_attn_probs=True)
+    return _to_sequence_split(comm, out_h, layout), (qh, kh, vh, out_h, lse_h)
+
+
+def ulysses_backward(comm, dout, saved, softmax_scale, causal, layout):
+    qh, kh, vh, out_h, lse_h = saved
+    dout_h = _to_head_split(comm, dout, layout)
+    dq_h, dk_h, dv_h = hfa.flash_attn_backward(dout_h, qh, kh, vh, out_h, lse_h,
+                                               softmax_scale=softmax_scale, causal=causal)
+    return tuple(_to_sequence_split(comm, g, layout) for g in (dq_h, dk_h, dv_h))
+
+
+def check_ulysses_args(q, k, v, world, layout):
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {layout!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"{name}: expected (batch, seqlen, heads, headdim), got shape "
+                             f"{tuple(t.shape)}")
+    if k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
+        raise ValueError(f"k, v: expected the same local seqlen as q ({q.shape[1]}), got "
+                         f"{k.shape[1]} and {v.shape[1]}")
+    if layout == "zigzag" and q.shape[1] % 2:
+        raise ValueError(f"q: a zigzag shard holds two equal chunks, got an odd local seqlen "
+                         f"{q.shape[1]} (see zigzag_shard)")
+    if q.shape[2] % world:
+        raise ValueError(f"q: heads_q = {q.shape[2]} is not divisible by the world size "
+                         f"{world} (Ulysses splits the heads over the ranks; use ring attention)")
+    if k.shape[2] % world:
+        raise ValueError(f"k: heads_kv = {k.shape[2]} is not divisible by the world size "
+                         f"{world} (Ulysses splits the heads over the ranks; use ring attention)")
+
+
+class _UlyssesAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, comm, softmax_scale, causal, layout):
+        out, saved = ulysses_forward(comm, q, k, v, softmax_scale, causal, layout)
+        ctx.save_for_backward(*saved)
+        ctx.options = comm, softmax_scale, causal, layout
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        comm, softmax_scale, causal, layout = ctx.options
+        with torch.no_grad():
+            dq, dk, dv = ulysses_backward(comm, dout.contiguous(), ctx.saved_tensors,
+                                          softmax_scale, causal, layout)
+        return dq, dk, dv, None, None, None, None
+
+
+def ulysses_flash_attn_func(q, k, v, group=None, causal=False, softmax_scale=None,
+                            layout="zigzag"):
+    """Exact attention over a sequence sharded across the ranks of `group`, by a head
+    all-to-all. Arguments and layouts as ring_flash_attn_func (the same shards work for both);
+    heads_q and heads_kv must be divisible by the world size. Returns out (as q)."""
+    comm = communicator(group)
+    check_ulysses_args(q, k, v, comm.world, layout)
+    return _UlyssesAttention.apply(q, k, v, comm, softmax_scale, bool(causal), layout)
