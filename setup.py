@@ -11,7 +11,7 @@ import runpy
 import shutil
 import subprocess
 
-from setuptools import setup
+from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 from wheel.bdist_wheel import bdist_wheel
 
@@ -67,7 +67,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.9",
     package_dir={"": "python"},
-    packages=["hfa"],
+    packages=find_packages(where="python", include=["hfa", "hfa.*"]),
     cmdclass={"build_py": BuildWithLibrary, "bdist_wheel": PlatformWheel},
     # setuptools' scratch under build/, beside the CMake presets' folders.
     options={"build": {"build_base": "build/python"}, "egg_info": {"egg_base": "build/python"}},

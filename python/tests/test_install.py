@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +33,12 @@ def installed(tmp_path_factory):
     # The system's pip, setuptools and wheel (Debian packages) serve the venv: nothing to fetch.
     run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)])
     python = str(venv / "bin" / "python")
+    if sys.prefix != sys.base_prefix:
+        # Run from a venv itself (the GPU machine's torch venv): --system-site-packages reaches
+        # the base interpreter's packages only, so point the new venv at this one's (numpy).
+        site = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        parents = [p for p in sys.path if p.endswith("site-packages")]
+        (Path(site.strip()) / "parent-venv.pth").write_text("\n".join(parents) + "\n")
     run([python, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
          "--no-cache-dir", "--quiet", ROOT], env=dict(os.environ, HFA_LIBRARY=library))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HFA_LIBRARY")}
@@ -41,7 +48,7 @@ def installed(tmp_path_factory):
 def test_the_installed_package_loads_its_own_library(installed):
     python, outside, env = installed
     facts = json.loads(run([python, "-c", """if True:
-        import importlib.metadata, json, hfa
+        import importlib.metadata, json, hfa, hfa.integrations, hfa.distributed
         print(json.dumps({"package": hfa.__file__, "library": hfa.library_path(),
                           "version": hfa.__version__, "library_version": hfa.version(),
                           "metadata_version": importlib.metadata.version("hfa")}))"""],
