@@ -67,6 +67,7 @@ def main():
     a.dtype, a.tokens, a.head_budget, a.rep = "bf16", a.seqlen, 4096, a.reps
     result = benchlib.new_result("model", now, a, accuracy="logits vs SDPA, relative norm",
                                  layers=a.layers, transformers=transformers.__version__)
+    result["settings"]["do_bench"] = f"CUDA events, median of {a.reps} after {a.warmup} warm-up"
     benchlib.announce(result)
     ids = torch.randint(0, 32000, (1, a.seqlen), device="cuda",
                         generator=torch.Generator(device="cuda").manual_seed(1))

@@ -132,6 +132,8 @@ def main():
     a.warmup = a.rep = 0
     result = benchlib.new_result("overhead", now, a, accuracy="not checked (host time only)",
                                  calls_per_loop=a.calls, loops=a.reps, torch_ops=_torch.OPS)
+    result["settings"]["do_bench"] = (f"host time, median of {a.reps} loops of {a.calls} calls "
+                                      f"(perf_counter, one synchronize after each loop)")
     benchlib.announce(result)
     peers = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
     t0 = time.time()

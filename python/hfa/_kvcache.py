@@ -16,6 +16,7 @@ sequence appending its own number of tokens.
 from __future__ import annotations
 
 import ctypes
+import functools
 
 from . import _lib
 
@@ -43,6 +44,9 @@ def scales_from_descales(q, k_cache, k_scale, v_scale, q_descale, k_descale, v_d
     tensor only (FlashAttention-3 ignores those of 16-bit ones); for a float8 e4m3 cache,
     k_descale / v_descale of shape (num_seqs, heads_kv) broadcast over the sequences (stride 0,
     or one row) are its per-kv-head scales."""
+    if q_descale is None and k_descale is None and v_descale is None:
+        return k_scale, v_scale
+
     def is_e4m3(t):
         return "float8_e4m3" in str(getattr(t, "dtype", ""))
 
@@ -252,21 +256,25 @@ def _numpy_workspace(np, n):
 
 # --- torch -------------------------------------------------------------------------------------
 
+@functools.cache
+def _torch_dtypes():
+    """(q's dtype -> its code, a tensor's dtype -> its kind for _cache_codes), built once."""
+    import torch
+    floats = {torch.float32: _lib.F32, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16}
+    kinds = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+             torch.uint8: "u8"}
+    for name, kind in (("float8_e4m3fn", "e4m3"), ("float8_e8m0fnu", "e8m0")):
+        if hasattr(torch, name):
+            kinds[getattr(torch, name)] = kind
+    return floats, kinds
+
+
 def torch_forward(q, k_cache, v_cache, out=None, **kw):
     import torch
 
-    floats = {torch.float32: _lib.F32, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16}
+    floats, kinds = _torch_dtypes()
     if q.dtype not in floats:
         raise TypeError(f"q: dtype {q.dtype} is not supported (float32, float16, bfloat16)")
-    e4m3 = getattr(torch, "float8_e4m3fn", None)
-    e8m0 = getattr(torch, "float8_e8m0fnu", None)
-
-    kinds = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
-             torch.uint8: "u8"}
-    if e4m3 is not None:
-        kinds[e4m3] = "e4m3"
-    if e8m0 is not None:
-        kinds[e8m0] = "e8m0"
 
     def kind_of(t):
         if not isinstance(t, torch.Tensor):
@@ -288,7 +296,7 @@ def torch_forward(q, k_cache, v_cache, out=None, **kw):
 
     full_seqlens = lambda b, n: torch.full((b,), n, dtype=torch.int32, device=q.device)  # noqa
     longest_sequence = lambda cu: int((cu[1:] - cu[:-1]).max().item())  # noqa: E731
-    from . import _torch
+    from . import _torch  # loaded already: the caller dispatched a torch tensor here
     if _torch.NATIVE:
         return _native_forward(_torch, q, k_cache, v_cache, out, kind_of, full_seqlens,
                                longest_sequence, **kw)
