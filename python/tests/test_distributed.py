@@ -15,25 +15,11 @@ torch = pytest.importorskip(
     reason="torch is not installed: context parallelism (hfa.distributed) is untested here")
 
 import hfa  # noqa: E402  (after the importorskip on purpose)
+from torch_devices import DEVICES  # noqa: E402
 from hfa.distributed import (emulated, merge_attn_partial, zigzag_positions,  # noqa: E402
                              zigzag_shard, zigzag_unshard)
 
 
-def _cuda_skip_reason():
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device"
-    try:
-        if hfa.cuda_device_count() == 0:
-            return "this libhfa was built without CUDA or sees no GPU"
-    except OSError as e:
-        return f"libhfa did not load: {e}"
-    return None
-
-
-_CUDA_SKIP = _cuda_skip_reason()
-DEVICES = [pytest.param("cpu", id="cpu"),
-           pytest.param("cuda", id="cuda",
-                        marks=pytest.mark.skipif(_CUDA_SKIP is not None, reason=_CUDA_SKIP or ""))]
 # Per device: dtype, tokens per zigzag chunk (seqlen = 2P·chunk), headdim. The CPU shapes are
 # small to keep the CPU backend quick.
 CONFIG = {"cpu": (torch.float32, 16, 64), "cuda": (torch.bfloat16, 128, 128)}

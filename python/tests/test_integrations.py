@@ -14,19 +14,10 @@ import pytest
 torch = pytest.importorskip("torch", minversion="2.4", reason="torch is not installed")
 
 import hfa  # noqa: E402
+from torch_devices import cuda_only  # noqa: E402
 from hfa import _torch  # noqa: E402
 
 
-def _cuda_skip_reason():
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device"
-    if hfa.cuda_device_count() == 0:
-        return "this libhfa was built without CUDA or sees no GPU"
-    return None
-
-
-_CUDA_SKIP = _cuda_skip_reason()
-cuda_only = pytest.mark.skipif(_CUDA_SKIP is not None, reason=_CUDA_SKIP or "")
 
 
 def rand(*shape, dtype=torch.bfloat16, device="cuda", seed=0):

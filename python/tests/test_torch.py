@@ -21,28 +21,13 @@ torch = pytest.importorskip(
            "is untested on this machine; the numpy tests still run")
 
 import hfa  # noqa: E402  (after the importorskip on purpose)
+from torch_devices import DEVICES, cuda_only  # noqa: E402
 from reference import attention, check_s6, lse_floor, max_err, visible  # noqa: E402
 
 
-def _cuda_skip_reason():
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device"
-    try:
-        if hfa.cuda_device_count() == 0:
-            return "this libhfa was built without CUDA or sees no GPU"
-    except OSError as e:
-        return f"libhfa did not load: {e}"
-    return None
-
-
-_CUDA_SKIP = _cuda_skip_reason()
-DEVICES = [pytest.param("cpu", id="cpu"),
-           pytest.param("cuda", id="cuda",
-                        marks=pytest.mark.skipif(_CUDA_SKIP is not None, reason=_CUDA_SKIP or ""))]
 # Per device: the dtypes tested (numpy has no bf16, so the torch tests cover it).
 DTYPES = {"cpu": [torch.float32, torch.bfloat16], "cuda": [torch.bfloat16, torch.float16]}
 LOWP = {torch.float32: None, torch.bfloat16: "bfloat16", torch.float16: "float16"}
-cuda_only = pytest.mark.skipif(_CUDA_SKIP is not None, reason=_CUDA_SKIP or "")
 
 
 def dtype_id(dtype):

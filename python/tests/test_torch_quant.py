@@ -11,19 +11,10 @@ torch = pytest.importorskip(
            "is untested on this machine; the numpy tests still run")
 
 import hfa  # noqa: E402
+from torch_devices import cuda_only  # noqa: E402
 from test_quantize import FORMATS, format_args, values  # noqa: E402
 
 
-def _cuda_skip_reason():
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device"
-    if hfa.cuda_device_count() == 0:
-        return "this libhfa was built without CUDA or sees no GPU"
-    return None
-
-
-_CUDA_SKIP = _cuda_skip_reason()
-cuda_only = pytest.mark.skipif(_CUDA_SKIP is not None, reason=_CUDA_SKIP or "")
 
 
 def as_bytes(t):

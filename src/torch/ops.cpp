@@ -533,20 +533,18 @@ TORCH_LIBRARY(hfa, m) {
   m.def("fwd_kvcache_into(" HFA_KVCACHE_SCHEMA ", *, Tensor(o!) out) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(hfa, CPU, m) {
+namespace {
+// The same kernels serve both keys: libhfa picks its backend from the tensors' device.
+void register_kernels(torch::Library& m) {
   m.impl("fwd", &fwd);
   m.impl("fwd_into", &fwd_into);
   m.impl("bwd", &bwd);
   m.impl("fwd_kvcache", &fwd_kvcache);
   m.impl("fwd_kvcache_into", &fwd_kvcache_into);
 }
+}  // namespace
 
-TORCH_LIBRARY_IMPL(hfa, CUDA, m) {
-  m.impl("fwd", &fwd);
-  m.impl("fwd_into", &fwd_into);
-  m.impl("bwd", &bwd);
-  m.impl("fwd_kvcache", &fwd_kvcache);
-  m.impl("fwd_kvcache_into", &fwd_kvcache_into);
-}
+TORCH_LIBRARY_IMPL(hfa, CPU, m) { register_kernels(m); }
+TORCH_LIBRARY_IMPL(hfa, CUDA, m) { register_kernels(m); }
 
 TORCH_LIBRARY_IMPL(hfa, Autograd, m) { m.impl("fwd", &fwd_autograd); }

@@ -8,7 +8,7 @@ import torch
 import hfa
 
 from ._comm import communicator
-from .ring import LAYOUTS, zigzag_shard, zigzag_unshard
+from .ring import check_ring_args, zigzag_shard, zigzag_unshard
 
 
 def _join_sequence(pieces, layout):
@@ -51,18 +51,8 @@ def ulysses_backward(comm, dout, saved, softmax_scale, causal, layout):
 
 
 def check_ulysses_args(q, k, v, world, layout):
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {layout!r}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dim() != 4:
-            raise ValueError(f"{name}: expected (batch, seqlen, heads, headdim), got shape "
-                             f"{tuple(t.shape)}")
-    if k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
-        raise ValueError(f"k, v: expected the same local seqlen as q ({q.shape[1]}), got "
-                         f"{k.shape[1]} and {v.shape[1]}")
-    if layout == "zigzag" and q.shape[1] % 2:
-        raise ValueError(f"q: a zigzag shard holds two equal chunks, got an odd local seqlen "
-                         f"{q.shape[1]} (see zigzag_shard)")
+    """The ring's checks (the same shards), and heads that split over the ranks."""
+    check_ring_args(q, k, v, world, layout)
     if q.shape[2] % world:
         raise ValueError(f"q: heads_q = {q.shape[2]} is not divisible by the world size "
                          f"{world} (Ulysses splits the heads over the ranks; use ring attention)")
