@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Context parallelism on one GPU: what a single H200 can show of hfa.distributed.
+
+- merge: hfa.distributed.merge_attn_partial (the fp32 LSE merge of a ring step's partial result,
+  in torch) in GB/s of the bytes it must move, beside a plain device copy of an fp32 tensor.
+- ring_split: the cost of cutting one attention into P ring steps, before any communication:
+  one hfa call over the whole sequence ÷ the emulated ring (hfa.distributed.emulated: the P
+  ranks' steps and merges, on this one GPU), forward and forward + backward, P = 2, 4, 8,
+  causal (zigzag) and not, --tokens-per-rank per step. 1.0 = splitting is free; this is the
+  ceiling of the ring's efficiency on P GPUs.
+- prefill_1m: one causal forward of a Llama-8B-shaped layer (32 query / 8 KV heads, d128) over
+  --prefill-tokens tokens in one call, its time and TFLOP/s.
+
+JSON (design §5): {"what": "cp", ..., "rows": [{"case": {"test", ...}, "metric":
+"GBps" | "ratio" | "tflops", "hfa": x, ...}]}.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
+HEADS, KV_HEADS, HDIM = 32, 8, 128
+
+
+def seconds(torch, fn, reps):
+    fn()  # warm-up (and the kernels' first load)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def merge_rows(torch, tokens, reps):
+    from hfa.distributed import merge_attn_partial
+    g = torch.Generator(device="cuda").manual_seed(0)
+    out = torch.randn(1, tokens, HEADS, HDIM, device="cuda", generator=g)
+    part = torch.randn(1, tokens, HEADS, HDIM, device="cuda", generator=g).bfloat16()
+    lse = torch.randn(1, HEADS, tokens, device="cuda", generator=g)
+    lse_part = torch.randn(1, HEADS, tokens, device="cuda", generator=g)
+    # out read and written (fp32), out_part read (bf16), lse read and written, lse_part read.
+    moved = out.numel() * (4 + 2 + 4) + lse.numel() * 4 * 3
+    merge_s = seconds(torch, lambda: merge_attn_partial(out, lse, part, lse_part), reps)
+    copy_dst = torch.empty_like(out)
+    copy_s = seconds(torch, lambda: copy_dst.copy_(out), reps)
+    return {"case": {"test": "merge", "tokens": tokens, "heads": HEADS, "hdim": HDIM},
+            "metric": "GBps", "hfa": moved / merge_s / 1e9,
+            "copy": 2 * out.numel() * 4 / copy_s / 1e9}
+
+
+def split_rows(torch, hfa, world, causal, tokens_per_rank, reps):
+    from hfa.distributed import emulated, zigzag_shard
+    seqlen = world * tokens_per_rank
+    g = torch.Generator(device="cuda").manual_seed(world)
+
+    def rand(heads, grad):
+        return torch.randn(1, seqlen, heads, HDIM, device="cuda", dtype=torch.bfloat16,
+                           generator=g).requires_grad_(grad)
+
+    q, k, v = rand(HEADS, True), rand(KV_HEADS, True), rand(KV_HEADS, True)
+    dout = torch.randn_like(q)
+    layout = "zigzag" if causal else "contiguous"
+
+    def shards(t):
+        if layout == "zigzag":
+            return [zigzag_shard(t.detach(), r, world).requires_grad_() for r in range(world)]
+        return [c.detach().contiguous().requires_grad_() for c in t.chunk(world, 1)]
+
+    qs, ks, vs = shards(q), shards(k), shards(v)
+    douts = [d.contiguous() for d in (zigzag_shard(dout, r, world) for r in range(world))] \
+        if layout == "zigzag" else [c.contiguous() for c in dout.chunk(world, 1)]
+
+    def single_fwd():
+        with torch.no_grad():
+            hfa.flash_attn_func(q, k, v, causal=causal)
+
+    def ring_fwd():
+        with torch.no_grad():
+            emulated.ring_flash_attn_func(qs, ks, vs, causal=causal, layout=layout)
+
+    def single_fwdbwd():
+        out = hfa.flash_attn_func(q, k, v, causal=causal)
+        torch.autograd.grad(out, (q, k, v), dout)
+
+    def ring_fwdbwd():
+        outs = emulated.ring_flash_attn_func(qs, ks, vs, causal=causal, layout=layout)
+        torch.autograd.grad(outs, qs + ks + vs, douts)
+
+    rows = []
+    for mode, single, ring in (("fwd", single_fwd, ring_fwd),
+                               ("fwdbwd", single_fwdbwd, ring_fwdbwd)):
+        one, split = seconds(torch, single, reps), seconds(torch, ring, reps)
+        rows.append({"case": {"test": "ring_split", "world": world, "causal": causal,
+                              "layout": layout, "tokens_per_rank": tokens_per_rank,
+                              "heads": HEADS, "kv_heads": KV_HEADS, "hdim": HDIM, "mode": mode},
+                     "metric": "ratio", "hfa": one / split, "single_s": one, "ring_s": split})
+    return rows
+
+
+def prefill_row(torch, hfa, tokens):
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q = torch.randn(1, tokens, HEADS, HDIM, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(1, tokens, KV_HEADS, HDIM, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn_like(k)
+    warm = 65536
+    hfa.flash_attn_func(q[:, :warm], k[:, :warm], v[:, :warm], causal=True)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = hfa.flash_attn_func(q, k, v, causal=True)
+    torch.cuda.synchronize()
+    s = time.perf_counter() - t0
+    flops = benchlib.flops(1, HEADS, tokens, tokens, HDIM, HDIM, True)
+    finite = bool(torch.isfinite(out).all())
+    return {"case": {"test": "prefill_1m", "tokens": tokens, "heads": HEADS,
+                     "kv_heads": KV_HEADS, "hdim": HDIM, "causal": True},
+            "metric": "tflops", "hfa": flops / s / 1e12, "seconds": s, "finite": finite}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=os.path.join(benchlib.REPO, "bench", "results"))
+    p.add_argument("--tokens-per-rank", type=int, default=16384)
+    p.add_argument("--worlds", type=int, nargs="+", default=[2, 4, 8])
+    p.add_argument("--prefill-tokens", type=int, default=1 << 20)
+    p.add_argument("--reps", type=int, default=3)
+    a = p.parse_args()
+    if a.tokens_per_rank % 2:
+        p.error("--tokens-per-rank: the zigzag layout needs an even number")
+
+    import torch
+
+    import hfa
+    now, t0 = benchlib.utc_now(), time.time()
+    a.dtype, a.tokens, a.head_budget, a.warmup, a.rep = "bf16", a.prefill_tokens, HEADS * HDIM, 1, a.reps
+    result = benchlib.new_result("cp", now, a, accuracy="not checked here (tests: "
+                                 "python/tests/test_distributed.py)", worlds=a.worlds)
+    result["settings"]["do_bench"] = f"CUDA events, median of {a.reps} after 1 warm-up"
+    benchlib.announce(result)
+    result["rows"].append(merge_rows(torch, a.tokens_per_rank * 8, 10))
+    print(f"bench: merge {result['rows'][-1]['hfa']:.0f} GB/s, copy "
+          f"{result['rows'][-1]['copy']:.0f} GB/s", flush=True)
+    for causal in (False, True):
+        for world in a.worlds:
+            for row in split_rows(torch, hfa, world, causal, a.tokens_per_rank, a.reps):
+                result["rows"].append(row)
+                print(f"bench: ring split P={world} causal={int(causal)} {row['case']['mode']:6s}"
+                      f" single {row['single_s'] * 1e3:.1f} ms, ring {row['ring_s'] * 1e3:.1f} "
+                      f"ms, ratio {row['hfa']:.3f}", flush=True)
+            torch.cuda.empty_cache()
+    row = prefill_row(torch, hfa, a.prefill_tokens)
+    result["rows"].append(row)
+    print(f"bench: prefill {a.prefill_tokens} tokens causal: {row['seconds']:.2f} s, "
+          f"{row['hfa']:.0f} TFLOP/s", flush=True)
+    head = ["test", "case", "metric", "hfa", "beside"]
+    body = []
+    for r in result["rows"]:
+        c = dict(r["case"])
+        test = c.pop("test")
+        beside = {"merge": lambda: f"copy {r['copy']:.0f}",
+                  "ring_split": lambda: f"single {r['single_s'] * 1e3:.1f} ms, ring "
+                                        f"{r['ring_s'] * 1e3:.1f} ms",
+                  "prefill_1m": lambda: f"{r['seconds']:.2f} s"}[test]()
+        body.append([test, ", ".join(f"{k} {v}" for k, v in c.items()), r["metric"],
+                     f"{r['hfa']:.3f}" if r["metric"] == "ratio" else f"{r['hfa']:.0f}", beside])
+    md = benchlib.markdown("Context parallelism on one GPU", result, head, body)
+    written = benchlib.write_results(os.path.join(a.out, f"{now:%Y-%m-%d}-cp"), result, md)
+    return benchlib.conclude(result, written, t0, 0, False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
