@@ -1,9 +1,11 @@
 // hfa's torch ops in C++: torch.ops.hfa.{fwd, fwd_into, bwd, fwd_kvcache, fwd_kvcache_into}.
 //
-// Why C++: a call that goes through the dispatcher straight into libhfa costs a few
-// microseconds of host time; the same call through Python glue and ctypes costs ~90 (issue 11).
-// The schemas are the ones python/hfa/_torch_ctypes.py registers when this library is absent,
-// so one Python front end (python/hfa/_torch.py) and one set of fake kernels serve both.
+// Why C++: a forward that goes through the dispatcher straight into libhfa costs ~20 us of host
+// time (6 of them libhfa's own), as SDPA's backends do; through Python glue and ctypes it cost
+// ~90 (bench/bench_overhead.py). hfa::fwd and hfa::bwd have the schemas that
+// python/hfa/_torch_ctypes.py registers where this library is absent, so one Python front end
+// (python/hfa/_torch.py) and one set of fake kernels serve both; the out= and KV-cache ops exist
+// here only (the ctypes path runs those calls without an op).
 //
 // What is here: tensor views and status translation (a bad argument raises ValueError, a dtype
 // TypeError, "not supported" NotImplementedError, each with libhfa's message naming the
