@@ -103,7 +103,8 @@ std::vector<int64_t> Args::integers(const std::string& name, std::vector<int64_t
   std::stringstream stream(*text);
   std::string item;
   while (std::getline(stream, item, ',')) parsed.push_back(parse_integer("--" + name, item, min, max));
-  if (parsed.empty()) throw UsageError("--" + name + ": expected a comma-separated list of integers");
+  if (parsed.empty() || text->back() == ',')  // getline drops a trailing empty item
+    throw UsageError("--" + name + ": expected a comma-separated list of integers, got '" + *text + "'");
   return parsed;
 }
 

@@ -39,17 +39,18 @@ Strides contiguous(int64_t rows, int64_t heads, int64_t dim) {
   return {rows * heads * dim, heads * dim, dim};
 }
 
-// Rows [row_begin, row_begin + rows) and heads [head_begin, head_begin + heads) of batch b of a
-// (batch, seqlen, heads_total, dim) array, as a contiguous (rows, heads, dim) array.
-HostArray slice(const HostArray& src, int64_t seqlen, int64_t heads_total, int64_t dim, int64_t b,
-                int64_t row_begin, int64_t rows, int64_t head_begin, int64_t heads) {
+// Rows [row_begin, row_begin + rows) (counted over the whole batch, as Spec::start_q / start_k
+// do) and heads [head_begin, head_begin + heads) of a (rows_total, heads_total, dim) array, as a
+// contiguous (rows, heads, dim) array.
+HostArray slice(const HostArray& src, int64_t heads_total, int64_t dim, int64_t row_begin,
+                int64_t rows, int64_t head_begin, int64_t heads) {
   HostArray dst(src.dtype(), rows * heads * dim);
   const std::size_t element = dtype_size(src.dtype());
   const auto* from = static_cast<const std::byte*>(src.data());
   auto* to = static_cast<std::byte*>(dst.data());
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < heads; ++h) {
-      const int64_t source = ((b * seqlen + row_begin + r) * heads_total + head_begin + h) * dim;
+      const int64_t source = ((row_begin + r) * heads_total + head_begin + h) * dim;
       std::memcpy(to + (r * heads + h) * dim * element, from + source * element, dim * element);
     }
   return dst;
@@ -79,12 +80,12 @@ struct Reduced {
   int32_t left = -1, right = -1;
 };
 
-Reduced reduce(const Spec& s, int64_t a, int64_t r) {
+Reduced reduce(const Spec& s, int64_t seqlen_q, int64_t seqlen_k, int64_t a, int64_t r) {
   const int64_t left = s.window_left;
   const int64_t right = s.causal ? 0 : s.window_right;
-  const int64_t offset = s.seqlen_k - s.seqlen_q;
+  const int64_t offset = seqlen_k - seqlen_q;
   // Keys past the last one the block's bottom row sees are dropped (only with a right bound).
-  const int64_t keys = right < 0 ? s.seqlen_k : std::clamp<int64_t>(a + r + offset + right, 0, s.seqlen_k);
+  const int64_t keys = right < 0 ? seqlen_k : std::clamp<int64_t>(a + r + offset + right, 0, seqlen_k);
   if (keys == 0) return {0, -1, -1};
   const int64_t d = a + offset - (keys - r);  // <= 0 in every case
   Reduced reduced{keys, -1, -1};
@@ -94,11 +95,12 @@ Reduced reduce(const Spec& s, int64_t a, int64_t r) {
 }
 
 // The problem of heads [head_begin, ...) alone, with their sinks when the run has them.
-ForwardProblem base_problem(const Workload& w, int64_t head_begin) {
+ForwardProblem base_problem(const HostProblem& w, int64_t head_begin) {
   const Spec& s = w.spec();
   ForwardProblem p;
   if (s.sinks) p.sinks = static_cast<const float*>(w.sinks.data()) + head_begin;
-  p.dtype = p.out_dtype = s.dtype;
+  p.dtype = w.q.dtype();  // of k and v too
+  p.out_dtype = w.out.dtype();
   p.batch = 1;
   p.hdim_qk = static_cast<int32_t>(s.hdim);
   p.hdim_v = static_cast<int32_t>(s.hdim_v);
@@ -113,15 +115,22 @@ struct Errors {
   ErrorStat out, lse, dq, dk, dv;
 };
 
+// Where lse holds row i of sequence b, head h.
+int64_t lse_index(const Spec& s, int64_t b, int64_t h, int64_t i) {
+  if (!s.varlen_q.empty()) return h * s.total_q() + s.start_q(b) + i;  // (heads, total_q)
+  return (b * s.heads + h) * s.seqlen_q + i;
+}
+
 // One block of q rows of one (batch, head): out, lse and (with backward) dq.
-void check_block(const Workload& w, bool backward, int64_t b, int64_t h, int64_t a, int64_t r,
+void check_block(const HostProblem& w, bool backward, int64_t b, int64_t h, int64_t a, int64_t r,
                  Errors* errors) {
   const Spec& s = w.spec();
   const int64_t hk = h / (s.heads / s.kv_heads);
-  const Reduced reduced = reduce(s, a, r);
-  const HostArray q = slice(w.q, s.seqlen_q, s.heads, s.hdim, b, a, r, h, 1);
-  const HostArray k = slice(w.k, s.seqlen_k, s.kv_heads, s.hdim, b, 0, reduced.seqlen_k, hk, 1);
-  const HostArray v = slice(w.v, s.seqlen_k, s.kv_heads, s.hdim_v, b, 0, reduced.seqlen_k, hk, 1);
+  const int64_t q0 = s.start_q(b), k0 = s.start_k(b);
+  const Reduced reduced = reduce(s, s.seqlen_q_of(b), s.seqlen_k_of(b), a, r);
+  const HostArray q = slice(w.q, s.heads, s.hdim, q0 + a, r, h, 1);
+  const HostArray k = slice(w.k, s.kv_heads, s.hdim, k0, reduced.seqlen_k, hk, 1);
+  const HostArray v = slice(w.v, s.kv_heads, s.hdim_v, k0, reduced.seqlen_k, hk, 1);
 
   ForwardProblem p = base_problem(w, h);
   p.seqlen_q = static_cast<int32_t>(r);
@@ -140,14 +149,14 @@ void check_block(const Workload& w, bool backward, int64_t b, int64_t h, int64_t
   std::vector<double> out(r * s.hdim_v), lse(r);
   cpu::reference_forward(p, out.data(), lse.data());
   for (int64_t i = 0; i < r; ++i) {
-    const int64_t row = (b * s.seqlen_q + a + i) * s.heads + h;
+    const int64_t row = (q0 + a + i) * s.heads + h;
     for (int64_t d = 0; d < s.hdim_v; ++d) errors->out.add(w.out.get(row * s.hdim_v + d), out[i * s.hdim_v + d]);
-    errors->lse.add(w.lse.get((b * s.heads + h) * s.seqlen_q + a + i), lse[i]);
+    errors->lse.add(w.lse.get(lse_index(s, b, h, a + i)), lse[i]);
   }
   if (!backward) return;
 
   // dq of a row depends on that row alone (and the keys it sees), so the block gives it exactly.
-  const HostArray dout = slice(w.dout, s.seqlen_q, s.heads, s.hdim_v, b, a, r, h, 1);
+  const HostArray dout = slice(w.dout, s.heads, s.hdim_v, q0 + a, r, h, 1);
   BackwardProblem bp;
   bp.fwd = p;
   bp.dout = dout.data();
@@ -155,40 +164,42 @@ void check_block(const Workload& w, bool backward, int64_t b, int64_t h, int64_t
   std::vector<double> dq(r * s.hdim), dk(reduced.seqlen_k * s.hdim), dv(reduced.seqlen_k * s.hdim_v);
   cpu::reference_backward(bp, dq.data(), dk.data(), dv.data());
   for (int64_t i = 0; i < r; ++i) {
-    const int64_t row = (b * s.seqlen_q + a + i) * s.heads + h;
+    const int64_t row = (q0 + a + i) * s.heads + h;
     for (int64_t d = 0; d < s.hdim; ++d) errors->dq.add(w.dq.get(row * s.hdim + d), dq[i * s.hdim + d]);
   }
 }
 
 // dk and dv of one (batch, kv head): they sum over every query row of the group's heads.
-void check_key_gradients(const Workload& w, int64_t b, int64_t g, Errors* errors) {
+void check_key_gradients(const HostProblem& w, int64_t b, int64_t g, Errors* errors) {
   const Spec& s = w.spec();
   const int64_t group = s.heads / s.kv_heads;
-  const HostArray q = slice(w.q, s.seqlen_q, s.heads, s.hdim, b, 0, s.seqlen_q, g * group, group);
-  const HostArray dout = slice(w.dout, s.seqlen_q, s.heads, s.hdim_v, b, 0, s.seqlen_q, g * group, group);
-  const HostArray k = slice(w.k, s.seqlen_k, s.kv_heads, s.hdim, b, 0, s.seqlen_k, g, 1);
-  const HostArray v = slice(w.v, s.seqlen_k, s.kv_heads, s.hdim_v, b, 0, s.seqlen_k, g, 1);
+  const int64_t seqlen_q = s.seqlen_q_of(b), seqlen_k = s.seqlen_k_of(b);
+  const int64_t q0 = s.start_q(b), k0 = s.start_k(b);
+  const HostArray q = slice(w.q, s.heads, s.hdim, q0, seqlen_q, g * group, group);
+  const HostArray dout = slice(w.dout, s.heads, s.hdim_v, q0, seqlen_q, g * group, group);
+  const HostArray k = slice(w.k, s.kv_heads, s.hdim, k0, seqlen_k, g, 1);
+  const HostArray v = slice(w.v, s.kv_heads, s.hdim_v, k0, seqlen_k, g, 1);
 
   BackwardProblem bp;
   ForwardProblem& p = bp.fwd;
   p = base_problem(w, g * group);
-  p.seqlen_q = static_cast<int32_t>(s.seqlen_q);
-  p.seqlen_k = static_cast<int32_t>(s.seqlen_k);
+  p.seqlen_q = static_cast<int32_t>(seqlen_q);
+  p.seqlen_k = static_cast<int32_t>(seqlen_k);
   p.heads_q = static_cast<int32_t>(group);
   p.heads_kv = 1;
   p.causal = p.window_left < 0 && p.window_right == 0;
   p.q = q.data();
   p.k = k.data();
   p.v = v.data();
-  p.q_stride = contiguous(s.seqlen_q, group, s.hdim);
-  p.k_stride = contiguous(s.seqlen_k, 1, s.hdim);
-  p.v_stride = contiguous(s.seqlen_k, 1, s.hdim_v);
+  p.q_stride = contiguous(seqlen_q, group, s.hdim);
+  p.k_stride = contiguous(seqlen_k, 1, s.hdim);
+  p.v_stride = contiguous(seqlen_k, 1, s.hdim_v);
   bp.dout = dout.data();
-  bp.dout_stride = contiguous(s.seqlen_q, group, s.hdim_v);
+  bp.dout_stride = contiguous(seqlen_q, group, s.hdim_v);
   std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
   cpu::reference_backward(bp, dq.data(), dk.data(), dv.data());
-  for (int64_t j = 0; j < s.seqlen_k; ++j) {
-    const int64_t row = (b * s.seqlen_k + j) * s.kv_heads + g;
+  for (int64_t j = 0; j < seqlen_k; ++j) {
+    const int64_t row = (k0 + j) * s.kv_heads + g;
     for (int64_t d = 0; d < s.hdim; ++d) errors->dk.add(w.dk.get(row * s.hdim + d), dk[j * s.hdim + d]);
     for (int64_t d = 0; d < s.hdim_v; ++d) errors->dv.add(w.dv.get(row * s.hdim_v + d), dv[j * s.hdim_v + d]);
   }
@@ -202,7 +213,7 @@ int64_t count_nans(const HostArray& a) {
   return nans;
 }
 
-bool report_nans(std::ostream& log, const Workload& w, bool backward) {
+bool report_nans(std::ostream& log, const HostProblem& w, bool backward) {
   const std::pair<const char*, const HostArray*> outputs[] = {
       {"out", &w.out}, {"lse", &w.lse}, {"dq", &w.dq}, {"dk", &w.dk}, {"dv", &w.dv}};
   bool ok = true;
@@ -228,10 +239,10 @@ bool report(std::ostream& log, const char* name, const ErrorStat& stat, double t
 
 }  // namespace
 
-CheckResult check_against_reference(const Workload& w, bool backward, std::ostream& log) {
+CheckResult check_against_reference(const HostProblem& w, bool backward, std::ostream& log) {
   const Spec& s = w.spec();
   CheckResult result;
-  if (s.batch == 0 || s.seqlen_q == 0) {
+  if (s.total_q() == 0) {
     // No query rows: no output, and the key gradients are exactly zero.
     bool zero = true;
     if (backward)
@@ -243,22 +254,37 @@ CheckResult check_against_reference(const Workload& w, bool backward, std::ostre
     return result;
   }
 
-  const std::set<std::pair<int64_t, int64_t>> pairs = {
-      {0, 0}, {s.batch / 2, s.heads / 2}, {s.batch - 1, s.heads - 1}};
-  const int64_t r = std::min(kBlockRows, s.seqlen_q);
-  const std::set<int64_t> blocks = {0, (s.seqlen_q - r) / 2, s.seqlen_q - r};
+  // Fixed length: three (batch, head) pairs. Varlen: every sequence with query rows, three
+  // heads each, since each sequence has a mask of its own.
+  std::set<std::pair<int64_t, int64_t>> pairs;
+  if (s.varlen_q.empty() && s.varlen_k.empty())
+    pairs = {{0, 0}, {s.batch / 2, s.heads / 2}, {s.batch - 1, s.heads - 1}};
+  else
+    for (int64_t b = 0; b < s.batch; ++b)
+      if (s.seqlen_q_of(b) > 0) pairs.insert({{b, 0}, {b, s.heads / 2}, {b, s.heads - 1}});
 
   Errors errors;
-  for (const auto& [b, h] : pairs)
-    for (int64_t a : blocks) check_block(w, backward, b, h, a, r, &errors);
+  int64_t rows = 0;
+  for (const auto& [b, h] : pairs) {
+    const int64_t seqlen_q = s.seqlen_q_of(b);
+    const int64_t r = std::min(kBlockRows, seqlen_q);
+    for (int64_t a : std::set<int64_t>{0, (seqlen_q - r) / 2, seqlen_q - r}) {
+      check_block(w, backward, b, h, a, r, &errors);
+      rows += r;
+    }
+  }
 
+  // dk and dv of the last sequence with queries and keys.
+  int64_t last = s.batch - 1;
+  while (last >= 0 && (s.seqlen_q_of(last) == 0 || s.seqlen_k_of(last) == 0)) --last;
   const double group = static_cast<double>(s.heads / s.kv_heads);
-  result.checked_dkdv = backward && group * s.seqlen_q * s.seqlen_k <= kMaxFullReferenceScores;
-  if (result.checked_dkdv) check_key_gradients(w, s.batch - 1, s.kv_heads - 1, &errors);
+  result.checked_dkdv = backward && last >= 0 &&
+                        group * s.seqlen_q_of(last) * s.seqlen_k_of(last) <= kMaxFullReferenceScores;
+  if (result.checked_dkdv) check_key_gradients(w, last, s.kv_heads - 1, &errors);
 
-  log << "  check against the float64 reference: " << pairs.size() << " (batch, head) pairs x "
-      << blocks.size() * r << " rows\n";
-  const double tol = tolerance(s.dtype);
+  log << "  check against the float64 reference: " << pairs.size() << " (batch, head) pairs, "
+      << rows << " rows in all\n";
+  const double tol = tolerance(w.out.dtype());
   result.passed &= report_nans(log, w, backward);
   result.passed &= report(log, "out", errors.out, tol);
   result.passed &= report(log, "lse", errors.lse, kLseTolerance);
@@ -268,7 +294,8 @@ CheckResult check_against_reference(const Workload& w, bool backward, std::ostre
       result.passed &= report(log, "dk", errors.dk, 2 * tol);
       result.passed &= report(log, "dv", errors.dv, 2 * tol);
     } else {
-      log << "  dk, dv not checked: too large for a full float64 reference of one kv-head group\n";
+      log << (last < 0 ? "  dk, dv not checked: no sequence has both queries and keys\n"
+                       : "  dk, dv not checked: too large for a full float64 reference of one kv-head group\n");
     }
   }
   result.out_error = errors.out.error;

@@ -17,7 +17,7 @@ struct CheckResult {
 
 // Compares out and lse (and dq; dk and dv when the problem is small enough for a full
 // reference over one kv-head group) with the reference, printing one line per quantity.
-// `workload` must have been download()ed.
-CheckResult check_against_reference(const Workload& workload, bool backward, std::ostream& log);
+// A Workload must have been download()ed. Varlen problems are checked sequence by sequence.
+CheckResult check_against_reference(const HostProblem& problem, bool backward, std::ostream& log);
 
 }  // namespace hfa::tool

@@ -1,4 +1,4 @@
-// `hfa run`: one problem, timed and checked.
+// `hfa run`: one problem (fixed length, varlen or a decode over a KV cache), timed and checked.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -8,6 +8,7 @@
 
 #include "check.hpp"
 #include "commands.hpp"
+#include "kvcache.hpp"
 #include "timer.hpp"
 #include "workload.hpp"
 
@@ -33,17 +34,34 @@ float64 reference on a sample of rows. Exits 1 when the comparison fails.
   --softcap X              softcap·tanh(scores/softcap) when > 0           [0]
   --sinks                  random attention sinks (one logit per query head)
   --backward               also run and check the backward
+  --varlen L1,L2,...       a varlen batch (cu_seqlens) of these lengths, 0 allowed; sets
+                           --batch and the lengths, checked sequence by sequence
+  --varlen-k L1,L2,...     the sequences' key lengths apart                 [= --varlen]
+  --kvcache                decode over a paged KV cache (forward_kvcache) instead; reports
+                           GB/s of cache read (codes and scales). With it:
+    --cache-len N|L1,...   cached tokens per sequence (a list sets --batch) [1024]
+    --cache-format bf16|fp16|fp8|fp8-token|nvfp4|mxfp4
+                           the cache's storage; bf16/fp16: plain, the queries' dtype;
+                           fp8 / fp8-token: e4m3 with a scale per kv-head / per token
+                                                                            [= --dtype]
+    --page-size N          tokens per page (pages shuffled in the table)    [64]
+    --seqlen N             query rows per sequence                          [1]
   --seed N                 seed of the random inputs                       [0]
   --iters N                timed iterations (after one warm-up)            [cuda 20, cpu 3]
   --progress               report each call on stderr (on by default for CPU runs of
                            more than a few seconds)
 
-TFLOP/s count the (query, key) pairs the mask lets through (causal, window).
+TFLOP/s count the (query, key) pairs the mask lets through (causal, window), summed over
+the sequences of a varlen batch. A KV cache is filled by the library's quantize_kv and checked
+against the float64 reference over what dequantize_kv reads back.
 )";
 
-void print_timing(const char* what, const Timing& t, double flops) {
-  std::printf("  %-9s %10.3f ms  %8.3f TFLOP/s   (median of %d; min %.3f ms)\n", what, t.median_ms,
-              t.median_ms > 0 ? flops / (t.median_ms * 1e-3) / 1e12 : 0.0, t.iterations, t.min_ms);
+// `amount` (FLOPs, bytes) per call as a rate in `unit` (1e12: TFLOP/s, 1e9: GB/s).
+void print_timing(const char* what, const Timing& t, double amount, double unit = 1e12,
+                  const char* unit_name = "TFLOP/s") {
+  std::printf("  %-9s %10.3f ms  %8.3f %s   (median of %d; min %.3f ms)\n", what, t.median_ms,
+              t.median_ms > 0 ? amount / (t.median_ms * 1e-3) / unit : 0.0, unit_name, t.iterations,
+              t.min_ms);
 }
 
 // CPU work above this many FLOPs a call takes seconds: such runs say on stderr what they do.
@@ -70,6 +88,31 @@ int report_failure(const char* what, const Status& status) {
   return exit_code_for(status);
 }
 
+// The exit code of the run: 0 when the check against the reference passes.
+int check_and_report(const HostProblem& problem, bool backward) {
+  const CheckResult check = check_against_reference(problem, backward, std::cout);
+  std::cout << (check.passed ? "PASS" : "FAIL") << std::endl;
+  return check.passed ? 0 : 1;
+}
+
+int run_kvcache(const Spec& spec, const CacheSpec& cache, uint64_t seed, int iterations, bool progress) {
+  std::unique_ptr<KVCacheWorkload> workload;
+  try {
+    workload = std::make_unique<KVCacheWorkload>(spec, cache, seed);
+  } catch (const WorkloadError& e) {
+    return report_failure("setup", e.status());
+  }
+  Status status;
+  const Timing timing = time_calls(spec.device, 1, iterations,
+                                   with_progress("decode", iterations + 1, progress, [&] { return workload->forward(); }),
+                                   &status);
+  if (!status) return report_failure("forward_kvcache", status);
+  print_timing("decode", timing, workload->bytes_read(), 1e9, "GB/s of cache read");
+  std::printf("  %.3f MB of K and V codes and scales a call\n", workload->bytes_read() * 1e-6);
+  std::fflush(stdout);
+  return check_and_report(workload->reference(), false);
+}
+
 }  // namespace
 
 int run_command(Args& args) {
@@ -79,16 +122,25 @@ int run_command(Args& args) {
   }
   Spec spec;
   spec.device = parse_device(args);
-  parse_spec(args, &spec);
-  const bool backward = args.flag("backward");
+  const bool kvcache = args.flag("kvcache");
+  const CacheSpec cache = kvcache ? parse_kvcache(args, &spec) : CacheSpec{};
+  if (!kvcache) {
+    for (const char* option : {"cache-len", "cache-format", "page-size"})
+      if (args.value(option)) throw UsageError(std::string("--") + option + ": needs --kvcache");
+    parse_spec(args, &spec);
+  }
+  const bool backward = !kvcache && args.flag("backward");  // parse_kvcache rejects it
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0, 0, INT64_MAX));
   const bool on_gpu = spec.device.kind == DeviceKind::cuda;
   const int iterations = static_cast<int>(args.integer("iters", on_gpu ? 20 : 3, 1, 100000));
   const bool progress = args.flag("progress");
   args.finish();
 
-  std::printf("hfa run: %s on %s\n", spec.describe().c_str(), describe_device(spec.device).c_str());
+  std::printf("hfa run: %s%s on %s\n", spec.describe().c_str(),
+              kvcache ? (", " + cache.format + " paged cache (page " + std::to_string(cache.page_size) + ")").c_str() : "",
+              describe_device(spec.device).c_str());
   std::fflush(stdout);
+  if (kvcache) return run_kvcache(spec, cache, seed, iterations, progress);
 
   std::unique_ptr<Workload> workload;
   try {
@@ -118,9 +170,7 @@ int run_command(Args& args) {
 
   workload->download();
   if (slow) std::fprintf(stderr, "hfa run: checking a sample against the float64 reference\n");
-  const CheckResult check = check_against_reference(*workload, backward, std::cout);
-  std::cout << (check.passed ? "PASS" : "FAIL") << std::endl;
-  return check.passed ? 0 : 1;
+  return check_and_report(*workload, backward);
 }
 
 }  // namespace hfa::tool

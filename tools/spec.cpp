@@ -2,9 +2,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <sstream>
 
 namespace hfa::tool {
+
+namespace {
+int64_t start(const std::vector<int64_t>& lengths, int64_t fixed, int64_t b) {
+  if (lengths.empty()) return b * fixed;
+  int64_t sum = 0;
+  for (int64_t i = 0; i < b; ++i) sum += lengths[i];
+  return sum;
+}
+}  // namespace
+
+int64_t Spec::start_q(int64_t b) const { return start(varlen_q, seqlen_q, b); }
+int64_t Spec::start_k(int64_t b) const { return start(varlen_k, seqlen_k, b); }
 
 float Spec::softmax_scale() const { return 1.0f / std::sqrt(static_cast<float>(hdim)); }
 
@@ -19,10 +32,24 @@ Options Spec::options() const {
 
 std::string Spec::describe() const {
   std::ostringstream s;
+  const auto list = [&](const std::vector<int64_t>& lengths) {  // one length when all are equal
+    const bool same = std::adjacent_find(lengths.begin(), lengths.end(), std::not_equal_to<>()) == lengths.end();
+    for (std::size_t i = 0; i < (same ? 1 : lengths.size()); ++i) s << (i ? "," : "") << lengths[i];
+  };
   s << dtype_name(dtype) << ", batch " << batch << ", heads " << heads;
   if (kv_heads != heads) s << "/" << kv_heads;
-  s << ", seqlen " << seqlen_q;
-  if (seqlen_k != seqlen_q) s << "/" << seqlen_k;
+  if (varlen_q.empty()) {
+    s << ", seqlen " << seqlen_q;
+  } else {
+    s << ", varlen ";
+    list(varlen_q);
+  }
+  if (!varlen_k.empty() && varlen_k != varlen_q) {
+    s << (varlen_q.empty() ? ", cache " : " / ");
+    list(varlen_k);
+  } else if (varlen_k.empty() && seqlen_k != seqlen_q) {
+    s << "/" << seqlen_k;
+  }
   s << ", hdim " << hdim;
   if (hdim_v != hdim) s << "/" << hdim_v;
   if (causal) s << ", causal";
@@ -50,6 +77,26 @@ Device parse_device(Args& args) {
 
 void parse_spec(Args& args, Spec* spec) {
   constexpr int64_t kMaxExtent = int64_t{1} << 30;
+  spec->varlen_q = args.integers("varlen", {}, 0, kMaxExtent);
+  spec->varlen_k = args.integers("varlen-k", spec->varlen_q, 0, kMaxExtent);
+  if (!spec->varlen_k.empty() && spec->varlen_q.empty())
+    throw UsageError("--varlen-k: needs --varlen (the query lengths)");
+  if (spec->varlen_k.size() != spec->varlen_q.size())
+    throw UsageError("--varlen-k: " + std::to_string(spec->varlen_k.size()) + " lengths for the " +
+                     std::to_string(spec->varlen_q.size()) + " sequences of --varlen");
+  if (!spec->varlen_q.empty()) {
+    for (const char* fixed : {"batch", "seqlen", "seqlen-q", "seqlen-k"})
+      if (args.value(fixed))
+        throw UsageError(std::string("--varlen: gives the batch and the lengths; drop --") + fixed);
+    for (const auto* lengths : {&spec->varlen_q, &spec->varlen_k}) {
+      int64_t total = 0;
+      for (int64_t n : *lengths) total += n;
+      if (total > INT32_MAX)  // cu_seqlens are int32
+        throw UsageError(std::string(lengths == &spec->varlen_q ? "--varlen" : "--varlen-k") +
+                         ": " + std::to_string(total) + " tokens in all, more than int32 cu_seqlens hold");
+    }
+    spec->batch = static_cast<int64_t>(spec->varlen_q.size());
+  }
   spec->batch = args.integer("batch", spec->batch, 0, kMaxExtent);
   spec->heads = args.integer("heads", spec->heads, 1, 4096);
   spec->kv_heads = args.integer("kv-heads", spec->heads, 1, 4096);
@@ -59,6 +106,10 @@ void parse_spec(Args& args, Spec* spec) {
   const int64_t seqlen = args.integer("seqlen", spec->seqlen_q, 0, kMaxExtent);
   spec->seqlen_q = args.integer("seqlen-q", seqlen, 0, kMaxExtent);
   spec->seqlen_k = args.integer("seqlen-k", seqlen, 0, kMaxExtent);
+  if (!spec->varlen_q.empty()) {  // the longest sequences
+    spec->seqlen_q = *std::max_element(spec->varlen_q.begin(), spec->varlen_q.end());
+    spec->seqlen_k = *std::max_element(spec->varlen_k.begin(), spec->varlen_k.end());
+  }
   spec->hdim = args.integer("hdim", spec->hdim, 1, 1024);
   spec->hdim_v = args.integer("hdim-v", spec->hdim, 1, 1024);
   spec->dtype = parse_dtype(args.choice("dtype", dtype_name(spec->dtype), {"bf16", "f16", "f32"}));
@@ -88,9 +139,15 @@ int64_t visible_pairs(int64_t seqlen_q, int64_t seqlen_k, bool causal, int32_t w
 }
 
 double forward_flops(const Spec& s) {
-  const double pairs = static_cast<double>(
-      visible_pairs(s.seqlen_q, s.seqlen_k, s.causal, s.window_left, s.window_right));
-  return 2.0 * static_cast<double>(s.batch) * s.heads * pairs * (s.hdim + s.hdim_v);
+  double pairs = 0;  // over the whole batch
+  if (s.varlen_q.empty() && s.varlen_k.empty())
+    pairs = static_cast<double>(s.batch) *
+            static_cast<double>(visible_pairs(s.seqlen_q, s.seqlen_k, s.causal, s.window_left, s.window_right));
+  else
+    for (int64_t b = 0; b < s.batch; ++b)
+      pairs += static_cast<double>(
+          visible_pairs(s.seqlen_q_of(b), s.seqlen_k_of(b), s.causal, s.window_left, s.window_right));
+  return 2.0 * s.heads * pairs * (s.hdim + s.hdim_v);
 }
 
 }  // namespace hfa::tool

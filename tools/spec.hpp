@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "args.hpp"
 #include "hfa/hfa.hpp"
@@ -24,7 +25,19 @@ struct Spec {
   int32_t window_right = -1;
   float softcap = 0.0f;
   bool sinks = false;  // random attention sinks, one logit per query head
+  // Varlen (--varlen): the query and key lengths of each sequence, packed one after the other
+  // (batch = their count). Empty: every sequence has seqlen_q queries and seqlen_k keys.
+  // Set apart: the lse of packed queries is (heads, total_q), of fixed ones (batch, heads, seqlen_q).
+  std::vector<int64_t> varlen_q, varlen_k;
   Device device;
+
+  // Sequence b's lengths and the position of its first row among all rows (packed or not).
+  int64_t seqlen_q_of(int64_t b) const { return varlen_q.empty() ? seqlen_q : varlen_q[b]; }
+  int64_t seqlen_k_of(int64_t b) const { return varlen_k.empty() ? seqlen_k : varlen_k[b]; }
+  int64_t start_q(int64_t b) const;
+  int64_t start_k(int64_t b) const;
+  int64_t total_q() const { return start_q(batch); }
+  int64_t total_k() const { return start_k(batch); }
 
   float softmax_scale() const;  // the default, 1/sqrt(hdim)
   Options options() const;
@@ -35,7 +48,7 @@ struct Spec {
 // flag when cuda is asked for and cannot be used.
 Device parse_device(Args& args);
 
-// Reads the shape and mask flags of `run` over the defaults in `spec`.
+// Reads the shape and mask flags of `run` over the defaults in `spec`, --varlen included.
 void parse_spec(Args& args, Spec* spec);
 
 DType parse_dtype(const std::string& text);
@@ -47,7 +60,7 @@ int64_t visible_pairs(int64_t seqlen_q, int64_t seqlen_k, bool causal, int32_t w
 
 // FLOPs of one forward (design §5, FlashAttention's formula): 2·(d + d_v) per (query, key) pair
 // the mask lets through, per (batch, head): s_q·s_k without a mask, about half with causal at
-// s_q = s_k, about s_q·(L + R + 1) with a window (L, R). The backward is 2.5 times the forward.
+// s_q = s_k, about s_q·(L + R + 1) with a window (L, R); varlen sums its sequences. The backward is 2.5 times the forward.
 double forward_flops(const Spec& spec);
 inline double backward_flops(const Spec& spec) { return 2.5 * forward_flops(spec); }
 

@@ -7,41 +7,83 @@ namespace hfa::tool {
 
 namespace {
 constexpr unsigned char kPoison = 0xff;  // NaN in f32, f16 and bf16: unwritten outputs show
+
+// cu_seqlens of `lengths` (batch + 1 int32 offsets), on the run's device.
+DeviceTensor make_offsets(Device device, const std::vector<int64_t>& lengths);
 }  // namespace
 
-Workload::Slot Workload::make_slot(const HostArray& host, std::initializer_list<int64_t> shape,
-                                   bool upload) {
-  Slot slot;
-  slot.memory = std::make_unique<DeviceMemory>(spec_.device, host.bytes());
+DeviceTensor to_device(Device device, const HostArray& host, std::initializer_list<int64_t> shape,
+                       bool upload) {
+  DeviceTensor slot;
+  slot.memory = std::make_unique<DeviceMemory>(device, host.bytes());
   if (upload)
     slot.memory->upload(host);
   else
     slot.memory->fill_byte(kPoison);
-  slot.tensor = make_tensor(slot.memory->data(), host.dtype(), shape, {}, spec_.device);
+  slot.tensor = make_tensor(slot.memory->data(), host.dtype(), shape, {}, device);
+  return slot;
+}
+
+namespace {
+DeviceTensor make_offsets(Device device, const std::vector<int64_t>& lengths) {
+  HostArray offsets(DType::i32, static_cast<int64_t>(lengths.size()) + 1);
+  auto* at = static_cast<int32_t*>(offsets.data());
+  at[0] = 0;
+  for (std::size_t b = 0; b < lengths.size(); ++b) at[b + 1] = at[b] + static_cast<int32_t>(lengths[b]);
+  return to_device(device, offsets, {offsets.size()}, true);
+}
+}  // namespace
+
+Workload::Slot Workload::make_slot(const HostArray& host, std::initializer_list<int64_t> shape,
+                                   bool upload) {
+  Slot slot = to_device(spec_.device, host, shape, upload);
+  if (!spec_.varlen_q.empty()) {  // packed: drop the leading extent of 1 (see the constructor)
+    Tensor& t = slot.tensor;
+    --t.rank;
+    std::copy(t.shape + 1, t.shape + 1 + t.rank, t.shape);
+    std::copy(t.stride + 1, t.stride + 1 + t.rank, t.stride);
+  }
   return slot;
 }
 
 Workload::Workload(const Spec& spec, uint64_t seed, bool backward)
-    : spec_(spec), with_backward_(backward), options_(spec.options()) {
+    : HostProblem(spec), with_backward_(backward), options_(spec.options()) {
   const Spec& s = spec_;
+  if (s.varlen_q.empty() != s.varlen_k.empty())
+    throw std::logic_error("Workload: varlen needs both the query and the key lengths");
+  // Varlen: one sequence of all the tokens, (1, total, heads, dim), made (total, heads, dim) by
+  // make_slot; lse (1, heads, total_q) becomes (heads, total_q).
+  const bool packed = !s.varlen_q.empty();
+  const int64_t batch = packed ? 1 : s.batch;
+  const int64_t seqlen_q = packed ? s.total_q() : s.seqlen_q;
+  const int64_t seqlen_k = packed ? s.total_k() : s.seqlen_k;
   std::mt19937_64 rng(seed);
-  q = HostArray(s.dtype, s.batch * s.seqlen_q * s.heads * s.hdim);
-  k = HostArray(s.dtype, s.batch * s.seqlen_k * s.kv_heads * s.hdim);
-  v = HostArray(s.dtype, s.batch * s.seqlen_k * s.kv_heads * s.hdim_v);
-  out = HostArray(s.dtype, s.batch * s.seqlen_q * s.heads * s.hdim_v);
-  lse = HostArray(DType::f32, s.batch * s.heads * s.seqlen_q);
+  q = HostArray(s.dtype, batch * seqlen_q * s.heads * s.hdim);
+  k = HostArray(s.dtype, batch * seqlen_k * s.kv_heads * s.hdim);
+  v = HostArray(s.dtype, batch * seqlen_k * s.kv_heads * s.hdim_v);
+  out = HostArray(s.dtype, batch * seqlen_q * s.heads * s.hdim_v);
+  lse = HostArray(DType::f32, batch * s.heads * seqlen_q);
   for (HostArray* input : {&q, &k, &v}) input->fill_normal(rng);
 
-  q_ = make_slot(q, {s.batch, s.seqlen_q, s.heads, s.hdim}, true);
-  k_ = make_slot(k, {s.batch, s.seqlen_k, s.kv_heads, s.hdim}, true);
-  v_ = make_slot(v, {s.batch, s.seqlen_k, s.kv_heads, s.hdim_v}, true);
-  out_ = make_slot(out, {s.batch, s.seqlen_q, s.heads, s.hdim_v}, false);
-  lse_ = make_slot(lse, {s.batch, s.heads, s.seqlen_q}, false);
+  q_ = make_slot(q, {batch, seqlen_q, s.heads, s.hdim}, true);
+  k_ = make_slot(k, {batch, seqlen_k, s.kv_heads, s.hdim}, true);
+  v_ = make_slot(v, {batch, seqlen_k, s.kv_heads, s.hdim_v}, true);
+  out_ = make_slot(out, {batch, seqlen_q, s.heads, s.hdim_v}, false);
+  lse_ = make_slot(lse, {batch, s.heads, seqlen_q}, false);
+  if (packed) {
+    cu_seqlens_q_ = make_offsets(s.device, s.varlen_q);
+    cu_seqlens_k_ = make_offsets(s.device, s.varlen_k);
+    options_.cu_seqlens_q = &cu_seqlens_q_.tensor;
+    options_.cu_seqlens_k = &cu_seqlens_k_.tensor;
+    // The longest sequences (parse_spec), at least 1 as the library asks.
+    options_.max_seqlen_q = static_cast<int32_t>(std::max<int64_t>(1, s.seqlen_q));
+    options_.max_seqlen_k = static_cast<int32_t>(std::max<int64_t>(1, s.seqlen_k));
+  }
   if (s.sinks) {
     // Logits around the size of a score, so that some rows lean on their sink and some not.
     sinks = HostArray(DType::f32, s.heads);
     sinks.fill_normal(rng);
-    sinks_ = make_slot(sinks, {s.heads}, true);
+    sinks_ = to_device(s.device, sinks, {s.heads}, true);  // not packed
     options_.sinks = &sinks_.tensor;
   }
   allocate_workspace();
@@ -52,10 +94,10 @@ Workload::Workload(const Spec& spec, uint64_t seed, bool backward)
   dq = HostArray(s.dtype, q.size());
   dk = HostArray(s.dtype, k.size());
   dv = HostArray(s.dtype, v.size());
-  dout_ = make_slot(dout, {s.batch, s.seqlen_q, s.heads, s.hdim_v}, true);
-  dq_ = make_slot(dq, {s.batch, s.seqlen_q, s.heads, s.hdim}, false);
-  dk_ = make_slot(dk, {s.batch, s.seqlen_k, s.kv_heads, s.hdim}, false);
-  dv_ = make_slot(dv, {s.batch, s.seqlen_k, s.kv_heads, s.hdim_v}, false);
+  dout_ = make_slot(dout, {batch, seqlen_q, s.heads, s.hdim_v}, true);
+  dq_ = make_slot(dq, {batch, seqlen_q, s.heads, s.hdim}, false);
+  dk_ = make_slot(dk, {batch, seqlen_k, s.kv_heads, s.hdim}, false);
+  dv_ = make_slot(dv, {batch, seqlen_k, s.kv_heads, s.hdim_v}, false);
   allocate_workspace();
 }
 

@@ -93,6 +93,18 @@ TEST(ToolFlops, Formula) {
   EXPECT_DOUBLE_EQ(backward_flops(s), 2.5 * forward_flops(s));
 }
 
+TEST(ToolFlops, VarlenSumsItsSequences) {
+  Spec s;
+  s.heads = 2, s.hdim = s.hdim_v = 64, s.causal = true;
+  s.varlen_q = {4, 0, 3};
+  s.varlen_k = {4, 5, 6};
+  s.batch = 3;
+  // causal, bottom-right: 10 pairs, none, and rows seeing 4, 5, 6 keys
+  EXPECT_DOUBLE_EQ(forward_flops(s), 2.0 * 2 * (10 + 0 + 15) * 128);
+  EXPECT_EQ(s.start_q(2), 4);
+  EXPECT_EQ(s.total_k(), 15);
+}
+
 TEST(ToolFlops, CountsThePairsInsideTheMask) {
   EXPECT_EQ(visible_pairs(4, 4, false, -1, -1), 16);
   EXPECT_EQ(visible_pairs(4, 4, true, -1, -1), 10);

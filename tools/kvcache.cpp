@@ -1,0 +1,239 @@
+#include "kvcache.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+namespace hfa::tool {
+namespace {
+
+enum class Scales { none, per_head, per_token, per_block };
+
+// A cache format: how its codes and scales are stored (include/hfa/hfa.h, hfa_quantize_kv).
+struct Format {
+  const char* name;
+  Scales scales;
+  KVFormat kv;              // quantized formats only
+  DType codes;              // plain formats: the queries' dtype
+  int64_t values_per_code;  // 2 for FP4 (two a byte)
+  DType scale;
+  int64_t block;            // values per block scale
+};
+
+constexpr Format kFormats[] = {
+    {"bf16", Scales::none, {}, DType::bf16, 1, DType::f32, 0},
+    {"fp16", Scales::none, {}, DType::f16, 1, DType::f32, 0},
+    {"fp8", Scales::per_head, KVFormat::fp8_per_head, DType::e4m3, 1, DType::f32, 0},
+    {"fp8-token", Scales::per_token, KVFormat::fp8_per_token, DType::e4m3, 1, DType::f32, 0},
+    {"nvfp4", Scales::per_block, KVFormat::nvfp4, DType::fp4_e2m1x2, 2, DType::e4m3, 16},
+    {"mxfp4", Scales::per_block, KVFormat::mxfp4, DType::fp4_e2m1x2, 2, DType::ue8m0, 32},
+};
+
+const Format& format_of(const std::string& name) {
+  for (const Format& f : kFormats)
+    if (name == f.name) return f;
+  return kFormats[0];  // Args::choice let only the names above through
+}
+
+// Scales for the formats whose scale is an input: FP8 per kv-head saturates at 8 (4.5 standard
+// deviations of the random values above 448 · scale are rare), NVFP4's global scale keeps the
+// e4m3 block scales (amax / 6 / global) in range.
+constexpr float kFp8HeadScale = 8.0f / 448.0f;
+constexpr float kNvfp4GlobalScale = 1.0f / 256.0f;
+
+}  // namespace
+
+CacheSpec parse_kvcache(Args& args, Spec* spec) {
+  if (args.value("seqlen-k")) throw UsageError("--seqlen-k: not with --kvcache (the cache length is --cache-len)");
+  for (const char* other : {"varlen", "varlen-k"})
+    if (args.value(other)) throw UsageError(std::string("--") + other + ": not with --kvcache");
+  for (const char* other : {"sinks", "backward"})
+    if (args.flag(other))
+      throw UsageError(std::string("--") + other + ": not with --kvcache (a decode is one forward over the cache)");
+  CacheSpec cache;
+  cache.format = args.choice("cache-format", "", {"bf16", "fp16", "fp8", "fp8-token", "nvfp4", "mxfp4"});
+  cache.page_size = args.integer("page-size", cache.page_size, 1, 1 << 20);
+  const std::vector<int64_t> lengths = args.integers("cache-len", {1024}, 0, INT32_MAX);
+  if (cache.format == "fp16") spec->dtype = DType::f16;  // the default queries of a plain fp16 cache
+  if (lengths.size() > 1) spec->batch = static_cast<int64_t>(lengths.size());
+  spec->seqlen_q = 1;
+  parse_spec(args, spec);
+
+  if (cache.format.empty()) cache.format = spec->dtype == DType::f16 ? "fp16" : "bf16";
+  const Format& f = format_of(cache.format);
+  if (f.scales == Scales::none && spec->dtype != f.codes)
+    throw UsageError("--cache-format " + cache.format + ": a plain cache has the queries' dtype, not --dtype " +
+                     dtype_name(spec->dtype) + " (pick a quantized format, or --dtype to match)");
+  for (const auto& [flag, dim] : {std::pair{"--hdim", spec->hdim}, std::pair{"--hdim-v", spec->hdim_v}})
+    if (f.block > 0 && dim % f.block != 0)
+      throw UsageError(std::string(flag) + ": " + cache.format + " caches need a multiple of " +
+                       std::to_string(f.block) + ", got " + std::to_string(dim));
+  if (lengths.size() > 1 && static_cast<int64_t>(lengths.size()) != spec->batch)
+    throw UsageError("--cache-len: " + std::to_string(lengths.size()) + " lengths for --batch " +
+                     std::to_string(spec->batch));
+  spec->varlen_k = lengths.size() > 1 ? lengths : std::vector<int64_t>(spec->batch, lengths[0]);
+  spec->seqlen_k = spec->batch > 0 ? *std::max_element(spec->varlen_k.begin(), spec->varlen_k.end()) : 0;
+  return cache;
+}
+
+KVCacheWorkload::KVCacheWorkload(const Spec& spec, const CacheSpec& cache, uint64_t seed)
+    : spec_(spec), cache_(cache) {
+  const Spec& s = spec_;
+  const Format& f = format_of(cache.format);
+  std::mt19937_64 rng(seed);
+
+  // The page table: each sequence's pages, in a shuffled order over the whole cache.
+  const int64_t page = cache.page_size;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t n = (s.seqlen_k_of(b) + page - 1) / page;
+    pages_ += n;
+    max_pages_ = std::max(max_pages_, n);
+  }
+  pages_ = std::max<int64_t>(pages_, 1);
+  max_pages_ = std::max<int64_t>(max_pages_, 1);
+  std::vector<int32_t> order(pages_);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  table_ = HostArray(DType::i32, s.batch * max_pages_);
+  HostArray lengths(DType::i32, s.batch);
+  auto* table = static_cast<int32_t*>(table_.data());
+  std::fill(table, table + table_.size(), 0);  // unused entries: any valid page
+  for (int64_t b = 0, next = 0; b < s.batch; ++b) {
+    static_cast<int32_t*>(lengths.data())[b] = static_cast<int32_t>(s.seqlen_k_of(b));
+    for (int64_t i = 0; i < (s.seqlen_k_of(b) + page - 1) / page; ++i) table[b * max_pages_ + i] = order[next++];
+  }
+  table_dev_ = to_device(s.device, table_, {s.batch, max_pages_}, true);
+  lengths_dev_ = to_device(s.device, lengths, {s.batch}, true);
+  if (f.kv == KVFormat::nvfp4) {
+    global_ = HostArray(DType::f32, 1);
+    global_.set(0, kNvfp4GlobalScale);
+    global_dev_ = to_device(s.device, global_, {1}, true);
+    options_.k_global_scale = options_.v_global_scale = &global_dev_.tensor;
+  }
+
+  k_ = make_side(s.hdim, rng);
+  v_ = make_side(s.hdim_v, rng);
+  q_ = HostArray(s.dtype, s.batch * s.seqlen_q * s.heads * s.hdim);
+  q_.fill_normal(rng);
+  out_ = HostArray(s.dtype, s.batch * s.seqlen_q * s.heads * s.hdim_v);
+  lse_ = HostArray(DType::f32, s.batch * s.heads * s.seqlen_q);
+  q_dev_ = to_device(s.device, q_, {s.batch, s.seqlen_q, s.heads, s.hdim}, true);
+  out_dev_ = to_device(s.device, out_, {s.batch, s.seqlen_q, s.heads, s.hdim_v}, false);
+  lse_dev_ = to_device(s.device, lse_, {s.batch, s.heads, s.seqlen_q}, false);
+
+  options_.cache_seqlens = &lengths_dev_.tensor;
+  options_.block_table = &table_dev_.tensor;
+  if (f.scales != Scales::none) {
+    options_.k_scale = &k_.scale.tensor;
+    options_.v_scale = &v_.scale.tensor;
+  }
+  options_.causal = s.causal;
+  options_.window_left = s.window_left;
+  options_.window_right = s.window_right;
+  options_.softcap = s.softcap;
+  std::size_t bytes = 0;
+  const Status status = forward_kvcache_workspace_size(q_dev_.tensor, k_.codes.tensor, v_.codes.tensor, options_, &bytes);
+  if (!status) throw WorkloadError(status);
+  if (bytes > 0) {
+    workspace_ = std::make_unique<DeviceMemory>(s.device, bytes);
+    options_.workspace = workspace_->data();
+    options_.workspace_bytes = bytes;
+  }
+
+  // Per cached token and kv-head: a row of codes, and its scales when they go by token or block.
+  const auto row_bytes = [&](int64_t dim) {
+    double bytes = static_cast<double>(dim / f.values_per_code * dtype_size(f.codes));
+    if (f.scales == Scales::per_token) bytes += static_cast<double>(dtype_size(f.scale));
+    if (f.scales == Scales::per_block) bytes += static_cast<double>(dim / f.block * dtype_size(f.scale));
+    return bytes;
+  };
+  bytes_read_ = static_cast<double>(s.total_k()) * s.kv_heads * (row_bytes(s.hdim) + row_bytes(s.hdim_v));
+  if (f.scales == Scales::per_head) bytes_read_ += 2.0 * s.kv_heads * sizeof(float);
+}
+
+KVCacheWorkload::Side KVCacheWorkload::make_side(int64_t dim, std::mt19937_64& rng) {
+  const Spec& s = spec_;
+  const Format& f = format_of(cache_.format);
+  const int64_t page = cache_.page_size, heads = s.kv_heads;
+  Side side;
+  side.values = HostArray(DType::f32, pages_ * page * heads * dim);
+  side.values.fill_normal(rng);
+  HostArray codes(f.codes, pages_ * page * heads * dim / f.values_per_code);
+  if (f.scales == Scales::none) {  // plain: the values rounded to the cache's dtype
+    for (int64_t i = 0; i < codes.size(); ++i) {
+      codes.set(i, side.values.get(i));
+      side.values.set(i, codes.get(i));
+    }
+    side.codes = to_device(s.device, codes, {pages_, page, heads, dim}, true);
+    return side;
+  }
+
+  // Block scales: rows padded to 4 bytes, as a GPU reads them (MXFP4 at d = 64 has 2).
+  const int64_t scales_per_row = f.scales == Scales::per_block ? dim / f.block : 1;
+  const int64_t padded = f.scales == Scales::per_block ? (scales_per_row + 3) / 4 * 4 : 1;
+  HostArray scale(f.scale, f.scales == Scales::per_head ? heads : pages_ * page * heads * padded);
+  if (f.scales == Scales::per_head)
+    for (int64_t h = 0; h < heads; ++h) scale.set(h, kFp8HeadScale);  // an input of both directions
+  const auto scale_view = [&](void* data, Device device) {
+    if (f.scales == Scales::per_head) return make_tensor(data, f.scale, {heads}, {}, device);
+    if (f.scales == Scales::per_token) return make_tensor(data, f.scale, {pages_, page, heads}, {}, device);
+    return make_tensor(data, f.scale, {pages_, page, heads, scales_per_row},
+                       {page * heads * padded, heads * padded, padded, 1}, device);
+  };
+  const DeviceTensor x = to_device(s.device, side.values, {pages_, page, heads, dim}, true);
+  side.codes = to_device(s.device, codes, {pages_, page, heads, dim / f.values_per_code}, false);
+  side.scale = to_device(s.device, scale, {scale.size()}, f.scales == Scales::per_head);
+  side.scale.tensor = scale_view(side.scale.memory->data(), s.device);
+  QuantizeOptions options{f.kv, f.kv == KVFormat::nvfp4 ? &global_dev_.tensor : nullptr, nullptr};
+  Status status = quantize_kv(x.tensor, side.codes.tensor, side.scale.tensor, options);
+  if (!status) throw WorkloadError(status);
+
+  // What the decode reads back: the codes and scales as stored, dequantized on the host.
+  synchronize(s.device);
+  side.codes.memory->download(&codes);
+  side.scale.memory->download(&scale);
+  const Tensor global = make_tensor(global_.data(), DType::f32, {1});
+  options.global_scale = f.kv == KVFormat::nvfp4 ? &global : nullptr;
+  status = dequantize_kv(make_tensor(codes.data(), f.codes, {pages_, page, heads, dim / f.values_per_code}),
+                         scale_view(scale.data(), Device::cpu()),
+                         make_tensor(side.values.data(), DType::f32, {pages_, page, heads, dim}), options);
+  if (!status) throw WorkloadError(status);
+  return side;
+}
+
+Status KVCacheWorkload::forward() {
+  return forward_kvcache(q_dev_.tensor, k_.codes.tensor, v_.codes.tensor, out_dev_.tensor, &lse_dev_.tensor,
+                         options_);
+}
+
+// The cached tokens of every sequence in order, through the page table: (total, kv_heads, dim).
+HostArray KVCacheWorkload::gather(const Side& side, int64_t dim) const {
+  const Spec& s = spec_;
+  const int64_t row = s.kv_heads * dim, page = cache_.page_size;
+  HostArray packed(DType::f32, s.total_k() * row);
+  auto* to = static_cast<float*>(packed.data());
+  const auto* from = static_cast<const float*>(side.values.data());
+  const auto* table = static_cast<const int32_t*>(table_.data());
+  for (int64_t b = 0, first = 0; b < s.batch; first += s.seqlen_k_of(b++))
+    for (int64_t j = 0; j < s.seqlen_k_of(b); ++j) {
+      const int64_t slot = table[b * max_pages_ + j / page] * page + j % page;
+      std::memcpy(to + (first + j) * row, from + slot * row, row * sizeof(float));
+    }
+  return packed;
+}
+
+HostProblem KVCacheWorkload::reference() {
+  synchronize(spec_.device);
+  out_dev_.memory->download(&out_);
+  lse_dev_.memory->download(&lse_);
+  HostProblem problem(spec_);
+  problem.q = HostArray(DType::f32, q_.size());
+  for (int64_t i = 0; i < q_.size(); ++i) problem.q.set(i, q_.get(i));
+  problem.k = gather(k_, spec_.hdim);
+  problem.v = gather(v_, spec_.hdim_v);
+  problem.out = out_;
+  problem.lse = lse_;
+  return problem;
+}
+
+}  // namespace hfa::tool
