@@ -26,20 +26,6 @@ import benchlib  # noqa: E402
 HEADS, KV_HEADS, HDIM = 32, 8, 128
 
 
-def seconds(torch, fn, reps):
-    fn()  # warm-up (and the kernels' first load)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return sorted(times)[len(times) // 2]
-
-
 def merge_rows(torch, tokens, reps):
     from hfa.distributed import merge_attn_partial
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -49,9 +35,10 @@ def merge_rows(torch, tokens, reps):
     lse_part = torch.randn(1, HEADS, tokens, device="cuda", generator=g)
     # out read and written (fp32), out_part read (bf16), lse read and written, lse_part read.
     moved = out.numel() * (4 + 2 + 4) + lse.numel() * 4 * 3
-    merge_s = seconds(torch, lambda: merge_attn_partial(out, lse, part, lse_part), reps)
+    merge_s = benchlib.event_seconds(lambda: merge_attn_partial(out, lse, part, lse_part), 1,
+                                     reps)
     copy_dst = torch.empty_like(out)
-    copy_s = seconds(torch, lambda: copy_dst.copy_(out), reps)
+    copy_s = benchlib.event_seconds(lambda: copy_dst.copy_(out), 1, reps)
     return {"case": {"test": "merge", "tokens": tokens, "heads": HEADS, "hdim": HDIM},
             "metric": "GBps", "hfa": moved / merge_s / 1e9,
             "copy": 2 * out.numel() * 4 / copy_s / 1e9}
@@ -98,7 +85,8 @@ def split_rows(torch, hfa, world, causal, tokens_per_rank, reps):
     rows = []
     for mode, single, ring in (("fwd", single_fwd, ring_fwd),
                                ("fwdbwd", single_fwdbwd, ring_fwdbwd)):
-        one, split = seconds(torch, single, reps), seconds(torch, ring, reps)
+        one = benchlib.event_seconds(single, 1, reps)
+        split = benchlib.event_seconds(ring, 1, reps)
         rows.append({"case": {"test": "ring_split", "world": world, "causal": causal,
                               "layout": layout, "tokens_per_rank": tokens_per_rank,
                               "heads": HEADS, "kv_heads": KV_HEADS, "hdim": HDIM, "mode": mode},

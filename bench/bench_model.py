@@ -33,21 +33,6 @@ def build(transformers, torch, layers, impl):
     return model
 
 
-def timed(torch, fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    times.sort()
-    return times[len(times) // 2]
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.path.join(benchlib.REPO, "bench", "results"))
@@ -91,8 +76,8 @@ def main():
 
         try:
             logits[name] = forward().float()
-            rows["forward"][name] = a.seqlen / timed(torch, forward, a.warmup, a.reps)
-            rows["train_step"][name] = a.seqlen / timed(torch, train_step, a.warmup, a.reps)
+            rows["forward"][name] = a.seqlen / benchlib.event_seconds(forward, a.warmup, a.reps)
+            rows["train_step"][name] = a.seqlen / benchlib.event_seconds(train_step, a.warmup, a.reps)
         except Exception as e:  # noqa: BLE001  (a row says what failed; the run goes on)
             rows["forward"].setdefault(name, None)
             rows["train_step"].setdefault(name, None)

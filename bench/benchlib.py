@@ -174,6 +174,25 @@ def record_cell(result, run, case, impls, t0, variants=({},), checks=("pass",), 
     return bad
 
 
+def event_seconds(fn, warmup, reps):
+    """Median seconds of fn() over reps calls timed with CUDA events, after warmup calls: for
+    calls long enough (milliseconds and up) that do_bench's many repetitions would take too
+    long (whole models, ring steps)."""
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return sorted(times)[len(times) // 2]
+
+
 # --- outputs ----------------------------------------------------------------------------------
 
 def ratio(a, b):
