@@ -128,7 +128,8 @@ def main():
 
     import hfa
     now, t0 = benchlib.utc_now(), time.time()
-    a.dtype, a.tokens, a.head_budget, a.warmup, a.rep = "bf16", a.prefill_tokens, HEADS * HDIM, 1, a.reps
+    a.dtype, a.tokens, a.head_budget = "bf16", a.prefill_tokens, HEADS * HDIM
+    a.warmup, a.rep = 1, a.reps
     result = benchlib.new_result("cp", now, a, accuracy="not checked here (tests: "
                                  "python/tests/test_distributed.py)", worlds=a.worlds)
     result["settings"]["do_bench"] = f"CUDA events, median of {a.reps} after 1 warm-up"

@@ -76,8 +76,8 @@ def main():
 
         try:
             logits[name] = forward().float()
-            rows["forward"][name] = a.seqlen / benchlib.event_seconds(forward, a.warmup, a.reps)
-            rows["train_step"][name] = a.seqlen / benchlib.event_seconds(train_step, a.warmup, a.reps)
+            for mode, fn in (("forward", forward), ("train_step", train_step)):
+                rows[mode][name] = a.seqlen / benchlib.event_seconds(fn, a.warmup, a.reps)
         except Exception as e:  # noqa: BLE001  (a row says what failed; the run goes on)
             rows["forward"].setdefault(name, None)
             rows["train_step"].setdefault(name, None)
