@@ -83,7 +83,7 @@ def main():
             rows["train_step"].setdefault(name, None)
             result["skipped"].append({"case": {"model": "llama-8b-shape"}, "impl": name,
                                       "reason": benchlib.skip_reason(e)})
-        del model
+        model = None  # the next implementation's model takes its memory
         torch.cuda.empty_cache()
         print(f"bench: {name}: forward {benchlib.fmt(rows['forward'][name])} tok/s, train step "
               f"{benchlib.fmt(rows['train_step'][name])} tok/s", flush=True)

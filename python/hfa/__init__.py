@@ -17,7 +17,7 @@ from . import _args
 from ._lib import (HfaError, HfaInvalidArgument, HfaNotSupported, candidate_paths,
                    cuda_device_count, library_path, version)
 from ._quant import dequantize_kv, quantize_kv
-from ._version import __version__
+from ._version import __version__  # noqa: F401  (hfa.__version__)
 
 __all__ = [
     "flash_attn_func", "flash_attn_varlen_func", "flash_attn_backward", "flash_attn_with_kvcache",

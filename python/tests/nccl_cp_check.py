@@ -11,22 +11,8 @@ Not collected by pytest (not a test_*.py file).
 """
 
 import datetime
-import math
 import os
 import sys
-
-
-def _float64(q, k, v, dout, causal):
-    import torch
-    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
-    group = q.shape[2] // k.shape[2]
-    scores = torch.einsum("bqhd,bkhd->bhqk", q, k.repeat_interleave(group, 2))
-    scores = scores / math.sqrt(q.shape[-1])
-    if causal:
-        seen = torch.ones(q.shape[1], k.shape[1], dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(~seen, float("-inf"))
-    out = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v.repeat_interleave(group, 2))
-    return (out.detach(),) + torch.autograd.grad(out, (q, k, v), dout.double())
 
 
 def _single_call(q, k, v, dout, causal):
@@ -39,8 +25,8 @@ def _single_call(q, k, v, dout, causal):
 
 def _check_case(function, layout, causal, full, rank, world):
     """Failure messages of one case on this rank (empty: it passed)."""
-    import torch
     from hfa.distributed import zigzag_shard
+    from torch_reference import float64_attention
 
     def shard(x):
         return zigzag_shard(x, rank, world) if layout == "zigzag" else x.chunk(world, 1)[rank]
@@ -50,7 +36,8 @@ def _check_case(function, layout, causal, full, rank, world):
     out = function(q, k, v, causal=causal, layout=layout)
     out.backward(dout)
     ours = (out.detach(), q.grad, k.grad, v.grad)
-    oracle = [shard(t) for t in _float64(*full, causal)]
+    reference = float64_attention(*full, causal)
+    oracle = [shard(reference[name]) for name in ("out", "dq", "dk", "dv")]
     single = [shard(t) for t in _single_call(*full, causal)]
     failures = []
     for name, a, s, o in zip(("out", "dq", "dk", "dv"), ours, single, oracle):

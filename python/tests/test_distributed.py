@@ -6,7 +6,6 @@ torch sees a GPU and libhfa has CUDA, in bfloat16. The bound: max|ours − float
 error at P = 8 must stay within 1.5× the error at P = 2 (+ a small floor). The NCCL path runs in
 nccl_cp_check.py (scripts/cp_launch.sh)."""
 
-import math
 
 import pytest
 
@@ -16,6 +15,7 @@ torch = pytest.importorskip(
 
 import hfa  # noqa: E402  (after the importorskip on purpose)
 from torch_devices import DEVICES  # noqa: E402
+from torch_reference import GRADS, float64_attention  # noqa: E402
 from hfa.distributed import (emulated, merge_attn_partial, zigzag_positions,  # noqa: E402
                              zigzag_shard, zigzag_unshard)
 
@@ -28,7 +28,6 @@ CONFIG = {"cpu": (torch.float32, 16, 64), "cuda": (torch.bfloat16, 128, 128)}
 FLOOR = {torch.float32: 1e-5, torch.bfloat16: 2.0 ** -8}
 HEADS = [pytest.param((8, 8), id="mha"), pytest.param((8, 2), id="gqa"),
          pytest.param((8, 1), id="mqa")]
-GRADS = ("dq", "dk", "dv")
 
 
 def _inputs(device, world, heads, seed=0):
@@ -41,21 +40,6 @@ def _inputs(device, world, heads, seed=0):
         return torch.randn((2, seqlen, h, headdim), generator=gen).to(device, dtype)
 
     return rand(heads_q), rand(heads_kv), rand(heads_kv), rand(heads_q)
-
-
-def _float64(q, k, v, dout, causal):
-    """out, lse, dq, dk, dv of textbook attention in float64."""
-    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
-    group = q.shape[2] // k.shape[2]
-    scores = torch.einsum("bqhd,bkhd->bhqk", q, k.repeat_interleave(group, 2))
-    scores = scores / math.sqrt(q.shape[-1])
-    if causal:
-        seen = torch.ones(q.shape[1], k.shape[1], dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(~seen, float("-inf"))
-    out = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v.repeat_interleave(group, 2))
-    grads = torch.autograd.grad(out, (q, k, v), dout.double())
-    return dict(out=out.detach(), lse=torch.logsumexp(scores, -1).detach(),
-                **dict(zip(GRADS, grads)))
 
 
 def _single_call(q, k, v, dout, causal):
@@ -183,7 +167,7 @@ def test_merge_with_fully_masked_rows():
 @pytest.mark.parametrize("world", [1, 2, 4, 8])
 def test_ring(device, world, causal, layout, heads):
     q, k, v, dout = _inputs(device, world, heads)
-    oracle = _float64(q, k, v, dout, causal)
+    oracle = float64_attention(q, k, v, dout, causal)
     single = _single_call(q, k, v, dout, causal)
     ring = _emulated(emulated.ring_flash_attn_func, q, k, v, dout, world, causal, layout)
     dtype = CONFIG[device][0]
@@ -200,7 +184,7 @@ def test_ring(device, world, causal, layout, heads):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_ulysses(device, heads, world, causal, layout):
     q, k, v, dout = _inputs(device, world, heads)
-    oracle = _float64(q, k, v, dout, causal)
+    oracle = float64_attention(q, k, v, dout, causal)
     single = _single_call(q, k, v, dout, causal)
     ulysses = _emulated(emulated.ulysses_flash_attn_func, q, k, v, dout, world, causal, layout)
     _check(ulysses, single, oracle, CONFIG[device][0])
@@ -212,7 +196,7 @@ def test_ring_error_does_not_grow_with_world_size(device, heads):
     # One problem (the seqlen of P = 8) split over 2 and over 8 ranks.
     dtype, chunk, headdim = CONFIG[device]
     q, k, v, dout = _inputs(device, 8, heads, seed=2)
-    oracle = _float64(q, k, v, dout, True)
+    oracle = float64_attention(q, k, v, dout, True)
     errors = {world: _emulated(emulated.ring_flash_attn_func, q, k, v, dout, world, True,
                                "zigzag") for world in (2, 8)}
     for name in ("out",) + GRADS:

@@ -43,6 +43,18 @@ def to_np(t):
     return t.detach().float().cpu().numpy()
 
 
+def gradients_of(out, q, k, v, sink):
+    """(out and the leaves' gradients as numpy, the leaves by name) after out.backward(); with
+    sinks, their float32 gradient too."""
+    got = {"out": to_np(out), "dq": to_np(q.grad), "dk": to_np(k.grad), "dv": to_np(v.grad)}
+    leaves = {"q": q, "k": k, "v": v}
+    if sink is not None:
+        assert sink.grad is not None and sink.grad.dtype == torch.float32
+        got["dsink"] = to_np(sink.grad)
+        leaves["sink"] = sink
+    return got, leaves
+
+
 def cu_seqlens(lens, device):
     """int32 (len(lens) + 1,): the offsets of sequences of lengths `lens`."""
     return torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device=device)
@@ -485,12 +497,7 @@ def test_cuda_gradients_against_float64_autograd(case, hdim, dtype):
     dout = rand(rng, out.shape, dtype, "cuda")
     out.backward(dout)
 
-    got = {"out": to_np(out), "dq": to_np(q.grad), "dk": to_np(k.grad), "dv": to_np(v.grad)}
-    leaves = {"q": q, "k": k, "v": v}
-    if with_sinks:
-        assert sink.grad is not None and sink.grad.dtype == torch.float32
-        got["dsink"] = to_np(sink.grad)
-        leaves["sink"] = sink
+    got, leaves = gradients_of(out, q, k, v, sink)
     ref_kw = dict(causal=opts.get("causal", False), window=opts.get("window_size", (-1, -1)),
                   softcap=opts.get("softcap", 0.0))
     oracle = float64_autograd(
@@ -542,12 +549,7 @@ def test_cuda_varlen_gradients_against_float64_autograd(case, causal, hdim, dtyp
     dout = rand(rng, out.shape, dtype, "cuda")
     out.backward(dout)
 
-    got = {"out": to_np(out), "dq": to_np(q.grad), "dk": to_np(k.grad), "dv": to_np(v.grad)}
-    leaves = {"q": q, "k": k, "v": v}
-    if with_sinks:
-        assert sink.grad is not None and sink.grad.dtype == torch.float32
-        got["dsink"] = to_np(sink.grad)
-        leaves["sink"] = sink
+    got, leaves = gradients_of(out, q, k, v, sink)
     oracle = float64_autograd(
         lambda q, k, v, sink=None: torch_varlen_attention(q, k, v, lq, lk, uq, uk, causal=causal,
                                                           sinks=sink),

@@ -2,7 +2,6 @@
 on a GPU the bytes of the GPU append (flash_attn_with_kvcache with k= / v= on CUDA tensors) and
 of the CPU quantization, bit for bit. Skips without torch, and the CUDA cases without a GPU."""
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip(
