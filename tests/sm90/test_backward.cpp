@@ -39,9 +39,6 @@ void check_on_gpu(AttentionData& data, bool deterministic = false) {
   check_backward_results(data, fwd, bwd);
 }
 
-enum class Mask { none, causal, sliding, window };
-enum class Layout { fixed, varlen, seqused };
-
 // Lengths that fill no tile (64 or 128 rows × 64 or 128 keys), seqlen_q ≠ seqlen_k, empty
 // sequences (varlen: no queries, no keys; seqused: no keys) and a one-token sequence.
 AttentionCase make_case(const Combination& combination, Mask mask, Layout layout, int group,
@@ -52,27 +49,11 @@ AttentionCase make_case(const Combination& combination, Mask mask, Layout layout
   c.hdim_v = combination.dims.v;
   c.heads_kv = 2;
   c.heads_q = 2 * group;
-  switch (mask) {
-    case Mask::none: break;
-    case Mask::causal: c.causal = true; break;
-    case Mask::sliding: c.causal = true, c.window_left = 64; break;
-    case Mask::window: c.window_left = 37, c.window_right = 9; break;
-  }
+  set_mask(c, mask);
   // Softcap and sinks in turn, so that each meets every mask, layout and ratio.
   if (turn % 2 == 1) c.softcap = 4.0f;  // small enough that tanh bends the scores
   c.sinks = turn % 4 >= 2;
-  switch (layout) {
-    case Layout::fixed: c.batch = 2, c.seqlen_q = 150, c.seqlen_k = 211; break;
-    case Layout::varlen:
-      c.varlen_q = {70, 0, 131, 1};
-      c.varlen_k = {200, 3, 131, 0};
-      break;
-    case Layout::seqused:
-      c.batch = 2, c.seqlen_q = 150, c.seqlen_k = 211;
-      c.seqused_q = {97, 150};
-      c.seqused_k = {211, 0};
-      break;
-  }
+  set_layout(c, layout);
   c.seed = 100 + turn;
   return c;
 }

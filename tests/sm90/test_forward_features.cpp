@@ -30,9 +30,6 @@ void forward_on_gpu(AttentionData& data) {
   gpu.forward();
 }
 
-enum class Mask { none, causal, sliding, window };
-enum class Layout { fixed, varlen, seqused, short_fixed, short_varlen };
-
 // Lengths that fill no tile (tiles are 128 or 192 rows × 80 to 176 keys), seqlen_q ≠ seqlen_k,
 // empty sequences (varlen: no queries, no keys; seqused: no keys) and a one-token sequence.
 // GQA groups of 4 with fewer queries than a tile's rows (the short layouts) run packed.
@@ -44,31 +41,10 @@ AttentionCase make_case(const Combination& combination, Mask mask, bool softcap,
   c.hdim_v = combination.dims.v;
   c.heads_q = gqa ? 8 : 4;
   c.heads_kv = gqa ? 2 : 4;
-  switch (mask) {
-    case Mask::none: break;
-    case Mask::causal: c.causal = true; break;
-    case Mask::sliding: c.causal = true, c.window_left = 64; break;
-    case Mask::window: c.window_left = 37, c.window_right = 9; break;
-  }
+  set_mask(c, mask);
   if (softcap) c.softcap = 4.0f;  // small enough that tanh bends the scores
   c.sinks = sinks;
-  switch (layout) {
-    case Layout::fixed: c.batch = 2, c.seqlen_q = 150, c.seqlen_k = 211; break;
-    case Layout::varlen:
-      c.varlen_q = {70, 0, 131, 1};
-      c.varlen_k = {200, 3, 131, 0};
-      break;
-    case Layout::seqused:
-      c.batch = 2, c.seqlen_q = 150, c.seqlen_k = 211;
-      c.seqused_q = {97, 150};
-      c.seqused_k = {211, 0};
-      break;
-    case Layout::short_fixed: c.batch = 2, c.seqlen_q = 5, c.seqlen_k = 211; break;
-    case Layout::short_varlen:
-      c.varlen_q = {1, 0, 37, 5};
-      c.varlen_k = {200, 3, 131, 0};
-      break;
-  }
+  set_layout(c, layout);
   return c;
 }
 
