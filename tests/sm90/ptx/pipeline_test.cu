@@ -113,8 +113,7 @@ TEST(Sm90Pipeline, MbarrierRingStreamsEveryTileIntact) {
   HFA_REQUIRE_HOPPER();
   const ptx_test::RandomElements input = ptx_test::random_elements<__nv_bfloat16>(kElements, 31);
   DeviceArray<uint16_t> tensor, out;
-  HFA_CUDA_OK(tensor.allocate(kElements));
-  HFA_CUDA_OK(tensor.upload(input.bits));
+  HFA_CUDA_OK(tensor.assign(input.bits));
   HFA_CUDA_OK(out.allocate(kElements));
   HFA_CUDA_OK(out.poison());
   Watchdog watchdog;

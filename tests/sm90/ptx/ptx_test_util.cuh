@@ -2,6 +2,7 @@
 // conversion, the 128-byte swizzle, and mbarrier waits that fail a test instead of hanging it.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -57,6 +58,11 @@ class DeviceArray {
   cudaError_t upload(const std::vector<T>& host) {
     if (host.size() != count_) return cudaErrorInvalidValue;
     return cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice);
+  }
+  // allocate(host.size()), then upload(host).
+  cudaError_t assign(const std::vector<T>& host) {
+    if (cudaError_t error = allocate(host.size()); error != cudaSuccess) return error;
+    return upload(host);
   }
   cudaError_t download(std::vector<T>& host) const {
     host.resize(count_);
@@ -174,6 +180,13 @@ class Mismatches {
       std::ostringstream line;
       line << "\n  " << where << ": got " << got << ", want " << want;
       text_ += line.str();
+    }
+  }
+  // D[m][n] of a GEMM against its float64 sum; magnitude: the sum of |products| (and |C|), so
+  // that the bound follows fp32 accumulation of that many terms.
+  void add_unless_close(int m, int n, double got, double want, double magnitude) {
+    if (!(std::fabs(got - want) <= 1e-4 * magnitude + 1e-6)) {  // also catches NaN
+      add("D[" + std::to_string(m) + "][" + std::to_string(n) + "]", got, want);
     }
   }
   size_t count() const { return count_; }

@@ -97,8 +97,7 @@ TEST(Sm90Tma, LoadSwizzlesAndZeroFillsPastTheEnd) {
   HFA_REQUIRE_HOPPER();
   const ptx_test::RandomElements source = ptx_test::random_elements<__nv_bfloat16>(kElements, 11);
   DeviceArray<uint16_t> tensor;
-  HFA_CUDA_OK(tensor.allocate(kElements));
-  HFA_CUDA_OK(tensor.upload(source.bits));
+  HFA_CUDA_OK(tensor.assign(source.bits));
   DeviceArray<uint8_t> out;
   HFA_CUDA_OK(out.allocate(size_t(kTiles) * kTileBytes));
   HFA_CUDA_OK(out.poison());
@@ -176,8 +175,7 @@ TEST(Sm90Tma, StoreUnswizzlesAndClipsAtTheEnd) {
   const ptx_test::RandomElements values =
       ptx_test::random_elements<__nv_bfloat16>(size_t(kTiles) * kBoxRows * kDim, 12);
   DeviceArray<uint16_t> source;
-  HFA_CUDA_OK(source.allocate(values.bits.size()));
-  HFA_CUDA_OK(source.upload(values.bits));
+  HFA_CUDA_OK(source.assign(values.bits));
   DeviceArray<uint16_t> tensor;
   HFA_CUDA_OK(tensor.allocate(kElements + kSlackElements));
   HFA_CUDA_OK(tensor.poison());

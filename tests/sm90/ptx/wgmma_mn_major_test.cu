@@ -75,11 +75,9 @@ void check_mn(uint32_t seed) {
   const ptx_test::RandomElements b = ptx_test::random_elements<Element>(size_t(K) * N, seed + 1);
   DeviceArray<uint16_t> a_dev, b_dev;
   DeviceArray<float> d_dev;
-  HFA_CUDA_OK(a_dev.allocate(a.bits.size()));
-  HFA_CUDA_OK(b_dev.allocate(b.bits.size()));
   HFA_CUDA_OK(d_dev.allocate(size_t(kM) * N));
-  HFA_CUDA_OK(a_dev.upload(a.bits));
-  HFA_CUDA_OK(b_dev.upload(b.bits));
+  HFA_CUDA_OK(a_dev.assign(a.bits));
+  HFA_CUDA_OK(b_dev.assign(b.bits));
   HFA_CUDA_OK(d_dev.poison());
   auto kernel = wgmma_mn_kernel<N, K, kMajorA, Element>;
   HFA_CUDA_OK(ptx_test::allow_shared_bytes(kernel, shared_bytes<N, K>()));
@@ -99,10 +97,7 @@ void check_mn(uint32_t seed) {
         want += product;
         magnitude += std::fabs(product);
       }
-      const double got = d[m * N + n];
-      if (!(std::fabs(got - want) <= 1e-4 * magnitude + 1e-6)) {
-        mismatches.add("D[" + std::to_string(m) + "][" + std::to_string(n) + "]", got, want);
-      }
+      mismatches.add_unless_close(m, n, d[m * N + n], want, magnitude);
     }
   }
   EXPECT_EQ(mismatches.count(), 0u) << mismatches.report();
@@ -152,10 +147,8 @@ TEST(Sm90Bulk, CopyThenReduceAdd) {
   const std::vector<float> values = ptx_test::random_values(kCount, 7);
   const std::vector<float> start = ptx_test::random_values(kCount, 8);
   DeviceArray<float> values_dev, sum_dev;
-  HFA_CUDA_OK(values_dev.allocate(kCount));
-  HFA_CUDA_OK(sum_dev.allocate(kCount));
-  HFA_CUDA_OK(values_dev.upload(values));
-  HFA_CUDA_OK(sum_dev.upload(start));
+  HFA_CUDA_OK(values_dev.assign(values));
+  HFA_CUDA_OK(sum_dev.assign(start));
   ptx_test::Watchdog watchdog;
   HFA_CUDA_OK(watchdog.create());
   bulk_kernel<<<kBlocks, 32>>>(values_dev.get(), sum_dev.get(), kCount, watchdog.device_word());

@@ -85,13 +85,10 @@ void check_rs(uint32_t seed) {
   const std::vector<float> c = ptx_test::random_values(size_t(kM) * N, seed + 2);
   DeviceArray<float> a_dev, c_dev, d_dev;
   DeviceArray<uint16_t> b_dev;
-  HFA_CUDA_OK(a_dev.allocate(a.size()));
-  HFA_CUDA_OK(b_dev.allocate(b.bits.size()));
-  HFA_CUDA_OK(c_dev.allocate(c.size()));
   HFA_CUDA_OK(d_dev.allocate(size_t(kM) * N));
-  HFA_CUDA_OK(a_dev.upload(a));
-  HFA_CUDA_OK(b_dev.upload(b.bits));
-  HFA_CUDA_OK(c_dev.upload(c));
+  HFA_CUDA_OK(a_dev.assign(a));
+  HFA_CUDA_OK(b_dev.assign(b.bits));
+  HFA_CUDA_OK(c_dev.assign(c));
   HFA_CUDA_OK(d_dev.poison());
 
   auto kernel = wgmma_rs_kernel<N, K, Element>;
@@ -112,10 +109,7 @@ void check_rs(uint32_t seed) {
         want += product;
         magnitude += std::fabs(product);
       }
-      const double got = d[m * N + n];
-      if (!(std::fabs(got - want) <= 1e-4 * magnitude + 1e-6)) {
-        mismatches.add("D[" + std::to_string(m) + "][" + std::to_string(n) + "]", got, want);
-      }
+      mismatches.add_unless_close(m, n, d[m * N + n], want, magnitude);
     }
   }
   EXPECT_EQ(mismatches.count(), 0u) << mismatches.report();

@@ -78,11 +78,9 @@ void check_ss(uint32_t seed) {
   const ptx_test::RandomElements b = ptx_test::random_elements<Element>(size_t(N) * kK, seed + 1);
   DeviceArray<uint16_t> a_dev, b_dev;
   DeviceArray<float> d_dev;
-  HFA_CUDA_OK(a_dev.allocate(a.bits.size()));
-  HFA_CUDA_OK(b_dev.allocate(b.bits.size()));
   HFA_CUDA_OK(d_dev.allocate(size_t(kM) * N));
-  HFA_CUDA_OK(a_dev.upload(a.bits));
-  HFA_CUDA_OK(b_dev.upload(b.bits));
+  HFA_CUDA_OK(a_dev.assign(a.bits));
+  HFA_CUDA_OK(b_dev.assign(b.bits));
   HFA_CUDA_OK(d_dev.poison());
 
   HFA_CUDA_OK(ptx_test::allow_shared_bytes(wgmma_ss_kernel<N, Element>, shared_bytes<N>()));
@@ -102,10 +100,7 @@ void check_ss(uint32_t seed) {
         want += product;
         magnitude += std::fabs(product);
       }
-      const double got = d[m * N + n];
-      if (!(std::fabs(got - want) <= 1e-4 * magnitude + 1e-6)) {
-        mismatches.add("D[" + std::to_string(m) + "][" + std::to_string(n) + "]", got, want);
-      }
+      mismatches.add_unless_close(m, n, d[m * N + n], want, magnitude);
     }
   }
   EXPECT_EQ(mismatches.count(), 0u) << mismatches.report();
