@@ -467,6 +467,22 @@ def check_dsink(dsink, sinks, out, lse, dout, oracle, peer):
     assert (err <= bound).all(), f"dsink: error {err} > bound {bound} (against float64)"
 
 
+def check_gradients(got, oracle, lse, sink, args, np_kw, dtype):
+    """The CUDA gradient tests' verdict on got (gradients_of): the lse, out and every gradient
+    (and dsink with sinks) against float64 autograd (oracle) and the numpy float64 reference,
+    within twice the error of a float32 peer that rounds as a 16-bit GPU kernel does. args: q,
+    k, v, dout as numpy; np_kw: the numpy reference's options."""
+    numpy_oracle = attention(*args, **np_kw)
+    peer = attention(*args, compute=np.float32, lowp=LOWP[dtype], **np_kw)
+    check_s6("lse", to_np(lse), numpy_oracle["lse"], peer["lse"],
+             floor=lse_floor(numpy_oracle["lse"]))
+    check_against_references(got, oracle, numpy_oracle, peer,
+                             ["out", "dq", "dk", "dv"] + (["dsink"] if sink is not None else []))
+    if sink is not None:
+        check_dsink(got["dsink"], to_np(sink), got["out"], to_np(lse), args[3], numpy_oracle,
+                    peer)
+
+
 GRAD_CASES = {
     # name: (seqlen_q, seqlen_k, options); batch 2 and heads 4 / 2 (GQA) in every case.
     "plain": (37, 53, {}),
@@ -504,15 +520,7 @@ def test_cuda_gradients_against_float64_autograd(case, hdim, dtype):
         lambda q, k, v, sink=None: torch_attention(q, k, v, sinks=sink, **ref_kw), leaves, dout)
     args = [to_np(x) for x in (q, k, v, dout)]
     np_kw = dict(ref_kw, sinks=to_np(sink) if with_sinks else None)
-    numpy_oracle = attention(*args, **np_kw)
-    peer = attention(*args, compute=np.float32, lowp=LOWP[dtype], **np_kw)
-    check_s6("lse", to_np(lse), numpy_oracle["lse"], peer["lse"],
-             floor=lse_floor(numpy_oracle["lse"]))
-    check_against_references(got, oracle, numpy_oracle, peer,
-                             ["out", "dq", "dk", "dv"] + (["dsink"] if with_sinks else []))
-    if with_sinks:
-        check_dsink(got["dsink"], to_np(sink), got["out"], to_np(lse), args[3], numpy_oracle,
-                    peer)
+    check_gradients(got, oracle, lse, sink, args, np_kw, dtype)
 
 
 VARLEN_GRAD_CASES = {
@@ -557,15 +565,7 @@ def test_cuda_varlen_gradients_against_float64_autograd(case, causal, hdim, dtyp
     args = [to_np(x) for x in (q, k, v, dout)]
     np_kw = dict(cu_seqlens_q=cu_q.cpu().numpy(), cu_seqlens_k=cu_k.cpu().numpy(), causal=causal,
                  seqused_q=uq, seqused_k=uk, sinks=to_np(sink) if with_sinks else None)
-    numpy_oracle = attention(*args, **np_kw)
-    peer = attention(*args, compute=np.float32, lowp=LOWP[dtype], **np_kw)
-    check_s6("lse", to_np(lse), numpy_oracle["lse"], peer["lse"],
-             floor=lse_floor(numpy_oracle["lse"]))
-    check_against_references(got, oracle, numpy_oracle, peer,
-                             ["out", "dq", "dk", "dv"] + (["dsink"] if with_sinks else []))
-    if with_sinks:
-        check_dsink(got["dsink"], to_np(sink), got["out"], to_np(lse), args[3], numpy_oracle,
-                    peer)
+    check_gradients(got, oracle, lse, sink, args, np_kw, dtype)
 
 
 def sdpa_forward_backward(q, k, v, dout, causal):
