@@ -20,6 +20,16 @@ inline constexpr HeadDims kCompiledHeadDims[] = {
 #undef HFA_KERNEL_HEAD_DIMS
 };
 
+// The FP8 forward's pairs (e4m3 q, k, v): smaller head dims run zero-padded on the first that
+// holds them, as above. Every FP8 kernel takes kFp8KeyBlock keys a tile, so per-block k and v
+// scales come in blocks of a multiple of it (ForwardProblem::k_descale).
+inline constexpr HeadDims kCompiledFp8HeadDims[] = {
+#define HFA_KERNEL_FP8_HEAD_DIMS(qk, v) {qk, v},
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_FP8_HEAD_DIMS
+};
+inline constexpr int32_t kFp8KeyBlock = 128;
+
 inline constexpr bool is_supported_head_dim(int64_t d) {
   for (int32_t supported : kSupportedHeadDims)
     if (d == supported) return true;
@@ -33,10 +43,17 @@ inline constexpr const HeadDims* compiled_head_dims_for(int64_t qk, int64_t v) {
   return nullptr;
 }
 
+inline constexpr const HeadDims* compiled_fp8_head_dims_for(int64_t qk, int64_t v) {
+  for (const HeadDims& dims : kCompiledFp8HeadDims)
+    if (qk <= dims.qk && v <= dims.v) return &dims;
+  return nullptr;
+}
+
 inline constexpr bool every_supported_pair_is_compiled() {
   for (int32_t qk : kSupportedHeadDims)
     for (int32_t v : kSupportedHeadDims)
-      if (compiled_head_dims_for(qk, v) == nullptr) return false;
+      if (compiled_head_dims_for(qk, v) == nullptr || compiled_fp8_head_dims_for(qk, v) == nullptr)
+        return false;
   return true;
 }
 static_assert(every_supported_pair_is_compiled(),
