@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/scale_view.hpp"
 #include "hfa/hfa.hpp"
 
 namespace hfa::detail {
@@ -16,23 +17,6 @@ struct Strides {
   int64_t batch = 0;
   int64_t row = 0;
   int64_t head = 0;
-};
-
-// FP8 inputs (q, k, v e4m3): the value of a code is code · scale, with one scale per
-// (batch, head) or per (batch, block of `block_rows` rows counted from the sequence's first,
-// head). Scale of row r of head h of sequence b:
-//   data[b·batch_stride + (r / block_rows)·block_stride + (h / head_divisor)·head_stride]
-// (block_rows 0: no block term). head_divisor maps a query head to the scale's head: the GQA
-// group size for FlashAttention-3's (batch, heads_kv) q_descale, 1 for (batch, heads_q); always 1
-// for k and v, whose heads are kv heads. Strides are in elements and may be 0 (a broadcast: a
-// per-tensor scale is a (1, 1) view with zero strides). data null: every scale is 1.
-struct ScaleView {
-  const float* data = nullptr;  // fp32 on the tensors' device
-  int64_t batch_stride = 0;
-  int64_t block_stride = 0;
-  int64_t head_stride = 0;
-  int32_t block_rows = 0;
-  int32_t head_divisor = 1;
 };
 
 struct ForwardProblem {

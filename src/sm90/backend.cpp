@@ -18,11 +18,35 @@ namespace {
 using detail::BackwardProblem;
 using detail::ForwardProblem;
 
+Status not_supported(const char* family, const std::string& what) {
+  return {Code::not_supported, std::string(family) + ": " + what + " is not supported on this device"};
+}
+
+// Whether the compiled FP8 forward holds the problem (kernel_list.def's FP8 lists).
+Status check_fp8_support(const ForwardProblem& p) {
+  if (!is_compiled_fp8_out(p.out_dtype)) {
+    return not_supported(fwd::kFamily, std::string("out dtype ") + dtype_name(p.out_dtype) +
+                                           " after e4m3 inputs (bf16, f16 are)");
+  }
+  if (detail::compiled_fp8_head_dims_for(p.hdim_qk, p.hdim_v) == nullptr) {
+    return not_supported(fwd::kFamily, "FP8 headdim " + std::to_string(p.hdim_qk) + "/" +
+                                           std::to_string(p.hdim_v));
+  }
+  for (const detail::ScaleView* view : {&p.k_descale, &p.v_descale}) {
+    if (view->block_rows % detail::kFp8KeyBlock != 0) {
+      return not_supported(fwd::kFamily, "descale_block_kv " + std::to_string(view->block_rows) +
+                                             " (multiples of " +
+                                             std::to_string(detail::kFp8KeyBlock) + " are)");
+    }
+  }
+  return Status::ok();
+}
+
 // Whether the compiled kernels hold the problem (kernel_list.def); `family` names the caller.
 Status check_support(const ForwardProblem& p, const char* family) {
-  auto not_supported = [&](const std::string& what) -> Status {
-    return {Code::not_supported, std::string(family) + ": " + what + " is not supported on this device"};
-  };
+  auto not_supported = [&](const std::string& what) { return sm90::not_supported(family, what); };
+  if (p.dtype == DType::e4m3 && family == fwd::kFamily) return check_fp8_support(p);
+  if (p.dtype == DType::e4m3) return not_supported("FP8 backward");
   if (!is_compiled_dtype(p.dtype)) {
     return not_supported(std::string("dtype ") + dtype_name(p.dtype) + " (" + compiled_dtype_list() +
                          " are)");
@@ -47,6 +71,11 @@ Status forward(const ForwardProblem& p) {
   const OnDevice on(p.device.index);
   if (!on.facts.status) return on.facts.status;
   const fwd::LaunchContext context{on.facts.sm_count, on.facts.l2_bytes};
+  if (fwd::is_fp8(p)) {
+    return with_compiled_fp8_kernel(p.out_dtype, p.hdim_qk, p.hdim_v, [&]<int kQK, int kV, typename Out>() {
+      return fwd::run_forward_fp8<kQK, kV, Out>(p, context);
+    });
+  }
   return with_compiled_kernel(p.dtype, p.hdim_qk, p.hdim_v, [&]<int kQK, int kV, typename Element>() {
     return fwd::run_forward<kQK, kV, Element>(p, context);
   });

@@ -12,6 +12,15 @@
 
 namespace hfa::sm90 {
 
+// Whether the FP8 forward writes out as `dtype`.
+inline bool is_compiled_fp8_out(DType dtype) {
+#define HFA_KERNEL_FP8_OUT(name, type) \
+  if (dtype == DType::name) return true;
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_FP8_OUT
+  return false;
+}
+
 // Whether some compiled element type is `dtype`.
 inline bool is_compiled_dtype(DType dtype) {
 #define HFA_KERNEL_ELEMENT(name, type) \
@@ -51,6 +60,30 @@ Status with_compiled_kernel(DType dtype, int hdim_qk, int hdim_v, Run&& run) {
   if (dtype == DType::name) return with_element.template operator()<type>();
 #include "common/kernel_list.def"
 #undef HFA_KERNEL_ELEMENT
+  return missing;
+}
+
+// The FP8 forward's run.template operator()<kHeadDimQK, kHeadDimV, Out>() for the compiled
+// configuration of (out dtype, hdim_qk, hdim_v), checked as above (is_compiled_fp8_out,
+// compiled_fp8_head_dims_for).
+template <typename Run>
+Status with_compiled_fp8_kernel(DType out_dtype, int hdim_qk, int hdim_v, Run&& run) {
+  const Status missing{Code::internal, "sm90: no FP8 kernel compiled for out dtype " +
+                                           std::string(dtype_name(out_dtype)) + ", head dims " +
+                                           std::to_string(hdim_qk) + "/" + std::to_string(hdim_v)};
+  const detail::HeadDims* dims = detail::compiled_fp8_head_dims_for(hdim_qk, hdim_v);
+  if (dims == nullptr) return missing;
+  auto with_out = [&]<typename Out>() -> Status {
+#define HFA_KERNEL_FP8_HEAD_DIMS(QK, V) \
+  if (dims->qk == QK && dims->v == V) return run.template operator()<QK, V, Out>();
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_FP8_HEAD_DIMS
+    return missing;
+  };
+#define HFA_KERNEL_FP8_OUT(name, type) \
+  if (out_dtype == DType::name) return with_out.template operator()<type>();
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_FP8_OUT
   return missing;
 }
 

@@ -9,8 +9,12 @@
 namespace hfa::sm90 {
 namespace {
 
-constexpr uint32_t kSlabElements = 64;  // 128 B of 16-bit elements: one swizzle row
+constexpr uint32_t kSlabBytes = 128;  // one swizzle row: 64 16-bit or 128 8-bit elements
 constexpr uint64_t kTmaAlignment = 16;
+
+uint32_t element_bytes(CUtensorMapDataType dtype) {
+  return dtype == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 1 : 2;
+}
 
 // Looked up until found once, then cached (a failed lookup is retried on the next call).
 PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
@@ -50,7 +54,7 @@ Status make_tile_map(CUtensorMap* map, const TileMapShape& shape, CUtensorMapDat
   for (int i = 0; i < 4; ++i) dims[i] = shape.dims[i] > 0 ? shape.dims[i] : 1;
   cuuint64_t strides[4] = {shape.strides_bytes[0], shape.strides_bytes[1], shape.strides_bytes[2]};
   for (auto& stride : strides) stride = stride > 0 ? stride : kTmaAlignment;
-  cuuint32_t box[5] = {kSlabElements, shape.box_rows, 1, 1, 1};
+  cuuint32_t box[5] = {kSlabBytes / element_bytes(dtype), shape.box_rows, 1, 1, 1};
   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   cuuint32_t rank = 4;
   if (const cuuint32_t group = shape.heads_per_row; group > 0) {

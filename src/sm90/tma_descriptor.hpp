@@ -8,8 +8,9 @@
 
 namespace hfa::sm90 {
 
-// A rank-4 view (dim, row, head, batch) of 16-bit elements with a unit stride in dim, copied in
-// boxes of 64 dims × box_rows rows (one 128-byte swizzled slab) of one head of one batch.
+// A rank-4 view (dim, row, head, batch) of 16-bit or 8-bit elements with a unit stride in dim,
+// copied in boxes of 128 bytes of dims (64 or 128) × box_rows rows (one 128-byte swizzled slab)
+// of one head of one batch.
 struct TileMapShape {
   const void* base;
   uint64_t dims[4];           // extents, innermost first

@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,9 +25,13 @@ inline Status cuda_status(const char* family, const char* what, cudaError_t erro
 
 template <typename Element>
 constexpr CUtensorMapDataType tma_dtype() {
-  static_assert(std::is_same_v<Element, __nv_bfloat16> || std::is_same_v<Element, __half>);
-  return std::is_same_v<Element, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  if constexpr (std::is_same_v<Element, __nv_fp8_e4m3>) {
+    return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  } else {
+    static_assert(std::is_same_v<Element, __nv_bfloat16> || std::is_same_v<Element, __half>);
+    return std::is_same_v<Element, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                  : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  }
 }
 
 // Shape of one (batch, row, head, dim) attention tensor as a (dim, row, head, batch) tile map.

@@ -1,5 +1,6 @@
-// A tile of rows × columns 16-bit elements, stored as 64-column slabs of rows × 128 B in the
-// 128-byte swizzle that TMA writes and wgmma reads, and the kernels' shared storage placement.
+// A tile of rows × columns elements, stored as slabs of rows × 128 B (64 16-bit or 128 8-bit
+// columns) in the 128-byte swizzle that TMA writes and wgmma reads, and the kernels' shared
+// storage placement.
 #pragma once
 
 #include <concepts>
@@ -15,9 +16,10 @@ template <typename Element, int kRows, int kColumns>
 struct SwizzledTile {
   static constexpr int kRowCount = kRows;
   static constexpr uint32_t kSlabBytes = kRows * ptx::kSwizzleBytes;
+  static constexpr int kSlabColumns = kSlabColumnsOf<Element>;
   static constexpr int kSlabs = kColumns / kSlabColumns;
   static constexpr uint32_t kBytes = kSlabBytes * kSlabs;
-  static_assert(kColumns % kSlabColumns == 0, "a tile is whole 64-column slabs");
+  static_assert(kColumns % kSlabColumns == 0, "a tile is whole 128-byte slabs");
   static_assert(kSlabBytes % ptx::kSwizzleAtomBytes == 0, "slabs must stay swizzle-atom aligned");
   alignas(ptx::kSwizzleAtomBytes) Element data[kRows * kColumns];
 

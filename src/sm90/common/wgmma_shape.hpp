@@ -1,13 +1,22 @@
-// The shape facts of 16-bit wgmma and of the register file that every tile and tile
-// configuration is built from.
+// The shape facts of wgmma and of the register file that every tile and tile configuration is
+// built from. A swizzled row is 128 bytes and one wgmma consumes 32 bytes of K, whatever the
+// element: 64 16-bit or 128 8-bit columns a slab, k16 or k32 an instruction.
 #pragma once
+
+#include <cstdint>
 
 namespace hfa::sm90 {
 
 inline constexpr int kRowsPerWarpgroup = 64;  // the M of one wgmma
 inline constexpr int kThreadsPerWarpgroup = 128;
-inline constexpr int kSlabColumns = 64;       // 16-bit columns per 128-byte swizzled slab
-inline constexpr int kMmaK = 16;              // the K of one 16-bit wgmma
+inline constexpr int kSlabRowBytes = 128;
+inline constexpr int kMmaKBytes = 32;
+template <typename Element>
+inline constexpr int kSlabColumnsOf = kSlabRowBytes / int(sizeof(Element));
+template <typename Element>
+inline constexpr int kMmaKOf = kMmaKBytes / int(sizeof(Element));
+inline constexpr int kSlabColumns = kSlabColumnsOf<uint16_t>;  // 16-bit columns per slab
+inline constexpr int kMmaK = kMmaKOf<uint16_t>;               // the K of one 16-bit wgmma
 
 // Registers a thread gets at launch from __launch_bounds__(threads, 1): the register file's 64K
 // split evenly, in the allocation's steps of 8.

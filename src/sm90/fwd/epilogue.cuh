@@ -18,15 +18,19 @@
 
 namespace hfa::sm90::fwd {
 
-template <typename Config, typename Element>
+template <typename Config>
 struct Epilogue {
+  using Out = typename Config::Out;
   static constexpr int kOAcc = Config::kHeadDimV / 2;
 
   const Params& p;
   int warpgroup;
   int thread;
 
-  __device__ void store(const WorkTile& tile, float (&o)[kOAcc], const OnlineSoftmax& softmax) {
+  // scale_log2: the one the softmax took (the tile's, with FP8 scales); value_scale: what O's
+  // units are (FP8: v's scale, 1 otherwise).
+  __device__ void store(const WorkTile& tile, float (&o)[kOAcc], const OnlineSoftmax& softmax,
+                        float scale_log2, float value_scale) {
     const ptx::FragmentCoords at = ptx::fragment_coords(thread);
     // The thread's two rows (8 apart) as (query, head); with PackGQA their heads may differ.
     const int row0 = tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup + at.row0;
@@ -41,23 +45,27 @@ struct Epilogue {
       sink_log2[half] = p.sinks != nullptr ? p.sinks[head[half]] * kLog2e : -INFINITY;
     }
     float normalizer[2], lse[2];
-    softmax.finalize(p.scale_log2, sink_log2, normalizer, lse);
+    softmax.finalize<Config::kMaxOffset>(scale_log2, sink_log2, normalizer, lse);
+    if constexpr (Config::kFp8) {
+      normalizer[0] *= value_scale;
+      normalizer[1] *= value_scale;
+    }
     scale_rows(o, normalizer);
 
-    Element* out = static_cast<Element*>(p.out) + tile.batch * p.out_stride.batch;
+    Out* out = static_cast<Out*>(p.out) + tile.batch * p.out_stride.batch;
     // Each quad writes 16 contiguous bytes of a row per 8-column group: whole 32-byte sectors
     // once the neighbouring group lands, merged in L2. Columns past hdim_v exist only in a
     // padded configuration and are not stored.
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       if (query[half] >= tile.seq.seqlen_q) continue;
-      Element* out_row = out + int64_t(tile.seq.q_offset + query[half]) * p.out_stride.row +
+      Out* out_row = out + int64_t(tile.seq.q_offset + query[half]) * p.out_stride.row +
                          head[half] * p.out_stride.head;
 #pragma unroll
       for (int i = 2 * half; i < kOAcc; i += 4) {
         const int column = ptx::fragment_column(i, at.column_pair);
         if (column >= p.hdim_v) continue;
-        const uint32_t pair = ptx::pack_pair<Element>(o[i], o[i + 1]);
+        const uint32_t pair = ptx::pack_pair<Out>(o[i], o[i + 1]);
         *reinterpret_cast<uint32_t*>(out_row + column) = pair;
       }
     }

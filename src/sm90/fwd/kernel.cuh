@@ -10,9 +10,9 @@
 
 namespace hfa::sm90::fwd {
 
-template <typename Config, typename Element>
+template <typename Config>
 __global__ void __launch_bounds__(Config::kThreads, 1) forward_kernel(const __grid_constant__ Params p) {
-  using Storage = SharedStorage<Config, Element>;
+  using Storage = SharedStorage<Config>;
   extern __shared__ uint8_t dynamic_smem[];
   Storage& smem = shared_storage<Storage>(dynamic_smem);
 
@@ -43,15 +43,15 @@ __global__ void __launch_bounds__(Config::kThreads, 1) forward_kernel(const __gr
 
   if (warpgroup == 0) {
     ptx::release_registers<Config::kProducerRegisters>();
-    if (thread == 0) Producer<Config, Element>{p, smem}.run();
+    if (thread == 0) Producer<Config>{p, smem}.run();
     return;
   }
 
   ptx::claim_registers<Config::kConsumerRegisters>();
-  ConsumerMainloop<Config, Element> mainloop{p, smem, warpgroup - 1, thread};
-  Epilogue<Config, Element> epilogue{p, warpgroup - 1, thread};
+  ConsumerMainloop<Config> mainloop{p, smem, warpgroup - 1, thread};
+  Epilogue<Config> epilogue{p, warpgroup - 1, thread};
   mainloop.start_ping_pong();
-  float o[ConsumerMainloop<Config, Element>::kOAcc];
+  float o[ConsumerMainloop<Config>::kOAcc];
   OnlineSoftmax softmax;
   for (ptx::RingPosition<Storage::kTileSlots> slot;; slot.advance()) {
     smem.tile_full[slot.stage].wait(slot.phase);
@@ -59,8 +59,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1) forward_kernel(const __gr
     if (thread % 32 == 0) smem.tile_empty[slot.stage].arrive();
     if (index >= p.num_tiles) break;
     const WorkTile tile = decode_tile<Config>(p, index);
-    mainloop.run(tile, block_range<Config>(p, tile), o, softmax);
-    epilogue.store(tile, o, softmax);
+    const BlockRange blocks = block_range<Config>(p, tile);
+    mainloop.run(tile, blocks, o, softmax);
+    epilogue.store(tile, o, softmax, mainloop.scale_log2(), mainloop.value_scale(tile, blocks));
   }
 }
 

@@ -10,6 +10,7 @@
 #include "sm90/common/launch.hpp"
 #include "sm90/fwd/kernel.cuh"
 #include "sm90/fwd/launch.hpp"
+#include "sm90/fwd/transpose_v.cuh"
 
 namespace hfa::sm90::fwd {
 
@@ -38,9 +39,60 @@ int pack_shift_for(const detail::ForwardProblem& problem) {
   return std::countr_zero(unsigned(group));
 }
 
-template <typename Config, typename Element>
+// FP8: the transposed copy of v in the workspace (transpose_v.cuh) and its map, boxes of 128
+// keys × the configuration's head dims (rows past hdim_v read as zeros).
+template <typename Config>
+Status transpose_v(const detail::ForwardProblem& problem, CUtensorMap* map) {
+  const int64_t total_keys = problem.is_varlen() ? problem.total_k : int64_t(problem.batch) * problem.seqlen_k;
+  TransposeVParams t{};
+  t.v = static_cast<const uint8_t*>(problem.v);
+  t.v_stride = problem.v_stride;
+  t.vt = static_cast<uint8_t*>(problem.workspace) + fp8_vt_offset(problem);
+  t.row_keys = vt_row_keys(total_keys, problem.batch);
+  t.batch = problem.batch;
+  t.heads_kv = problem.heads_kv;
+  t.hdim_v = problem.hdim_v;
+  t.seqlen_k = problem.seqlen_k;
+  t.cu_seqlens_k = problem.cu_seqlens_k;
+  t.seqused_k = problem.seqused_k;
+  const bool aligned = reinterpret_cast<uintptr_t>(problem.v) % 16 == 0 && t.v_stride.row % 16 == 0 &&
+                       t.v_stride.head % 16 == 0 && t.v_stride.batch % 16 == 0;
+  if (!aligned) {
+    return {Code::not_supported,
+            std::string(kFamily) + ": FP8 v must be 16-byte aligned, with row, head and batch "
+                                   "strides multiples of 16 bytes"};
+  }
+  const int64_t longest = problem.seqlen_k;  // varlen: max_seqlen_k
+  const dim3 grid(unsigned((longest + 3 * kKeyGroup + kTransposeKeys - 1) / kTransposeKeys),
+                  unsigned(problem.heads_kv), unsigned(problem.batch));
+  if (grid.x > 0 && grid.y > 0 && grid.z > 0) {
+    transpose_v_kernel<Config::kHeadDimV><<<grid, kTransposeThreads, 0,
+                                           static_cast<cudaStream_t>(problem.stream)>>>(t);
+    HFA_RETURN_IF_ERROR(launch_status(kFamily));
+  }
+  const uint64_t row_bytes = uint64_t(t.row_keys);
+  const TileMapShape shape{t.vt,
+                           {row_bytes, uint64_t(problem.hdim_v), uint64_t(problem.heads_kv), 1},
+                           {row_bytes, row_bytes * problem.hdim_v, row_bytes * problem.hdim_v * problem.heads_kv},
+                           uint32_t(Config::kHeadDimV)};
+  return make_tile_map(map, shape, tma_dtype<typename Config::Element>());
+}
+
+// The FP8 fields: descales, and whether S must be scaled per row (fp8_scales.cuh).
+inline void fill_fp8_fields(Params& params, const detail::ForwardProblem& problem) {
+  params.q_descale = problem.q_descale;
+  params.k_descale = problem.k_descale;
+  params.v_descale = problem.v_descale;
+  const detail::ScaleView& q = problem.q_descale;
+  const bool q_differs_in_tile = q.block_rows > 0 || (params.pack_shift > 0 && q.head_divisor == 1 &&
+                                                      q.head_stride != 0 && q.data != nullptr);
+  params.fp8_row_scales = q_differs_in_tile || problem.k_descale.block_rows > 0;
+}
+
+template <typename Config>
 Status launch(const detail::ForwardProblem& problem, const LaunchContext& context) {
-  using Storage = SharedStorage<Config, Element>;
+  using Element = typename Config::Element;
+  using Storage = SharedStorage<Config>;
   constexpr auto kDtype = tma_dtype<Element>();
   Params params{};
   // Varlen tensors are (total, head, dim): the maps see them as one batch of `total` rows.
@@ -53,16 +105,24 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
       tile_map_shape<Element>(problem.q, problem.hdim_qk, q_rows, problem.heads_q, map_batches,
                               problem.q_stride, varlen, Config::kBlockM);
   q_map.heads_per_row = 1u << pack_shift;  // rank 5 always: one producer path
-  const TileMapShape maps[3] = {
+  const TileMapShape maps[2] = {
       q_map,
       tile_map_shape<Element>(problem.k, problem.hdim_qk, k_rows, problem.heads_kv, map_batches,
                               problem.k_stride, varlen, Config::kBlockN),
-      tile_map_shape<Element>(problem.v, problem.hdim_v, k_rows, problem.heads_kv, map_batches,
-                              problem.v_stride, varlen, Config::kBlockN),
   };
-  CUtensorMap* targets[3] = {&params.q_map, &params.k_map, &params.v_map};
-  for (int i = 0; i < 3; ++i) {
+  CUtensorMap* targets[2] = {&params.q_map, &params.k_map};
+  for (int i = 0; i < 2; ++i) {
     if (Status status = make_tile_map(targets[i], maps[i], kDtype); !status) return status;
+  }
+  if constexpr (Config::kFp8) {
+    if (problem.heads_kv > 0 && problem.batch > 0) {
+      HFA_RETURN_IF_ERROR(transpose_v<Config>(problem, &params.v_map));
+    }
+  } else {
+    const TileMapShape v_map =
+        tile_map_shape<Element>(problem.v, problem.hdim_v, k_rows, problem.heads_kv, map_batches,
+                                problem.v_stride, varlen, Config::kBlockN);
+    HFA_RETURN_IF_ERROR(make_tile_map(&params.v_map, v_map, kDtype));
   }
 
   params.out = problem.out;
@@ -78,6 +138,7 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
   params.hdim_v = problem.hdim_v;
   fill_shared_fields(params, problem);
   params.sinks = problem.sinks;
+  if constexpr (Config::kFp8) fill_fp8_fields(params, problem);
   params.num_m_blocks = ((problem.seqlen_q << pack_shift) + Config::kBlockM - 1) / Config::kBlockM;
   params.num_tiles = params.num_m_blocks * params.tile_heads * b;
   params.heads_per_section = heads_per_section(problem, pack_shift, context.l2_bytes);
@@ -91,7 +152,7 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
     }
   }
 
-  constexpr auto kKernel = forward_kernel<Config, Element>;
+  constexpr auto kKernel = forward_kernel<Config>;
   constexpr int kSmem = kSharedBytes<Storage>;
   HFA_RETURN_IF_ERROR(reserve_shared_memory<kKernel>(kFamily, kSmem, problem.device.index));
   const int grid = std::min(params.num_tiles, context.sm_count);
@@ -99,25 +160,38 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
   return launch_status(kFamily);
 }
 
-template <int kHeadDimQK, int kHeadDimV, bool kWindowed, typename Element>
+template <int kHeadDimQK, int kHeadDimV, bool kWindowed, typename Element, typename Out>
 Status launch_softcap_or_not(const detail::ForwardProblem& problem, const LaunchContext& context) {
   if (problem.softcap > 0.0f) {
-    return launch<TileConfig<kHeadDimQK, kHeadDimV, kWindowed, true>, Element>(problem, context);
+    return launch<TileConfig<kHeadDimQK, kHeadDimV, kWindowed, true, Element, Out>>(problem, context);
   }
-  return launch<TileConfig<kHeadDimQK, kHeadDimV, kWindowed, false>, Element>(problem, context);
+  return launch<TileConfig<kHeadDimQK, kHeadDimV, kWindowed, false, Element, Out>>(problem, context);
+}
+
+template <int kHeadDimQK, int kHeadDimV, typename Element, typename Out>
+Status run_forward_with(const detail::ForwardProblem& problem, const LaunchContext& context) {
+  if (uses_window(problem)) {
+    return launch_softcap_or_not<kHeadDimQK, kHeadDimV, true, Element, Out>(problem, context);
+  }
+  return launch_softcap_or_not<kHeadDimQK, kHeadDimV, false, Element, Out>(problem, context);
 }
 
 template <int kHeadDimQK, int kHeadDimV, typename Element>
 Status run_forward(const detail::ForwardProblem& problem, const LaunchContext& context) {
-  if (uses_window(problem)) {
-    return launch_softcap_or_not<kHeadDimQK, kHeadDimV, true, Element>(problem, context);
-  }
-  return launch_softcap_or_not<kHeadDimQK, kHeadDimV, false, Element>(problem, context);
+  return run_forward_with<kHeadDimQK, kHeadDimV, Element, Element>(problem, context);
+}
+
+template <int kHeadDimQK, int kHeadDimV, typename Out>
+Status run_forward_fp8(const detail::ForwardProblem& problem, const LaunchContext& context) {
+  return run_forward_with<kHeadDimQK, kHeadDimV, __nv_fp8_e4m3, Out>(problem, context);
 }
 
 }  // namespace hfa::sm90::fwd
 
-// One translation unit per (head dims, element type).
+// One translation unit per (head dims, element type), and per (head dims, out type) for FP8.
 #define HFA_INSTANTIATE_FORWARD(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT)                          \
   template hfa::Status hfa::sm90::fwd::run_forward<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT>(      \
+      const hfa::detail::ForwardProblem&, const hfa::sm90::fwd::LaunchContext&);
+#define HFA_INSTANTIATE_FORWARD_FP8(HEAD_DIM_QK, HEAD_DIM_V, OUT)                          \
+  template hfa::Status hfa::sm90::fwd::run_forward_fp8<HEAD_DIM_QK, HEAD_DIM_V, OUT>(      \
       const hfa::detail::ForwardProblem&, const hfa::sm90::fwd::LaunchContext&);

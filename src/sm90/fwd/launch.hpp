@@ -6,6 +6,7 @@
 
 #include "common/environment.hpp"
 #include "common/problem.hpp"
+#include "sm90/fwd/transposed_v_layout.hpp"
 
 namespace hfa::sm90::fwd {
 
@@ -24,10 +25,22 @@ inline bool pack_gqa_enabled() { return detail::environment().sm90_pack_gqa; }
 inline bool uses_window(const detail::ForwardProblem& problem) { return problem.has_window(); }
 
 // The caller's workspace: a tile counter for the windowed (dynamic) schedule. 16 bytes keeps any
-// caller's sub-allocation aligned.
+// caller's sub-allocation aligned. FP8 then the transposed copy of v (transposed_v_layout.hpp),
+// from a TMA-friendly 256-byte offset.
 inline constexpr std::size_t kTileCounterBytes = 16;
+inline constexpr std::size_t kVtAlignment = 256;
+
+inline bool is_fp8(const detail::ForwardProblem& problem) { return problem.dtype == DType::e4m3; }
+
+inline std::size_t fp8_vt_offset(const detail::ForwardProblem&) { return kVtAlignment; }
+
+inline std::size_t fp8_vt_bytes(const detail::ForwardProblem& problem) {
+  const int64_t keys = problem.is_varlen() ? problem.total_k : int64_t(problem.batch) * problem.seqlen_k;
+  return std::size_t(problem.heads_kv) * problem.hdim_v * vt_row_keys(keys, problem.batch);
+}
 
 inline std::size_t workspace_bytes(const detail::ForwardProblem& problem) {
+  if (is_fp8(problem)) return fp8_vt_offset(problem) + fp8_vt_bytes(problem);
   return uses_window(problem) ? kTileCounterBytes : 0;
 }
 
@@ -35,5 +48,8 @@ inline std::size_t workspace_bytes(const detail::ForwardProblem& problem) {
 // for each). A problem runs on the smallest that holds it (kernel_list.hpp), padded with zeros.
 template <int kHeadDimQK, int kHeadDimV, typename Element>
 Status run_forward(const detail::ForwardProblem& problem, const LaunchContext& context);
+// The FP8 forward (e4m3 q, k, v) writing out as Out: common/kernel_list.def's FP8 lists.
+template <int kHeadDimQK, int kHeadDimV, typename Out>
+Status run_forward_fp8(const detail::ForwardProblem& problem, const LaunchContext& context);
 
 }  // namespace hfa::sm90::fwd

@@ -5,8 +5,11 @@
 //   P·V GEMM still runs, wait for it, rescale O.
 // The issue of both GEMMs sits between a wait and a pass of the warp-scheduler barrier, so the
 // consumer warpgroups take turns (ping-pong): one's GEMMs run while the others do softmax.
+// FP8 (e4m3 q, k, v): the same walk on k32 steps, P as e4m3 codes, V transposed, and the codes'
+// scales where fp8_scales.cuh puts them.
 #pragma once
 
+#include "sm90/fwd/fp8_scales.cuh"
 #include "sm90/fwd/mask.cuh"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
@@ -20,16 +23,19 @@
 
 namespace hfa::sm90::fwd {
 
-template <typename Config, typename Element>
+template <typename Config>
 struct ConsumerMainloop {
-  using Storage = SharedStorage<Config, Element>;
+  using Element = typename Config::Element;
+  using Storage = SharedStorage<Config>;
   using Ring = ptx::RingPosition<Config::kStages>;
+  static constexpr int kMmaK = Config::kMmaK;
   static constexpr int kSAcc = Config::kBlockN / 2;   // S: 64 × kBlockN fp32 over 128 threads
   static constexpr int kOAcc = Config::kHeadDimV / 2;  // O: 64 × kHeadDimV fp32
-  static constexpr int kPRegs = Config::kBlockN / 4;  // P: 64 × kBlockN 16-bit, two a register
-  static constexpr int kKSteps = kSlabColumns / kMmaK;  // k16 steps inside one 128-byte slab
-  static constexpr uint32_t kKStepBytes = kMmaK * sizeof(Element);
-  static constexpr uint32_t kVStepBytes = kMmaK * ptx::kSwizzleBytes;  // 16 rows of V
+  // P: 64 × kBlockN elements, two 16-bit or four e4m3 a register
+  static constexpr int kPRegs = Config::kBlockN * int(sizeof(Element)) / 8;
+  static constexpr int kKSteps = Config::kSlabColumns / kMmaK;  // k-steps inside one slab
+  static constexpr uint32_t kKStepBytes = kMmaKBytes;
+  static constexpr uint32_t kVStepBytes = kMmaK * ptx::kSwizzleBytes;  // 16 rows of V (16-bit)
   static constexpr int kWarpgroups = Config::kConsumerWarpgroups;
   static constexpr uint32_t kPingPongThreads = 2 * kThreadsPerWarpgroup;
 
@@ -37,6 +43,7 @@ struct ConsumerMainloop {
   Storage& smem;
   int warpgroup;  // among the consumers
   int thread;     // within the warpgroup
+  ScoreScales scales{};
   Ring k_ring;
   Ring v_ring;
   uint32_t q_phase = 0;
@@ -83,6 +90,16 @@ struct ConsumerMainloop {
     ptx::commit_group();
   }
 
+  // V's descriptor for k-step `step` of P·V: MN-major rows of V, or K-major transposed V (FP8).
+  __device__ __forceinline__ static uint64_t v_operand(uint32_t v_base, int step) {
+    if constexpr (Config::kFp8) {
+      return ptx::kmajor_descriptor(v_base + step / kKSteps * Storage::VTile::kSlabBytes +
+                                    step % kKSteps * kKStepBytes);
+    } else {
+      return ptx::mnmajor_descriptor(v_base + step * kVStepBytes, Storage::VTile::kSlabBytes);
+    }
+  }
+
   __device__ __forceinline__ void issue_pv(float (&o)[kOAcc], uint32_t (&pm)[kPRegs], int stage) {
     const uint32_t v_base = ptx::smem_address(smem.v[stage].data);
     ptx::fence_operands(o);
@@ -90,7 +107,7 @@ struct ConsumerMainloop {
     ptx::fence();
 #pragma unroll
     for (int step = 0; step < Config::kBlockN / kMmaK; ++step) {
-      const uint64_t b = ptx::mnmajor_descriptor(v_base + step * kVStepBytes, Storage::VTile::kSlabBytes);
+      const uint64_t b = v_operand(v_base, step);
       ptx::mma_rs<Config::kHeadDimV, Element>(
           o, *reinterpret_cast<const uint32_t(*)[4]>(&pm[4 * step]), b, true);
     }
@@ -99,16 +116,85 @@ struct ConsumerMainloop {
 
   // Softcaps S, masks it where block n_block needs it (after the softcap: tanh(−inf) is not
   // −inf), then turns it into unnormalized probabilities.
+  // FP8: the scale factors of this block's scores, when they are not one number for the tile
+  // (Params::fp8_row_scales), and of its values, when v has per-block scales (O then changes
+  // units: see fp8_scales.cuh).
+  struct BlockScales {
+    float score[2];  // of the thread's two rows
+    float value;
+  };
+  float q_rows[2] = {1.0f, 1.0f};  // q scales of the thread's rows (FP8 with fp8_row_scales)
+  int kv_head = 0;
+
+  __device__ __forceinline__ BlockScales block_scales(const WorkTile& tile, int n_block) const {
+    BlockScales b{{1.0f, 1.0f}, 1.0f};
+    if constexpr (Config::kFp8) {
+      if (p.fp8_row_scales) {
+        const float k = key_block_scale<Config>(p.k_descale, tile, n_block, kv_head);
+        b.score[0] = q_rows[0] * k;
+        b.score[1] = q_rows[1] * k;
+      }
+      if (p.v_descale.block_rows > 0) b.value = key_block_scale<Config>(p.v_descale, tile, n_block, kv_head);
+    }
+    return b;
+  }
+
   __device__ __forceinline__ void softmax_step(float (&s)[kSAcc], OnlineSoftmax& softmax,
                                                float (&rescale)[2], const WorkTile& tile,
                                                int n_block, const ptx::FragmentCoords& at) {
-    if constexpr (Config::kSoftcap) apply_softcap(s, p.softcap_prescale);
+    if constexpr (Config::kFp8) {
+      if (p.fp8_row_scales) scale_rows(s, block_scales(tile, n_block).score);
+    }
+    if constexpr (Config::kSoftcap) apply_softcap(s, softcap_prescale());
+    constexpr int kOffset = Config::kMaxOffset;
     if (block_needs_mask<Config>(p, tile, n_block)) {
       const int row0 = tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup + at.row0;
       apply_mask<Config::kWindowed>(s, row0, n_block * Config::kBlockN + at.column_pair, tile.seq, p);
-      softmax.update<Config::kRescaleThreshold, 0>(s, p.scale_log2, rescale);
+      softmax.update<Config::kRescaleThreshold, 0, kOffset>(s, scale_log2(), rescale);
     } else {
-      softmax.update<Config::kRescaleThreshold, Config::kExp2EmulateEvery>(s, p.scale_log2, rescale);
+      softmax.update<Config::kRescaleThreshold, Config::kExp2EmulateEvery, kOffset>(
+          s, scale_log2(), rescale);
+    }
+  }
+
+  // Before O takes block n's P·V: O is in units of block n + 1's v scale, and goes to block n's.
+  __device__ __forceinline__ void change_value_units(float (&rescale)[2], const WorkTile& tile, int n_block) const {
+    if constexpr (Config::kFp8) {
+      if (p.v_descale.block_rows > 0) {
+        const float ratio = block_scales(tile, n_block + 1).value / block_scales(tile, n_block).value;
+        rescale[0] *= ratio;
+        rescale[1] *= ratio;
+      }
+    }
+  }
+
+  // What O's units are after the tile's last P·V: v's scale of the last block walked (FP8).
+  __device__ __forceinline__ float value_scale(const WorkTile& tile, const BlockRange& blocks) const {
+    if constexpr (Config::kFp8) {
+      return key_block_scale<Config>(p.v_descale, tile, p.v_descale.block_rows > 0 ? blocks.begin : 0,
+                                     kv_head);
+    }
+    return 1.0f;
+  }
+
+  // The softmax's scales: the tile's with FP8, the problem's otherwise.
+  __device__ __forceinline__ float scale_log2() const {
+    return Config::kFp8 ? scales.scale_log2 : p.scale_log2;
+  }
+  __device__ __forceinline__ float softcap_prescale() const {
+    return Config::kFp8 ? scales.softcap_prescale : p.softcap_prescale;
+  }
+
+  // The FP8 tile's scales that stay for the whole tile.
+  __device__ __forceinline__ void start_tile(const WorkTile& tile) {
+    static_assert(Config::kFp8);
+    kv_head = (tile.head << p.pack_shift) / p.heads_per_kv;
+    scales = score_scales(p, tile, kv_head);
+    if (p.fp8_row_scales) {
+      const int row0 = tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup +
+                       ptx::fragment_coords(thread).row0;
+      q_rows[0] = q_row_scale(p, tile, row0);
+      q_rows[1] = q_row_scale(p, tile, row0 + 8);
     }
   }
 
@@ -117,6 +203,7 @@ struct ConsumerMainloop {
   // consumer warpgroup zeroes those rows itself (zeros over zeros: no race between them). The
   // walk goes from the last block down, so that is the first V block of the tile.
   __device__ __forceinline__ void zero_v_padding(int stage, int n_block, const Sequence& seq) {
+    static_assert(!Config::kFp8, "FP8: the transposed copy of V has zeros there already");
     const int valid = seq.seqlen_k - n_block * Config::kBlockN;
     if (p.seqused_k == nullptr || valid >= Config::kBlockN) return;
     zero_rows_from(smem.v[stage], valid, thread, kThreadsPerWarpgroup);
@@ -129,14 +216,17 @@ struct ConsumerMainloop {
   __device__ void run(const WorkTile& tile, const BlockRange& blocks, float (&o)[kOAcc],
                       OnlineSoftmax& softmax) {
     softmax.reset();
+    if constexpr (Config::kFp8) start_tile(tile);
     smem.q_full.wait(q_phase);
     q_phase ^= 1;
     // With seqused_k, the first V block (the sequence's last keys) is made safe before the
     // walk, while no accumulator is live: in the main loop it cost registers (spills at hdim
     // 256).
-    if (p.seqused_k != nullptr && blocks.count() > 0) {
-      smem.v_full[v_ring.stage].wait(v_ring.phase);
-      zero_v_padding(v_ring.stage, blocks.end - 1, tile.seq);
+    if constexpr (!Config::kFp8) {
+      if (p.seqused_k != nullptr && blocks.count() > 0) {
+        smem.v_full[v_ring.stage].wait(v_ring.phase);
+        zero_v_padding(v_ring.stage, blocks.end - 1, tile.seq);
+      }
     }
 #pragma unroll
     for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
@@ -181,6 +271,7 @@ struct ConsumerMainloop {
       ptx::fence_operands(pm);
       release(smem.v_empty[v_ring.stage]);
       v_ring.advance();
+      change_value_units(rescale, tile, n);
       if (Config::kRescaleThreshold == 0 || any_rescale(rescale)) scale_rows(o, rescale);
       ptx::accumulator_to_operand<Element>(s, pm);
     }

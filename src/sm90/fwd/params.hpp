@@ -4,12 +4,16 @@
 #include <cstdint>
 #include <cuda.h>
 
+#include "common/scale_view.hpp"
+
 namespace hfa::sm90::fwd {
 
 struct Params {
   // Maps of boxes of 64 dims × kBlockM (q) or kBlockN (k, v) rows: k and v rank 4 (dim, row,
   // head, batch), q rank 5 (dim, head in group, row, head group, batch) for PackGQA's sake
   // (groups of 1 head without it).
+  // FP8: v_map is a rank-4 map (key, dim, kv head, 1) of the transposed copy of v (launch.cuh's
+  // transpose_v), copied in boxes of 128 keys × the configuration's head dim.
   CUtensorMap q_map;
   CUtensorMap k_map;
   CUtensorMap v_map;
@@ -56,6 +60,7 @@ struct Params {
 
   const float* sinks;  // (heads_q) logits in units of the scaled scores; null: none
 
+
   int32_t num_m_blocks;
   int32_t num_tiles;           // num_m_blocks · heads_q · batch
   int32_t heads_per_section;   // causal tile order: (batch, head) pairs whose K/V share L2
@@ -63,6 +68,13 @@ struct Params {
   // Dynamic schedule: a zeroed counter in the caller's workspace from which CTAs take their
   // next tile (see scheduler.cuh). Null: the static schedule.
   int32_t* tile_counter;
+
+  // FP8 only (last, so the 16-bit kernels' parameter offsets stay): the codes' scales (common/scale_view.hpp). k and v blocks are multiples of
+  // kBlockN rows, so each key block has one scale of each.
+  detail::ScaleView q_descale, k_descale, v_descale;
+  // 1: the q·k scale differs between the rows or key blocks of a tile (per-block q or k scales,
+  // or per-head q scales under PackGQA), so S is scaled in registers (fwd/fp8_scales.cuh).
+  int32_t fp8_row_scales;
 };
 
 }  // namespace hfa::sm90::fwd

@@ -1,21 +1,24 @@
 // The producer: one thread that walks the same tiles as the consumers and keeps the Q buffer
 // and the K/V rings full with TMA, V one block behind K (the consumers need K(n) for S before
-// they need V(n) for P·V).
+// they need V(n) for P·V). FP8 reads V from its transposed copy (transpose_v.cuh).
 #pragma once
 
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/shared_storage.cuh"
+#include "sm90/fwd/transpose_v.cuh"
 #include "sm90/ptx/tma.cuh"
 
 namespace hfa::sm90::fwd {
 
-template <typename Config, typename Element>
+template <typename Config>
 struct Producer {
-  using Storage = SharedStorage<Config, Element>;
+  using Storage = SharedStorage<Config>;
   using Ring = ptx::RingPosition<Config::kStages>;
+  static constexpr int kSlabColumns = Config::kSlabColumns;
   static constexpr int kQSlabElements = Config::kBlockM * kSlabColumns;
   static constexpr int kKVSlabElements = Config::kBlockN * kSlabColumns;
+  static constexpr int kVtSlabElements = Config::kHeadDimV * kSlabColumns;
 
   const Params& p;
   Storage& smem;
@@ -55,8 +58,28 @@ struct Producer {
   __device__ __forceinline__ void load_k(int n_block, int kv_head, const Sequence& seq) {
     load_kv(smem.k, smem.k_full, smem.k_empty, k_ring, &p.k_map, n_block, kv_head, seq);
   }
-  __device__ __forceinline__ void load_v(int n_block, int kv_head, const Sequence& seq) {
-    load_kv(smem.v, smem.v_full, smem.v_empty, v_ring, &p.v_map, n_block, kv_head, seq);
+  // A slab of transposed V is the head dims × 128 keys.
+  __device__ __forceinline__ void load_vt(int n_block, int kv_head, int64_t vt_first_key) {
+    smem.v_empty[v_ring.stage].wait(v_ring.phase ^ 1);
+    smem.v_full[v_ring.stage].arrive_expect_tx(Storage::VTile::kBytes);
+#pragma unroll
+    for (int slab = 0; slab < Storage::VTile::kSlabs; ++slab) {
+      ptx::load_4d(smem.v[v_ring.stage].data + slab * kVtSlabElements, &p.v_map,
+                   &smem.v_full[v_ring.stage],
+                   int(vt_first_key) + n_block * Config::kBlockN + slab * kSlabColumns, 0, kv_head,
+                   0, ptx::CacheHint::evict_last);
+    }
+    v_ring.advance();
+  }
+
+  __device__ __forceinline__ void load_v(int n_block, int kv_head, const WorkTile& tile) {
+    if constexpr (Config::kFp8) {
+      const int64_t first_key =
+          p.cu_seqlens_k != nullptr ? tile.seq.k_offset : int64_t(tile.batch) * p.seqlen_k;
+      load_vt(n_block, kv_head, vt_key_offset(first_key, tile.batch));
+    } else {
+      load_kv(smem.v, smem.v_full, smem.v_empty, v_ring, &p.v_map, n_block, kv_head, tile.seq);
+    }
   }
 
   // The first tile from `index` on that has rows (see scheduler.cuh), or num_tiles or more.
@@ -91,9 +114,9 @@ struct Producer {
       if (blocks.count() == 0) continue;
       for (int n = blocks.end - 2; n >= blocks.begin; --n) {
         load_k(n, kv_head, tile.seq);
-        load_v(n + 1, kv_head, tile.seq);
+        load_v(n + 1, kv_head, tile);
       }
-      load_v(blocks.begin, kv_head, tile.seq);
+      load_v(blocks.begin, kv_head, tile);
     }
   }
 };

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "sm90/common/swizzled_tile.cuh"
 #include "sm90/fwd/tile_config.hpp"
@@ -9,11 +10,15 @@
 
 namespace hfa::sm90::fwd {
 
-template <typename Config, typename Element>
+template <typename Config>
 struct SharedStorage {
+  using Element = typename Config::Element;
   using QTile = SwizzledTile<Element, Config::kBlockM, Config::kHeadDimQK>;
   using KTile = SwizzledTile<Element, Config::kBlockN, Config::kHeadDimQK>;
-  using VTile = SwizzledTile<Element, Config::kBlockN, Config::kHeadDimV>;
+  // V as stored (keys × dims, the MN-major B of P·V) or, for e4m3 whose wgmma takes K-major
+  // operands only, transposed (dims × keys, from the transposed copy launch.cuh makes).
+  using VTile = std::conditional_t<Config::kFp8, SwizzledTile<Element, Config::kHeadDimV, Config::kBlockN>,
+                                   SwizzledTile<Element, Config::kBlockN, Config::kHeadDimV>>;
 
   // Q of the current tile; freed (q_empty) as soon as the tile's last Q·Kᵀ has read it.
   QTile q;

@@ -36,7 +36,9 @@ struct OnlineSoftmax {
   //     left alone.
   //   kEmulateEvery (0 = never): every kEmulateEvery-th exponential of a row goes to the FMA
   //     pipes (exp2_polynomial) instead of MUFU. Only for unmasked tiles: no −inf inputs.
-  template <int kRescaleThreshold, int kEmulateEvery, int kAcc>
+  //   kMaxOffset (log2 units): exponentials are taken against max − offset, so they reach
+  //     2^offset (FP8's P, see tile_config.hpp); finalize takes the offset out again.
+  template <int kRescaleThreshold, int kEmulateEvery, int kMaxOffset, int kAcc>
   __device__ __forceinline__ void update(float (&s)[kAcc], float scale_log2, float (&rescale)[2]) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -52,8 +54,8 @@ struct OnlineSoftmax {
       }
       // A row that has seen only masked keys keeps max −inf; subtracting 0 instead keeps
       // exp2(−inf − max) = 0 rather than NaN.
-      const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
-      rescale[half] = exp2f(row_max[half] * scale_log2 - max_scaled);
+      const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2 - kMaxOffset;
+      rescale[half] = exp2f(row_max[half] * scale_log2 - kMaxOffset - max_scaled);
       row_max[half] = new_max;
       float sum = 0.0f;
 #pragma unroll
@@ -75,13 +77,16 @@ struct OnlineSoftmax {
 
   // Per row: the factor that normalizes O and the natural-log LSE. sink_log2: each row's sink
   // logit in log2 units (−inf: none), one more term of the denominator with no value row. A
-  // row that saw no key gets factor 0 and LSE −inf, or its sink's logit.
+  // row that saw no key gets factor 0 and LSE −inf, or its sink's logit. kMaxOffset: update's.
+  template <int kMaxOffset>
   __device__ __forceinline__ void finalize(float scale_log2, const float (&sink_log2)[2],
                                            float (&normalizer)[2], float (&lse)[2]) const {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float sum = quad_sum(row_sum[half]);
-      const float row_top = row_max[half] == -INFINITY ? -INFINITY : row_max[half] * scale_log2;
+      // The point the sums were taken against: exp2(x − row_top) summed.
+      const float row_top =
+          row_max[half] == -INFINITY ? -INFINITY : row_max[half] * scale_log2 - kMaxOffset;
       const float top = fmaxf(row_top, sink_log2[half]);
       if (top == -INFINITY) {
         normalizer[half] = 0.0f;

@@ -21,6 +21,13 @@
 #define HFA_SM90_EXP2_EMULATE_EVERY_D64 0
 #endif
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <type_traits>
+
+#include "common/head_dims.hpp"
 #include "sm90/common/wgmma_shape.hpp"
 
 namespace hfa::sm90::fwd {
@@ -32,27 +39,39 @@ namespace hfa::sm90::fwd {
 // backend.cpp).
 // Softcap is a compile-time switch too: its tanh, kept in the same kernel behind a runtime
 // test, raised register pressure enough to spill 8-16 bytes at hdim 256 even when off.
-template <int kHeadDimQK_, int kHeadDimV_, bool kWindowed_, bool kSoftcap_>
+// Element is q's, k's and v's type, Out the type of out: the same 16-bit type, or bf16/fp16
+// after e4m3 inputs (the FP8 forward, whose tiles are below).
+template <int kHeadDimQK_, int kHeadDimV_, bool kWindowed_, bool kSoftcap_, typename Element_,
+          typename Out_ = Element_>
 struct TileConfig {
+  using Element = Element_;
+  using Out = Out_;
   static constexpr int kHeadDimQK = kHeadDimQK_;
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr bool kWindowed = kWindowed_;
   static constexpr bool kSoftcap = kSoftcap_;
+  static constexpr bool kFp8 = std::is_same_v<Element, __nv_fp8_e4m3>;
+  static_assert(kFp8 || std::is_same_v<Element, Out>, "16-bit inputs give out in their type");
 
   // Rows of Q per CTA. hdim 64 has cheap GEMMs per exponential, so a third consumer warpgroup
   // keeps the tensor cores fed while the other two compute softmax.
+  // FP8 (hdim 128 and 256): 128 × 128 tiles. e4m3 halves the bytes of a tile, so shared memory
+  // is no limit (Q + 2 stages of K and transposed V: 80 KB at 128, 160 KB at 256); registers
+  // are (S 64 + P 16 + O 128 at hdim 256), and 128 keys are one 128-byte slab of transposed V.
   static constexpr int kBlockM = kHeadDimQK == 64 ? HFA_SM90_D64_BLOCK_M : 128;
   // Keys per K/V tile: as wide as registers (S and O accumulators plus P) and shared memory
   // (Q + 2 stages of K and V, ≤ 227 KB) allow. hdim 128 non-causal: 176 (S 88 + O 64 + P 44
   // registers; 208 KB). Windowed keeps 128 so the diagonal tiles waste less. hdim 192: 112
   // (220 KB); 192/128 (DeepSeek's): 128 (210 KB). hdim 256: 80 fills shared memory (224 KB).
-  static constexpr int kBlockN = kHeadDimQK == 64    ? HFA_SM90_D64_BLOCK_N
+  static constexpr int kBlockN = kFp8                 ? detail::kFp8KeyBlock
+                                 : kHeadDimQK == 64    ? HFA_SM90_D64_BLOCK_N
                                  : kHeadDimQK == 128 ? (kWindowed ? HFA_SM90_D128_CAUSAL_BLOCK_N
                                                                   : HFA_SM90_D128_BLOCK_N)
                                  : kHeadDimQK == 192 ? (kHeadDimV == 128 ? 128 : 112)
                                  : kHeadDimQK == 256 ? 80
                                                      : 0;
   static_assert(kBlockN > 0, "no forward tile for this head dim: add one here");
+  static_assert(!kFp8 || kHeadDimQK >= 128, "FP8 rows of codes are whole 128-byte slabs");
   static constexpr int kStages = 2;  // K and V each double-buffered: load tile j+1 during tile j
 
   static constexpr int kConsumerWarpgroups = kBlockM / kRowsPerWarpgroup;
@@ -65,8 +84,11 @@ struct TileConfig {
   // The producer gets 40, not FlashAttention-3's 24: at 24 its loop spilled 12-24 bytes to local
   // memory at hdim 128 and 256. At 232 the consumers spill nothing outside the softcap kernels
   // (at 224 they spilled 56 bytes at hdim 256), so there is nothing to move either way.
-  static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 40 : 32;
-  static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 232 : 160;
+  // FP8 at hdim 256 holds S 64 + P 16 + O 128: at 232 ptxas serialized its wgmmas (C7512) and
+  // spilled 60 bytes, so it takes FlashAttention-3's 24/240 split, 128·(168 − 24) = 256·(240 − 168).
+  static constexpr bool kWideFp8 = kFp8 && kHeadDimV > 128;
+  static constexpr int kProducerRegisters = kWideFp8 ? 24 : kConsumerWarpgroups == 2 ? 40 : 32;
+  static constexpr int kConsumerRegisters = kWideFp8 ? 240 : kConsumerWarpgroups == 2 ? 232 : 160;
 
   // Softmax levers (see OnlineSoftmax::update), each measured as a delta (bench/results), both
   // off by default:
@@ -77,11 +99,17 @@ struct TileConfig {
   //   exp2 on the FMA pipes: 5-8 % slower at hdim 64, whose FMA pipes are not idle.
   static constexpr int kRescaleThreshold = HFA_SM90_RESCALE_THRESHOLD;
   static constexpr int kExp2EmulateEvery = kHeadDimQK == 64 ? HFA_SM90_EXP2_EMULATE_EVERY_D64 : 0;
+  // FP8: probabilities go to e4m3 as exp2(x − max + 8), in [0, 256] rather than [0, 1], so
+  // small ones keep more bits before underflow (FlashAttention-3's max offset); the 2⁸ cancels
+  // in O's normalization and is taken out of the LSE.
+  static constexpr int kMaxOffset = kFp8 ? 8 : 0;
 
+  static constexpr int kSlabColumns = kSlabColumnsOf<Element>;
+  static constexpr int kMmaK = kMmaKOf<Element>;
   static constexpr int kSlabsQK = kHeadDimQK / kSlabColumns;
-  static constexpr int kSlabsV = kHeadDimV / kSlabColumns;
   static_assert(kHeadDimQK % kSlabColumns == 0 && kHeadDimV % kSlabColumns == 0);
   static_assert(kBlockN % kMmaK == 0 && kBlockN % 8 == 0);
+  static_assert(!kFp8 || kBlockN % kSlabColumns == 0, "transposed V: whole slabs of keys");
   static_assert(register_split_fits(kThreads, kProducerRegisters, kConsumerRegisters,
                                     kConsumerWarpgroups),
                 "setmaxnreg: consumers would claim registers the producer never gave back");

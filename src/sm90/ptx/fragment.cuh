@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 namespace hfa::sm90::ptx {
 
@@ -47,15 +48,51 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
   }
 }
 
-// An accumulator as the A operand of the next wgmma (rs form). The m64k16 A fragment of a thread
-// is {(row0, c..c+1), (row0+8, c..c+1), (row0, c+8..c+9), (row0+8, c+8..c+9)}: exactly the
-// accumulator registers 8k..8k+7 of columns 16k..16k+15 taken in pairs, so conversion is only
-// packing, no data movement between threads.
-template <typename Element, int kAcc>
+// Four floats as one register of four e4m3 codes (round to nearest even, saturated to ±448),
+// the first in the lowest byte. cvt's e4m3x2 puts its first source in the upper byte.
+__device__ __forceinline__ uint32_t pack_e4m3x4(float b0, float b1, float b2, float b3) {
+  uint32_t low, high;
+  asm("{\n.reg .b16 l, h;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 l, %3, %2;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 h, %5, %4;\n"
+      "cvt.u32.u16 %0, l;\ncvt.u32.u16 %1, h;\n}\n"
+      : "=r"(low), "=r"(high)
+      : "f"(b0), "f"(b1), "f"(b2), "f"(b3));
+  return low | high << 16;
+}
+
+// An accumulator as the A operand of the next wgmma (rs form), without moving data between
+// threads.
+//   16-bit: the m64k16 A fragment of a thread is {(row0, c..c+1), (row0+8, c..c+1), (row0,
+//     c+8..c+9), (row0+8, c+8..c+9)}: exactly the accumulator registers 8k..8k+7 of columns
+//     16k..16k+15 taken in pairs, so conversion is only packing.
+//   e4m3: the m64k32 A fragment is {(row0, 4q..4q+3), (row0+8, 4q..4q+3), (row0, 16+4q..),
+//     (row0+8, 16+4q..)} with q = lane % 4, while the accumulator holds columns 2q, 2q+1, 8+2q,
+//     9+2q of each 16. Register j of 32-column chunk t takes accumulators base, base+1, base+4,
+//     base+5 with base = 16t + 2·(j % 2) + 8·(j / 2): A column c of each 16 then holds score
+//     column fp8_key_order(c), and the B operand must hold V's keys in that order (the forward's V
+//     transpose writes them so). P·V sums over keys, so the order changes nothing else.
+template <typename Element, int kAcc, int kRegs>
 __device__ __forceinline__ void accumulator_to_operand(const float (&acc)[kAcc],
-                                                       uint32_t (&operand)[kAcc / 2]) {
+                                                       uint32_t (&operand)[kRegs]) {
+  if constexpr (std::is_same_v<Element, __nv_fp8_e4m3>) {
+    static_assert(kRegs == kAcc / 4 && kAcc % 16 == 0);
 #pragma unroll
-  for (int i = 0; i < kAcc / 2; ++i) operand[i] = pack_pair<Element>(acc[2 * i], acc[2 * i + 1]);
+    for (int j = 0; j < kRegs; ++j) {
+      const int base = 16 * (j / 4) + 2 * (j % 2) + 8 * (j % 4 / 2);
+      operand[j] = pack_e4m3x4(acc[base], acc[base + 1], acc[base + 4], acc[base + 5]);
+    }
+  } else {
+    static_assert(kRegs == kAcc / 2);
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) operand[i] = pack_pair<Element>(acc[2 * i], acc[2 * i + 1]);
+  }
+}
+
+// The score column (of 16) that A column c of an e4m3 operand built above holds: the order in
+// which V's keys must be stored for P·V.
+__host__ __device__ __forceinline__ constexpr int fp8_key_order(int c) {
+  return 2 * (c / 4) + c % 2 + 8 * (c / 2 % 2);
 }
 
 }  // namespace hfa::sm90::ptx

@@ -1,6 +1,7 @@
 // wgmma: warpgroup-wide asynchronous matrix multiply-accumulate (sm_90a).
 //
-// One instruction computes D(64×N) (+)= A(64×16)·B(16×N) for the 128 threads of a warpgroup.
+// One instruction computes D(64×N) (+)= A(64×K)·B(K×N) for the 128 threads of a warpgroup, K
+// = 32 bytes of elements (k16 for bf16/fp16, k32 for e4m3).
 // A comes from shared memory (ss) or registers (rs), B always from shared memory; both are
 // described by 64-bit descriptors. Accumulators are fp32, N/2 per thread, in the fragment
 // layout documented in fragment.cuh.
@@ -10,6 +11,7 @@
 #include <type_traits>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 namespace hfa::sm90::ptx {
 
@@ -84,42 +86,64 @@ __device__ __forceinline__ void fence_operands(uint32_t (&regs)[kCount]) {
 // and dV GEMMs). 16-bit operands take either; descriptors above say how each is laid out.
 enum class Major : int { k = 0, mn = 1 };
 
-// accumulate = false overwrites D (the first k-step of a GEMM).
+template <typename Element>
+inline constexpr bool kIsFp8 = std::is_same_v<Element, __nv_fp8_e4m3>;
+
+template <typename Element>
+inline constexpr bool kIs16Bit =
+    std::is_same_v<Element, __nv_bfloat16> || std::is_same_v<Element, __half>;
+
+#define HFA_IS(W) || N == W
+// accumulate = false overwrites D (the first k-step of a GEMM). e4m3 operands are K-major only.
 template <int N, typename Element, Major kMajorA = Major::k, Major kMajorB = Major::k>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                        bool accumulate) {
-  constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
-  static_assert(kBf16 || std::is_same_v<Element, __half>, "wgmma: bf16 or fp16 operands");
-  constexpr int kA = int(kMajorA), kB = int(kMajorB);
+  static_assert(kIs16Bit<Element> || kIsFp8<Element>, "wgmma: bf16, fp16 or e4m3 operands");
+  if constexpr (kIsFp8<Element>) {
+    static_assert(kMajorA == Major::k && kMajorB == Major::k, "wgmma: e4m3 operands are K-major");
+    static_assert(false HFA_WGMMA_FP8_WIDTHS(HFA_IS), "wgmma: e4m3 N not generated (gen_wgmma.py)");
+#define HFA_CASE(W) \
+  if constexpr (N == W) wgmma_ss_m64n##W##k32_e4m3(d, desc_a, desc_b, accumulate);
+    HFA_WGMMA_FP8_WIDTHS(HFA_CASE)
+#undef HFA_CASE
+  } else {
+    static_assert(false HFA_WGMMA_SS_WIDTHS(HFA_IS), "wgmma: N not generated (gen_wgmma.py)");
+    constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
+    constexpr int kA = int(kMajorA), kB = int(kMajorB);
 #define HFA_CASE(W)                                                                         \
   if constexpr (N == W) {                                                                   \
     if constexpr (kBf16) wgmma_ss_m64n##W##k16_bf16<kA, kB>(d, desc_a, desc_b, accumulate); \
     else wgmma_ss_m64n##W##k16_f16<kA, kB>(d, desc_a, desc_b, accumulate);                  \
-    return;                                                                                 \
   }
-  HFA_WGMMA_SS_WIDTHS(HFA_CASE)
+    HFA_WGMMA_SS_WIDTHS(HFA_CASE)
 #undef HFA_CASE
-#define HFA_IS(W) || N == W
-  static_assert(false HFA_WGMMA_SS_WIDTHS(HFA_IS), "wgmma: N not generated; add it to gen_wgmma.py");
-#undef HFA_IS
+  }
 }
 
+// A is the m64 fragment of 32 bytes of K (fragment.cuh); B is MN-major for 16-bit elements
+// (V as stored), K-major for e4m3 (V transposed).
 template <int N, typename Element>
 __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                        bool accumulate) {
-  constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
-  static_assert(kBf16 || std::is_same_v<Element, __half>, "wgmma: bf16 or fp16 operands");
-#define HFA_CASE(W)                                                           \
-  if constexpr (N == W) {                                                     \
-    if constexpr (kBf16) wgmma_rs_m64n##W##k16_bf16(d, a, desc_b, accumulate); \
-    else wgmma_rs_m64n##W##k16_f16(d, a, desc_b, accumulate);                 \
-    return;                                                                   \
-  }
-  HFA_WGMMA_RS_WIDTHS(HFA_CASE)
+  static_assert(kIs16Bit<Element> || kIsFp8<Element>, "wgmma: bf16, fp16 or e4m3 operands");
+  if constexpr (kIsFp8<Element>) {
+    static_assert(false HFA_WGMMA_FP8_WIDTHS(HFA_IS), "wgmma: e4m3 N not generated (gen_wgmma.py)");
+#define HFA_CASE(W) \
+  if constexpr (N == W) wgmma_rs_m64n##W##k32_e4m3(d, a, desc_b, accumulate);
+    HFA_WGMMA_FP8_WIDTHS(HFA_CASE)
 #undef HFA_CASE
-#define HFA_IS(W) || N == W
-  static_assert(false HFA_WGMMA_RS_WIDTHS(HFA_IS), "wgmma: N not generated; add it to gen_wgmma.py");
-#undef HFA_IS
+  } else {
+    static_assert(false HFA_WGMMA_RS_WIDTHS(HFA_IS), "wgmma: N not generated (gen_wgmma.py)");
+    constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
+#define HFA_CASE(W)                                                             \
+  if constexpr (N == W) {                                                       \
+    if constexpr (kBf16) wgmma_rs_m64n##W##k16_bf16(d, a, desc_b, accumulate);  \
+    else wgmma_rs_m64n##W##k16_f16(d, a, desc_b, accumulate);                   \
+  }
+    HFA_WGMMA_RS_WIDTHS(HFA_CASE)
+#undef HFA_CASE
+  }
 }
+#undef HFA_IS
 
 }  // namespace hfa::sm90::ptx
