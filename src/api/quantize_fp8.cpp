@@ -76,13 +76,13 @@ Status check_scale(const Tensor& scale, const Tensor& x, const QuantizeFp8Option
                                                 layout, true));
   if (scale.dtype != HFA_F32) return invalid("scale", "expected dtype f32, got ", name_of(scale.dtype));
   HFA_RETURN_IF_ERROR(detail::check_same_device("scale", scale, x, "x"));
-  HFA_RETURN_IF_ERROR(detail::check_contiguous("scale", scale, layout));
   p->num_blocks = per_block ? scale.shape[1] : 1;
-  const int64_t blocks = p->cu_seqlens ? p->num_blocks : (p->seqlen + o.block_rows - 1) / o.block_rows;
+  const int64_t blocks = !per_block || p->cu_seqlens ? p->num_blocks
+                                                      : (p->seqlen + o.block_rows - 1) / o.block_rows;
   const bool fits = per_tensor ? scale.shape[0] == 1
                                : scale.shape[0] == p->batch && scale.shape[scale.rank - 1] == p->heads &&
                                      (!per_block || scale.shape[1] == blocks);
-  if (fits) return Status::ok();
+  if (fits) return detail::check_contiguous("scale", scale, layout);
   if (per_tensor) return invalid("scale", "expected shape (1), got ", detail::tensor_shape_string(scale));
   const std::string expected =
       !per_block ? detail::cat("(", p->batch, ", ", p->heads, ") (batch, heads)")
