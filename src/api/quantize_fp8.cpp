@@ -48,13 +48,13 @@ Status check_x(const Tensor& x, bool varlen) {
     return invalid("x", "expected dtype f32, f16 or bf16, got ", name_of(x.dtype));
   HFA_RETURN_IF_ERROR(detail::check_device_usable("x", x));
   for (int d = 0; d < x.rank; ++d)
-    if (x.shape[d] > kInt32Max) return invalid("x", "extent ", x.shape[d], " in dim ", d, " exceeds int32");
+    if (x.shape[d] > kInt32Max)
+      return invalid("x", "extent ", x.shape[d], " in dim ", d, " exceeds int32");
   return Status::ok();
 }
 
 Status check_codes(const Tensor& codes, const Tensor& x, bool varlen) {
-  HFA_RETURN_IF_ERROR(
-      detail::check_tensor_form("codes", &codes, x.rank, layout_of(varlen), true));
+  HFA_RETURN_IF_ERROR(detail::check_tensor_form("codes", &codes, x.rank, layout_of(varlen), true));
   if (codes.dtype != HFA_E4M3)
     return invalid("codes", "expected dtype e4m3, got ", name_of(codes.dtype));
   HFA_RETURN_IF_ERROR(detail::check_same_device("codes", codes, x, "x"));
@@ -71,24 +71,34 @@ Status check_scale(const Tensor& scale, const Tensor& x, const QuantizeFp8Option
                    Fp8QuantizeProblem* p) {
   const bool per_tensor = o.granularity == Fp8Granularity::per_tensor;
   const bool per_block = o.granularity == Fp8Granularity::per_block;
-  const char* layout = per_tensor ? "(1)" : per_block ? "(batch, num_blocks, heads)" : "(batch, heads)";
-  HFA_RETURN_IF_ERROR(detail::check_tensor_form("scale", &scale, per_tensor ? 1 : per_block ? 3 : 2,
+  const char* layout = per_tensor  ? "(1)"
+                       : per_block ? "(batch, num_blocks, heads)"
+                                   : "(batch, heads)";
+  HFA_RETURN_IF_ERROR(detail::check_tensor_form("scale", &scale,
+                                                per_tensor  ? 1
+                                                : per_block ? 3
+                                                            : 2,
                                                 layout, true));
-  if (scale.dtype != HFA_F32) return invalid("scale", "expected dtype f32, got ", name_of(scale.dtype));
+  if (scale.dtype != HFA_F32)
+    return invalid("scale", "expected dtype f32, got ", name_of(scale.dtype));
   HFA_RETURN_IF_ERROR(detail::check_same_device("scale", scale, x, "x"));
   p->num_blocks = per_block ? scale.shape[1] : 1;
-  const int64_t blocks = !per_block || p->cu_seqlens ? p->num_blocks
-                                                      : (p->seqlen + o.block_rows - 1) / o.block_rows;
-  const bool fits = per_tensor ? scale.shape[0] == 1
-                               : scale.shape[0] == p->batch && scale.shape[scale.rank - 1] == p->heads &&
-                                     (!per_block || scale.shape[1] == blocks);
+  const int64_t blocks =
+      !per_block || p->cu_seqlens ? p->num_blocks : (p->seqlen + o.block_rows - 1) / o.block_rows;
+  const bool fits = per_tensor
+                        ? scale.shape[0] == 1
+                        : scale.shape[0] == p->batch && scale.shape[scale.rank - 1] == p->heads &&
+                              (!per_block || scale.shape[1] == blocks);
   if (fits) return detail::check_contiguous("scale", scale, layout);
-  if (per_tensor) return invalid("scale", "expected shape (1), got ", detail::tensor_shape_string(scale));
+  if (per_tensor)
+    return invalid("scale", "expected shape (1), got ", detail::tensor_shape_string(scale));
   const std::string expected =
-      !per_block ? detail::cat("(", p->batch, ", ", p->heads, ") (batch, heads)")
-                 : detail::cat("(", p->batch, ", ", p->cu_seqlens ? "num_blocks" : detail::cat(blocks),
-                               ", ", p->heads, ") (batch, blocks of ", o.block_rows, " rows, heads)");
-  return invalid("scale", "expected shape ", expected, ", got ", detail::tensor_shape_string(scale));
+      !per_block
+          ? detail::cat("(", p->batch, ", ", p->heads, ") (batch, heads)")
+          : detail::cat("(", p->batch, ", ", p->cu_seqlens ? "num_blocks" : detail::cat(blocks),
+                        ", ", p->heads, ") (batch, blocks of ", o.block_rows, " rows, heads)");
+  return invalid("scale", "expected shape ", expected, ", got ",
+                 detail::tensor_shape_string(scale));
 }
 
 Status check_signs(const Tensor* signs, const Tensor& x, int64_t d) {
@@ -99,8 +109,10 @@ Status check_signs(const Tensor* signs, const Tensor& x, int64_t d) {
                    name_of(signs->dtype), " ", detail::tensor_shape_string(*signs));
   HFA_RETURN_IF_ERROR(detail::check_same_device("signs", *signs, x, "x"));
   if (!quant::hadamard_supports(d))
-    return detail::not_supported("signs: the Hadamard rotation takes headdim 64, 128 or 256, "
-                                 "x has ", d);
+    return detail::not_supported(
+        "signs: the Hadamard rotation takes headdim 64, 128 or 256, "
+        "x has ",
+        d);
   return Status::ok();
 }
 
@@ -133,7 +145,8 @@ bool rows_aligned(const Tensor& t, int64_t element_bytes, int64_t alignment) {
 Status check_gpu_support(const Tensor& x, const Tensor& codes, int64_t d) {
   if (!quant::hadamard_supports(d))
     return detail::not_supported("x: headdim ", d, " on a GPU (64, 128 or 256)");
-  if (!rows_aligned(x, static_cast<int64_t>(dtype_size(static_cast<DType>(x.dtype))), kGpuAlignment))
+  if (!rows_aligned(x, static_cast<int64_t>(dtype_size(static_cast<DType>(x.dtype))),
+                    kGpuAlignment))
     return detail::not_supported("x: on a GPU its rows must start at ", kGpuAlignment,
                                  "-byte aligned addresses and strides");
   if (!rows_aligned(codes, 1, kGpuAlignment))
@@ -196,13 +209,15 @@ Status quantize_fp8(const Tensor& x, const Tensor& codes, const Tensor& scale,
 Status hadamard_signs(uint64_t seed, const Tensor& signs, void* stream) {
   return detail::guarded("hadamard_signs", [&]() -> Status {
     HFA_RETURN_IF_ERROR(detail::check_tensor_form("signs", &signs, 1, "(d)", true));
-    if (signs.dtype != HFA_F32) return invalid("signs", "expected dtype f32, got ", name_of(signs.dtype));
+    if (signs.dtype != HFA_F32)
+      return invalid("signs", "expected dtype f32, got ", name_of(signs.dtype));
     HFA_RETURN_IF_ERROR(detail::check_device_usable("signs", signs));
     const int64_t count = signs.shape[0];
     auto* data = static_cast<float*>(signs.data);
     if (count == 0) return Status::ok();
     if (signs.device == HFA_CUDA)
-      return detail::sm90_hadamard_signs(seed, data, count, Device::cuda(signs.device_index), stream);
+      return detail::sm90_hadamard_signs(seed, data, count, Device::cuda(signs.device_index),
+                                         stream);
     for (int64_t i = 0; i < count; ++i) data[i] = quant::hadamard_sign(seed, i);
     return Status::ok();
   });

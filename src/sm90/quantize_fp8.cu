@@ -164,8 +164,10 @@ __global__ void __launch_bounds__(kOnePassMaxWarps * 32)
 #pragma unroll
   for (int s = 0; s < kLoadSteps; ++s) {
     row[s] = first + (int64_t{s} * warps + warp) * kRows + lane.slot;
-    if (row[s] < end) load_slice(p, p.offset(p.x_stride, b, row[s], h) + lane.column, v[s]);
-    else for (float& x : v[s]) x = 0.0f;
+    if (row[s] < end)
+      load_slice(p, p.offset(p.x_stride, b, row[s], h) + lane.column, v[s]);
+    else
+      for (float& x : v[s]) x = 0.0f;
   }
   uint32_t largest = 0;
 #pragma unroll
@@ -184,8 +186,9 @@ __global__ void __launch_bounds__(kOnePassMaxWarps * 32)
   __syncthreads();
 #pragma unroll
   for (int s = 0; s < kLoadSteps; ++s)
-    if (row[s] < end) store_codes(p.codes + p.offset(p.codes_stride, b, row[s], h) + lane.column,
-                                  v[s], group_scale);
+    if (row[s] < end)
+      store_codes(p.codes + p.offset(p.codes_stride, b, row[s], h) + lane.column, v[s],
+                  group_scale);
 }
 
 // --- two passes: warps over chunks of rows of one head --------------------------------------
@@ -201,8 +204,10 @@ struct Cursor {
       int64_t lo = 0, hi = p.batch - 1;
       while (lo < hi) {
         const int64_t mid = (lo + hi + 1) / 2;
-        if (p.cu_seqlens[mid] <= t) lo = mid;
-        else hi = mid - 1;
+        if (p.cu_seqlens[mid] <= t)
+          lo = mid;
+        else
+          hi = mid - 1;
       }
       b = lo;
     }
@@ -242,11 +247,13 @@ __device__ __forceinline__ void walk_chunk(const Fp8QuantizeProblem& p, int64_t 
       r.b = cursor.b;
       r.i = t - p.first_row(r.b);
       // Past the end, or (varlen, out of contract) past scale's blocks: skipped, never written.
-      r.live = t < p.total && (p.granularity != Fp8Granularity::per_block ||
-                               r.i / p.block_rows < p.num_blocks);
+      r.live = t < p.total &&
+               (p.granularity != Fp8Granularity::per_block || r.i / p.block_rows < p.num_blocks);
       r.group = r.live ? p.group(r.b, r.i, h) : -1;
-      if (r.live) load_slice(p, p.offset(p.x_stride, r.b, r.i, h) + lane.column, v[s]);
-      else for (float& x : v[s]) x = 0.0f;
+      if (r.live)
+        load_slice(p, p.offset(p.x_stride, r.b, r.i, h) + lane.column, v[s]);
+      else
+        for (float& x : v[s]) x = 0.0f;
     }
 #pragma unroll
     for (int s = 0; s < kLoadSteps; ++s) {
@@ -322,7 +329,8 @@ unsigned blocks_for(int64_t count) {
 
 Status launched(const char* what) {
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    return {Code::cuda, std::string("sm90 FP8 quantization: ") + what + ": " + cudaGetErrorString(e)};
+    return {Code::cuda,
+            std::string("sm90 FP8 quantization: ") + what + ": " + cudaGetErrorString(e)};
   return Status::ok();
 }
 
@@ -335,8 +343,8 @@ Status clear_maxima(const Fp8QuantizeProblem& p, cudaStream_t stream) {
 }
 
 Status finish_scales(const Fp8QuantizeProblem& p, cudaStream_t stream) {
-  finish_scales_kernel<<<blocks_for(p.scale_count()), kSmallThreads, 0, stream>>>(
-      p.scale, p.scale_count());
+  finish_scales_kernel<<<blocks_for(p.scale_count()), kSmallThreads, 0, stream>>>(p.scale,
+                                                                                  p.scale_count());
   return launched("scales");
 }
 
@@ -355,7 +363,8 @@ Status two_passes(const Fp8QuantizeProblem& p, cudaStream_t stream) {
   const int64_t items = (p.total + kChunkRows - 1) / kChunkRows * p.heads;
   const int64_t blocks = (items + kTwoPassWarps - 1) / kTwoPassWarps;
   if (blocks > kMaxGrid)
-    return detail::not_supported("x: ", p.total, " rows × ", p.heads, " heads above the GPU "
+    return detail::not_supported("x: ", p.total, " rows × ", p.heads,
+                                 " heads above the GPU "
                                  "quantization's grid");
   HFA_RETURN_IF_ERROR(clear_maxima(p, stream));
   amax_kernel<D><<<unsigned(blocks), kTwoPassWarps * 32, 0, stream>>>(p, items);

@@ -119,9 +119,9 @@ Inputs make_inputs(const Case& c, uint64_t seed) {
   Inputs in{c, {}, {0}, {}};
   const int64_t batch = static_cast<int64_t>(c.lengths.size());
   for (int32_t n : c.lengths) in.cu.push_back(in.cu.back() + n);
-  const std::vector<int64_t> shape =
-      c.varlen ? std::vector<int64_t>{total_of(c), c.heads, c.d}
-               : std::vector<int64_t>{batch, c.lengths[0], c.heads, c.d};
+  const std::vector<int64_t> shape = c.varlen
+                                         ? std::vector<int64_t>{total_of(c), c.heads, c.d}
+                                         : std::vector<int64_t>{batch, c.lengths[0], c.heads, c.d};
   in.x = HostTensor(c.dtype, shape, c.padding);
   fill(in.x, c, seed);
   if (c.rotate) in.signs = signs_for(c.d, seed);
@@ -189,11 +189,13 @@ void expect_matches_reference(Inputs& in) {
         rows.push_back(reference_row(in, in.cu[b] + i, h));
         for (float v : rows.back())
           amax[group(b, i, h)] = std::isnan(v) || std::isnan(amax[group(b, i, h)])
-                                     ? NAN : std::max(amax[group(b, i, h)], std::fabs(v));
+                                     ? NAN
+                                     : std::max(amax[group(b, i, h)], std::fabs(v));
       }
   for (std::size_t g = 0; g < amax.size(); ++g) {
     const float want = reference_scale(amax[g]);
-    ASSERT_TRUE(std::memcmp(&want, &got.scale[g], 4) == 0 || (std::isnan(want) && std::isnan(got.scale[g])))
+    ASSERT_TRUE(std::memcmp(&want, &got.scale[g], 4) == 0 ||
+                (std::isnan(want) && std::isnan(got.scale[g])))
         << "group " << g << ": scale " << got.scale[g] << ", reference " << want;
   }
   const auto mags = quant::test::finite_magnitudes(quant::test::kE4M3Spec);
@@ -327,7 +329,8 @@ TEST(Hadamard, IsOrthogonal) {
     const auto q = normal_row(d, 3, 11), k = normal_row(d, 4, 13);
     const auto rq = rotated(q, signs), rk = rotated(k, signs);
     double dot = 0, rotated_dot = 0;
-    for (int64_t i = 0; i < d; ++i) dot += double(q[i]) * k[i], rotated_dot += double(rq[i]) * rk[i];
+    for (int64_t i = 0; i < d; ++i)
+      dot += double(q[i]) * k[i], rotated_dot += double(rq[i]) * rk[i];
     EXPECT_NEAR(rotated_dot, dot, 1e-6 * norm_of(q) * norm_of(k)) << "q·kᵀ kept, d " << d;
     EXPECT_NEAR(norm_of(rq), norm_of(q), 1e-6 * norm_of(q));
   }
@@ -369,8 +372,10 @@ struct Call {
     o.signs = &sg;
   }
   bool untouched() const {
-    for (uint8_t c : codes) if (c != 0xee) return false;
-    for (float s : scale) if (s != -7.0f) return false;
+    for (uint8_t c : codes)
+      if (c != 0xee) return false;
+    for (float s : scale)
+      if (s != -7.0f) return false;
     return true;
   }
 };
@@ -399,22 +404,27 @@ TEST(QuantizeFp8Args, EachBadArgumentIsNamed) {
                   "block_rows: 4: only per-block");
   expect_rejected([](Call& c) { c.xt.dtype = HFA_I32; }, bad, "x: expected dtype f32, f16 or bf16");
   expect_rejected([](Call& c) { c.xt.rank = 3; }, bad, "x: expected rank 4");
-  expect_rejected([](Call& c) { c.xt.stride[3] = 2; }, bad, "x: the last dim must have unit stride");
+  expect_rejected([](Call& c) { c.xt.stride[3] = 2; }, bad,
+                  "x: the last dim must have unit stride");
   expect_rejected([](Call& c) { c.ct.dtype = HFA_E5M2; }, bad, "codes: expected dtype e4m3");
   expect_rejected([](Call& c) { c.ct.shape[2] = 1; }, bad, "codes: expected shape (2, 8, 2, 64)");
   expect_rejected([](Call& c) { c.ct.stride[1] = 0; }, bad, "codes: zero stride");
-  expect_rejected([](Call& c) { c.ct.device = HFA_CUDA; }, bad, "codes: on cuda:0, expected cpu (as x)");
+  expect_rejected([](Call& c) { c.ct.device = HFA_CUDA; }, bad,
+                  "codes: on cuda:0, expected cpu (as x)");
   expect_rejected([](Call& c) { c.st.shape[1] = 3; }, bad,
                   "scale: expected shape (2, 2, 2) (batch, blocks of 4 rows, heads)");
   expect_rejected([](Call& c) { c.st.dtype = HFA_F16; }, bad, "scale: expected dtype f32");
   expect_rejected([](Call& c) { c.st.stride[0] = 8; }, bad, "scale: must be contiguous");
-  expect_rejected([](Call& c) { c.o.granularity = Fp8Granularity::per_tensor; c.o.block_rows = 0; },
-                  bad, "scale: expected rank 1");
+  expect_rejected(
+      [](Call& c) {
+        c.o.granularity = Fp8Granularity::per_tensor;
+        c.o.block_rows = 0;
+      },
+      bad, "scale: expected rank 1");
   expect_rejected([](Call& c) { c.sg.shape[0] = 32; }, bad, "signs: expected f32 of shape (64)");
   expect_rejected([](Call& c) { c.signs[5] = 0.5f; }, bad, "signs: element 5 is 0.5");
-  expect_rejected([](Call& c) {
-    c.xt.shape[3] = c.ct.shape[3] = c.sg.shape[0] = 48;
-  }, Code::not_supported, "signs: the Hadamard rotation takes headdim 64, 128 or 256");
+  expect_rejected([](Call& c) { c.xt.shape[3] = c.ct.shape[3] = c.sg.shape[0] = 48; },
+                  Code::not_supported, "signs: the Hadamard rotation takes headdim 64, 128 or 256");
 }
 
 TEST(QuantizeFp8Args, VarlenOffsetsAndBlocksAreChecked) {
@@ -424,14 +434,31 @@ TEST(QuantizeFp8Args, VarlenOffsetsAndBlocksAreChecked) {
     c.o.cu_seqlens = &c.cut;
   };
   const Code bad = Code::invalid_argument;
-  expect_rejected([&](Call& c) { varlen(c); c.cu[1] = 9; c.cu[2] = 8; }, bad,
-                  "cu_seqlens: must not decrease");
-  expect_rejected([&](Call& c) { varlen(c); c.cu[2] = 15; }, bad,
-                  "cu_seqlens: last element 15 must equal x's total_tokens 16");
-  expect_rejected([&](Call& c) { varlen(c); c.cu[1] = 2; }, bad,
-                  "scale: 2 blocks of 4 rows hold 8 rows, but sequence 1 has 14");
-  expect_rejected([&](Call& c) { varlen(c); c.cut.dtype = HFA_F32; }, bad,
-                  "cu_seqlens: expected dtype i32");
+  expect_rejected(
+      [&](Call& c) {
+        varlen(c);
+        c.cu[1] = 9;
+        c.cu[2] = 8;
+      },
+      bad, "cu_seqlens: must not decrease");
+  expect_rejected(
+      [&](Call& c) {
+        varlen(c);
+        c.cu[2] = 15;
+      },
+      bad, "cu_seqlens: last element 15 must equal x's total_tokens 16");
+  expect_rejected(
+      [&](Call& c) {
+        varlen(c);
+        c.cu[1] = 2;
+      },
+      bad, "scale: 2 blocks of 4 rows hold 8 rows, but sequence 1 has 14");
+  expect_rejected(
+      [&](Call& c) {
+        varlen(c);
+        c.cut.dtype = HFA_F32;
+      },
+      bad, "cu_seqlens: expected dtype i32");
   Call ok;
   varlen(ok);
   EXPECT_TRUE(quantize_fp8(ok.xt, ok.ct, ok.st, ok.o).is_ok());

@@ -41,8 +41,9 @@ std::vector<int64_t> scale_shape(const Case& c, int64_t batch, int64_t longest) 
 }
 
 HostTensor make_x(const Case& c, int64_t total, int64_t batch) {
-  HostTensor x(c.dtype, c.varlen ? std::vector<int64_t>{total, kHeads, c.d}
-                                 : std::vector<int64_t>{batch, total / batch, kHeads, c.d},
+  HostTensor x(c.dtype,
+               c.varlen ? std::vector<int64_t>{total, kHeads, c.d}
+                        : std::vector<int64_t>{batch, total / batch, kHeads, c.d},
                /*padding=*/16);
   x.fill_normal(17);
   std::mt19937 rng(3);
@@ -76,8 +77,7 @@ Bytes run(const Case& c, const HostTensor& x, std::vector<int32_t> cu,
   st.data = at(dscale, out.scale), st.dtype = HFA_F32, st.rank = int32_t(scale_dims.size());
   for (int dim = st.rank - 1, stride = 1; dim >= 0; stride *= int(scale_dims[dim]), --dim)
     st.shape[dim] = scale_dims[dim], st.stride[dim] = stride;
-  const Tensor cut = make_tensor(at(dcu, cu), DType::i32,
-                                 {int64_t(cu.size())}, {}, device);
+  const Tensor cut = make_tensor(at(dcu, cu), DType::i32, {int64_t(cu.size())}, {}, device);
   const Tensor sg = make_tensor(at(dsigns, signs), DType::f32, {c.d}, {}, device);
   EXPECT_TRUE(hadamard_signs(99, sg).is_ok());
   QuantizeFp8Options o;
@@ -89,10 +89,12 @@ Bytes run(const Case& c, const HostTensor& x, std::vector<int32_t> cu,
   EXPECT_TRUE(s.is_ok()) << s.message();
   if (gpu) {
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(out.codes.data(), dcodes.get<void>(), out.codes.size(), cudaMemcpyDeviceToHost),
-              cudaSuccess);
+    EXPECT_EQ(
+        cudaMemcpy(out.codes.data(), dcodes.get<void>(), out.codes.size(), cudaMemcpyDeviceToHost),
+        cudaSuccess);
     EXPECT_EQ(cudaMemcpy(out.scale.data(), dscale.get<void>(), out.scale.size() * 4,
-                         cudaMemcpyDeviceToHost), cudaSuccess);
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
   }
   return out;
 }
@@ -102,7 +104,8 @@ TEST(Sm90QuantizeFp8, GpuWritesTheCpuBytes) {
   const auto per_block = Fp8Granularity::per_block;
   int cases = 0;
   for (auto g : {Fp8Granularity::per_tensor, Fp8Granularity::per_head, per_block})
-    for (int32_t block : g == per_block ? std::vector<int32_t>{1, 128, 100, 600} : std::vector<int32_t>{0})
+    for (int32_t block :
+         g == per_block ? std::vector<int32_t>{1, 128, 100, 600} : std::vector<int32_t>{0})
       for (bool rotate : {false, true})
         for (bool varlen : {false, true})
           for (int64_t d : {64, 128, 256}) {
@@ -115,9 +118,9 @@ TEST(Sm90QuantizeFp8, GpuWritesTheCpuBytes) {
             const auto dims = scale_shape(c, batch, varlen ? 700 : 300);
             const Bytes cpu = run(c, x, cu, dims, Device::cpu());
             const Bytes gpu = run(c, x, cu, dims, Device::cuda());
-            SCOPED_TRACE(testing::Message() << "granularity " << int(g) << " block " << block
-                                            << " rotate " << rotate << " varlen " << varlen
-                                            << " d " << d);
+            SCOPED_TRACE(testing::Message()
+                         << "granularity " << int(g) << " block " << block << " rotate " << rotate
+                         << " varlen " << varlen << " d " << d);
             ASSERT_EQ(std::memcmp(cpu.scale.data(), gpu.scale.data(), cpu.scale.size() * 4), 0);
             for (std::size_t i = 0; i < cpu.codes.size(); ++i)
               ASSERT_EQ(int(cpu.codes[i]), int(gpu.codes[i])) << "code " << i;
@@ -131,7 +134,8 @@ TEST(Sm90QuantizeFp8, GpuSignsAreTheCpuSigns) {
   std::vector<float> cpu(1000), gpu(1000);
   DeviceBuffer d(gpu.size() * 4);
   ASSERT_TRUE(hadamard_signs(7, make_tensor(cpu.data(), DType::f32, {1000})).is_ok());
-  ASSERT_TRUE(hadamard_signs(7, make_tensor(d.get(), DType::f32, {1000}, {}, Device::cuda())).is_ok());
+  ASSERT_TRUE(
+      hadamard_signs(7, make_tensor(d.get(), DType::f32, {1000}, {}, Device::cuda())).is_ok());
   HFA_CUDA_OK(d.download(gpu));
   EXPECT_EQ(cpu, gpu);
 }
@@ -148,8 +152,8 @@ TEST(Sm90QuantizeFp8, GpuRejectsWhatItCannotTake) {
   EXPECT_EQ(s.message(), "x: headdim 96 on a GPU (64, 128 or 256)");
   const Tensor shifted = make_tensor(static_cast<uint8_t*>(codes.get()) + 8, DType::e4m3,
                                      {1, 4, 1, 64}, {}, Device::cuda());
-  s = quantize_fp8(make_tensor(x.get(), DType::f32, {1, 4, 1, 64}, {}, Device::cuda()), shifted,
-                   st, o);
+  s = quantize_fp8(make_tensor(x.get(), DType::f32, {1, 4, 1, 64}, {}, Device::cuda()), shifted, st,
+                   o);
   EXPECT_EQ(s.code(), Code::not_supported);
   EXPECT_EQ(s.message().rfind("codes: on a GPU its rows must start at 16-byte", 0), 0u);
 }
