@@ -294,6 +294,52 @@ HFA_API hfa_status hfa_quantize_kv(const hfa_tensor* x, const hfa_tensor* codes,
 HFA_API hfa_status hfa_dequantize_kv(const hfa_tensor* codes, const hfa_tensor* scale,
                                      const hfa_tensor* out, const hfa_quantize_options* options);
 
+/* Quantizing attention inputs (q, k, v) to FP8 E4M3 for the FP8 forward, whose descales they
+ * are: value = code · scale. Optionally rotated first (incoherent processing, FlashAttention-3
+ * §3.3): y = H_d · diag(signs) · x_row / sqrt(d) over the head dim, H_d the Walsh–Hadamard
+ * matrix, so outliers spread across the row. Rotate q and k with the same signs: Q·Kᵀ is
+ * unchanged in exact arithmetic (the rotation is orthogonal). Never rotate v (the output would
+ * come out rotated).
+ *
+ * x: (batch, seqlen, heads, d), or with options->cu_seqlens (varlen) (total, heads, d); f32, f16
+ * or bf16, unit last stride. codes: HFA_E4M3, x's shape, unit last stride. scale: fp32,
+ * contiguous, one per group, in the FP8 forward's descale shapes:
+ *   - HFA_FP8_PER_TENSOR: (1).
+ *   - HFA_FP8_PER_HEAD: (batch, heads), batch = the number of sequences when varlen.
+ *   - HFA_FP8_PER_BLOCK: (batch, num_blocks, heads), blocks of block_rows rows counted from each
+ *     sequence's first row; num_blocks = ceil(seqlen / block_rows), or, varlen, at least every
+ *     sequence's blocks (blocks beyond a sequence's rows get scale 1).
+ * scale = amax(|y| over the group) / 448, at least 2^-126; a group of zeros gets 1 (never 0: a
+ * zero descale would turn every value into 0 and hide the error), one holding inf or NaN NaN.
+ * code = e4m3(y / scale), rounded to nearest even, saturating at ±448 (src/quant). The CPU and a
+ * GPU write the same bytes (the butterfly order is fixed: src/quant/hadamard.hpp).
+ * On a GPU: d of 64, 128 or 256, x and code rows at 16-byte aligned addresses and strides; the
+ * call is queued on options->stream (no allocation, no synchronization). cu_seqlens values are
+ * checked on the CPU only (as everywhere); signs must be ±1 (checked on the CPU; a GPU reads
+ * only their sign bits). */
+typedef enum hfa_fp8_granularity {
+  HFA_FP8_PER_TENSOR = 1,
+  HFA_FP8_PER_HEAD = 2,
+  HFA_FP8_PER_BLOCK = 3
+} hfa_fp8_granularity;
+
+typedef struct hfa_quantize_fp8_options {
+  hfa_fp8_granularity granularity;
+  int32_t block_rows;           /* HFA_FP8_PER_BLOCK only: rows per block, >= 1; else 0 */
+  const hfa_tensor* cu_seqlens; /* varlen: int32, contiguous (batch + 1), on x's device; NULL */
+  const hfa_tensor* signs;      /* rotation: fp32, contiguous (d) of ±1; NULL = no rotation.
+                                   d must then be 64, 128 or 256 */
+  void* stream;                 /* cudaStream_t for CUDA tensors; ignored on the CPU */
+} hfa_quantize_fp8_options;
+
+/* codes and scale are written. options is required (it names the granularity). */
+HFA_API hfa_status hfa_quantize_fp8(const hfa_tensor* x, const hfa_tensor* codes,
+                                    const hfa_tensor* scale,
+                                    const hfa_quantize_fp8_options* options);
+/* Fills signs (fp32, contiguous (d), CPU or CUDA) with ±1: element i is the sign of the i-th
+ * splitmix64 output after `seed`, the same on every device. A CUDA call is queued on stream. */
+HFA_API hfa_status hfa_hadamard_signs(uint64_t seed, const hfa_tensor* signs, void* stream);
+
 /* The message of the last failed call on this thread ("" if none). */
 HFA_API const char* hfa_last_error(void);
 HFA_API const char* hfa_status_name(hfa_status status);

@@ -178,6 +178,26 @@ HFA_API Status quantize_kv(const Tensor& x, const Tensor& codes, const Tensor& s
 HFA_API Status dequantize_kv(const Tensor& codes, const Tensor& scale, const Tensor& out,
                              const QuantizeOptions& options);
 
+// See hfa_quantize_fp8 for the shapes and the rule of each scale.
+enum class Fp8Granularity : int32_t {
+  per_tensor = HFA_FP8_PER_TENSOR,
+  per_head = HFA_FP8_PER_HEAD,
+  per_block = HFA_FP8_PER_BLOCK,
+};
+
+struct QuantizeFp8Options {
+  Fp8Granularity granularity = Fp8Granularity::per_tensor;
+  int32_t block_rows = 0;               // per_block only
+  const Tensor* cu_seqlens = nullptr;   // varlen: int32 (batch + 1)
+  const Tensor* signs = nullptr;        // Hadamard rotation: fp32 (d) of ±1; null = none
+  void* stream = nullptr;               // cudaStream_t
+};
+
+// See hfa_quantize_fp8 / hfa_hadamard_signs.
+HFA_API Status quantize_fp8(const Tensor& x, const Tensor& codes, const Tensor& scale,
+                            const QuantizeFp8Options& options);
+HFA_API Status hadamard_signs(uint64_t seed, const Tensor& signs, void* stream = nullptr);
+
 HFA_API int32_t cuda_device_count();
 
 }  // namespace hfa

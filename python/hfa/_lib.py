@@ -31,6 +31,8 @@ MAX_RANK = 4
 
 # hfa_kv_format: the cache formats of hfa_quantize_kv / hfa_dequantize_kv.
 KV_FORMATS = {"fp8_per_head": 1, "fp8_per_token": 2, "nvfp4": 3, "mxfp4": 4}
+# hfa_fp8_granularity: the scale groups of hfa_quantize_fp8.
+FP8_GRANULARITIES = {"tensor": 1, "head": 2, "block": 3}
 
 
 # --- structs, field for field as in hfa.h (C enums are int-sized) ------------------------------
@@ -112,6 +114,16 @@ class QuantizeOptions(ctypes.Structure):
     ]
 
 
+class QuantizeFp8Options(ctypes.Structure):
+    _fields_ = [
+        ("granularity", ctypes.c_int),
+        ("block_rows", ctypes.c_int32),
+        ("cu_seqlens", ctypes.POINTER(Tensor)),
+        ("signs", ctypes.POINTER(Tensor)),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 def make_tensor(data: int, dtype: int, shape: Sequence[int], stride: Sequence[int],
                 device: int = CPU, device_index: int = 0) -> Tensor:
     """A view over memory the caller owns; strides count elements, not bytes."""
@@ -181,6 +193,8 @@ def _declare(lib: ctypes.CDLL) -> None:
                                                               size_p]),
         "hfa_quantize_kv": (ctypes.c_int, [T, T, T, ctypes.POINTER(QuantizeOptions)]),
         "hfa_dequantize_kv": (ctypes.c_int, [T, T, T, ctypes.POINTER(QuantizeOptions)]),
+        "hfa_quantize_fp8": (ctypes.c_int, [T, T, T, ctypes.POINTER(QuantizeFp8Options)]),
+        "hfa_hadamard_signs": (ctypes.c_int, [ctypes.c_uint64, T, ctypes.c_void_p]),
         "hfa_last_error": (ctypes.c_char_p, []),
         "hfa_status_name": (ctypes.c_char_p, [ctypes.c_int]),
         "hfa_version": (ctypes.c_char_p, []),
@@ -391,6 +405,23 @@ def quantize_kv(x: Tensor, codes: Tensor, scale: Tensor, options: QuantizeOption
 
 def dequantize_kv(codes: Tensor, scale: Tensor, out: Tensor, options: QuantizeOptions) -> None:
     check(library().hfa_dequantize_kv(_ref(codes), _ref(scale), _ref(out), ctypes.byref(options)))
+
+
+def quantize_fp8(x: Tensor, codes: Tensor, scale: Tensor, granularity: int, block_rows: int,
+                 cu_seqlens: Optional[Tensor], signs: Optional[Tensor], stream=None) -> None:
+    o = QuantizeFp8Options()
+    o.granularity = granularity
+    o.block_rows = block_rows
+    if cu_seqlens is not None:
+        o.cu_seqlens = ctypes.pointer(cu_seqlens)
+    if signs is not None:
+        o.signs = ctypes.pointer(signs)
+    o.stream = stream
+    check(library().hfa_quantize_fp8(_ref(x), _ref(codes), _ref(scale), ctypes.byref(o)))
+
+
+def hadamard_signs(seed: int, signs: Tensor, stream=None) -> None:
+    check(library().hfa_hadamard_signs(ctypes.c_uint64(seed), _ref(signs), stream))
 
 
 def version() -> str:

@@ -10,6 +10,9 @@ same values, in the dtypes flash_attn_with_kvcache reads (see hfa._kvcache):
                                                 with global_scale (1,) float32 given
   mxfp4          (..., heads_kv, d / 2) uint8   (..., heads_kv, d / 32) uint8 (ue8m0), computed
 e4m3 codes are uint8 for numpy, torch.float8_e4m3fn for torch (uint8 where torch lacks it).
+
+quantize_fp8 / hadamard_signs over hfa_quantize_fp8 / hfa_hadamard_signs: q, k, v as e4m3 codes
+with float32 descales for the FP8 forward (flash_attn_func's q_descale= ... ), torch only.
 """
 
 from __future__ import annotations
@@ -103,6 +106,81 @@ def dequantize_kv(codes, scale, format, *, global_scale=None, dtype=None):
                        fe.view(scale, "scale", _SCALE_CODES[format], keep),
                        fe.view(out, "out", fe.float_code(out), keep), options)
     return out
+
+
+def hadamard_signs(d, seed=0, device="cpu"):
+    """(d,) float32 torch tensor of +-1 on `device`: the signs of the randomized Hadamard
+    rotation, the same on every device for a seed (splitmix64, hfa_hadamard_signs)."""
+    import torch
+    d, seed = int(d), int(seed)
+    if d < 1:
+        raise ValueError(f"d: expected at least 1, got {d}")
+    if not 0 <= seed < 2 ** 64:
+        raise ValueError(f"seed: expected an integer in [0, 2**64), got {seed}")
+    signs = torch.empty(d, dtype=torch.float32, device=device)
+    fe = _torch_side()
+    _lib.hadamard_signs(seed, fe.view(signs, "signs", _lib.F32, []), fe.stream(signs))
+    return signs
+
+
+def _fp8_scale_shape(granularity, block, x, cu_seqlens):
+    """The FP8 forward's descale shape for this granularity (hfa.h, hfa_quantize_fp8)."""
+    if granularity == "tensor":
+        return (1,)
+    varlen = cu_seqlens is not None
+    batch = int(cu_seqlens.numel()) - 1 if varlen else int(x.shape[0])
+    heads = int(x.shape[-2])
+    if granularity == "head":
+        return (batch, heads)
+    if varlen:
+        longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max()) if batch > 0 else 0
+    else:
+        longest = int(x.shape[1])
+    return (batch, -(-longest // block), heads)
+
+
+def quantize_fp8(x, granularity="tensor", block=128, hadamard=False, signs=None, seed=0,
+                 cu_seqlens=None):
+    """(codes, scales) of a torch tensor x for the FP8 forward: value = code * scale.
+
+    x: (batch, seqlen, heads, d), or (total, heads, d) with int32 cu_seqlens (batch + 1);
+    float32, float16 or bfloat16, CPU or CUDA. codes: torch.float8_e4m3fn of x's shape. scales:
+    float32 in the forward's descale shapes: "tensor" (1,), "head" (batch, heads), "block"
+    (batch, ceil(longest sequence / block), heads) with blocks of `block` rows counted from each
+    sequence's first row (pass descale_block_q= / descale_block_kv= = block). scale =
+    amax / 448 over the group, 1 for an all-zero group.
+    hadamard=True (or signs given): rotate every row by H_d · diag(signs) / sqrt(d) first, d 64,
+    128 or 256, signs = hadamard_signs(d, seed) unless given. Rotate q and k with the same signs
+    (q·kᵀ is unchanged), never v. The CPU and a GPU return the same bytes."""
+    if granularity not in _lib.FP8_GRANULARITIES:
+        raise ValueError(f"granularity: expected one of {', '.join(_lib.FP8_GRANULARITIES)}, "
+                         f"got {granularity!r}")
+    if not _is_torch(x):
+        raise TypeError(f"x: quantize_fp8 takes a torch tensor, got {type(x).__name__}")
+    import torch
+    fe = _torch_side()
+    x = fe.values(x, "x")
+    want_rank = 3 if cu_seqlens is not None else 4
+    if x.dim() != want_rank:
+        layout = ("(total, heads, d) with cu_seqlens" if cu_seqlens is not None
+                  else "(batch, seqlen, heads, d)")
+        raise ValueError(f"x: expected rank {want_rank} {layout}, got shape {tuple(x.shape)}")
+    block = int(block) if granularity == "block" else 0
+    if granularity == "block" and block < 1:
+        raise ValueError(f"block: expected at least 1, got {block}")
+    if signs is None and hadamard:
+        signs = hadamard_signs(x.shape[-1], seed, x.device)
+    codes = torch.empty(x.shape, dtype=fe.e4m3 or torch.uint8, device=x.device)
+    scales = torch.empty(_fp8_scale_shape(granularity, block, x, cu_seqlens),
+                         dtype=torch.float32, device=x.device)
+    keep = []
+    _lib.quantize_fp8(fe.view(x, "x", fe.float_code(x), keep),
+                      fe.view(codes, "codes", _lib.E4M3, keep),
+                      fe.view(scales, "scale", _lib.F32, keep),
+                      _lib.FP8_GRANULARITIES[granularity], block,
+                      fe.view(cu_seqlens, "cu_seqlens", _lib.I32, keep),
+                      fe.view(signs, "signs", _lib.F32, keep), fe.stream(x))
+    return codes, scales
 
 
 def _code(format):
@@ -201,6 +279,7 @@ def _torch_side():
             byte_types = (torch.uint8,) + tuple(d for d in (self.e4m3, getattr(
                 torch, "float8_e8m0fnu", None)) if d is not None)
             ok = (t.dtype == torch.float32 if code == _lib.F32 else
+                  t.dtype == torch.int32 if code == _lib.I32 else
                   t.dtype in byte_types if code in (_lib.E4M3, _lib.UE8M0, _lib.FP4_E2M1X2) else
                   self.floats.get(t.dtype) == code)
             if not ok:

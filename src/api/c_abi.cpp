@@ -34,6 +34,11 @@ hfa::QuantizeOptions quantize_options_from(const hfa_quantize_options& options) 
   return {static_cast<hfa::KVFormat>(options.format), options.global_scale, options.stream};
 }
 
+hfa::QuantizeFp8Options quantize_fp8_options_from(const hfa_quantize_fp8_options& options) {
+  return {static_cast<hfa::Fp8Granularity>(options.granularity), options.block_rows,
+          options.cu_seqlens, options.signs, options.stream};
+}
+
 // The first null among required tensors, by name, or null when all are present.
 const char* first_null(std::initializer_list<std::pair<const char*, const hfa_tensor*>> args) {
   for (const auto& [name, tensor] : args)
@@ -133,6 +138,23 @@ hfa_status hfa_dequantize_kv(const hfa_tensor* codes, const hfa_tensor* scale,
       return null_argument(name);
     if (options == nullptr) return null_argument("options");
     return hfa::dequantize_kv(*codes, *scale, *out, quantize_options_from(*options));
+  }));
+}
+
+hfa_status hfa_quantize_fp8(const hfa_tensor* x, const hfa_tensor* codes, const hfa_tensor* scale,
+                            const hfa_quantize_fp8_options* options) {
+  return finish(hfa::detail::guarded("hfa_quantize_fp8", [&]() -> hfa::Status {
+    if (const char* name = first_null({{"x", x}, {"codes", codes}, {"scale", scale}}))
+      return null_argument(name);
+    if (options == nullptr) return null_argument("options");  // it names the granularity
+    return hfa::quantize_fp8(*x, *codes, *scale, quantize_fp8_options_from(*options));
+  }));
+}
+
+hfa_status hfa_hadamard_signs(uint64_t seed, const hfa_tensor* signs, void* stream) {
+  return finish(hfa::detail::guarded("hfa_hadamard_signs", [&]() -> hfa::Status {
+    if (signs == nullptr) return null_argument("signs");
+    return hfa::hadamard_signs(seed, *signs, stream);
   }));
 }
 

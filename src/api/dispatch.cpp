@@ -16,6 +16,12 @@ Status sm90_kvcache_workspace_size(const KVCacheProblem&, std::size_t* bytes) {
 Status sm90_quantize_kv(const QuantizeProblem&) {
   return not_supported("KV quantization: this build has no CUDA backend");
 }
+Status sm90_quantize_fp8(const Fp8QuantizeProblem&) {
+  return not_supported("FP8 quantization: this build has no CUDA backend");
+}
+Status sm90_hadamard_signs(uint64_t, float*, int64_t, Device, void*) {
+  return not_supported("Hadamard signs: this build has no CUDA backend");
+}
 #endif
 
 namespace {

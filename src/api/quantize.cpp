@@ -41,12 +41,6 @@ PagedStrides row_strides(const Tensor& t, int rows) {
   return {rows >= 3 ? s[rows - 3] : 0, rows >= 2 ? s[rows - 2] : 0, s[rows - 1]};
 }
 
-Status same_device(const char* name, const Tensor& t, const Tensor& values, const char* values_name) {
-  if (detail::same_device(t, values)) return Status::ok();
-  return invalid(name, "on ", detail::device_name(t), ", expected ", detail::device_name(values),
-                 " (as ", values_name, ")");
-}
-
 // t's first `dims` extents equal values'; `what` says which dims, for the message.
 Status same_rows(const char* name, const Tensor& t, const Tensor& values, const char* values_name,
                  int dims) {
@@ -85,7 +79,7 @@ Status build(const Tensor& values, const Tensor& codes, const Tensor& scale,
   if (codes.dtype != code_dtype)
     return invalid("codes", "expected dtype ", name_of(code_dtype), " for this format, got ",
                    name_of(codes.dtype));
-  HFA_RETURN_IF_ERROR(same_device("codes", codes, values, values_name));
+  HFA_RETURN_IF_ERROR(detail::check_same_device("codes", codes, values, values_name));
   HFA_RETURN_IF_ERROR(same_rows("codes", codes, values, values_name, rows));
   const int64_t code_bytes = fp4 ? d / 2 : d;
   if (codes.shape[rank - 1] != code_bytes)
@@ -104,7 +98,7 @@ Status build(const Tensor& values, const Tensor& codes, const Tensor& scale,
   if (scale.dtype != scale_dtype)
     return invalid("scale", "expected dtype ", name_of(scale_dtype), " for this format, got ",
                    name_of(scale.dtype));
-  HFA_RETURN_IF_ERROR(same_device("scale", scale, values, values_name));
+  HFA_RETURN_IF_ERROR(detail::check_same_device("scale", scale, values, values_name));
   if (per_head) {
     if (scale.shape[0] != values.shape[rows - 1])
       return invalid("scale", "expected shape (", values.shape[rows - 1], ") (heads_kv, as ",
@@ -123,7 +117,7 @@ Status build(const Tensor& values, const Tensor& codes, const Tensor& scale,
     if (g->dtype != HFA_F32 || g->shape[0] != 1)
       return invalid("global_scale", "expected f32 of shape (1), got ", name_of(g->dtype), " ",
                      detail::tensor_shape_string(*g));
-    HFA_RETURN_IF_ERROR(same_device("global_scale", *g, values, values_name));
+    HFA_RETURN_IF_ERROR(detail::check_same_device("global_scale", *g, values, values_name));
     p->side.global_scale = static_cast<const float*>(g->data);
   } else if (o.global_scale != nullptr) {
     return invalid("global_scale", "is only used by NVFP4");

@@ -143,9 +143,11 @@ Status expect_dtype(const char* name, const Tensor& t, hfa_dtype want, const cha
   return invalid(name, "expected dtype ", name_of(want), " (as ", ref, "), got ", name_of(t.dtype));
 }
 
-Status expect_same_device(const char* name, const Tensor& t, const Tensor& q) {
-  if (same_device(t, q)) return Status::ok();
-  return invalid(name, "on ", device_name(t), ", expected ", device_name(q), " (as q)");
+Status expect_same_device(const char* name, const Tensor& t, const Tensor& ref,
+                          const char* ref_name = "q") {
+  if (same_device(t, ref)) return Status::ok();
+  return invalid(name, "on ", device_name(t), ", expected ", device_name(ref), " (as ", ref_name,
+                 ")");
 }
 
 // The inputs' dtype: f32, f16 or bf16 for now.
@@ -430,8 +432,9 @@ Status check_tensor_form(const char* name, const Tensor* t, int32_t rank, const 
   return check_form(name, t, rank, layout, is_output);
 }
 
-Status check_same_device(const char* name, const Tensor& t, const Tensor& q) {
-  return expect_same_device(name, t, q);
+Status check_same_device(const char* name, const Tensor& t, const Tensor& ref,
+                         const char* ref_name) {
+  return expect_same_device(name, t, ref, ref_name);
 }
 
 Status check_supported_head_dim(const char* name, int64_t headdim) {
@@ -456,13 +459,14 @@ Status check_contiguous(const char* name, const Tensor& t, const char* layout) {
 // Varlen offsets: int32, (batch + 1), contiguous, on q's device. On the CPU the values are
 // read and checked too; on a GPU they would need a copy and a sync, so CUDA callers are
 // trusted with the values (the shape, dtype and device are still checked).
-Status check_cu_seqlens_form(const char* name, const Tensor* cu, const Tensor& q) {
+Status check_cu_seqlens_form(const char* name, const Tensor* cu, const Tensor& ref,
+                             const char* ref_name) {
   if (cu == nullptr) return invalid(name, "is null");
   HFA_RETURN_IF_ERROR(check_form(name, cu, 1, "(batch + 1)", false));
   if (cu->dtype != HFA_I32) return invalid(name, "expected dtype i32, got ", name_of(cu->dtype));
   if (cu->shape[0] < 1) return invalid(name, "expected batch + 1 >= 1 elements, got 0");
   if (cu->shape[0] - 1 > kInt32Max) return invalid(name, "batch ", cu->shape[0] - 1, " exceeds int32");
-  return check_same_device(name, *cu, q);
+  return check_same_device(name, *cu, ref, ref_name);
 }
 
 Status check_cu_seqlens_values(const char* name, const int32_t* offsets, int64_t batch,

@@ -45,13 +45,16 @@ Status check_tensor_form(const char* name, const Tensor* t, int32_t rank, const 
 // Row-major contiguous, ignoring the strides of dims with one element (frameworks leave those
 // arbitrary) and every stride of a tensor with no elements.
 Status check_contiguous(const char* name, const Tensor& t, const char* layout);
-Status check_same_device(const char* name, const Tensor& t, const Tensor& q);
+// On the device of ref (named ref_name in the message).
+Status check_same_device(const char* name, const Tensor& t, const Tensor& ref,
+                         const char* ref_name = "q");
 Status check_supported_head_dim(const char* name, int64_t headdim);
 std::string tensor_shape_string(const Tensor& t);
-// Varlen offsets (cu_seqlens): the form (int32, contiguous (batch + 1), on q's device), and the
+// Varlen offsets (cu_seqlens): the form (int32, contiguous (batch + 1), on ref's device), and the
 // values where they can be read (host memory): start at 0, never decrease, each length at most
 // max_len (named max_name; null: no bound), end at total (the token count of total_owner).
-Status check_cu_seqlens_form(const char* name, const Tensor* cu, const Tensor& q);
+Status check_cu_seqlens_form(const char* name, const Tensor* cu, const Tensor& ref,
+                             const char* ref_name = "q");
 Status check_cu_seqlens_values(const char* name, const int32_t* offsets, int64_t batch,
                                int64_t total, const char* total_owner, const char* max_name,
                                int32_t max_len);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "common/kvcache_problem.hpp"
 #include "common/problem.hpp"
@@ -32,6 +33,12 @@ Status sm90_kvcache_workspace_size(const KVCacheProblem& problem, std::size_t* b
 // (src/sm90/decode/quantize.cu).
 Status cpu_quantize_kv(const QuantizeProblem& problem);
 Status sm90_quantize_kv(const QuantizeProblem& problem);
+// hfa_quantize_fp8 on the CPU (src/cpu/quantize_fp8.cpp) and on a Hopper GPU
+// (src/sm90/quantize_fp8.cu), and hfa_hadamard_signs' GPU fill (count fp32 signs at `signs`).
+Status cpu_quantize_fp8(const Fp8QuantizeProblem& problem);
+Status sm90_quantize_fp8(const Fp8QuantizeProblem& problem);
+Status sm90_hadamard_signs(uint64_t seed, float* signs, int64_t count, Device device,
+                           void* stream);
 
 // The Hopper backend (src/sm90); null when this build has no CUDA.
 const Backend* sm90_backend();

@@ -58,6 +58,32 @@ HFA_HD inline float div_rn(float a, float b) {
 #endif
 }
 
+// +, -, ·, / correctly rounded for a hot loop: never fused into an FMA (explicit rounding on
+// the device; a host compiler contracts only a product into a sum), subnormal inputs and
+// results as signed zero. One .ftz instruction on the device, whatever the build's -ftz. Unlike
+// the _rn helpers, a NaN result may have any bits (the device's differ from the host's):
+// callers only compare it or encode it, and the encoders map every NaN to one code.
+enum class FtzOp { add, sub, mul, div };
+
+template <FtzOp op>
+HFA_HD inline float ftz(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  if constexpr (op == FtzOp::add) asm("add.rn.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  if constexpr (op == FtzOp::sub) asm("sub.rn.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  if constexpr (op == FtzOp::mul) asm("mul.rn.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  if constexpr (op == FtzOp::div) asm("div.rn.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  a = canonical(a);
+  b = canonical(b);
+  if constexpr (op == FtzOp::add) return canonical(a + b);
+  if constexpr (op == FtzOp::sub) return canonical(a - b);
+  if constexpr (op == FtzOp::mul) return canonical(a * b);
+  return canonical(a / b);
+#endif
+}
+
 // x · 2^k, exact unless it leaves the normal range: overflow gives ±inf, underflow ±0.
 HFA_HD constexpr float scale_pow2(float x, int k) {
   const uint32_t b = bits_of(canonical(x));
