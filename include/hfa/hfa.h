@@ -100,6 +100,31 @@ typedef struct hfa_options {
    * (heads_q), overwritten: dsinks[h] = -sum over batch and rows of P_sink * rowsum(dO*O),
    * P_sink = exp(sinks[h] - LSE). Needs sinks; NULL: not wanted. */
   const hfa_tensor* dsinks;
+
+  /* Added after the fields above, which keep their offsets. FP8 inputs (forward only): q, k
+   * and v all HFA_E4M3, out HFA_BF16 or HFA_F16 (HFA_F32 too on the CPU), lse fp32 as usual.
+   * The value of a code is code · descale. Each descale is optional (NULL: every scale is 1),
+   * fp32, on the tensors' device, any strides (0 strides broadcast), and one of:
+   *   - rank 1 of extent 1: one scale for the whole tensor;
+   *   - rank 2 (batch, heads_kv): FlashAttention-3's q_descale / k_descale / v_descale, one
+   *     scale per sequence and kv-head (for q, per sequence and GQA group); q_descale may also
+   *     be (batch, heads_q);
+   *   - rank 3 (batch, num_blocks, heads): one scale per block of descale_block_q (for q) or
+   *     descale_block_kv (for k and v) rows counted from each sequence's first row: row r of
+   *     sequence b has the scale of block r / block. heads is heads_q or heads_kv for q,
+   *     heads_kv for k and v; num_blocks >= ceil(seqlen / block), seqlen being seqlen_q or
+   *     seqlen_k (varlen: max_seqlen_q / max_seqlen_k).
+   * batch counts sequences (varlen: cu_seqlens' length - 1). A rank-3 descale needs its block
+   * option > 0, and a block option > 0 needs a rank-3 descale (for descale_block_kv: k's or
+   * v's). On a GPU descale_block_kv must be a multiple of 128, the FP8 kernels' keys per tile
+   * (one scale per tile of keys); otherwise HFA_ERROR_NOT_SUPPORTED. Descales with inputs of
+   * another dtype are an invalid argument. The backward takes no FP8 inputs
+   * (HFA_ERROR_NOT_SUPPORTED). */
+  const hfa_tensor* q_descale;
+  const hfa_tensor* k_descale;
+  const hfa_tensor* v_descale;
+  int32_t descale_block_q;  /* rows per block of a rank-3 q_descale; 0 = none */
+  int32_t descale_block_kv; /* rows (keys) per block of a rank-3 k_descale / v_descale */
 } hfa_options;
 
 HFA_API hfa_options hfa_default_options(void);

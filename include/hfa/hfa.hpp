@@ -93,6 +93,14 @@ struct Options {
   const Tensor* seqused_q = nullptr;
   const Tensor* seqused_k = nullptr;
   const Tensor* dsinks = nullptr;
+
+  // See hfa_options: the descales of FP8 (e4m3) inputs, fp32 of rank 1 (per tensor), 2
+  // (batch, heads) or 3 (batch, num_blocks, heads) with the rows per block below. Null = 1.
+  const Tensor* q_descale = nullptr;
+  const Tensor* k_descale = nullptr;
+  const Tensor* v_descale = nullptr;
+  int32_t descale_block_q = 0;
+  int32_t descale_block_kv = 0;
 };
 
 HFA_API hfa_options to_c(const Options& options);

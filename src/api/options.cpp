@@ -44,6 +44,11 @@ hfa_options to_c(const Options& options) {
   c.seqused_q = options.seqused_q;
   c.seqused_k = options.seqused_k;
   c.dsinks = options.dsinks;
+  c.q_descale = options.q_descale;
+  c.k_descale = options.k_descale;
+  c.v_descale = options.v_descale;
+  c.descale_block_q = options.descale_block_q;
+  c.descale_block_kv = options.descale_block_kv;
   return c;
 }
 
@@ -121,6 +126,11 @@ Options from_c(const hfa_options& c) {
   options.seqused_q = c.seqused_q;
   options.seqused_k = c.seqused_k;
   options.dsinks = c.dsinks;
+  options.q_descale = c.q_descale;
+  options.k_descale = c.k_descale;
+  options.v_descale = c.v_descale;
+  options.descale_block_q = c.descale_block_q;
+  options.descale_block_kv = c.descale_block_kv;
   return options;
 }
 

@@ -17,7 +17,6 @@ namespace {
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 bool is_known_dtype(hfa_dtype d) { return d >= HFA_F32 && d <= HFA_UE8M0; }
-bool is_fp8(hfa_dtype d) { return d == HFA_E4M3 || d == HFA_E5M2; }
 const char* name_of(hfa_dtype d) { return dtype_name(static_cast<DType>(d)); }
 
 // The logical axes of an attention operand. Fixed length: (batch, seqlen, heads, headdim);
@@ -58,10 +57,11 @@ std::string shape_string(const Tensor& t) {
 
 // Checks a tensor on its own: present, the expected rank, a dtype and device hfa knows,
 // non-negative shape; unless it is empty (any strides, null data allowed): non-negative strides,
-// unit stride in the last dim, addressable extent, and data. Outputs also may not have a zero stride over a dim with more than one
-// element (two elements would share an address and the result would depend on write order).
+// unit stride in the last dim (unless `last` says any), addressable extent, and data. Outputs
+// also may not have a zero stride over a dim with more than one element (two elements would
+// share an address and the result would depend on write order).
 Status check_form(const char* name, const Tensor* t, int32_t rank, const char* layout,
-                  bool is_output) {
+                  bool is_output, LastStride last = LastStride::unit) {
   if (t == nullptr) return invalid(name, "is null");
   if (t->rank != rank) return invalid(name, "expected rank ", rank, " ", layout, ", got ", t->rank);
   if (!is_known_dtype(t->dtype)) return invalid(name, "unknown dtype ", static_cast<int>(t->dtype));
@@ -75,7 +75,7 @@ Status check_form(const char* name, const Tensor* t, int32_t rank, const char* l
   for (int d = 0; d < rank; ++d)
     if (t->stride[d] < 0)
       return invalid(name, "negative stride ", t->stride[d], " in dim ", d, " is not supported");
-  if (t->stride[rank - 1] != 1 && t->shape[rank - 1] > 1)
+  if (last == LastStride::unit && t->stride[rank - 1] != 1 && t->shape[rank - 1] > 1)
     return invalid(name, "the last dim must have unit stride, got stride ", t->stride[rank - 1]);
 
   // Every offset a backend computes must fit in int64, and so must the element count.
@@ -150,12 +150,71 @@ Status expect_same_device(const char* name, const Tensor& t, const Tensor& ref,
                  ")");
 }
 
-// The inputs' dtype: f32, f16 or bf16 for now.
-Status check_input_dtype(const Tensor& q) {
-  if (is_fp8(q.dtype))
-    return not_supported("q: fp8 (", name_of(q.dtype), ") inputs are not supported yet");
-  if (q.dtype != HFA_F32 && q.dtype != HFA_F16 && q.dtype != HFA_BF16)
-    return invalid("q", "dtype ", name_of(q.dtype), " is not supported (expected f32, f16 or bf16)");
+// The checked q, k, v (and out when given).
+struct Core {
+  Operand q, k, v, out;
+  bool has_out = false;
+};
+
+// FP8 attention takes q, k and v all in e4m3: a mix names the one that differs from the other
+// two ("v: expected dtype e4m3 (as q and k), got bf16").
+Status check_e4m3_together(const Core& core) {
+  const Operand* inputs[] = {&core.q, &core.k, &core.v};
+  int e4m3 = 0;
+  for (const Operand* op : inputs) e4m3 += op->tensor->dtype == HFA_E4M3;
+  if (e4m3 == 0 || e4m3 == 3) return Status::ok();
+  const bool odd_is_e4m3 = e4m3 == 1;
+  for (int i = 0; i < 3; ++i) {
+    const Operand& odd = *inputs[i];
+    if ((odd.tensor->dtype == HFA_E4M3) != odd_is_e4m3) continue;
+    const char* other_a = inputs[(i + 1) % 3]->name;
+    const char* other_b = inputs[(i + 2) % 3]->name;
+    if (i == 1) std::swap(other_a, other_b);  // "q and v", in argument order
+    if (odd_is_e4m3)
+      return invalid(odd.name, "dtype e4m3, but ", other_a, " and ", other_b,
+                     " are not (FP8 attention takes q, k and v all in e4m3)");
+    return invalid(odd.name, "expected dtype e4m3 (as ", other_a, " and ", other_b, "), got ",
+                   name_of(odd.tensor->dtype));
+  }
+  return Status::ok();
+}
+
+// The inputs' dtype: f32, f16 or bf16 (q, k and v alike), or e4m3 for all three (FP8).
+Status check_input_dtypes(const Core& core) {
+  for (const Operand* op : {&core.q, &core.k, &core.v})
+    if (op->tensor->dtype == HFA_E5M2)
+      return not_supported(op->name, ": e5m2 inputs are not supported (FP8 attention takes e4m3)");
+  HFA_RETURN_IF_ERROR(check_e4m3_together(core));
+  const Tensor& q = *core.q.tensor;
+  if (q.dtype != HFA_F32 && q.dtype != HFA_F16 && q.dtype != HFA_BF16 && q.dtype != HFA_E4M3)
+    return invalid("q", "dtype ", name_of(q.dtype),
+                   " is not supported (expected f32, f16, bf16 or e4m3)");
+  HFA_RETURN_IF_ERROR(expect_dtype("k", *core.k.tensor, q.dtype, "q"));
+  return expect_dtype("v", *core.v.tensor, q.dtype, "q");
+}
+
+// Whether the FP8 kernels of a GPU write `dtype` (kernel_list.def).
+constexpr bool is_compiled_fp8_out(hfa_dtype out) {
+  const hfa_dtype compiled[] = {
+#define HFA_KERNEL_FP8_OUT(dtype, type) static_cast<hfa_dtype>(DType::dtype),
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_FP8_OUT
+  };
+  for (hfa_dtype d : compiled)
+    if (d == out) return true;
+  return false;
+}
+
+// out has the inputs' dtype, but for e4m3 inputs: bf16 or f16 (the GPU's FP8 kernels write
+// those), or f32 on the CPU, whose kernels store any float type.
+Status check_out_dtype(const Tensor& out, const Tensor& q) {
+  if (q.dtype != HFA_E4M3) return expect_dtype("out", out, q.dtype, "q");
+  if (out.dtype != HFA_BF16 && out.dtype != HFA_F16 && out.dtype != HFA_F32)
+    return invalid("out", "expected dtype bf16 or f16 (or f32 on the CPU) for e4m3 inputs, got ",
+                   name_of(out.dtype));
+  if (q.device == HFA_CUDA && !is_compiled_fp8_out(out.dtype))
+    return not_supported("out: dtype ", name_of(out.dtype),
+                         " with e4m3 inputs runs on the CPU only (a GPU writes bf16 or f16)");
   return Status::ok();
 }
 
@@ -167,11 +226,6 @@ Status check_head_dim(const Operand& op) {
 
 // q, k, v (and out when given) agree: batch, lengths, heads, head dims. Checks dtype and
 // device agreement too, and that the device can be used at all.
-struct Core {
-  Operand q, k, v, out;
-  bool has_out = false;
-};
-
 Status check_core(const Tensor* q, const Tensor* k, const Tensor* v, const Tensor* out,
                   bool out_is_output, bool varlen, Core* core) {
   HFA_RETURN_IF_ERROR(check_operand("q", q, varlen, false, &core->q));
@@ -180,11 +234,8 @@ Status check_core(const Tensor* q, const Tensor* k, const Tensor* v, const Tenso
   core->has_out = out != nullptr;
   if (core->has_out) HFA_RETURN_IF_ERROR(check_operand("out", out, varlen, out_is_output, &core->out));
 
-  HFA_RETURN_IF_ERROR(check_input_dtype(*q));
-  HFA_RETURN_IF_ERROR(expect_dtype("k", *k, q->dtype, "q"));
-  HFA_RETURN_IF_ERROR(expect_dtype("v", *v, q->dtype, "q"));
-  // Output dtype = input dtype for 16-bit and f32 inputs (bf16 for fp8, once supported).
-  if (core->has_out) HFA_RETURN_IF_ERROR(expect_dtype("out", *out, q->dtype, "q"));
+  HFA_RETURN_IF_ERROR(check_input_dtypes(*core));
+  if (core->has_out) HFA_RETURN_IF_ERROR(check_out_dtype(*out, *q));
 
   HFA_RETURN_IF_ERROR(expect_same_device("k", *k, *q));
   HFA_RETURN_IF_ERROR(expect_same_device("v", *v, *q));
@@ -344,7 +395,10 @@ void fill_forward(const Core& core, const Varlen& varlen, const Tensor* lse,
   const bool is_varlen = varlen.cu_q != nullptr;
   *p = ForwardProblem{};
   p->dtype = static_cast<DType>(Q.tensor->dtype);
-  p->out_dtype = p->dtype;
+  // A size query has no out: FP8 inputs default to bf16 out, as the Python front ends do.
+  p->out_dtype = core.has_out ? static_cast<DType>(core.out.tensor->dtype)
+                 : p->dtype == DType::e4m3 ? DType::bf16
+                                           : p->dtype;
   p->batch = is_varlen ? varlen.batch : static_cast<int32_t>(Q.extent[kBatch]);
   p->seqlen_q = is_varlen ? options.max_seqlen_q : static_cast<int32_t>(Q.extent[kRows]);
   p->seqlen_k = is_varlen ? options.max_seqlen_k : static_cast<int32_t>(K.extent[kRows]);
@@ -428,8 +482,8 @@ Status check_forward_part(const Tensor* q, const Tensor* k, const Tensor* v, con
 }  // namespace
 
 Status check_tensor_form(const char* name, const Tensor* t, int32_t rank, const char* layout,
-                         bool is_output) {
-  return check_form(name, t, rank, layout, is_output);
+                         bool is_output, LastStride last) {
+  return check_form(name, t, rank, layout, is_output, last);
 }
 
 Status check_same_device(const char* name, const Tensor& t, const Tensor& ref,
@@ -499,7 +553,7 @@ Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardPr
   if (args.lse != nullptr)
     HFA_RETURN_IF_ERROR(check_lse(args.lse, core, batch, varlen.cu_q != nullptr, true));
   fill_forward(core, varlen, args.lse, options, problem);
-  return Status::ok();
+  return attach_descales(options, *args.q, problem);
 }
 
 Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
@@ -520,6 +574,8 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
   Varlen varlen;
   HFA_RETURN_IF_ERROR(
       check_forward_part(args.q, args.k, args.v, args.out, false, options, &core, &varlen));
+  if (args.q->dtype == HFA_E4M3)
+    return not_supported("q: FP8 backward is not supported (e4m3 inputs are forward only)");
   const bool is_varlen = varlen.cu_q != nullptr;
 
   *problem = BackwardProblem{};
@@ -563,7 +619,7 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
   }
   fill_forward(core, varlen, run ? args.lse : nullptr, options, &problem->fwd);
   problem->deterministic = options.deterministic;
-  return Status::ok();
+  return attach_descales(options, *args.q, &problem->fwd);  // rejects any: inputs are not e4m3
 }
 
 Status check_workspace(std::size_t needed, const Options& options) {

@@ -38,10 +38,17 @@ Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardPr
 Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
                               BackwardProblem* problem);
 
-// Single-tensor checks shared with the KV-cache validation (validate_kvcache.cpp); see
-// validate.cpp for what each checks.
+// FP8 descales (validate_descales.cpp): checks them against a problem built from the other
+// arguments and fills its q_descale, k_descale and v_descale.
+Status attach_descales(const Options& options, const Tensor& q, ForwardProblem* problem);
+
+// Whether a tensor's last dim must have unit stride (q, k, v...) or may have any (descales).
+enum class LastStride { unit, any };
+
+// Single-tensor checks shared with the KV-cache validation (validate_kvcache.cpp) and the
+// descales'; see validate.cpp for what each checks.
 Status check_tensor_form(const char* name, const Tensor* t, int32_t rank, const char* layout,
-                         bool is_output);
+                         bool is_output, LastStride last = LastStride::unit);
 // Row-major contiguous, ignoring the strides of dims with one element (frameworks leave those
 // arbitrary) and every stride of a tensor with no elements.
 Status check_contiguous(const char* name, const Tensor& t, const char* layout);

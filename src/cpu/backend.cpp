@@ -14,11 +14,7 @@ bool is_supported(DType dtype) {
   return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
 }
 
-Status check_types(const ForwardProblem& p) {
-  if (!is_supported(p.dtype)) {
-    return {Code::not_supported, std::string("cpu backend: inputs of dtype ") + dtype_name(p.dtype) +
-                                     " are not supported (f32, f16, bf16)"};
-  }
+Status check_out_type(const ForwardProblem& p) {
   if (!is_supported(p.out_dtype)) {
     return {Code::not_supported, std::string("cpu backend: out of dtype ") +
                                      dtype_name(p.out_dtype) + " is not supported"};
@@ -26,7 +22,19 @@ Status check_types(const ForwardProblem& p) {
   return Status::ok();
 }
 
+Status check_types(const ForwardProblem& p) {
+  if (!is_supported(p.dtype)) {
+    return {Code::not_supported, std::string("cpu backend: inputs of dtype ") +
+                                     dtype_name(p.dtype) + " are not supported (f32, f16, bf16)"};
+  }
+  return check_out_type(p);
+}
+
 Status forward(const ForwardProblem& p) {
+  if (p.dtype == DType::e4m3) {  // FP8: forward only, over dequantized copies
+    if (Status status = check_out_type(p); !status) return status;
+    return cpu::fp8_forward(p);
+  }
   if (Status status = check_types(p); !status) return status;
   return cpu::tiled_forward(p);
 }

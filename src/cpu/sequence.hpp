@@ -11,7 +11,9 @@
 
 namespace hfa::cpu {
 
-inline std::size_t element_size(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+inline std::size_t element_size(DType dtype) {
+  return dtype == DType::f32 ? 4 : dtype == DType::e4m3 ? 1 : 2;
+}
 
 // The extent of sequence b: its first token in the (varlen) tensors and its lengths.
 struct Sequence {

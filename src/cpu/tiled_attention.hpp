@@ -9,6 +9,9 @@ namespace hfa::cpu {
 // Writes p.out (in p.out_dtype) and, when not null, p.lse.
 Status tiled_forward(const detail::ForwardProblem& p);
 
+// The same for e4m3 inputs: dequantized with their descales into fp32 first (fp8_forward.cpp).
+Status fp8_forward(const detail::ForwardProblem& p);
+
 // Writes dq, dk, dv in the input dtype from q, k, v, out, lse and dout.
 Status tiled_backward(const detail::BackwardProblem& p);
 

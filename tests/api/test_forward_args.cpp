@@ -103,13 +103,6 @@ TEST(ForwardArgs, UnsupportedDtype) {
   EXPECT_TRUE(ForwardRejected(a, "q", "unknown dtype 42"));
 }
 
-TEST(ForwardArgs, Fp8IsNotSupportedYet) {
-  Attention a;
-  for (Buffer* b : {&a.q, &a.k, &a.v}) b->tensor.dtype = HFA_E4M3;
-  a.out.tensor.dtype = HFA_BF16;
-  EXPECT_TRUE(ForwardRejected(a, "q", "fp8 (e4m3) inputs are not supported yet", Code::not_supported));
-}
-
 TEST(ForwardArgs, NonUnitLastStride) {
   Attention a;
   a.q.tensor.stride[3] = 2;

@@ -20,6 +20,9 @@ namespace hfa::test {
 
 struct AttentionCase {
   DType dtype = DType::f32;
+  // out's dtype when not the inputs' (the FP8 tests: bf16 or f16 out of the f32 values their
+  // e4m3 inputs dequantize to).
+  std::optional<DType> out_dtype;
   int32_t batch = 1;
   int32_t seqlen_q = 1;
   int32_t seqlen_k = 1;
@@ -44,6 +47,7 @@ struct AttentionCase {
   uint64_t seed = 1;
 
   bool is_varlen() const { return !varlen_q.empty(); }
+  DType output_dtype() const { return out_dtype.value_or(dtype); }
   int32_t sequences() const { return is_varlen() ? static_cast<int32_t>(varlen_q.size()) : batch; }
 
   // The window as the backend sees it: causal is window_right = 0.
@@ -52,7 +56,9 @@ struct AttentionCase {
   // A readable, gtest-safe name ([A-Za-z0-9_]).
   std::string name() const {
     std::ostringstream s;
-    s << dtype_name(dtype) << "_b" << sequences();
+    s << dtype_name(dtype);
+    if (out_dtype) s << "_out_" << dtype_name(*out_dtype);
+    s << "_b" << sequences();
     if (!is_varlen()) s << "_q" << seqlen_q << "_k" << seqlen_k;
     s << "_h" << heads_q << "x" << heads_kv << "_d" << hdim_qk;
     if (hdim_v != hdim_qk) s << "v" << hdim_v;
@@ -99,7 +105,7 @@ class AttentionData {
     q = HostTensor(c.dtype, shape(true, c.heads_q, c.hdim_qk), c.padding);
     k = HostTensor(c.dtype, shape(false, c.heads_kv, c.hdim_qk), c.padding);
     v = HostTensor(c.dtype, shape(false, c.heads_kv, c.hdim_v), c.padding);
-    out = HostTensor(c.dtype, shape(true, c.heads_q, c.hdim_v), c.padding);
+    out = HostTensor(c.output_dtype(), shape(true, c.heads_q, c.hdim_v), c.padding);
     dout = HostTensor(c.dtype, shape(true, c.heads_q, c.hdim_v), c.padding);
     dq = HostTensor(c.dtype, shape(true, c.heads_q, c.hdim_qk), c.padding);
     dk = HostTensor(c.dtype, shape(false, c.heads_kv, c.hdim_qk), c.padding);
@@ -135,7 +141,7 @@ class AttentionData {
     const AttentionCase& c = case_;
     detail::ForwardProblem p;
     p.dtype = c.dtype;
-    p.out_dtype = c.dtype;
+    p.out_dtype = c.output_dtype();
     p.batch = c.sequences();
     p.seqlen_q = c.is_varlen() ? max_of(c.varlen_q) : c.seqlen_q;
     p.seqlen_k = c.is_varlen() ? max_of(c.varlen_k) : c.seqlen_k;

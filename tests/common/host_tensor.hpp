@@ -1,5 +1,6 @@
-// A strided tensor in host memory for tests: f32, f16 or bf16 (or i32 for cu_seqlens), filled
-// with fresh random normal values or NaN, read and written by logical (row-major) index.
+// A strided tensor in host memory for tests: f32, f16, bf16 or e4m3 (or i32 for cu_seqlens),
+// filled with fresh random normal values or NaN, read and written by logical (row-major) index.
+// An e4m3 element reads as its decoded value and is written by encoding (src/quant).
 #pragma once
 
 #include <cmath>
@@ -12,6 +13,7 @@
 
 #include "common/half_float.hpp"
 #include "hfa/hfa.hpp"
+#include "quant/e4m3.hpp"
 
 namespace hfa::test {
 
@@ -54,7 +56,10 @@ class HostTensor {
   void* data() { return bytes_.data(); }
   std::size_t storage_bytes() const { return bytes_.size(); }  // padding included
   const void* data() const { return bytes_.data(); }
-  std::size_t element_size() const { return dtype_ == DType::f16 || dtype_ == DType::bf16 ? 2 : 4; }
+  std::size_t element_size() const {
+    if (dtype_ == DType::e4m3) return 1;
+    return dtype_ == DType::f16 || dtype_ == DType::bf16 ? 2 : 4;
+  }
 
   int64_t numel() const {
     int64_t count = 1;
@@ -79,6 +84,7 @@ class HostTensor {
       case DType::i32: return load<int32_t>(at);
       case DType::f16: return detail::fp16_to_float(load<uint16_t>(at));
       case DType::bf16: return detail::bf16_to_float(load<uint16_t>(at));
+      case DType::e4m3: return quant::e4m3_decode(load<uint8_t>(at));
       default: throw std::invalid_argument("HostTensor: unsupported dtype");
     }
   }
@@ -91,6 +97,7 @@ class HostTensor {
       case DType::i32: store(at, static_cast<int32_t>(value)); break;
       case DType::f16: store(at, detail::float_to_fp16(static_cast<float>(value))); break;
       case DType::bf16: store(at, detail::float_to_bf16(static_cast<float>(value))); break;
+      case DType::e4m3: store(at, quant::e4m3_encode(static_cast<float>(value))); break;
       default: throw std::invalid_argument("HostTensor: unsupported dtype");
     }
   }
@@ -147,6 +154,7 @@ class HostTensor {
         case DType::f32: store(at, std::numeric_limits<float>::quiet_NaN()); break;
         case DType::f16: store(at, uint16_t{0x7e00}); break;
         case DType::bf16: store(at, uint16_t{0x7fc0}); break;
+        case DType::e4m3: store(at, static_cast<uint8_t>(quant::E4M3::kNanCode)); break;
         default: break;  // i32: zeros
       }
     }
