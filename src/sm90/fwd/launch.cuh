@@ -21,8 +21,8 @@ inline int heads_per_section(const detail::ForwardProblem& problem, int pack_shi
                              std::size_t l2_bytes) {
   const int tile_heads_per_kv_head = (problem.heads_q / problem.heads_kv) >> pack_shift;
   const std::size_t kv_bytes_per_head = std::size_t(problem.seqlen_k) *
-                                        (problem.hdim_qk + problem.hdim_v) * 2 /
-                                        tile_heads_per_kv_head;
+                                        (problem.hdim_qk + problem.hdim_v) *
+                                        dtype_size(problem.dtype) / tile_heads_per_kv_head;
   const std::size_t budget = l2_bytes / 2;
   return int(std::max<std::size_t>(1, budget / std::max<std::size_t>(1, kv_bytes_per_head)));
 }
