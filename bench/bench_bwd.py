@@ -37,8 +37,8 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (accuracy_of, announce, case_cells, check_grid_args,  # noqa: E402
                       conclude, flops, fmt, grid, markdown, nan_filled_empty, new_result,
-                      ratio, record_cell, skip_reason, under, utc_now, verdict, write_plot,
-                      write_results)
+                      ratio, record_cell, skip_reason, under, utc_now, verdict, worst,
+                      write_plot, write_results)
 
 GRID_HDIMS = [64, 128, 256]
 GRID_SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
@@ -204,11 +204,6 @@ def reference_grads(q, k, v, dout, b, h, causal):
         dk += ds.T @ qh[r] * scale
         dv += p.T @ doh[r]
     return dq, dk, dv
-
-
-def worst(a, b):
-    """max that keeps NaN: a NaN error must fail the check, not vanish."""
-    return b if b != b or b > a else a
 
 
 def grad_errors(grads, tensors, b, heads, causal):

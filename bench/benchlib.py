@@ -174,6 +174,11 @@ def record_cell(result, run, case, impls, t0, variants=({},), checks=("pass",), 
     return bad
 
 
+def worst(a, b):
+    """max that keeps NaN: a NaN error must fail the check, not vanish."""
+    return b if b != b or b > a else a
+
+
 def event_seconds(fn, warmup, reps):
     """Median seconds of fn() over reps calls timed with CUDA events, after warmup calls: for
     calls long enough (milliseconds and up) that do_bench's many repetitions would take too
@@ -226,15 +231,19 @@ def case_cells(case):
             f"{case['batch']}×{case['heads']}"]
 
 
+def table(head, body):
+    """The lines of a markdown table: the header `head`, a row per list of cells in `body`."""
+    return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            + ["| " + " | ".join(cells) + " |" for cells in body])
+
+
 def markdown(title, result, head, body):
     """The result as a markdown document: header, one table row per list of cells in `body`,
     and what did not run."""
     lines = [f"# {title} ({result['date']})", "",
              f"- device: {result['device']}", f"- commit: `{result['commit']}`",
              "- versions: " + ", ".join(f"{k} {v}" for k, v in result["versions"].items()),
-             f"- settings: {result['settings']}", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+             f"- settings: {result['settings']}", ""] + table(head, body)
     if result["skipped"]:
         lines += ["", "Not run:", ""]
         for s in result["skipped"]:
