@@ -29,7 +29,6 @@ with the reason.
     python3 bench/bench_fwd_fp8.py --out DIR [--hdims 128 --seqlens 4096 --granularity-costs]
 """
 
-import argparse
 import math
 import os
 import sys
@@ -37,11 +36,11 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_fwd import GRID_HDIMS, GRID_SEQLENS, cell_case, reference_rows, sample  # noqa: E402
+from bench_fwd import cell_case, reference_rows, sample  # noqa: E402
 from benchlib import (accuracy_of, announce, case_cells, check_grid_args,  # noqa: E402
-                      conclude, first_line, flops, fmt, grid, markdown, nan_filled_empty,
-                      new_result, ratio, record_cell, sci, skip_reason, table, under,
-                      utc_now, verdict, worst, write_plot, write_results)
+                      conclude, first_line, flops, fmt, grid, grid_parser, markdown,
+                      nan_filled_empty, new_result, ratio, record_cell, sci, skip_reason,
+                      table, under, utc_now, verdict, worst, write_plot, write_results)
 
 IMPLS = ["hfa", "hfa_bf16", "cudnn", "fa3"]  # column order
 OWN = ("hfa", "hfa_bf16")
@@ -71,18 +70,7 @@ LONG_KEYS = 16384  # its seqlen_k
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="directory for the .json, .md and .png")
-    p.add_argument("--hdims", type=int, nargs="+", default=GRID_HDIMS)
-    p.add_argument("--seqlens", type=int, nargs="+", default=GRID_SEQLENS)
-    p.add_argument("--causal", choices=["both", "true", "false"], default="both")
-    p.add_argument("--tokens", type=int, default=16384, help="batch = tokens / seqlen")
-    p.add_argument("--head-budget", type=int, default=2048, help="heads = head_budget / hdim")
-    p.add_argument("--impls", nargs="+", choices=IMPLS, default=IMPLS)
-    p.add_argument("--tag", default=None, help="file name tag (default: e4m3)")
-    p.add_argument("--warmup", type=float, default=25, help="do_bench warmup, ms")
-    p.add_argument("--rep", type=float, default=100, help="do_bench repetitions, ms")
+    p = grid_parser(__doc__, IMPLS, tag_default="e4m3")
     p.add_argument("--acc-rows", type=int, default=256, help="query rows per sampled head")
     p.add_argument("--acc-heads", type=int, default=2, help="heads sampled for accuracy")
     p.add_argument("--granularity-costs", action="store_true",
@@ -90,7 +78,6 @@ def parse_args(argv=None):
                         "cost of the transposed V (hdim 128)")
     p.add_argument("--no-grid", action="store_true",
                    help="skip the grid (with --granularity-costs: that section alone)")
-    p.add_argument("--no-plot", action="store_true")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 if an hfa row errs (other than not-implemented) or fails accuracy")
     # The grid helpers read these: the inputs' dtype (the cells' "dtype") and no separate hdim_v.
