@@ -26,7 +26,6 @@ NotImplementedError, SDPA's "no kernel") are recorded as null with the reason.
     python3 bench/bench_bwd.py --out DIR [--hdims 128 --seqlens 4096 --causal true --modes bwd]
 """
 
-import argparse
 import contextlib
 import math
 import os
@@ -36,12 +35,10 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (accuracy_of, announce, case_cells, check_grid_args,  # noqa: E402
-                      conclude, flops, fmt, grid, markdown, nan_filled_empty, new_result,
-                      ratio, record_cell, skip_reason, under, utc_now, verdict, write_plot,
-                      write_results)
+                      conclude, flops, fmt, grid, grid_parser, markdown, nan_filled_empty,
+                      new_result, ratio, record_cell, skip_reason, under, utc_now, verdict,
+                      worst, write_plot, write_results)
 
-GRID_HDIMS = [64, 128, 256]
-GRID_SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 IMPLS = ["hfa", "hfa_det", "cudnn", "fa2"]  # column order
 MODES = ["bwd", "fwdbwd"]
 FLOP_FACTOR = {"bwd": 2.5, "fwdbwd": 3.5}  # times the forward's FLOPs (design §5)
@@ -52,23 +49,11 @@ REF_BLOCK_ROWS = 2048
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="directory for the .json, .md and .png")
-    p.add_argument("--hdims", type=int, nargs="+", default=GRID_HDIMS)
-    p.add_argument("--seqlens", type=int, nargs="+", default=GRID_SEQLENS)
-    p.add_argument("--causal", choices=["both", "true", "false"], default="both")
+    p = grid_parser(__doc__, IMPLS)
     p.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
-    p.add_argument("--tokens", type=int, default=16384, help="batch = tokens / seqlen")
-    p.add_argument("--head-budget", type=int, default=2048, help="heads = head_budget / hdim")
-    p.add_argument("--impls", nargs="+", choices=IMPLS, default=IMPLS)
     p.add_argument("--modes", nargs="+", choices=MODES, default=MODES)
-    p.add_argument("--tag", default=None, help="file name tag (default: the dtype)")
-    p.add_argument("--warmup", type=float, default=25, help="do_bench warmup, ms")
-    p.add_argument("--rep", type=float, default=100, help="do_bench repetitions, ms")
     p.add_argument("--acc-heads", type=int, default=2,
                    help="heads of the last sequence checked, all rows")
-    p.add_argument("--no-plot", action="store_true")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 if any cell errs (other than not-implemented), fails accuracy "
                         "or is not deterministic with hfa_det")
@@ -204,11 +189,6 @@ def reference_grads(q, k, v, dout, b, h, causal):
         dk += ds.T @ qh[r] * scale
         dv += p.T @ doh[r]
     return dq, dk, dv
-
-
-def worst(a, b):
-    """max that keeps NaN: a NaN error must fail the check, not vanish."""
-    return b if b != b or b > a else a
 
 
 def grad_errors(grads, tensors, b, heads, causal):

@@ -17,7 +17,6 @@ NotImplementedError, SDPA's "no kernel") are recorded as null with the reason.
     python3 bench/bench_fwd.py --out DIR [--hdims 128 --seqlens 4096 --causal true --dtype bf16]
 """
 
-import argparse
 import math
 import os
 import sys
@@ -26,35 +25,21 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (accuracy_of, announce, case_cells, check_grid_args,  # noqa: E402
-                      conclude, flops, fmt, grid, markdown, nan_filled_empty, new_result,
-                      ratio, record_cell, sci, skip_reason, under, utc_now, verdict,
-                      write_plot, write_results)
+                      conclude, flops, fmt, grid, grid_parser, markdown, nan_filled_empty,
+                      new_result, ratio, record_cell, sci, skip_reason, under, utc_now,
+                      verdict, write_plot, write_results)
 
-GRID_HDIMS = [64, 128, 256]
-GRID_SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 # Implementations in column order; the first three are the design's headline columns.
 IMPLS = ["hfa", "cudnn", "fa2", "cudnn_bshd", "fa2_bshd"]
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="directory for the .json, .md and .png")
-    p.add_argument("--hdims", type=int, nargs="+", default=GRID_HDIMS)
+    p = grid_parser(__doc__, IMPLS)
     p.add_argument("--hdim-v", type=int, default=None,
                    help="head dim of v and out (default: each hdim; DeepSeek: --hdims 192 --hdim-v 128)")
-    p.add_argument("--seqlens", type=int, nargs="+", default=GRID_SEQLENS)
-    p.add_argument("--causal", choices=["both", "true", "false"], default="both")
     p.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
-    p.add_argument("--tokens", type=int, default=16384, help="batch = tokens / seqlen")
-    p.add_argument("--head-budget", type=int, default=2048, help="heads = head_budget / hdim")
-    p.add_argument("--impls", nargs="+", choices=IMPLS, default=IMPLS)
-    p.add_argument("--tag", default=None, help="file name tag (default: the dtype)")
-    p.add_argument("--warmup", type=float, default=25, help="do_bench warmup, ms")
-    p.add_argument("--rep", type=float, default=100, help="do_bench repetitions, ms")
     p.add_argument("--acc-rows", type=int, default=256, help="query rows per sampled head")
     p.add_argument("--acc-heads", type=int, default=2, help="heads sampled for accuracy")
-    p.add_argument("--no-plot", action="store_true")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 if any cell errs (other than not-implemented) or fails accuracy")
     return check_grid_args(p, p.parse_args(argv))

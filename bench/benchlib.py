@@ -6,6 +6,7 @@ torch, triton and matplotlib are imported inside the functions that need them, s
 `--help` and the writers work on a machine without them.
 """
 
+import argparse
 import contextlib
 import datetime
 import itertools
@@ -22,6 +23,9 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 # Case keys that vary inside one measured cell (bench_bwd.py's "bwd" and "fwdbwd" rows read the
 # same gradients): one accuracy entry covers every value of them.
 VARIANT_KEYS = ("mode",)
+# Design §5's grid.
+GRID_HDIMS = [64, 128, 256]
+GRID_SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 
 
 def git_commit():
@@ -83,6 +87,26 @@ def skip_reason(e):
         return f"not implemented: {e}"
     # SDPA: no kernel for this shape; hfa: CUDA or internal error.
     return f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+
+
+def grid_parser(doc, impls, tag_default="the dtype"):
+    """The argument parser of a grid benchmark (described by its module docstring `doc`) with
+    the options every grid takes; the benchmark adds its own and hands the parsed arguments to
+    check_grid_args."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="directory for the .json, .md and .png")
+    p.add_argument("--hdims", type=int, nargs="+", default=GRID_HDIMS)
+    p.add_argument("--seqlens", type=int, nargs="+", default=GRID_SEQLENS)
+    p.add_argument("--causal", choices=["both", "true", "false"], default="both")
+    p.add_argument("--tokens", type=int, default=16384, help="batch = tokens / seqlen")
+    p.add_argument("--head-budget", type=int, default=2048, help="heads = head_budget / hdim")
+    p.add_argument("--impls", nargs="+", choices=impls, default=impls)
+    p.add_argument("--tag", default=None, help=f"file name tag (default: {tag_default})")
+    p.add_argument("--warmup", type=float, default=25, help="do_bench warmup, ms")
+    p.add_argument("--rep", type=float, default=100, help="do_bench repetitions, ms")
+    p.add_argument("--no-plot", action="store_true")
+    return p
 
 
 def check_grid_args(parser, a):
@@ -174,6 +198,11 @@ def record_cell(result, run, case, impls, t0, variants=({},), checks=("pass",), 
     return bad
 
 
+def worst(a, b):
+    """max that keeps NaN: a NaN error must fail the check, not vanish."""
+    return b if b != b or b > a else a
+
+
 def event_seconds(fn, warmup, reps):
     """Median seconds of fn() over reps calls timed with CUDA events, after warmup calls: for
     calls long enough (milliseconds and up) that do_bench's many repetitions would take too
@@ -226,15 +255,19 @@ def case_cells(case):
             f"{case['batch']}×{case['heads']}"]
 
 
+def table(head, body):
+    """The lines of a markdown table: the header `head`, a row per list of cells in `body`."""
+    return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            + ["| " + " | ".join(cells) + " |" for cells in body])
+
+
 def markdown(title, result, head, body):
     """The result as a markdown document: header, one table row per list of cells in `body`,
     and what did not run."""
     lines = [f"# {title} ({result['date']})", "",
              f"- device: {result['device']}", f"- commit: `{result['commit']}`",
              "- versions: " + ", ".join(f"{k} {v}" for k, v in result["versions"].items()),
-             f"- settings: {result['settings']}", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+             f"- settings: {result['settings']}", ""] + table(head, body)
     if result["skipped"]:
         lines += ["", "Not run:", ""]
         for s in result["skipped"]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: GPU tests, SASS facts, sanitizers and the peer benchmarks.
 #
-#   bench/device_run.sh STEP...     steps: info tests[:BINARIES] sass sanitize bench[:ARGS] bwd[:ARGS] features[:ARGS] variants[:ARGS]
+#   bench/device_run.sh STEP...     steps: info tests[:BINARIES] sass sanitize bench[:ARGS] fp8[:ARGS] bwd[:ARGS] features[:ARGS] variants[:ARGS]
 #
 # Binaries come prebuilt from this machine (see bench/README.md) in $HFA_BIN (default .device):
 # test_sm90_forward, test_sm90_forward_features, test_sm90_backward, test_sm90_ptx, hfa,
@@ -67,6 +67,11 @@ step_sanitize() {
 step_bench() {
   PYTHONUNBUFFERED=1 HFA_LIBRARY="$bin/libhfa.so" PYTHONPATH=python \
     python3 bench/bench_fwd.py --out "$out" "$@" || status=1
+}
+
+step_fp8() {
+  PYTHONUNBUFFERED=1 HFA_LIBRARY="$bin/libhfa.so" PYTHONPATH=python \
+    python3 bench/bench_fwd_fp8.py --out "$out" "$@" || status=1
 }
 
 step_bwd() {
