@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/half_float.hpp"
+#include "quant/e4m3.hpp"
 
 #ifdef HFA_WITH_SM90
 #include <cuda_runtime.h>
@@ -44,6 +45,7 @@ float HostArray::get(int64_t i) const {
     case DType::f32: return reinterpret_cast<const float*>(bytes_.data())[i];
     case DType::f16: return detail::fp16_to_float(reinterpret_cast<const uint16_t*>(bytes_.data())[i]);
     case DType::bf16: return detail::bf16_to_float(reinterpret_cast<const uint16_t*>(bytes_.data())[i]);
+    case DType::e4m3: return quant::e4m3_decode(reinterpret_cast<const uint8_t*>(bytes_.data())[i]);
     default: throw std::logic_error("HostArray: unsupported dtype");
   }
 }
@@ -53,6 +55,7 @@ void HostArray::set(int64_t i, float value) {
     case DType::f32: reinterpret_cast<float*>(bytes_.data())[i] = value; return;
     case DType::f16: reinterpret_cast<uint16_t*>(bytes_.data())[i] = detail::float_to_fp16(value); return;
     case DType::bf16: reinterpret_cast<uint16_t*>(bytes_.data())[i] = detail::float_to_bf16(value); return;
+    case DType::e4m3: reinterpret_cast<uint8_t*>(bytes_.data())[i] = quant::e4m3_encode(value); return;
     default: throw std::logic_error("HostArray: unsupported dtype");
   }
 }

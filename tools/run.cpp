@@ -28,7 +28,7 @@ float64 reference on a sample of rows. Exits 1 when the comparison fails.
   --seqlen-q N, --seqlen-k N   the two lengths apart (bottom-right aligned masks)
   --hdim N                 query/key head dim                              [128]
   --hdim-v N               value head dim                                  [= --hdim]
-  --dtype bf16|f16|f32                                                     [bf16]
+  --dtype bf16|f16|f32|e4m3 (e4m3: FP8 inputs, scales 1, out bf16)          [bf16]
   --causal                 causal mask
   --window L,R             sliding window, -1 = unbounded
   --softcap X              softcap·tanh(scores/softcap) when > 0           [0]

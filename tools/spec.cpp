@@ -62,7 +62,8 @@ std::string Spec::describe() const {
 DType parse_dtype(const std::string& text) {
   if (text == "bf16") return DType::bf16;
   if (text == "f16") return DType::f16;
-  return DType::f32;  // Args::choice let only f16, bf16 and f32 through
+  if (text == "e4m3") return DType::e4m3;  // FP8 inputs (scales 1), out bf16
+  return DType::f32;  // Args::choice let only f16, bf16, e4m3 and f32 through
 }
 
 Device parse_device(Args& args) {
@@ -112,7 +113,7 @@ void parse_spec(Args& args, Spec* spec) {
   }
   spec->hdim = args.integer("hdim", spec->hdim, 1, 1024);
   spec->hdim_v = args.integer("hdim-v", spec->hdim, 1, 1024);
-  spec->dtype = parse_dtype(args.choice("dtype", dtype_name(spec->dtype), {"bf16", "f16", "f32"}));
+  spec->dtype = parse_dtype(args.choice("dtype", dtype_name(spec->dtype), {"bf16", "f16", "f32", "e4m3"}));
   spec->causal = args.flag("causal");
   if (const auto window = args.value("window")) {
     const std::size_t comma = window->find(',');

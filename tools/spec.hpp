@@ -20,6 +20,8 @@ struct Spec {
   int64_t hdim = 128;
   int64_t hdim_v = 128;
   DType dtype = DType::bf16;
+  // out's dtype: the inputs', or bf16 after FP8 (e4m3) inputs.
+  DType out_dtype() const { return dtype == DType::e4m3 ? DType::bf16 : dtype; }
   bool causal = false;
   int32_t window_left = -1;
   int32_t window_right = -1;

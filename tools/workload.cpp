@@ -61,7 +61,7 @@ Workload::Workload(const Spec& spec, uint64_t seed, bool backward)
   q = HostArray(s.dtype, batch * seqlen_q * s.heads * s.hdim);
   k = HostArray(s.dtype, batch * seqlen_k * s.kv_heads * s.hdim);
   v = HostArray(s.dtype, batch * seqlen_k * s.kv_heads * s.hdim_v);
-  out = HostArray(s.dtype, batch * seqlen_q * s.heads * s.hdim_v);
+  out = HostArray(s.out_dtype(), batch * seqlen_q * s.heads * s.hdim_v);
   lse = HostArray(DType::f32, batch * s.heads * seqlen_q);
   for (HostArray* input : {&q, &k, &v}) input->fill_normal(rng);
 

@@ -10,6 +10,7 @@
 #include "common/half_float.hpp"
 #include "cpu/sequence.hpp"
 #include "cpu/thread_pool.hpp"
+#include "quant/e4m3.hpp"
 
 namespace hfa::cpu {
 namespace {
@@ -30,6 +31,7 @@ double to_double(DType dtype, const std::byte* row, int64_t c) {
       std::memcpy(&bits, row + 2 * c, sizeof bits);
       return dtype == DType::f16 ? detail::fp16_to_float(bits) : detail::bf16_to_float(bits);
     }
+    case DType::e4m3: return quant::e4m3_decode(static_cast<uint8_t>(row[c]));
     default:
       return std::numeric_limits<double>::quiet_NaN();
   }
@@ -44,16 +46,18 @@ float round_to_dtype(DType dtype, float value) {
   }
 }
 
-// rows × cols of one (batch, head) of a strided tensor, as a dense matrix of Real.
+// rows × cols of one (batch, head) of a strided tensor, as a dense matrix of Real. FP8 codes are
+// multiplied by their descale (in float64: the oracle of every FP8 forward).
 template <class Real>
 std::vector<Real> read_matrix(const void* data, DType dtype, const detail::Strides& strides,
                                 int64_t b, int64_t token_begin, int64_t head, int64_t rows,
-                                int64_t cols) {
+                                int64_t cols, const detail::ScaleView& descale = {}) {
   const auto source = rows_of(data, dtype, strides, b, token_begin, head);
   std::vector<Real> matrix(static_cast<std::size_t>(rows * cols));
   for (int64_t i = 0; i < rows; ++i) {
+    const double scale = detail::scale_at(descale, int(b), int(i), int(head));
     for (int64_t c = 0; c < cols; ++c) {
-      matrix[i * cols + c] = static_cast<Real>(to_double(dtype, source.row(i), c));
+      matrix[i * cols + c] = static_cast<Real>(to_double(dtype, source.row(i), c) * scale);
     }
   }
   return matrix;
@@ -80,9 +84,12 @@ struct HeadAttention {
     has_sink = p.sinks != nullptr;
     if (has_sink) sink = static_cast<Real>(p.sinks[head_q]);
     const int64_t head_kv = head_q / (p.heads_q / p.heads_kv);
-    q = read_matrix<Real>(p.q, p.dtype, p.q_stride, b, seq.q_begin, head_q, seq.seqlen_q, p.hdim_qk);
-    k = read_matrix<Real>(p.k, p.dtype, p.k_stride, b, seq.k_begin, head_kv, seq.seqlen_k, p.hdim_qk);
-    v = read_matrix<Real>(p.v, p.dtype, p.v_stride, b, seq.k_begin, head_kv, seq.seqlen_k, p.hdim_v);
+    q = read_matrix<Real>(p.q, p.dtype, p.q_stride, b, seq.q_begin, head_q, seq.seqlen_q, p.hdim_qk,
+                          p.q_descale);
+    k = read_matrix<Real>(p.k, p.dtype, p.k_stride, b, seq.k_begin, head_kv, seq.seqlen_k, p.hdim_qk,
+                          p.k_descale);
+    v = read_matrix<Real>(p.v, p.dtype, p.v_stride, b, seq.k_begin, head_kv, seq.seqlen_k, p.hdim_v,
+                          p.v_descale);
   }
 
   // The score of (i, j) before the softmax; tanh_out gets tanh(s/softcap) when softcap is on.
@@ -122,17 +129,32 @@ struct HeadAttention {
   }
 };
 
+// prob as the peer's tensor cores would see it (reference_forward_f32's rounding).
 template <class Real>
-void forward(const ForwardProblem& p, Real* out, Real* lse, bool round_probabilities = false) {
+void round_probabilities(std::vector<Real>& prob, DType dtype, ProbabilityRounding rounding) {
+  if (rounding == ProbabilityRounding::input_dtype) {
+    for (Real& x : prob) x = static_cast<Real>(round_to_dtype(dtype, static_cast<float>(x)));
+  } else if (rounding == ProbabilityRounding::e4m3 && !prob.empty()) {
+    const Real largest = *std::max_element(prob.begin(), prob.end());
+    if (!(largest > 0)) return;
+    const Real to_range = Real{256} / largest;
+    for (Real& x : prob) {
+      x = static_cast<Real>(quant::e4m3_decode(quant::e4m3_encode(static_cast<float>(x * to_range)))) /
+          to_range;
+    }
+  }
+}
+
+template <class Real>
+void forward(const ForwardProblem& p, Real* out, Real* lse,
+             ProbabilityRounding rounding = ProbabilityRounding::none) {
   ThreadPool::shared().parallel_for(int64_t{p.batch} * p.heads_q, [&](int64_t item, int) {
     const int64_t b = item / p.heads_q, h = item % p.heads_q;
     const HeadAttention<Real> head(p, b, h);
     std::vector<Real> prob, tanh;
     for (int64_t i = 0; i < head.seq.seqlen_q; ++i) {
       const Real row_lse = head.probabilities(i, prob, tanh);
-      if (round_probabilities) {
-        for (Real& x : prob) x = static_cast<Real>(round_to_dtype(p.dtype, static_cast<float>(x)));
-      }
+      round_probabilities(prob, p.dtype, rounding);
       const int64_t token = token_index(p, b, p.seqlen_q, head.seq.q_begin, i);
       Real* out_row = out + (token * p.heads_q + h) * p.hdim_v;
       for (int64_t c = 0; c < p.hdim_v; ++c) {
@@ -272,8 +294,9 @@ void reference_backward(const BackwardProblem& p, double* dq, double* dk, double
                         double* dsinks) {
   backward(p, dq, dk, dv, dsinks);
 }
-void reference_forward_f32(const ForwardProblem& p, float* out, float* lse, bool round_probabilities) {
-  forward(p, out, lse, round_probabilities);
+void reference_forward_f32(const ForwardProblem& p, float* out, float* lse,
+                           ProbabilityRounding rounding) {
+  forward(p, out, lse, rounding);
 }
 void reference_backward_f32(const BackwardProblem& p, float* dq, float* dk, float* dv,
                             float* dsinks, bool round_operands) {

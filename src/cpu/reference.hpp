@@ -29,8 +29,17 @@ void reference_backward(const detail::BackwardProblem& p, double* dq, double* dk
 // peer of the GPU kernels); in the backward, round_operands rounds P and dS to the input dtype
 // before they multiply dO, Q and K, as the GPU backward feeds its tensor cores, and takes D
 // from the out the problem gives (p.fwd.out, as the backward under test does).
+// round_probabilities rounds them to the input dtype; ProbabilityRounding::e4m3 instead as the
+// FP8 forward feeds its tensor cores: scaled so that the row's largest is 2^8 (the kernels' max
+// offset), rounded to e4m3, scaled back (p.dtype is then the f32 of the dequantized inputs).
+enum class ProbabilityRounding { none, input_dtype, e4m3 };
 void reference_forward_f32(const detail::ForwardProblem& p, float* out, float* lse,
-                           bool round_probabilities = false);
+                           ProbabilityRounding rounding);
+inline void reference_forward_f32(const detail::ForwardProblem& p, float* out, float* lse,
+                                  bool round_probabilities = false) {
+  reference_forward_f32(p, out, lse,
+                        round_probabilities ? ProbabilityRounding::input_dtype : ProbabilityRounding::none);
+}
 void reference_backward_f32(const detail::BackwardProblem& p, float* dq, float* dk, float* dv,
                             float* dsinks = nullptr, bool round_operands = false);
 

@@ -32,18 +32,24 @@ inline std::vector<double> rounded(DType dtype, const std::vector<float>& values
   return result;
 }
 
-// round_probabilities: the peer rounds P to the input dtype before P·V (the GPU kernels' peer).
-inline ForwardExpectation expected_forward(AttentionData& data, bool round_probabilities = false) {
+// rounding: how the peer rounds P before P·V (the GPU kernels' peer: to the input dtype, or as
+// the FP8 forward does).
+inline ForwardExpectation expected_forward(AttentionData& data, cpu::ProbabilityRounding rounding) {
   const detail::ForwardProblem p = data.forward_problem();
   ForwardExpectation e;
   e.out_ref.resize(static_cast<std::size_t>(data.out.numel()));
   e.lse_ref.resize(static_cast<std::size_t>(data.lse.numel()));
   cpu::reference_forward(p, e.out_ref.data(), e.lse_ref.data());
   std::vector<float> out(e.out_ref.size()), lse(e.lse_ref.size());
-  cpu::reference_forward_f32(p, out.data(), lse.data(), round_probabilities);
+  cpu::reference_forward_f32(p, out.data(), lse.data(), rounding);
   e.out_peer = rounded(p.out_dtype, out);
   e.lse_peer = rounded(DType::f32, lse);
   return e;
+}
+// round_probabilities: the peer rounds P to the input dtype (the 16-bit GPU kernels' peer).
+inline ForwardExpectation expected_forward(AttentionData& data, bool round_probabilities = false) {
+  return expected_forward(data, round_probabilities ? cpu::ProbabilityRounding::input_dtype
+                                                    : cpu::ProbabilityRounding::none);
 }
 
 // round_operands: the peer rounds P and dS to the input dtype before the gradient GEMMs (the
