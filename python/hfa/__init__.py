@@ -1,8 +1,9 @@
 """hfa: exact attention, softmax(Q·Kᵀ·scale)·V, for Hopper GPUs and CPUs.
 
 FlashAttention-3's Python entry points over hfa's C ABI (ctypes; nothing is built against
-PyTorch). Inputs may be torch tensors (CPU or CUDA; autograd and torch.compile work) or numpy
-arrays (float32/float16, on the CPU). Layouts follow FlashAttention: q (batch, seqlen_q, heads_q,
+PyTorch). Inputs may be torch tensors (CPU or CUDA; autograd and torch.compile work; float8
+e4m3 with FlashAttention-3's descales for the forward) or numpy arrays (float32/float16, on the
+CPU). Layouts follow FlashAttention: q (batch, seqlen_q, heads_q,
 headdim), k/v (batch, seqlen_k, heads_kv, headdim); varlen tensors are (total_tokens, heads,
 headdim) with int32 cu_seqlens (batch + 1). LSE is float32 (batch, heads_q, seqlen_q), or
 (heads_q, total_q) for varlen.
@@ -43,6 +44,19 @@ def _checked(window_size, **flags):
     return (_args.window(window_size),) + tuple(_args.flag(v, n) for n, v in flags.items())
 
 
+def _no_descales_for_numpy(q_descale, k_descale, v_descale, descale_block_q,
+                           descale_block_kv):
+    """numpy has no float8 dtype, so a numpy call has no FP8 inputs to descale."""
+    given = [name for name, value in (("q_descale", q_descale), ("k_descale", k_descale),
+                                      ("v_descale", v_descale))
+             if value is not None]
+    given += [name for name, rows in (("descale_block_q", descale_block_q),
+                                      ("descale_block_kv", descale_block_kv)) if rows]
+    if given:
+        raise ValueError(f"{given[0]}: FP8 inputs are torch.float8_e4m3fn tensors (numpy has "
+                         f"no fp8 dtype)")
+
+
 def _frontend(q):
     """hfa._torch for torch tensors, None for numpy arrays.
 
@@ -68,7 +82,8 @@ def _frontend(q):
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, deterministic=False, return_attn_probs=False,
-                    learnable_sink=None, out=None):
+                    learnable_sink=None, out=None, q_descale=None, k_descale=None,
+                    v_descale=None, descale_block_q=0, descale_block_kv=0):
     """Attention over fixed-length batches (FlashAttention-3's signature).
 
     softmax_scale: default 1/sqrt(headdim). causal and window_size=(left, right) are aligned
@@ -78,15 +93,24 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     (heads_q,), that join each row's softmax denominator (gpt-oss); the LSE includes them, and
     with torch they get a gradient.
     out: a caller's buffer to write the result into (vLLM's out=; not differentiable).
+    FP8 (forward only, as FlashAttention-3's): q, k, v torch.float8_e4m3fn, the value of a code
+    being code · descale. q_descale / k_descale / v_descale (float32, optional: None = 1) are
+    (1,) per tensor, (batch, heads_kv) as FlashAttention-3's (q's also (batch, heads_q)), or
+    (batch, num_blocks, heads) per block of descale_block_q (q) / descale_block_kv (k, v)
+    rows; any strides (expanded views are read in place). The output is bfloat16 (out= may be
+    bfloat16 or float16); a backward raises NotImplementedError ("FP8 backward is not
+    supported"). On a GPU descale_block_kv is a multiple of 128.
     Returns out, or (out, lse) when return_attn_probs (the LSE, not the probabilities, as FA3).
     """
     window_size, causal, deterministic, return_attn_probs = _checked(
         window_size, causal=causal, deterministic=deterministic,
         return_attn_probs=return_attn_probs)
+    fp8 = (q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_func(q, k, v, softmax_scale, causal, window_size, softcap,
-                                  deterministic, return_attn_probs, learnable_sink, out)
+                                  deterministic, return_attn_probs, learnable_sink, out, *fp8)
+    _no_descales_for_numpy(*fp8)
     from . import _kvcache, _numpy
     result, lse = _kvcache.into(out, *_numpy.forward(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
@@ -99,7 +123,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            deterministic=False, return_attn_probs=False, seqused_q=None,
                            seqused_k=None, learnable_sink=None, out=None, block_table=None,
                            page_table=None, num_splits=0, q_descale=None, k_descale=None,
-                           v_descale=None, s_aux=None):
+                           v_descale=None, s_aux=None, descale_block_q=0, descale_block_kv=0):
     """Attention over variable-length sequences packed as (total_tokens, heads, headdim);
     sequence b is rows cu_seqlens[b]:cu_seqlens[b+1]. seqused_q / seqused_k (int32, (batch,),
     as in FlashAttention-3): only the first seqused[b] rows / keys of sequence b are used; the
@@ -108,7 +132,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     Paged (FlashAttention-3's call from vLLM and SGLang): with block_table (or page_table), k
     and v are a paged KV cache (num_pages, page_size, heads_kv, headdim), seqused_k (required)
     the cache tokens of each sequence, cu_seqlens_k unused; this runs flash_attn_with_kvcache
-    with varlen queries (num_splits and the descales as there). Otherwise as flash_attn_func."""
+    with varlen queries (num_splits and the descales as there). Otherwise as flash_attn_func,
+    FP8 inputs and their descales included (a per-block descale counts the blocks of each
+    sequence from its first row)."""
     window_size, causal, deterministic, return_attn_probs = _checked(
         window_size, causal=causal, deterministic=deterministic,
         return_attn_probs=return_attn_probs)
@@ -117,9 +143,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             raise ValueError("s_aux, learnable_sink: give one (they are the same argument)")
         learnable_sink = s_aux
     if block_table is not None or page_table is not None:
-        if learnable_sink is not None or seqused_q is not None or deterministic:
+        if (learnable_sink is not None or seqused_q is not None or deterministic
+                or descale_block_q or descale_block_kv):
             raise NotImplementedError("flash_attn_varlen_func: with a block_table, sinks, "
-                                      "seqused_q and deterministic are not supported yet")
+                                      "seqused_q, deterministic and per-block descales are not "
+                                      "supported yet")
         if seqused_k is None:
             raise ValueError("seqused_k: required with a block_table (the tokens in each "
                              "sequence's pages)")
@@ -129,12 +157,14 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             causal=causal, window_size=window_size, softcap=softcap, num_splits=num_splits,
             q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
             return_softmax_lse=return_attn_probs, out=out)
+    fp8 = (q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                          max_seqlen_k, softmax_scale, causal, window_size,
                                          softcap, deterministic, return_attn_probs, seqused_q,
-                                         seqused_k, learnable_sink, out)
+                                         seqused_k, learnable_sink, out, *fp8)
+    _no_descales_for_numpy(*fp8)
     from . import _kvcache, _numpy
     result, lse = _kvcache.into(out, *_numpy.forward(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,

@@ -79,6 +79,11 @@ class Options(ctypes.Structure):
         ("seqused_q", ctypes.POINTER(Tensor)),
         ("seqused_k", ctypes.POINTER(Tensor)),
         ("dsinks", ctypes.POINTER(Tensor)),
+        ("q_descale", ctypes.POINTER(Tensor)),
+        ("k_descale", ctypes.POINTER(Tensor)),
+        ("v_descale", ctypes.POINTER(Tensor)),
+        ("descale_block_q", ctypes.c_int32),
+        ("descale_block_kv", ctypes.c_int32),
     ]
 
 
@@ -279,10 +284,12 @@ def make_options(*, softmax_scale=None, causal=False, window_size=(-1, -1), soft
                  cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q=0, max_seqlen_k=0,
                  stream=None, sinks: Optional[Tensor] = None,
                  seqused_q: Optional[Tensor] = None, seqused_k: Optional[Tensor] = None,
-                 dsinks: Optional[Tensor] = None) -> Options:
+                 dsinks: Optional[Tensor] = None, q_descale: Optional[Tensor] = None,
+                 k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None,
+                 descale_block_q=0, descale_block_kv=0) -> Options:
     """hfa_default_options() with the flash_attn-style arguments applied. The Tensors given
-    (cu_seqlens, sinks, seqused, dsinks) must outlive the returned Options (it stores pointers
-    to them)."""
+    (cu_seqlens, sinks, seqused, dsinks, descales) must outlive the returned Options (it
+    stores pointers to them)."""
     o = library().hfa_default_options()
     _apply_common(o, softmax_scale, causal, window_size, softcap, stream)
     o.deterministic = 1 if deterministic else 0
@@ -293,9 +300,12 @@ def make_options(*, softmax_scale=None, causal=False, window_size=(-1, -1), soft
     o.max_seqlen_q = int(max_seqlen_q)
     o.max_seqlen_k = int(max_seqlen_k)
     for name, t in (("sinks", sinks), ("seqused_q", seqused_q), ("seqused_k", seqused_k),
-                    ("dsinks", dsinks)):
+                    ("dsinks", dsinks), ("q_descale", q_descale), ("k_descale", k_descale),
+                    ("v_descale", v_descale)):
         if t is not None:
             setattr(o, name, ctypes.pointer(t))
+    o.descale_block_q = int(descale_block_q)
+    o.descale_block_kv = int(descale_block_kv)
     return o
 
 

@@ -80,7 +80,8 @@ _bwd = torch.ops.hfa.bwd.default
 @torch.library.register_fake("hfa::fwd")
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
               causal, window_left, window_right, softcap, deterministic, sinks=None,
-              seqused_q=None, seqused_k=None):
+              seqused_q=None, seqused_k=None, q_descale=None, k_descale=None, v_descale=None,
+              descale_block_q=0, descale_block_kv=0):
     out_shape, lse = out_shapes(q, v, cu_seqlens_q is not None)
     return (q.new_empty(out_shape, dtype=out_dtype(q.dtype)),
             q.new_empty(lse, dtype=torch.float32))
@@ -107,7 +108,8 @@ if NATIVE:
     @torch.library.register_fake("hfa::fwd_into")
     def _fwd_into_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                        softmax_scale, causal, window_left, window_right, softcap, sinks=None,
-                       seqused_q=None, seqused_k=None, *, out):
+                       seqused_q=None, seqused_k=None, q_descale=None, k_descale=None,
+                       v_descale=None, descale_block_q=0, descale_block_kv=0, *, out):
         return q.new_empty(lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32)
 
     @torch.library.register_fake("hfa::fwd_kvcache")
@@ -145,21 +147,33 @@ def _sinks(learnable_sink):
     return learnable_sink.to(torch.float32)
 
 
+def _fp8(q_descale, k_descale, v_descale, descale_block_q, descale_block_kv):
+    """The FP8 arguments of hfa::fwd, in its order."""
+    return q_descale, k_descale, v_descale, int(descale_block_q), int(descale_block_kv)
+
+
+_NO_FP8 = (None, None, None, 0, 0)
+
+
 def _forward(q, k, v, out, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
-             deterministic, sinks, seqused_q, seqused_k):
-    """(out, lse); into the caller's out when given (no autograd through it)."""
+             deterministic, sinks, seqused_q, seqused_k, fp8=_NO_FP8):
+    """(out, lse); into the caller's out when given (no autograd through it). fp8: _fp8's."""
     if out is None:
         return _fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
-                    deterministic, sinks, seqused_q, seqused_k)
+                    deterministic, sinks, seqused_q, seqused_k, *fp8)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                        for t in (q, k, v, sinks)):
         raise ValueError("out: writing into a given out is not differentiable; call under "
                          "torch.no_grad() or leave out=None")
+    into_args = (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, sinks,
+                 seqused_q, seqused_k, *fp8)
     if NATIVE:
-        return out, _fwd_into(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
-                              sinks, seqused_q, seqused_k, out=out)
+        return out, _fwd_into(*into_args, out=out)
+    if out.dtype != out_dtype(q.dtype):  # an f16 out of FP8 inputs: hfa::fwd returns bf16
+        from . import _torch_ctypes
+        return out, _torch_ctypes.fwd_into(*into_args, out=out)
     result, lse = _fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
-                       deterministic, sinks, seqused_q, seqused_k)
+                       deterministic, sinks, seqused_q, seqused_k, *fp8)
     if out.shape != result.shape or out.dtype != result.dtype or out.device != result.device:
         raise ValueError(f"out: expected {tuple(result.shape)} {result.dtype} on "
                          f"{result.device}, got {tuple(out.shape)} {out.dtype} on {out.device}")
@@ -168,23 +182,30 @@ def _forward(q, k, v, out, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, soft
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, deterministic=False, return_attn_probs=False,
-                    learnable_sink=None, out=None):
+                    learnable_sink=None, out=None, q_descale=None, k_descale=None,
+                    v_descale=None, descale_block_q=0, descale_block_kv=0):
     wl, wr = _window(window_size)
     out, lse = _forward(q, k, v, out, None, None, 0, 0, softmax_scale, bool(causal), wl, wr,
-                        float(softcap), bool(deterministic), _sinks(learnable_sink), None, None)
+                        float(softcap), bool(deterministic), _sinks(learnable_sink), None, None,
+                        _fp8(q_descale, k_descale, v_descale, descale_block_q,
+                             descale_block_kv))
     return (out, lse) if return_attn_probs else out
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                            deterministic=False, return_attn_probs=False, seqused_q=None,
-                           seqused_k=None, learnable_sink=None, out=None):
+                           seqused_k=None, learnable_sink=None, out=None, q_descale=None,
+                           k_descale=None, v_descale=None, descale_block_q=0,
+                           descale_block_kv=0):
     wl, wr = _window(window_size)
     out, lse = _forward(q, k, v, out, cu_seqlens_q, cu_seqlens_k,
                         _as_int(max_seqlen_q, "max_seqlen_q"),
                         _as_int(max_seqlen_k, "max_seqlen_k"), softmax_scale, bool(causal), wl,
                         wr, float(softcap), bool(deterministic), _sinks(learnable_sink),
-                        seqused_q, seqused_k)
+                        seqused_q, seqused_k,
+                        _fp8(q_descale, k_descale, v_descale, descale_block_q,
+                             descale_block_kv))
     return (out, lse) if return_attn_probs else out
 
 

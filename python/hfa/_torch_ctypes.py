@@ -3,7 +3,9 @@
 The fallback of python/hfa/_torch.py: where libhfa_torch (src/torch/ops.cpp) was not built (no
 torch at build time), hfa::fwd and hfa::bwd are registered here with torch.library.custom_op,
 with the same schemas and an autograd formula (register_autograd), at ~90 us of host time a call
-instead of a few. The fake kernels live in _torch.py (one set for both).
+instead of a few. The fake kernels live in _torch.py (one set for both). fwd_into (the native
+op's out= form) is a plain function here, for what hfa::fwd cannot return: an f16 out of FP8
+inputs.
 
 This module deliberately has no `from __future__ import annotations`: custom_op infers the op
 schema from the real annotation objects.
@@ -15,7 +17,7 @@ from typing import Optional, Tuple
 import torch
 
 from . import _lib
-from ._torch_shapes import dsinks_shape, out_dtype, out_shapes
+from ._torch_shapes import dsinks_shape, lse_shape, out_dtype, out_shapes
 
 Tensor = torch.Tensor
 
@@ -34,19 +36,25 @@ for _name, _code in (("float8_e4m3fn", _lib.E4M3), ("float8_e5m2", _lib.E5M2)):
 def _view(t: Tensor, name: str):
     """(tensor kept alive, hfa Tensor). A tensor whose last dim is not unit-stride is copied;
     other strides go to the library unchanged."""
+    if isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+        t = t.contiguous()
+    return t, _view_as_is(t, name)
+
+
+def _view_as_is(t: Tensor, name: str):
+    """The hfa Tensor of t with all its strides (outputs, and descales, which may be
+    broadcast views)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in _DTYPES:
         raise TypeError(f"{name}: dtype {t.dtype} is not supported")
-    if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
-        t = t.contiguous()
     if t.device.type == "cuda":
         device, index = _lib.CUDA, t.device.index if t.device.index is not None else 0
     elif t.device.type == "cpu":
         device, index = _lib.CPU, 0
     else:
         raise ValueError(f"{name}: device {t.device} is not supported (cpu or cuda)")
-    return t, _lib.make_tensor(t.data_ptr(), _DTYPES[t.dtype], t.shape, t.stride(), device, index)
+    return _lib.make_tensor(t.data_ptr(), _DTYPES[t.dtype], t.shape, t.stride(), device, index)
 
 
 @contextlib.contextmanager
@@ -64,7 +72,8 @@ class _Call:
 
     def __init__(self, ref: Tensor, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  softmax_scale, causal, window_left, window_right, softcap, deterministic,
-                 sinks=None, seqused_q=None, seqused_k=None, dsinks=None):
+                 sinks=None, seqused_q=None, seqused_k=None, dsinks=None, q_descale=None,
+                 k_descale=None, v_descale=None, descale_block_q=0, descale_block_kv=0):
         if (cu_seqlens_q is None) != (cu_seqlens_k is None):
             raise ValueError("cu_seqlens_q, cu_seqlens_k: give both or neither")
         self.keep = []
@@ -79,6 +88,11 @@ class _Call:
             if t is not None:
                 t, vectors[name] = _view(t, name)
                 self.keep += [t, vectors[name]]
+        for name, t in (("q_descale", q_descale), ("k_descale", k_descale),
+                        ("v_descale", v_descale)):
+            if t is not None:
+                vectors[name] = _view_as_is(t, name)
+                self.keep += [t, vectors[name]]
         stream = None
         if ref.device.type == "cuda":
             stream = torch.cuda.current_stream(ref.device).cuda_stream
@@ -86,7 +100,8 @@ class _Call:
             softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
             softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_q_t,
             cu_seqlens_k=cu_k_t, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-            stream=stream, **vectors)
+            stream=stream, descale_block_q=descale_block_q, descale_block_kv=descale_block_kv,
+            **vectors)
         self.device = ref.device
 
     def workspace(self, nbytes: int) -> None:
@@ -99,36 +114,67 @@ class _Call:
 
 # --- hfa::fwd ----------------------------------------------------------------------------------
 
+def _new_lse(q: Tensor, varlen: bool, rows_may_stay_unwritten: bool) -> Tensor:
+    shape = lse_shape(q, varlen)
+    if rows_may_stay_unwritten:  # rows beyond seqused_q read as an empty row's -inf
+        return torch.full(shape, float("-inf"), dtype=torch.float32, device=q.device)
+    return torch.empty(shape, dtype=torch.float32, device=q.device)
+
+
+def _forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+             softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
+             seqused_k, q_descale, k_descale, v_descale, descale_block_q,
+             descale_block_kv) -> None:
+    """The library's forward into out and lse, taken as they are."""
+    q, qt = _view(q, "q")
+    k, kt = _view(k, "k")
+    v, vt = _view(v, "v")
+    ot, lt = _view_as_is(out, "out"), _view_as_is(lse, "lse")
+    call = _Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                 causal, window_left, window_right, softcap, False, sinks, seqused_q, seqused_k,
+                 None, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
+    with _on_device(q):
+        call.workspace(_lib.forward_workspace_size(qt, kt, vt, call.options))
+        _lib.forward(qt, kt, vt, ot, lt, call.options)
+
+
 @torch.library.custom_op("hfa::fwd", mutates_args=())
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
         cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
         softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
         softcap: float, deterministic: bool, sinks: Optional[Tensor] = None,
-        seqused_q: Optional[Tensor] = None,
-        seqused_k: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        seqused_q: Optional[Tensor] = None, seqused_k: Optional[Tensor] = None,
+        q_descale: Optional[Tensor] = None, k_descale: Optional[Tensor] = None,
+        v_descale: Optional[Tensor] = None, descale_block_q: int = 0,
+        descale_block_kv: int = 0) -> Tuple[Tensor, Tensor]:
     """(out, lse). `deterministic` is unused here; it rides along for the backward. sinks:
     float32 (heads_q,); seqused_q/k: int32 (batch,). The library leaves the out and lse rows
-    beyond seqused_q untouched, so with seqused_q they are allocated as 0 and -inf."""
+    beyond seqused_q untouched, so with seqused_q they are allocated as 0 and -inf. The
+    descales (float32) and block sizes are those of float8 e4m3 inputs (hfa.h); out is then
+    bfloat16."""
     varlen = cu_seqlens_q is not None
-    out_shape, lse_shape = out_shapes(q, v, varlen)
-    q, qt = _view(q, "q")
-    k, kt = _view(k, "k")
-    v, vt = _view(v, "v")
-    if seqused_q is not None:
-        out = torch.zeros(out_shape, dtype=out_dtype(q.dtype), device=q.device)
-        lse = torch.full(lse_shape, float("-inf"), dtype=torch.float32, device=q.device)
-    else:
-        out = torch.empty(out_shape, dtype=out_dtype(q.dtype), device=q.device)
-        lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-    _, ot = _view(out, "out")
-    _, lt = _view(lse, "lse")
-    call = _Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                 causal, window_left, window_right, softcap, False, sinks, seqused_q, seqused_k)
-    with _on_device(q):
-        call.workspace(_lib.forward_workspace_size(qt, kt, vt, call.options))
-        _lib.forward(qt, kt, vt, ot, lt, call.options)
+    out_shape, _ = out_shapes(q, v, varlen)
+    partial = seqused_q is not None
+    out = (torch.zeros if partial else torch.empty)(out_shape, dtype=out_dtype(q.dtype),
+                                                    device=q.device)
+    lse = _new_lse(q, varlen, partial)
+    _forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+             softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
+             seqused_k, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
     return out, lse
 
+
+def fwd_into(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+             causal, window_left, window_right, softcap, sinks=None, seqused_q=None,
+             seqused_k=None, q_descale=None, k_descale=None, v_descale=None, descale_block_q=0,
+             descale_block_kv=0, *, out):
+    """lse, the forward written into a caller's out (eager only: not an op here, unlike the
+    native hfa::fwd_into of the same arguments)."""
+    lse = _new_lse(q, cu_seqlens_q is not None, seqused_q is not None)
+    _forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+             softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
+             seqused_k, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
+    return lse
 
 
 # --- hfa::bwd ----------------------------------------------------------------------------------
@@ -168,8 +214,9 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, deterministic) = inputs[:13]
-    # sinks, seqused_q, seqused_k have defaults: a caller of the op may leave them out.
-    sinks, seqused_q, seqused_k = (tuple(inputs[13:]) + (None,) * 3)[:3]
+    # sinks, seqused_q, seqused_k (and the descales) have defaults: a caller of the op may leave
+    # them out. No descale is saved: FP8 inputs have no backward (hfa::bwd says so).
+    sinks, seqused_q, seqused_k = (tuple(inputs[13:16]) + (None,) * 3)[:3]
     ctx.num_inputs = len(inputs)
     out, lse = output
     # No gradient flows through the LSE (the C ABI has no dLSE input yet, and FlashAttention-3
@@ -187,8 +234,8 @@ def _backward(ctx, grad_out, grad_lse):
     dq, dk, dv, dsinks = torch.ops.hfa.bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, *ctx.params,
                                            sinks, seqused_q, seqused_k)
     # One entry per input of hfa::fwd: q, k, v, ten options, then sinks, seqused_q, seqused_k
-    # (as many of those as the call passed).
-    grads = (dq, dk, dv) + (None,) * 10 + (dsinks if sinks is not None else None, None, None)
+    # and the five FP8 arguments (as many of those as the call passed).
+    grads = (dq, dk, dv) + (None,) * 10 + (dsinks if sinks is not None else None,) + (None,) * 7
     return grads[:ctx.num_inputs]
 
 

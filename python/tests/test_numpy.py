@@ -413,6 +413,18 @@ def test_error_options(qkv):
         hfa.flash_attn_func(q, k, v, softmax_scale=float("nan"))
 
 
+def test_error_descales(qkv):
+    """numpy has no fp8 dtype: the FP8 arguments are for torch.float8_e4m3fn tensors."""
+    q, k, v = qkv
+    for fp8 in ({"q_descale": np.ones(1, np.float32)}, {"descale_block_kv": 128}):
+        with pytest.raises(ValueError, match=names(next(iter(fp8))).pattern + ".*float8_e4m3fn"):
+            hfa.flash_attn_func(q, k, v, **fp8)
+    cu = np.array([0, q.shape[1]], np.int32)
+    with pytest.raises(ValueError, match=names("v_descale")):
+        hfa.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, q.shape[1], q.shape[1],
+                                   v_descale=np.ones(1, np.float32))
+
+
 def test_error_varlen_arguments():
     rng = np.random.default_rng(9)
     q = make(rng, (10, 2, 64), "float32")

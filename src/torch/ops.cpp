@@ -180,6 +180,31 @@ struct AttentionViews {
   }
 };
 
+// The FP8 arguments of a forward (hfa::fwd, hfa::fwd_into): the descales of e4m3 inputs and
+// their rows per block (hfa.h).
+struct Fp8Args {
+  const OptTensor& q_descale;
+  const OptTensor& k_descale;
+  const OptTensor& v_descale;
+  int64_t block_q, block_kv;
+};
+
+// The descales' views, alive for one call, with their strides as given: libhfa reads broadcast
+// (stride 0) and transposed descales in place.
+struct Fp8Views {
+  OptionalView q, k, v;
+  explicit Fp8Views(const Fp8Args& a)
+      : q(a.q_descale, "q_descale"), k(a.k_descale, "k_descale"), v(a.v_descale, "v_descale") {}
+
+  void apply(const Fp8Args& a, hfa::Options& o) const {
+    o.q_descale = q.get();
+    o.k_descale = k.get();
+    o.v_descale = v.get();
+    o.descale_block_q = static_cast<int32_t>(a.block_q);
+    o.descale_block_kv = static_cast<int32_t>(a.block_kv);
+  }
+};
+
 void check_rank(const Tensor& t, const char* name, bool varlen) {
   if (varlen) {
     TORCH_CHECK_VALUE(t.dim() == 3, name,
@@ -192,11 +217,13 @@ void check_rank(const Tensor& t, const char* name, bool varlen) {
 
 // The forward into given out and lse tensors.
 void forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& out,
-             const Tensor& lse, const AttentionArgs& a) {
+             const Tensor& lse, const AttentionArgs& a, const Fp8Args& fp8) {
   Tensor q = unit_last_stride(q_in), k = unit_last_stride(k_in), v = unit_last_stride(v_in);
   OnDevice on_device(q);
   AttentionViews vectors(a);
   hfa::Options o = vectors.options(a, q);
+  Fp8Views descales(fp8);
+  descales.apply(fp8, o);
   hfa::Tensor qt = view(q, "q"), kt = view(k, "k"), vt = view(v, "v");
   hfa::Tensor ot = view(out, "out"), lt = view(lse, "lse");
   std::size_t bytes = 0;
@@ -225,10 +252,14 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const Tensor& v
                                std::optional<double> softmax_scale, bool causal,
                                int64_t window_left, int64_t window_right, double softcap,
                                bool deterministic, const OptTensor& sinks,
-                               const OptTensor& seqused_q, const OptTensor& seqused_k) {
+                               const OptTensor& seqused_q, const OptTensor& seqused_k,
+                               const OptTensor& q_descale, const OptTensor& k_descale,
+                               const OptTensor& v_descale, int64_t descale_block_q,
+                               int64_t descale_block_kv) {
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, deterministic, sinks,
                   seqused_q, seqused_k};
+  Fp8Args fp8{q_descale, k_descale, v_descale, descale_block_q, descale_block_kv};
   bool varlen = cu_seqlens_q.has_value();
   check_rank(q, "q", varlen);
   check_rank(v, "v", varlen);
@@ -238,7 +269,7 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const Tensor& v
   bool partial = seqused_q.has_value();
   Tensor out = partial ? at::zeros(out_shape, out_options) : at::empty(out_shape, out_options);
   Tensor lse = empty_lse(q, varlen, partial);
-  forward(q, k, v, out, lse, a);
+  forward(q, k, v, out, lse, a, fp8);
   return {out, lse};
 }
 
@@ -247,15 +278,18 @@ Tensor fwd_into(const Tensor& q, const Tensor& k, const Tensor& v,
                 int64_t max_seqlen_q, int64_t max_seqlen_k, std::optional<double> softmax_scale,
                 bool causal, int64_t window_left, int64_t window_right, double softcap,
                 const OptTensor& sinks, const OptTensor& seqused_q, const OptTensor& seqused_k,
+                const OptTensor& q_descale, const OptTensor& k_descale,
+                const OptTensor& v_descale, int64_t descale_block_q, int64_t descale_block_kv,
                 const Tensor& out) {
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, false, sinks,
                   seqused_q, seqused_k};
+  Fp8Args fp8{q_descale, k_descale, v_descale, descale_block_q, descale_block_kv};
   bool varlen = cu_seqlens_q.has_value();
   check_rank(q, "q", varlen);
   TORCH_CHECK_VALUE(out.device() == q.device(), "out: on ", out.device(), ", q on ", q.device());
   Tensor lse = empty_lse(q, varlen, seqused_q.has_value());
-  forward(q, k, v, out, lse, a);
+  forward(q, k, v, out, lse, a, fp8);
   return lse;
 }
 
@@ -324,12 +358,15 @@ struct Attention : torch::autograd::Function<Attention> {
       const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k, int64_t max_seqlen_q,
       int64_t max_seqlen_k, std::optional<double> softmax_scale, bool causal,
       int64_t window_left, int64_t window_right, double softcap, bool deterministic,
-      const OptTensor& sinks, const OptTensor& seqused_q, const OptTensor& seqused_k) {
+      const OptTensor& sinks, const OptTensor& seqused_q, const OptTensor& seqused_k,
+      const OptTensor& q_descale, const OptTensor& k_descale, const OptTensor& v_descale,
+      int64_t descale_block_q, int64_t descale_block_kv) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, lse] = fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, softmax_scale, causal, window_left,
                                   window_right, softcap, deterministic, sinks, seqused_q,
-                                  seqused_k);
+                                  seqused_k, q_descale, k_descale, v_descale,
+                                  descale_block_q, descale_block_kv);
     // No gradient flows through the LSE (libhfa's backward has no dLSE input, and
     // FlashAttention-3 drops it silently); marked, lse.requires_grad says so.
     ctx->mark_non_differentiable({lse});
@@ -358,8 +395,10 @@ struct Attention : torch::autograd::Function<Attention> {
         d["causal"].toBool(), d["window_left"].toInt(), d["window_right"].toInt(),
         d["softcap"].toDouble(), d["deterministic"].toBool(), sinks,
         d["seqused_q"].toOptional<Tensor>(), d["seqused_k"].toOptional<Tensor>());
-    // One gradient per input of forward: q, k, v, ten options, sinks, seqused_q, seqused_k.
-    torch::autograd::variable_list result(16);
+    // One gradient per input of forward: q, k, v, ten options, sinks, seqused_q, seqused_k and
+    // the five FP8 arguments. (FP8 inputs have no backward: hfa::bwd says so. So no descale
+    // is saved.)
+    torch::autograd::variable_list result(21);
     result[0] = dq;
     result[1] = dk;
     result[2] = dv;
@@ -373,7 +412,8 @@ std::tuple<Tensor, Tensor> fwd_autograd(
     const OptTensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
     std::optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
     double softcap, bool deterministic, const OptTensor& sinks, const OptTensor& seqused_q,
-    const OptTensor& seqused_k) {
+    const OptTensor& seqused_k, const OptTensor& q_descale, const OptTensor& k_descale,
+    const OptTensor& v_descale, int64_t descale_block_q, int64_t descale_block_kv) {
   // Inference (no input wants a gradient): no autograd node, a plain redispatch.
   const bool wants_grad =
       at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() ||
@@ -382,11 +422,13 @@ std::tuple<Tensor, Tensor> fwd_autograd(
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                          softmax_scale, causal, window_left, window_right, softcap,
-                         deterministic, sinks, seqused_q, seqused_k);
+                         deterministic, sinks, seqused_q, seqused_k, q_descale, k_descale,
+                         v_descale, descale_block_q, descale_block_kv);
   }
   torch::autograd::variable_list result = Attention::apply(
       q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-      window_left, window_right, softcap, deterministic, sinks, seqused_q, seqused_k);
+      window_left, window_right, softcap, deterministic, sinks, seqused_q, seqused_k, q_descale,
+      k_descale, v_descale, descale_block_q, descale_block_kv);
   return {result[0], result[1]};
 }
 
@@ -515,6 +557,10 @@ Tensor fwd_kvcache_into(HFA_KVCACHE_PARAMETERS, const Tensor& out) {
   "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "      \
   "float? softmax_scale, bool causal, int window_left, int window_right, float softcap, "
 #define HFA_ATTENTION_VECTORS "Tensor? sinks=None, Tensor? seqused_q=None, Tensor? seqused_k=None"
+// The forward's FP8 arguments (hfa::fwd, hfa::fwd_into), after the vectors.
+#define HFA_FP8_ARGUMENTS                                                                      \
+  ", Tensor? q_descale=None, Tensor? k_descale=None, Tensor? v_descale=None, "                 \
+  "int descale_block_q=0, int descale_block_kv=0"
 #define HFA_KVCACHE_SCHEMA                                                                     \
   "Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, int cache_code, int scale_code, "         \
   "Tensor cache_seqlens, Tensor? block_table, Tensor? k_scale, Tensor? v_scale, "               \
@@ -525,9 +571,9 @@ Tensor fwd_kvcache_into(HFA_KVCACHE_PARAMETERS, const Tensor& out) {
 
 TORCH_LIBRARY(hfa, m) {
   m.def("fwd(Tensor q, Tensor k, Tensor v, " HFA_ATTENTION_OPTIONS
-        "bool deterministic, " HFA_ATTENTION_VECTORS ") -> (Tensor, Tensor)");
+        "bool deterministic, " HFA_ATTENTION_VECTORS HFA_FP8_ARGUMENTS ") -> (Tensor, Tensor)");
   m.def("fwd_into(Tensor q, Tensor k, Tensor v, " HFA_ATTENTION_OPTIONS HFA_ATTENTION_VECTORS
-        ", *, Tensor(o!) out) -> Tensor");
+        HFA_FP8_ARGUMENTS ", *, Tensor(o!) out) -> Tensor");
   m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
         HFA_ATTENTION_OPTIONS "bool deterministic, " HFA_ATTENTION_VECTORS
         ") -> (Tensor, Tensor, Tensor, Tensor)");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hfa/hfa.hpp"
+#include "quant/e4m3.hpp"
 
 namespace hfa::test {
 
@@ -76,6 +77,32 @@ struct Attention {
   bool forward_outputs_untouched() const { return out.untouched() && lse.untouched(); }
   bool backward_outputs_untouched() const {
     return dq.untouched() && dk.untouched() && dv.untouched();
+  }
+};
+
+// The fixture's call (batch 2, seqlen_q 3, seqlen_k 5, heads 4 / 2, d 64) with e4m3 codes of
+// random values in q, k, v and a bf16 out.
+inline Attention fp8_attention() {
+  Attention a;
+  a.dtype = DType::e4m3;
+  a.allocate();
+  std::mt19937 rng(99);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (Buffer* b : {&a.q, &a.k, &a.v}) {
+    auto* codes = reinterpret_cast<uint8_t*>(b->data.data());
+    for (std::size_t i = 0; i < b->data.size() * sizeof(float); ++i)
+      codes[i] = quant::e4m3_encode(normal(rng));
+  }
+  a.out.make(DType::bf16, {a.batch, a.seqlen_q, a.heads_q, a.hdim_v});
+  a.out.poison();
+  return a;
+}
+
+// Scales to point descales at: any shape the tests need fits.
+struct Scales {
+  std::vector<float> values = std::vector<float>(64, 0.5f);
+  Tensor view(std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides = {}) {
+    return make_tensor(values.data(), DType::f32, shape, strides);
   }
 };
 

@@ -1,54 +1,16 @@
 // FP8 (e4m3) forward arguments through the public API: the dtypes q, k, v and out may have,
 // the descales and their block options. Each bad one is rejected by name with nothing written;
-// valid calls fill the problem's ScaleViews as problem.hpp describes. The numbers of FP8 calls
-// are checked in tests/cpu/test_fp8.cpp.
+// the ScaleViews valid calls fill are checked in test_problem.cpp, the numbers of FP8 calls in
+// tests/cpu/test_fp8.cpp.
 #include <cstddef>
 #include <cstring>
-#include <random>
 #include <vector>
 
-#include "api/validate.hpp"
 #include "fixture.hpp"
 #include "hfa/hfa.h"
-#include "quant/e4m3.hpp"
 
 namespace hfa::test {
 namespace {
-
-// The fixture's call (batch 2, seqlen_q 3, seqlen_k 5, heads 4 / 2, d 64) with e4m3 codes of
-// random values in q, k, v and a bf16 out.
-Attention fp8_attention() {
-  Attention a;
-  a.dtype = DType::e4m3;
-  a.allocate();
-  std::mt19937 rng(99);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (Buffer* b : {&a.q, &a.k, &a.v}) {
-    auto* codes = reinterpret_cast<uint8_t*>(b->data.data());
-    for (std::size_t i = 0; i < b->data.size() * sizeof(float); ++i)
-      codes[i] = quant::e4m3_encode(normal(rng));
-  }
-  a.out.make(DType::bf16, {a.batch, a.seqlen_q, a.heads_q, a.hdim_v});
-  a.out.poison();
-  return a;
-}
-
-// Scales to point descales at: any shape the tests need fits.
-struct Scales {
-  std::vector<float> values = std::vector<float>(64, 0.5f);
-  Tensor view(std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides = {}) {
-    return make_tensor(values.data(), DType::f32, shape, strides);
-  }
-};
-
-detail::ForwardProblem build(Attention& a) {
-  detail::ForwardProblem p;
-  const Status status = detail::build_forward_problem(
-      {&a.q.tensor, &a.k.tensor, &a.v.tensor, &a.out.tensor, &a.lse.tensor, &a.options},
-      detail::Purpose::run, &p);
-  EXPECT_TRUE(status.is_ok()) << status.message();
-  return p;
-}
 
 TEST(Fp8Args, ValidCallsWriteOut) {
   Attention a = fp8_attention();
@@ -144,25 +106,28 @@ TEST(Fp8Args, DescaleForm) {
 }
 
 TEST(Fp8Args, DescaleShape) {
-  Attention a = fp8_attention();
   Scales s;
-  Tensor two = s.view({2});
-  a.options.q_descale = &two;
-  EXPECT_TRUE(ForwardRejected(a, "q_descale", "expected shape (1) (one scale for the tensor), "
-                                              "got (2)"));
-  Tensor three_heads = s.view({2, 3});
-  a.options.q_descale = &three_heads;
-  EXPECT_TRUE(ForwardRejected(a, "q_descale", "expected shape (2, 4) (batch, heads_q) or (2, 2) "
-                                              "(batch, heads_kv), got (2, 3)"));
-  Tensor query_heads = s.view({2, 4});
-  a.options.q_descale = nullptr;
-  a.options.k_descale = &query_heads;  // k and v have kv heads only
-  EXPECT_TRUE(ForwardRejected(a, "k_descale", "expected shape (2, 2) (batch, heads_kv), got "
-                                              "(2, 4)"));
-  Tensor one_sequence = s.view({1, 2});
-  a.options.k_descale = &one_sequence;
-  EXPECT_TRUE(ForwardRejected(a, "k_descale", "expected shape (2, 2) (batch, heads_kv), got "
-                                              "(1, 2)"));
+  const struct {
+    const Tensor* Options::*option;
+    Tensor tensor;
+    const char* name;
+    const char* message;
+  } cases[] = {
+      {&Options::q_descale, s.view({2}), "q_descale",
+       "expected shape (1) (one scale for the tensor), got (2)"},
+      {&Options::q_descale, s.view({2, 3}), "q_descale",
+       "expected shape (2, 4) (batch, heads_q) or (2, 2) (batch, heads_kv), got (2, 3)"},
+      // k and v have kv heads only.
+      {&Options::k_descale, s.view({2, 4}), "k_descale",
+       "expected shape (2, 2) (batch, heads_kv), got (2, 4)"},
+      {&Options::v_descale, s.view({1, 2}), "v_descale",
+       "expected shape (2, 2) (batch, heads_kv), got (1, 2)"},
+  };
+  for (const auto& c : cases) {
+    Attention a = fp8_attention();
+    a.options.*c.option = &c.tensor;
+    EXPECT_TRUE(ForwardRejected(a, c.name, c.message));
+  }
 }
 
 TEST(Fp8Args, BlockOptions) {
@@ -238,43 +203,6 @@ TEST(Fp8Args, WorkspaceQuery) {
   ASSERT_TRUE(forward_workspace_size(a.q.tensor, a.k.tensor, a.v.tensor, a.options, &bytes)
                   .is_ok());
   EXPECT_EQ(bytes, 0u);  // the CPU's dequantized copies are its own
-}
-
-// problem.hpp's ScaleView for each form: per tensor all strides 0; FlashAttention-3's
-// (batch, heads_kv) q_descale maps a query head to its group; per block with the block term.
-TEST(Fp8Args, ProblemScaleViews) {
-  Attention a = fp8_attention();
-  Scales s;
-  Tensor per_tensor = s.view({1}), per_kv_head = s.view({2, 2}, {0, 1});
-  Tensor per_query_head = s.view({2, 4}), per_block = s.view({2, 3, 2}, {1, 2, 6});
-  a.options.q_descale = &per_kv_head;
-  a.options.k_descale = &per_block;
-  a.options.descale_block_kv = 2;
-  detail::ForwardProblem p = build(a);
-  EXPECT_EQ(p.dtype, DType::e4m3);
-  EXPECT_EQ(p.out_dtype, DType::bf16);
-  EXPECT_EQ(p.q_descale.data, s.values.data());
-  EXPECT_EQ(p.q_descale.batch_stride, 0);
-  EXPECT_EQ(p.q_descale.head_stride, 1);
-  EXPECT_EQ(p.q_descale.block_rows, 0);
-  EXPECT_EQ(p.q_descale.head_divisor, 2);  // 4 query heads over 2 kv heads
-  EXPECT_EQ(p.k_descale.batch_stride, 1);
-  EXPECT_EQ(p.k_descale.block_stride, 2);
-  EXPECT_EQ(p.k_descale.head_stride, 6);
-  EXPECT_EQ(p.k_descale.block_rows, 2);
-  EXPECT_EQ(p.k_descale.head_divisor, 1);
-  EXPECT_EQ(p.v_descale.data, nullptr);
-
-  a.options.q_descale = &per_query_head;
-  a.options.v_descale = &per_tensor;
-  p = build(a);
-  EXPECT_EQ(p.q_descale.batch_stride, 4);
-  EXPECT_EQ(p.q_descale.head_divisor, 1);
-  EXPECT_EQ(p.v_descale.data, s.values.data());
-  EXPECT_EQ(p.v_descale.batch_stride, 0);
-  EXPECT_EQ(p.v_descale.block_stride, 0);
-  EXPECT_EQ(p.v_descale.head_stride, 0);
-  EXPECT_EQ(p.v_descale.block_rows, 0);
 }
 
 // On a GPU a block of keys holds whole kernel tiles (kFp8KeyBlock keys): one scale per tile.

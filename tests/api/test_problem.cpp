@@ -101,5 +101,42 @@ TEST(Problem, WorkspaceQueryNeedsNoOutputs) {
   EXPECT_TRUE(Invalid(forward_workspace_size(a.q.tensor, a.k.tensor, a.v.tensor, a.options, nullptr), "bytes"));
 }
 
+// problem.hpp's ScaleView for each form: per tensor all strides 0; FlashAttention-3's
+// (batch, heads_kv) q_descale maps a query head to its group; per block with the block term.
+TEST(Problem, Fp8ScaleViews) {
+  Attention a = fp8_attention();
+  Scales s;
+  Tensor per_tensor = s.view({1}), per_kv_head = s.view({2, 2}, {0, 1});
+  Tensor per_query_head = s.view({2, 4}), per_block = s.view({2, 3, 2}, {1, 2, 6});
+  a.options.q_descale = &per_kv_head;
+  a.options.k_descale = &per_block;
+  a.options.descale_block_kv = 2;
+  ForwardProblem p = build(a);
+  EXPECT_EQ(p.dtype, DType::e4m3);
+  EXPECT_EQ(p.out_dtype, DType::bf16);
+  EXPECT_EQ(p.q_descale.data, s.values.data());
+  EXPECT_EQ(p.q_descale.batch_stride, 0);
+  EXPECT_EQ(p.q_descale.head_stride, 1);
+  EXPECT_EQ(p.q_descale.block_rows, 0);
+  EXPECT_EQ(p.q_descale.head_divisor, 2);  // 4 query heads over 2 kv heads
+  EXPECT_EQ(p.k_descale.batch_stride, 1);
+  EXPECT_EQ(p.k_descale.block_stride, 2);
+  EXPECT_EQ(p.k_descale.head_stride, 6);
+  EXPECT_EQ(p.k_descale.block_rows, 2);
+  EXPECT_EQ(p.k_descale.head_divisor, 1);
+  EXPECT_EQ(p.v_descale.data, nullptr);
+
+  a.options.q_descale = &per_query_head;
+  a.options.v_descale = &per_tensor;
+  p = build(a);
+  EXPECT_EQ(p.q_descale.batch_stride, 4);
+  EXPECT_EQ(p.q_descale.head_divisor, 1);
+  EXPECT_EQ(p.v_descale.data, s.values.data());
+  EXPECT_EQ(p.v_descale.batch_stride, 0);
+  EXPECT_EQ(p.v_descale.block_stride, 0);
+  EXPECT_EQ(p.v_descale.head_stride, 0);
+  EXPECT_EQ(p.v_descale.block_rows, 0);
+}
+
 }  // namespace
 }  // namespace hfa::test
