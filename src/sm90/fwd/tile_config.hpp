@@ -20,6 +20,9 @@
 #ifndef HFA_SM90_EXP2_EMULATE_EVERY_D64
 #define HFA_SM90_EXP2_EMULATE_EVERY_D64 0
 #endif
+#ifndef HFA_SM90_EXP2_EMULATE_EVERY_FP8
+#define HFA_SM90_EXP2_EMULATE_EVERY_FP8 0
+#endif
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -98,7 +101,9 @@ struct TileConfig {
   //     test failed its 2x-peer bound);
   //   exp2 on the FMA pipes: 5-8 % slower at hdim 64, whose FMA pipes are not idle.
   static constexpr int kRescaleThreshold = HFA_SM90_RESCALE_THRESHOLD;
-  static constexpr int kExp2EmulateEvery = kHeadDimQK == 64 ? HFA_SM90_EXP2_EMULATE_EVERY_D64 : 0;
+  static constexpr int kExp2EmulateEvery = kFp8               ? HFA_SM90_EXP2_EMULATE_EVERY_FP8
+                                           : kHeadDimQK == 64 ? HFA_SM90_EXP2_EMULATE_EVERY_D64
+                                                              : 0;
   // FP8: probabilities go to e4m3 as exp2(x − max + 8), in [0, 256] rather than [0, 1], so
   // small ones keep more bits before underflow (FlashAttention-3's max offset); the 2⁸ cancels
   // in O's normalization and is taken out of the LSE.
