@@ -124,15 +124,17 @@ def test_zero_group_scale_is_one(device):
     assert torch.equal(codes.float().cpu()[0, :, 0], torch.zeros(8, 64))
 
 
+# (granularity, block): the block size only matters for per-block scaling, where 128 takes one
+# pass and 1000 rows are blocks beyond a CTA.
+SCALINGS = [(g, 128) for g in GRANULARITIES] + [("block", 1000)]
+
+
 @cuda_only
-@pytest.mark.parametrize("granularity", GRANULARITIES)
+@pytest.mark.parametrize("granularity,block", SCALINGS)
 @pytest.mark.parametrize("hadamard", [False, True])
 @pytest.mark.parametrize("hdim", [64, 128, 256])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("block", [128, 1000])  # one pass, and blocks beyond a CTA
-def test_cuda_matches_cpu(granularity, hadamard, hdim, dtype, block):
-    if granularity != "block" and block != 128:
-        pytest.skip("block only matters for per-block scaling")
+def test_cuda_matches_cpu(granularity, block, hadamard, hdim, dtype):
     x = inputs((3, 1100, 2, hdim), seed=hdim, dtype=dtype)
     x[0, 0, 0, 0] = float("inf")  # its group's scale is NaN, its codes NaN
     cpu = hfa.quantize_fp8(x, granularity, block=block, hadamard=hadamard, seed=1)
