@@ -119,7 +119,10 @@ typedef struct hfa_options {
    * v's). On a GPU descale_block_kv must be a multiple of 128, the FP8 kernels' keys per tile
    * (one scale per tile of keys); otherwise HFA_ERROR_NOT_SUPPORTED. Descales with inputs of
    * another dtype are an invalid argument. The backward takes no FP8 inputs
-   * (HFA_ERROR_NOT_SUPPORTED). */
+   * (HFA_ERROR_NOT_SUPPORTED). Every scale must be positive and finite (hfa_quantize_fp8's
+   * are): a GPU does not read them back to check, and a zero v scale of a block divides by 0.
+   * A GPU's FP8 forward transposes v into the workspace first (hfa_forward_workspace_size
+   * counts it), with the keys past seqused_k zeroed there. */
   const hfa_tensor* q_descale;
   const hfa_tensor* k_descale;
   const hfa_tensor* v_descale;

@@ -17,23 +17,13 @@ namespace hfa::cpu {
 namespace {
 
 using detail::ForwardProblem;
-using detail::ScaleView;
 using detail::Strides;
-
-// The descale of row `row` (counted from its sequence's first) of head `head` of sequence b:
-// ScaleView's formula (common/problem.hpp).
-float descale_of(const ScaleView& s, int64_t b, int64_t row, int64_t head) {
-  if (s.data == nullptr) return 1.0f;
-  const int64_t block = s.block_rows > 0 ? row / s.block_rows : 0;
-  return s.data[b * s.batch_stride + block * s.block_stride +
-                head / s.head_divisor * s.head_stride];
-}
 
 // One e4m3 input of the problem and where its fp32 copy goes.
 struct Fp8Input {
   const void* codes;
   Strides strides;
-  ScaleView descale;
+  detail::ScaleView descale;
   bool queries;  // q (rows of seqlen_q), else k or v (rows of seqlen_k)
   int64_t heads;
   int64_t dim;
@@ -64,7 +54,7 @@ Dequantized dequantize(const ForwardProblem& p, const Fp8Input& in) {
                     h * in.dim;
     for (int64_t r = 0; r < rows; ++r) {
       const auto* codes = reinterpret_cast<const uint8_t*>(source.row(r));
-      const float scale = descale_of(in.descale, b, r, h);
+      const float scale = detail::scale_at(in.descale, int(b), int(r), int(h));
       float* values = target + r * row_floats;
       for (int64_t c = 0; c < in.dim; ++c) values[c] = quant::fp8_kv_decode(codes[c], scale);
     }

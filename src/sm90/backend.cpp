@@ -19,7 +19,8 @@ using detail::BackwardProblem;
 using detail::ForwardProblem;
 
 Status not_supported(const char* family, const std::string& what) {
-  return {Code::not_supported, std::string(family) + ": " + what + " is not supported on this device"};
+  return {Code::not_supported,
+          std::string(family) + ": " + what + " is not supported on this device"};
 }
 
 // Whether the compiled FP8 forward holds the problem (kernel_list.def's FP8 lists).
@@ -72,9 +73,10 @@ Status forward(const ForwardProblem& p) {
   if (!on.facts.status) return on.facts.status;
   const fwd::LaunchContext context{on.facts.sm_count, on.facts.l2_bytes};
   if (fwd::is_fp8(p)) {
-    return with_compiled_fp8_kernel(p.out_dtype, p.hdim_qk, p.hdim_v, [&]<int kQK, int kV, typename Out>() {
+    auto run = [&]<int kQK, int kV, typename Out>() {
       return fwd::run_forward_fp8<kQK, kV, Out>(p, context);
-    });
+    };
+    return with_compiled_fp8_kernel(p.out_dtype, p.hdim_qk, p.hdim_v, run);
   }
   return with_compiled_kernel(p.dtype, p.hdim_qk, p.hdim_v, [&]<int kQK, int kV, typename Element>() {
     return fwd::run_forward<kQK, kV, Element>(p, context);

@@ -74,4 +74,30 @@ inline void set_layout(AttentionCase& c, Layout layout) {
   }
 }
 
+// The forward feature matrix: every mask × softcap × sinks × GQA × layout for one dtype and
+// head-dim pair, each case handed to visit(case, index) with its rank in the walk. GQA groups of
+// 4 with fewer queries than a tile's rows (the short layouts) run packed.
+template <typename Visit>
+void for_each_forward_feature_case(DType dtype, HeadDims dims, Visit&& visit) {
+  int index = 0;
+  for (Mask mask : {Mask::none, Mask::causal, Mask::sliding, Mask::window})
+    for (bool softcap : {false, true})
+      for (bool sinks : {false, true})
+        for (bool gqa : {false, true})
+          for (Layout layout : {Layout::fixed, Layout::varlen, Layout::seqused,
+                                Layout::short_fixed, Layout::short_varlen}) {
+            AttentionCase c;
+            c.dtype = dtype;
+            c.hdim_qk = dims.qk;
+            c.hdim_v = dims.v;
+            c.heads_q = gqa ? 8 : 4;
+            c.heads_kv = gqa ? 2 : 4;
+            set_mask(c, mask);
+            if (softcap) c.softcap = 4.0f;  // small enough that tanh bends the scores
+            c.sinks = sinks;
+            set_layout(c, layout);
+            visit(c, index++);
+          }
+}
+
 }  // namespace hfa::test

@@ -30,41 +30,17 @@ void forward_on_gpu(AttentionData& data) {
   gpu.forward();
 }
 
-// Lengths that fill no tile (tiles are 128 or 192 rows × 80 to 176 keys), seqlen_q ≠ seqlen_k,
-// empty sequences (varlen: no queries, no keys; seqused: no keys) and a one-token sequence.
-// GQA groups of 4 with fewer queries than a tile's rows (the short layouts) run packed.
-AttentionCase make_case(const Combination& combination, Mask mask, bool softcap, bool sinks,
-                        bool gqa, Layout layout) {
-  AttentionCase c;
-  c.dtype = combination.dtype;
-  c.hdim_qk = combination.dims.qk;
-  c.hdim_v = combination.dims.v;
-  c.heads_q = gqa ? 8 : 4;
-  c.heads_kv = gqa ? 2 : 4;
-  set_mask(c, mask);
-  if (softcap) c.softcap = 4.0f;  // small enough that tanh bends the scores
-  c.sinks = sinks;
-  set_layout(c, layout);
-  return c;
-}
-
 class ForwardSm90Features : public ::testing::TestWithParam<Combination> {};
 
 TEST_P(ForwardSm90Features, EveryOptionWithEveryOther) {
   HFA_REQUIRE_HOPPER();
-  for (Mask mask : {Mask::none, Mask::causal, Mask::sliding, Mask::window})
-    for (bool softcap : {false, true})
-      for (bool sinks : {false, true})
-        for (bool gqa : {false, true})
-          for (Layout layout : {Layout::fixed, Layout::varlen, Layout::seqused,
-                                Layout::short_fixed, Layout::short_varlen}) {
-            const AttentionCase c = make_case(GetParam(), mask, softcap, sinks, gqa, layout);
-            SCOPED_TRACE(c.name());
-            AttentionData data(c);
-            const ForwardExpectation expected = expected_forward(data, true);
-            forward_on_gpu(data);
-            check_forward_results(data, expected);
-          }
+  for_each_forward_feature_case(GetParam().dtype, GetParam().dims, [](const AttentionCase& c, int) {
+    SCOPED_TRACE(c.name());
+    AttentionData data(c);
+    const ForwardExpectation expected = expected_forward(data, true);
+    forward_on_gpu(data);
+    check_forward_results(data, expected);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, ForwardSm90Features, ::testing::ValuesIn(combinations()),

@@ -126,32 +126,17 @@ class ForwardSm90Fp8 : public ::testing::TestWithParam<HeadDims> {};
 
 TEST_P(ForwardSm90Fp8, EveryOptionWithEveryDescaleForm) {
   HFA_REQUIRE_HOPPER();
-  int index = 0;
-  for (Mask mask : {Mask::none, Mask::causal, Mask::sliding, Mask::window})
-    for (bool softcap : {false, true})
-      for (bool sinks : {false, true})
-        for (bool gqa : {false, true})
-          for (Layout layout : {Layout::fixed, Layout::varlen, Layout::seqused,
-                                Layout::short_fixed, Layout::short_varlen}) {
-            AttentionCase c;
-            c.out_dtype = index % 7 == 3 ? DType::f16 : DType::bf16;
-            c.hdim_qk = GetParam().qk;
-            c.hdim_v = GetParam().v;
-            c.heads_q = gqa ? 8 : 4;
-            c.heads_kv = gqa ? 2 : 4;
-            set_mask(c, mask);
-            if (softcap) c.softcap = 4.0f;
-            c.sinks = sinks;
-            set_layout(c, layout);
-            c.seed = 7000 + index;
-            const Fp8Spec spec = spec_for(index++);
-            SCOPED_TRACE(c.name() + "_descale" + std::to_string(index % 5));
-            AttentionData data(c);
-            const Fp8Inputs fp8(data, spec);
-            const ForwardExpectation expected = fp8_expectation(data);
-            fp8_forward_on_gpu(data, fp8);
-            check_forward_results(data, expected);
-          }
+  for_each_forward_feature_case(DType::f32, GetParam(), [](AttentionCase c, int index) {
+    c.out_dtype = index % 7 == 3 ? DType::f16 : DType::bf16;
+    c.seed = 7000 + index;
+    const Fp8Spec spec = spec_for(index);
+    SCOPED_TRACE(c.name() + "_descale" + std::to_string(index % 5));
+    AttentionData data(c);
+    const Fp8Inputs fp8(data, spec);
+    const ForwardExpectation expected = fp8_expectation(data);
+    fp8_forward_on_gpu(data, fp8);
+    check_forward_results(data, expected);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, ForwardSm90Fp8,

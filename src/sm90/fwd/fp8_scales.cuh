@@ -24,7 +24,8 @@ struct ScoreScales {
 
 // The softmax's scales for a tile: with one q·k scale for the whole tile (Params::fp8_row_scales
 // 0: per (batch, kv head), or one q head a tile), folded in; otherwise S carries it.
-__device__ __forceinline__ ScoreScales score_scales(const Params& p, const WorkTile& tile, int kv_head) {
+__device__ __forceinline__ ScoreScales score_scales(const Params& p, const WorkTile& tile,
+                                                    int kv_head) {
   float qk = 1.0f;
   if (!p.fp8_row_scales) {
     const int head = tile.head << p.pack_shift;
@@ -44,8 +45,8 @@ __device__ __forceinline__ float q_row_scale(const Params& p, const WorkTile& ti
 
 // k's or v's scale of key block n (block_rows is a multiple of kBlockN, so one for the block).
 template <typename Config>
-__device__ __forceinline__ float key_block_scale(const detail::ScaleView& view, const WorkTile& tile,
-                                                 int n_block, int kv_head) {
+__device__ __forceinline__ float key_block_scale(const detail::ScaleView& view,
+                                                 const WorkTile& tile, int n_block, int kv_head) {
   return detail::scale_at(view, tile.batch, n_block * Config::kBlockN, kv_head);
 }
 

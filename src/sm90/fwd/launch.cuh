@@ -14,7 +14,6 @@
 
 namespace hfa::sm90::fwd {
 
-
 // Causal tiles are ordered longest first within sections of (batch, tile head) pairs whose K
 // and V fit in half the L2 together, so the CTAs running at once re-read K/V from L2, not HBM.
 inline int heads_per_section(const detail::ForwardProblem& problem, int pack_shift,
@@ -43,20 +42,20 @@ int pack_shift_for(const detail::ForwardProblem& problem) {
 // keys × the configuration's head dims (rows past hdim_v read as zeros).
 template <typename Config>
 Status transpose_v(const detail::ForwardProblem& problem, CUtensorMap* map) {
-  const int64_t total_keys = problem.is_varlen() ? problem.total_k : int64_t(problem.batch) * problem.seqlen_k;
   TransposeVParams t{};
   t.v = static_cast<const uint8_t*>(problem.v);
   t.v_stride = problem.v_stride;
   t.vt = static_cast<uint8_t*>(problem.workspace) + fp8_vt_offset(problem);
-  t.row_keys = vt_row_keys(total_keys, problem.batch);
+  t.row_keys = fp8_vt_row_keys(problem);
   t.batch = problem.batch;
   t.heads_kv = problem.heads_kv;
   t.hdim_v = problem.hdim_v;
   t.seqlen_k = problem.seqlen_k;
   t.cu_seqlens_k = problem.cu_seqlens_k;
   t.seqused_k = problem.seqused_k;
-  const bool aligned = reinterpret_cast<uintptr_t>(problem.v) % 16 == 0 && t.v_stride.row % 16 == 0 &&
-                       t.v_stride.head % 16 == 0 && t.v_stride.batch % 16 == 0;
+  const bool aligned = reinterpret_cast<uintptr_t>(problem.v) % 16 == 0 &&
+                       t.v_stride.row % 16 == 0 && t.v_stride.head % 16 == 0 &&
+                       t.v_stride.batch % 16 == 0;
   if (!aligned) {
     return {Code::not_supported,
             std::string(kFamily) + ": FP8 v must be 16-byte aligned, with row, head and batch "
@@ -70,10 +69,10 @@ Status transpose_v(const detail::ForwardProblem& problem, CUtensorMap* map) {
                                            static_cast<cudaStream_t>(problem.stream)>>>(t);
     HFA_RETURN_IF_ERROR(launch_status(kFamily));
   }
-  const uint64_t row_bytes = uint64_t(t.row_keys);
+  const uint64_t row_bytes = uint64_t(t.row_keys), head_bytes = row_bytes * problem.hdim_v;
   const TileMapShape shape{t.vt,
                            {row_bytes, uint64_t(problem.hdim_v), uint64_t(problem.heads_kv), 1},
-                           {row_bytes, row_bytes * problem.hdim_v, row_bytes * problem.hdim_v * problem.heads_kv},
+                           {row_bytes, head_bytes, head_bytes * problem.heads_kv},
                            uint32_t(Config::kHeadDimV)};
   return make_tile_map(map, shape, tma_dtype<typename Config::Element>());
 }
@@ -84,8 +83,8 @@ inline void fill_fp8_fields(Params& params, const detail::ForwardProblem& proble
   params.k_descale = problem.k_descale;
   params.v_descale = problem.v_descale;
   const detail::ScaleView& q = problem.q_descale;
-  const bool q_differs_in_tile = q.block_rows > 0 || (params.pack_shift > 0 && q.head_divisor == 1 &&
-                                                      q.head_stride != 0 && q.data != nullptr);
+  const bool per_query_head = q.data != nullptr && q.head_divisor == 1 && q.head_stride != 0;
+  const bool q_differs_in_tile = q.block_rows > 0 || (params.pack_shift > 0 && per_query_head);
   params.fp8_row_scales = q_differs_in_tile || problem.k_descale.block_rows > 0;
 }
 
@@ -162,10 +161,10 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
 
 template <int kHeadDimQK, int kHeadDimV, bool kWindowed, typename Element, typename Out>
 Status launch_softcap_or_not(const detail::ForwardProblem& problem, const LaunchContext& context) {
-  if (problem.softcap > 0.0f) {
-    return launch<TileConfig<kHeadDimQK, kHeadDimV, kWindowed, true, Element, Out>>(problem, context);
-  }
-  return launch<TileConfig<kHeadDimQK, kHeadDimV, kWindowed, false, Element, Out>>(problem, context);
+  using Plain = TileConfig<kHeadDimQK, kHeadDimV, kWindowed, false, Element, Out>;
+  using Softcapped = TileConfig<kHeadDimQK, kHeadDimV, kWindowed, true, Element, Out>;
+  return problem.softcap > 0.0f ? launch<Softcapped>(problem, context)
+                                : launch<Plain>(problem, context);
 }
 
 template <int kHeadDimQK, int kHeadDimV, typename Element, typename Out>

@@ -34,9 +34,15 @@ inline bool is_fp8(const detail::ForwardProblem& problem) { return problem.dtype
 
 inline std::size_t fp8_vt_offset(const detail::ForwardProblem&) { return kVtAlignment; }
 
+// Keys of a transposed row of v: room for every sequence's (transposed_v_layout.hpp).
+inline int64_t fp8_vt_row_keys(const detail::ForwardProblem& problem) {
+  const int64_t keys =
+      problem.is_varlen() ? problem.total_k : int64_t(problem.batch) * problem.seqlen_k;
+  return vt_row_keys(keys, problem.batch);
+}
+
 inline std::size_t fp8_vt_bytes(const detail::ForwardProblem& problem) {
-  const int64_t keys = problem.is_varlen() ? problem.total_k : int64_t(problem.batch) * problem.seqlen_k;
-  return std::size_t(problem.heads_kv) * problem.hdim_v * vt_row_keys(keys, problem.batch);
+  return std::size_t(problem.heads_kv) * problem.hdim_v * fp8_vt_row_keys(problem);
 }
 
 inline std::size_t workspace_bytes(const detail::ForwardProblem& problem) {

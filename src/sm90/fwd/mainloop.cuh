@@ -43,10 +43,14 @@ struct ConsumerMainloop {
   Storage& smem;
   int warpgroup;  // among the consumers
   int thread;     // within the warpgroup
-  ScoreScales scales{};
   Ring k_ring;
   Ring v_ring;
   uint32_t q_phase = 0;
+  // FP8 only (fp8_scales.cuh): the tile's softmax scales, its kv head, and the q scales of the
+  // thread's two rows when S carries them (Params::fp8_row_scales).
+  ScoreScales scales{};
+  int kv_head = 0;
+  float q_rows[2] = {1.0f, 1.0f};
 
   // The first warpgroup issues first: another one opens its barrier once at start.
   __device__ __forceinline__ void start_ping_pong() {
@@ -114,17 +118,14 @@ struct ConsumerMainloop {
     ptx::commit_group();
   }
 
-  // Softcaps S, masks it where block n_block needs it (after the softcap: tanh(−inf) is not
-  // −inf), then turns it into unnormalized probabilities.
-  // FP8: the scale factors of this block's scores, when they are not one number for the tile
+  // ---- FP8 scales (fp8_scales.cuh): loaded where their latency hides, applied where they fold.
+  // The factors of one key block: of its scores, when they are not one number for the tile
   // (Params::fp8_row_scales), and of its values, when v has per-block scales (O then changes
-  // units: see fp8_scales.cuh).
+  // units from block to block).
   struct BlockScales {
     float score[2] = {1.0f, 1.0f};  // of the thread's two rows
     float value = 1.0f;
   };
-  float q_rows[2] = {1.0f, 1.0f};  // q scales of the thread's rows (FP8 with fp8_row_scales)
-  int kv_head = 0;
 
   __device__ __forceinline__ BlockScales block_scales(const WorkTile& tile, int n_block) const {
     BlockScales b;
@@ -134,33 +135,17 @@ struct ConsumerMainloop {
         b.score[0] = q_rows[0] * k;
         b.score[1] = q_rows[1] * k;
       }
-      if (p.v_descale.block_rows > 0) b.value = key_block_scale<Config>(p.v_descale, tile, n_block, kv_head);
+      if (p.v_descale.block_rows > 0) {
+        b.value = key_block_scale<Config>(p.v_descale, tile, n_block, kv_head);
+      }
     }
     return b;
   }
 
-  __device__ __forceinline__ void softmax_step(float (&s)[kSAcc], OnlineSoftmax& softmax,
-                                               float (&rescale)[2], const WorkTile& tile,
-                                               int n_block, const ptx::FragmentCoords& at,
-                                               const BlockScales& block) {
-    if constexpr (Config::kFp8) {
-      if (p.fp8_row_scales) scale_rows(s, block.score);
-    }
-    if constexpr (Config::kSoftcap) apply_softcap(s, softcap_prescale());
-    constexpr int kOffset = Config::kMaxOffset;
-    if (block_needs_mask<Config>(p, tile, n_block)) {
-      const int row0 = tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup + at.row0;
-      apply_mask<Config::kWindowed>(s, row0, n_block * Config::kBlockN + at.column_pair, tile.seq, p);
-      softmax.update<Config::kRescaleThreshold, 0, kOffset>(s, scale_log2(), rescale);
-    } else {
-      softmax.update<Config::kRescaleThreshold, Config::kExp2EmulateEvery, kOffset>(
-          s, scale_log2(), rescale);
-    }
-  }
-
   // Before O takes block n's P·V: O is in units of block n + 1's v scale (previous), and goes
   // to block n's.
-  __device__ __forceinline__ void change_value_units(float (&rescale)[2], const BlockScales& previous,
+  __device__ __forceinline__ void change_value_units(float (&rescale)[2],
+                                                     const BlockScales& previous,
                                                      const BlockScales& block) const {
     if constexpr (Config::kFp8) {
       if (p.v_descale.block_rows > 0) {
@@ -172,10 +157,11 @@ struct ConsumerMainloop {
   }
 
   // What O's units are after the tile's last P·V: v's scale of the last block walked (FP8).
-  __device__ __forceinline__ float value_scale(const WorkTile& tile, const BlockRange& blocks) const {
+  __device__ __forceinline__ float value_scale(const WorkTile& tile,
+                                               const BlockRange& blocks) const {
     if constexpr (Config::kFp8) {
-      return key_block_scale<Config>(p.v_descale, tile, p.v_descale.block_rows > 0 ? blocks.begin : 0,
-                                     kv_head);
+      const int last_block = p.v_descale.block_rows > 0 ? blocks.begin : 0;
+      return key_block_scale<Config>(p.v_descale, tile, last_block, kv_head);
     }
     return 1.0f;
   }
@@ -198,6 +184,27 @@ struct ConsumerMainloop {
                        ptx::fragment_coords(thread).row0;
       q_rows[0] = q_row_scale(p, tile, row0);
       q_rows[1] = q_row_scale(p, tile, row0 + 8);
+    }
+  }
+
+  // Softcaps S, masks it where block n_block needs it (after the softcap: tanh(−inf) is not
+  // −inf), then turns it into unnormalized probabilities.
+  __device__ __forceinline__ void softmax_step(float (&s)[kSAcc], OnlineSoftmax& softmax,
+                                               float (&rescale)[2], const WorkTile& tile,
+                                               int n_block, const ptx::FragmentCoords& at,
+                                               const BlockScales& block) {
+    if constexpr (Config::kFp8) {
+      if (p.fp8_row_scales) scale_rows(s, block.score);
+    }
+    if constexpr (Config::kSoftcap) apply_softcap(s, softcap_prescale());
+    constexpr int kOffset = Config::kMaxOffset;
+    if (block_needs_mask<Config>(p, tile, n_block)) {
+      const int row0 = tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup + at.row0;
+      apply_mask<Config::kWindowed>(s, row0, n_block * Config::kBlockN + at.column_pair, tile.seq, p);
+      softmax.update<Config::kRescaleThreshold, 0, kOffset>(s, scale_log2(), rescale);
+    } else {
+      softmax.update<Config::kRescaleThreshold, Config::kExp2EmulateEvery, kOffset>(
+          s, scale_log2(), rescale);
     }
   }
 

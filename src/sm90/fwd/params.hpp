@@ -69,8 +69,9 @@ struct Params {
   // next tile (see scheduler.cuh). Null: the static schedule.
   int32_t* tile_counter;
 
-  // FP8 only (last, so the 16-bit kernels' parameter offsets stay): the codes' scales (common/scale_view.hpp). k and v blocks are multiples of
-  // kBlockN rows, so each key block has one scale of each.
+  // FP8 only (last, so that the 16-bit kernels' parameter offsets stay): the codes' scales
+  // (common/scale_view.hpp). k and v blocks are multiples of kBlockN rows, so each key block
+  // has one scale of each.
   detail::ScaleView q_descale, k_descale, v_descale;
   // 1: the q·k scale differs between the rows or key blocks of a tile (per-block q or k scales,
   // or per-head q scales under PackGQA), so S is scaled in registers (fwd/fp8_scales.cuh).

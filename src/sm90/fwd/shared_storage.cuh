@@ -17,8 +17,9 @@ struct SharedStorage {
   using KTile = SwizzledTile<Element, Config::kBlockN, Config::kHeadDimQK>;
   // V as stored (keys × dims, the MN-major B of P·V) or, for e4m3 whose wgmma takes K-major
   // operands only, transposed (dims × keys, from the transposed copy launch.cuh makes).
-  using VTile = std::conditional_t<Config::kFp8, SwizzledTile<Element, Config::kHeadDimV, Config::kBlockN>,
-                                   SwizzledTile<Element, Config::kBlockN, Config::kHeadDimV>>;
+  using VTile =
+      std::conditional_t<Config::kFp8, SwizzledTile<Element, Config::kHeadDimV, Config::kBlockN>,
+                         SwizzledTile<Element, Config::kBlockN, Config::kHeadDimV>>;
 
   // Q of the current tile; freed (q_empty) as soon as the tile's last Q·Kᵀ has read it.
   QTile q;

@@ -41,11 +41,13 @@ struct TransposeVParams {
 // One CTA per (128 keys, kv head, sequence): the keys' rows of v into shared memory (zeros past
 // the used length), then each thread writes 16-key groups of a dim's transposed row.
 template <int kMaxHeadDim>
-__global__ void __launch_bounds__(kTransposeThreads) transpose_v_kernel(const __grid_constant__ TransposeVParams p) {
+__global__ void __launch_bounds__(kTransposeThreads)
+    transpose_v_kernel(const __grid_constant__ TransposeVParams p) {
   __shared__ alignas(16) uint8_t rows[kTransposeKeys][kMaxHeadDim];
   const int b = blockIdx.z, head = blockIdx.y;
   const int64_t first_key = p.cu_seqlens_k != nullptr ? p.cu_seqlens_k[b] : int64_t(b) * p.seqlen_k;
-  const int allocated = p.cu_seqlens_k != nullptr ? p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b] : p.seqlen_k;
+  const int allocated =
+      p.cu_seqlens_k != nullptr ? p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b] : p.seqlen_k;
   const int used = p.seqused_k != nullptr ? min(p.seqused_k[b], allocated) : allocated;
   const int64_t begin = vt_key_offset(first_key, b);
   const int64_t end = b + 1 < p.batch ? vt_key_offset(first_key + allocated, b + 1) : p.row_keys;
@@ -60,7 +62,8 @@ __global__ void __launch_bounds__(kTransposeThreads) transpose_v_kernel(const __
     const int key = i / chunks, chunk = i % chunks;
     uint4 value = make_uint4(0, 0, 0, 0);
     if (key0 + key < used) {
-      value = *reinterpret_cast<const uint4*>(v + int64_t(key0 + key) * p.v_stride.row + chunk * 16);
+      const uint8_t* row = v + int64_t(key0 + key) * p.v_stride.row;
+      value = *reinterpret_cast<const uint4*>(row + chunk * 16);
     }
     *reinterpret_cast<uint4*>(&rows[key][chunk * 16]) = value;
   }
