@@ -1,4 +1,6 @@
-// hfa_quantize_fp8 on a Hopper GPU: the CPU's bytes (cpu/quantize_fp8.cpp), at memory speed.
+// hfa_quantize_fp8 on a Hopper GPU: the CPU's bytes (cpu/quantize_fp8.cpp). Measured at
+// 0.2-0.4x the device copy rate (bench/results/README.md, "FP8 forward"): not at memory speed
+// yet.
 //
 // A lane owns 16 consecutive values of a row (a 16-byte code store; 32 or 64 bytes of input), so
 // a row of d values takes d / 16 lanes and a warp holds 32 / (d / 16) rows at a time. The

@@ -61,10 +61,13 @@ Status transpose_v(const detail::ForwardProblem& problem, CUtensorMap* map) {
             std::string(kFamily) + ": FP8 v must be 16-byte aligned, with row, head and batch "
                                    "strides multiples of 16 bytes"};
   }
+  // A sequence's keys and its gap to the next: at most its allocated keys + 3 groups (one of
+  // rounding up, two of the per-sequence groups before and after it).
   const int64_t longest = problem.seqlen_k;  // varlen: max_seqlen_k
-  const dim3 grid(unsigned((longest + 3 * kKeyGroup + kTransposeKeys - 1) / kTransposeKeys),
-                  unsigned(problem.heads_kv), unsigned(problem.batch));
-  if (grid.x > 0 && grid.y > 0 && grid.z > 0) {
+  t.ctas_per_sequence = int((longest + 3 * kKeyGroup + kTransposeKeys - 1) / kTransposeKeys);
+  const dim3 grid(unsigned(int64_t(t.ctas_per_sequence) * problem.batch),
+                  unsigned(problem.heads_kv));
+  if (grid.x > 0 && grid.y > 0) {
     transpose_v_kernel<Config::kHeadDimV><<<grid, kTransposeThreads, 0,
                                            static_cast<cudaStream_t>(problem.stream)>>>(t);
     HFA_RETURN_IF_ERROR(launch_status(kFamily));

@@ -36,22 +36,25 @@ struct TransposeVParams {
   int seqlen_k;  // fixed length: every sequence's allocated keys
   const int32_t* cu_seqlens_k;
   const int32_t* seqused_k;
+  int ctas_per_sequence;  // of kTransposeKeys keys: a sequence's keys and the gap to the next
 };
 
-// One CTA per (128 keys, kv head, sequence): the keys' rows of v into shared memory (zeros past
-// the used length), then each thread writes 16-key groups of a dim's transposed row.
+// One CTA per (sequence, 128 keys) × kv head (sequences along x: a batch may exceed grid.z's
+// 65535): the keys' rows of v into shared memory (zeros past the used length), then each
+// thread writes 16-key groups of a dim's transposed row.
 template <int kMaxHeadDim>
 __global__ void __launch_bounds__(kTransposeThreads)
     transpose_v_kernel(const __grid_constant__ TransposeVParams p) {
   __shared__ alignas(16) uint8_t rows[kTransposeKeys][kMaxHeadDim];
-  const int b = blockIdx.z, head = blockIdx.y;
-  const int64_t first_key = p.cu_seqlens_k != nullptr ? p.cu_seqlens_k[b] : int64_t(b) * p.seqlen_k;
+  const int b = int(blockIdx.x) / p.ctas_per_sequence, head = blockIdx.y;
+  const int64_t first_key =
+      p.cu_seqlens_k != nullptr ? p.cu_seqlens_k[b] : int64_t(b) * p.seqlen_k;
   const int allocated =
       p.cu_seqlens_k != nullptr ? p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b] : p.seqlen_k;
   const int used = p.seqused_k != nullptr ? min(p.seqused_k[b], allocated) : allocated;
   const int64_t begin = vt_key_offset(first_key, b);
   const int64_t end = b + 1 < p.batch ? vt_key_offset(first_key + allocated, b + 1) : p.row_keys;
-  const int key0 = blockIdx.x * kTransposeKeys;
+  const int key0 = int(blockIdx.x) % p.ctas_per_sequence * kTransposeKeys;
   if (begin + key0 >= end) return;
 
   const int chunks = p.hdim_v / 16;
