@@ -60,7 +60,7 @@ struct Epilogue {
     for (int half = 0; half < 2; ++half) {
       if (query[half] >= tile.seq.seqlen_q) continue;
       Out* out_row = out + int64_t(tile.seq.q_offset + query[half]) * p.out_stride.row +
-                         head[half] * p.out_stride.head;
+                     head[half] * p.out_stride.head;
 #pragma unroll
       for (int i = 2 * half; i < kOAcc; i += 4) {
         const int column = ptx::fragment_column(i, at.column_pair);

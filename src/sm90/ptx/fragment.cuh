@@ -68,10 +68,10 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float b0, float b1, float b2, fl
 //     16k..16k+15 taken in pairs, so conversion is only packing.
 //   e4m3: the m64k32 A fragment is {(row0, 4q..4q+3), (row0+8, 4q..4q+3), (row0, 16+4q..),
 //     (row0+8, 16+4q..)} with q = lane % 4, while the accumulator holds columns 2q, 2q+1, 8+2q,
-//     9+2q of each 16. Register j of 32-column chunk t takes accumulators base, base+1, base+4,
-//     base+5 with base = 16t + 2·(j % 2) + 8·(j / 2): A column c of each 16 then holds score
-//     column fp8_key_order(c), and the B operand must hold V's keys in that order (the forward's V
-//     transpose writes them so). P·V sums over keys, so the order changes nothing else.
+//     9+2q of each 16. Register 4t + r (r < 4) of 32-column chunk t takes accumulators base,
+//     base+1, base+4, base+5 with base = 16t + 2·(r % 2) + 8·(r / 2): A column c of each 16 then
+//     holds score column fp8_key_order(c), and the B operand must hold V's keys in that order
+//     (the forward's V transpose writes them so). P·V sums over keys: nothing else changes.
 template <typename Element, int kAcc, int kRegs>
 __device__ __forceinline__ void accumulator_to_operand(const float (&acc)[kAcc],
                                                        uint32_t (&operand)[kRegs]) {
