@@ -193,18 +193,6 @@ Status check_input_dtypes(const Core& core) {
   return expect_dtype("v", *core.v.tensor, q.dtype, "q");
 }
 
-// Whether the FP8 kernels of a GPU write `dtype` (kernel_list.def).
-constexpr bool is_compiled_fp8_out(hfa_dtype out) {
-  const hfa_dtype compiled[] = {
-#define HFA_KERNEL_FP8_OUT(dtype, type) static_cast<hfa_dtype>(DType::dtype),
-#include "common/kernel_list.def"
-#undef HFA_KERNEL_FP8_OUT
-  };
-  for (hfa_dtype d : compiled)
-    if (d == out) return true;
-  return false;
-}
-
 // out has the inputs' dtype, but for e4m3 inputs: bf16 or f16 (the GPU's FP8 kernels write
 // those), or f32 on the CPU, whose kernels store any float type.
 Status check_out_dtype(const Tensor& out, const Tensor& q) {
@@ -212,7 +200,7 @@ Status check_out_dtype(const Tensor& out, const Tensor& q) {
   if (out.dtype != HFA_BF16 && out.dtype != HFA_F16 && out.dtype != HFA_F32)
     return invalid("out", "expected dtype bf16 or f16 (or f32 on the CPU) for e4m3 inputs, got ",
                    name_of(out.dtype));
-  if (q.device == HFA_CUDA && !is_compiled_fp8_out(out.dtype))
+  if (q.device == HFA_CUDA && !is_compiled_fp8_out(static_cast<DType>(out.dtype)))
     return not_supported("out: dtype ", name_of(out.dtype),
                          " with e4m3 inputs runs on the CPU only (a GPU writes bf16 or f16)");
   return Status::ok();

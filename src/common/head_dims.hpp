@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "hfa/hfa.hpp"
+
 namespace hfa::detail {
 
 inline constexpr int32_t kSupportedHeadDims[] = {64, 96, 128, 192, 256};
@@ -29,6 +31,18 @@ inline constexpr HeadDims kCompiledFp8HeadDims[] = {
 #undef HFA_KERNEL_FP8_HEAD_DIMS
 };
 inline constexpr int32_t kFp8KeyBlock = 128;
+
+// Whether the FP8 kernels write out as `dtype` (HFA_KERNEL_FP8_OUT).
+inline constexpr bool is_compiled_fp8_out(DType dtype) {
+  const DType compiled[] = {
+#define HFA_KERNEL_FP8_OUT(name, type) DType::name,
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_FP8_OUT
+  };
+  for (DType d : compiled)
+    if (d == dtype) return true;
+  return false;
+}
 
 inline constexpr bool is_supported_head_dim(int64_t d) {
   for (int32_t supported : kSupportedHeadDims)

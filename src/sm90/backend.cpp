@@ -23,22 +23,17 @@ Status not_supported(const char* family, const std::string& what) {
           std::string(family) + ": " + what + " is not supported on this device"};
 }
 
-// Whether the compiled FP8 forward holds the problem (kernel_list.def's FP8 lists).
+// Whether the compiled FP8 forward holds the problem (kernel_list.def's FP8 lists). Its key
+// blocks (descale_block_kv, whole tiles of kFp8KeyBlock keys) are the API's check
+// (validate_descales.cpp), which every caller passes.
 Status check_fp8_support(const ForwardProblem& p) {
-  if (!is_compiled_fp8_out(p.out_dtype)) {
+  if (!detail::is_compiled_fp8_out(p.out_dtype)) {
     return not_supported(fwd::kFamily, std::string("out dtype ") + dtype_name(p.out_dtype) +
                                            " after e4m3 inputs (bf16, f16 are)");
   }
   if (detail::compiled_fp8_head_dims_for(p.hdim_qk, p.hdim_v) == nullptr) {
     return not_supported(fwd::kFamily, "FP8 headdim " + std::to_string(p.hdim_qk) + "/" +
                                            std::to_string(p.hdim_v));
-  }
-  for (const detail::ScaleView* view : {&p.k_descale, &p.v_descale}) {
-    if (view->block_rows % detail::kFp8KeyBlock != 0) {
-      return not_supported(fwd::kFamily, "descale_block_kv " + std::to_string(view->block_rows) +
-                                             " (multiples of " +
-                                             std::to_string(detail::kFp8KeyBlock) + " are)");
-    }
   }
   return Status::ok();
 }

@@ -12,15 +12,6 @@
 
 namespace hfa::sm90 {
 
-// Whether the FP8 forward writes out as `dtype`.
-inline bool is_compiled_fp8_out(DType dtype) {
-#define HFA_KERNEL_FP8_OUT(name, type) \
-  if (dtype == DType::name) return true;
-#include "common/kernel_list.def"
-#undef HFA_KERNEL_FP8_OUT
-  return false;
-}
-
 // Whether some compiled element type is `dtype`.
 inline bool is_compiled_dtype(DType dtype) {
 #define HFA_KERNEL_ELEMENT(name, type) \
@@ -64,8 +55,8 @@ Status with_compiled_kernel(DType dtype, int hdim_qk, int hdim_v, Run&& run) {
 }
 
 // The FP8 forward's run.template operator()<kHeadDimQK, kHeadDimV, Out>() for the compiled
-// configuration of (out dtype, hdim_qk, hdim_v), checked as above (is_compiled_fp8_out,
-// compiled_fp8_head_dims_for).
+// configuration of (out dtype, hdim_qk, hdim_v), checked first (head_dims.hpp's
+// is_compiled_fp8_out, compiled_fp8_head_dims_for).
 template <typename Run>
 Status with_compiled_fp8_kernel(DType out_dtype, int hdim_qk, int hdim_v, Run&& run) {
   const Status missing{Code::internal, "sm90: no FP8 kernel compiled for out dtype " +

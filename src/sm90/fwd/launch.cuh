@@ -45,7 +45,7 @@ Status transpose_v(const detail::ForwardProblem& problem, CUtensorMap* map) {
   TransposeVParams t{};
   t.v = static_cast<const uint8_t*>(problem.v);
   t.v_stride = problem.v_stride;
-  t.vt = static_cast<uint8_t*>(problem.workspace) + fp8_vt_offset(problem);
+  t.vt = static_cast<uint8_t*>(problem.workspace) + kVtOffset;
   t.row_keys = fp8_vt_row_keys(problem);
   t.batch = problem.batch;
   t.heads_kv = problem.heads_kv;

@@ -28,11 +28,10 @@ inline bool uses_window(const detail::ForwardProblem& problem) { return problem.
 // caller's sub-allocation aligned. FP8 then the transposed copy of v (transposed_v_layout.hpp),
 // from a TMA-friendly 256-byte offset.
 inline constexpr std::size_t kTileCounterBytes = 16;
-inline constexpr std::size_t kVtAlignment = 256;
+inline constexpr std::size_t kVtOffset = 256;  // past the tile counter, TMA-aligned
+static_assert(kVtOffset >= kTileCounterBytes && kVtOffset % 16 == 0);
 
 inline bool is_fp8(const detail::ForwardProblem& problem) { return problem.dtype == DType::e4m3; }
-
-inline std::size_t fp8_vt_offset(const detail::ForwardProblem&) { return kVtAlignment; }
 
 // Keys of a transposed row of v: room for every sequence's (transposed_v_layout.hpp).
 inline int64_t fp8_vt_row_keys(const detail::ForwardProblem& problem) {
@@ -46,7 +45,7 @@ inline std::size_t fp8_vt_bytes(const detail::ForwardProblem& problem) {
 }
 
 inline std::size_t workspace_bytes(const detail::ForwardProblem& problem) {
-  if (is_fp8(problem)) return fp8_vt_offset(problem) + fp8_vt_bytes(problem);
+  if (is_fp8(problem)) return kVtOffset + fp8_vt_bytes(problem);
   return uses_window(problem) ? kTileCounterBytes : 0;
 }
 
