@@ -15,6 +15,7 @@
 #include "sm90/bwd/shared_storage.cuh"
 #include "sm90/common/softcap.cuh"
 #include "sm90/ptx/fragment.cuh"
+#include "sm90/ptx/global_reduce.cuh"
 #include "sm90/ptx/named_barrier.cuh"
 #include "sm90/ptx/tma.cuh"
 #include "sm90/ptx/wgmma.cuh"
@@ -200,6 +201,16 @@ struct ConsumerMainloop {
     }
   }
 
+  // dQ slab → the workspace's chunk, from registers: the same order as the shared tile.
+  __device__ __forceinline__ void add_dq(const float (&dq)[kDqAcc], float* chunk, int slab) {
+    float* part = chunk + Dq::part(kRole.dq_row0 / kRowsPerWarpgroup, slab);
+#pragma unroll
+    for (int group = 0; group < kDqAcc / 4; ++group) {
+      ptx::reduce_add_v4(part + 4 * (group * kThreadsPerWarpgroup + thread),
+                         make_float4(dq[4 * group], dq[4 * group + 1], dq[4 * group + 2], dq[4 * group + 3]));
+    }
+  }
+
   // ---- The step ------------------------------------------------------------------------------
 
   // After both consumer warpgroups zeroed tile rows past a sequence's used length
@@ -225,7 +236,8 @@ struct ConsumerMainloop {
     else return smem.p[stage];
   }
 
-  __device__ void step(const KeyTile& tile, int m_block, float (&dk)[kDkAcc], float (&dv)[kDvAcc]) {
+  __device__ void step(const KeyTile& tile, int head, int m_block, float (&dk)[kDkAcc],
+                       float (&dv)[kDvAcc]) {
     const int q_stage = q_ring.stage, do_stage = do_ring.stage, scores_stage = scores_ring.stage;
     float s[kSAcc], dp[kSAcc], dtanh[kTanhAcc];
 
@@ -292,8 +304,16 @@ struct ConsumerMainloop {
     release_stage(smem.do_empty[do_stage]);
     do_ring.advance();
 
-    smem.dq_empty[dq_ring.stage].wait(dq_ring.phase ^ 1);  // the writer has read this tile's last use
-    store_dq(dq, kRole.dq_first);
+    const bool through_writer = dq_through_writer(p);  // workspace.hpp
+    float* chunk = p.ws.dq_accum +
+                   dq_chunk_index<Config::kBlockM>(p, tile.batch, head, m_block) * Dq::kFloats;
+    auto emit_dq = [&](int slab) {
+      if (through_writer) store_dq(dq, slab);
+      else add_dq(dq, chunk, slab);
+    };
+    // The writer has read this tile's last use.
+    if (through_writer) smem.dq_empty[dq_ring.stage].wait(dq_ring.phase ^ 1);
+    emit_dq(kRole.dq_first);
 #pragma unroll
     for (int j = 1; j < kRole.dq_count; ++j) {
       ptx::fence_operands(dq);
@@ -302,11 +322,13 @@ struct ConsumerMainloop {
       ptx::commit_group();
       ptx::wait_group<0>();
       ptx::fence_operands(dq);
-      store_dq(dq, kRole.dq_first + j);
+      emit_dq(kRole.dq_first + j);
     }
-    ptx::fence_proxy_async_smem();  // the writer's bulk add reads the tile (async proxy)
-    release(smem.dq_full[dq_ring.stage]);
-    dq_ring.advance();
+    if (through_writer) {
+      ptx::fence_proxy_async_smem();  // the writer's bulk add reads the tile (async proxy)
+      release(smem.dq_full[dq_ring.stage]);
+      dq_ring.advance();
+    }
 
     ptx::wait_group<0>();
     ptx::fence_operands(dk);

@@ -98,7 +98,7 @@ struct DqWriter {
   __device__ void run(const KeyTile& tile, const BlockRange& blocks) {
     ptx::RingPosition<Config::kStagesDq> ring;
     for_each_step<Config>(p, tile, blocks, [&](int head, int m) {
-      const int64_t chunk = workspace_row<Config::kBlockM>(p, tile.batch, head) / Config::kBlockM + m;
+      const int64_t chunk = dq_chunk_index<Config::kBlockM>(p, tile.batch, head, m);
       float* accumulator = p.ws.dq_accum + chunk * Dq::kFloats;
       const float* tile_dq = smem.dq[ring.stage];
       smem.dq_full[ring.stage].wait(ring.phase);
