@@ -47,7 +47,7 @@ struct Scheduler {
   // serializes atomics on one line); a window already staggers where they start.
   static __device__ __forceinline__ int query_block(const Params& p, const KeyTile& t,
                                                     const BlockRange& blocks, int i) {
-    if (Config::kWindowed || p.ws.dq_turns != nullptr || !(p.levers & 2)) return blocks.begin + i;
+    if (Config::kWindowed || p.ws.dq_turns != nullptr) return blocks.begin + i;
     const int rotation = t.n_block * (Config::kBlockN / Config::kBlockM);
     return blocks.begin + (i + rotation) % blocks.count();
   }

@@ -81,7 +81,7 @@ HFA_HD inline int64_t dq_chunk_index(const Params& p, int batch, int head, int m
 // tile that the writer warp adds in turn order. Measured at (bench/results, "Backward"): the
 // bulk path in both modes when HFA_SM90_BWD_DQ_BULK_ALWAYS is set.
 HFA_HD inline bool dq_through_writer(const Params& p) {
-  return HFA_SM90_BWD_DQ_BULK_ALWAYS || p.ws.dq_turns != nullptr || !(p.levers & 1);
+  return HFA_SM90_BWD_DQ_BULK_ALWAYS || p.ws.dq_turns != nullptr;
 }
 
 // A query block's chunk of dQ's accumulator: kBlockM × kHeadDimQK floats as 64 × 64 parts, part
