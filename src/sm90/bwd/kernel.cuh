@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) backward_kernel(const __g
     ptx::release_registers<Config::kProducerRegisters>();
     if (blocks.count() > 0) {
       if (thread == 0) Loader<Config, Element>{p, smem}.run(tile, blocks);
-      if (thread == 32 && dq_through_writer(p)) DqWriter<Config, Element>{p, smem}.run(tile, blocks);
+      if (thread == 32 && !dq_from_registers<Config>(p)) DqWriter<Config, Element>{p, smem}.run(tile, blocks);
     }
     return;
   }

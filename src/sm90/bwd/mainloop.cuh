@@ -304,7 +304,7 @@ struct ConsumerMainloop {
     release_stage(smem.do_empty[do_stage]);
     do_ring.advance();
 
-    const bool through_writer = dq_through_writer(p);  // workspace.hpp
+    const bool through_writer = !dq_from_registers<Config>(p);  // workspace.hpp
     float* chunk = p.ws.dq_accum +
                    dq_chunk_index<Config::kBlockM>(p, tile.batch, head, m_block) * Dq::kFloats;
     auto emit_dq = [&](int slab) {

@@ -16,7 +16,10 @@
 namespace hfa::sm90::bwd {
 
 // The steps of a CTA in walk order: every query head of the kv head's group, each over the
-// query blocks that see the tile's keys (in the scheduler's order).
+// query blocks that see the tile's keys, ascending, in both modes. (Rotating the default mode's
+// walk by the key block, so that the CTAs of a head start on different dQ chunks, was 1-4 %
+// slower at every hdim-64 and -128 cell without a window and no faster at hdim 256:
+// bench/results, "Backward: dQ from registers".)
 // One flat loop: a nest of two kept more values alive across the walk than the consumers'
 // registers hold (ptxas spilled them).
 template <typename Config, typename Visit>
@@ -25,7 +28,7 @@ __device__ __forceinline__ void for_each_step(const Params& p, const KeyTile& ti
   const int steps = p.heads_per_kv * blocks.count();
   int head = tile.kv_head * p.heads_per_kv, i = 0;
   for (int step = 0; step < steps; ++step) {
-    visit(head, Scheduler<Config>::query_block(p, tile, blocks, i));
+    visit(head, blocks.begin + i);
     if (++i == blocks.count()) i = 0, ++head;
   }
 }

@@ -42,16 +42,6 @@ struct Scheduler {
                                                            Config::kBlockN);
   }
 
-  // The i-th query block of the walk. Unordered adds (the default) rotate the walk by the key
-  // block, so that the CTAs of a head do not all add into the same dQ chunk at once (L2
-  // serializes atomics on one line); a window already staggers where they start.
-  static __device__ __forceinline__ int query_block(const Params& p, const KeyTile& t,
-                                                    const BlockRange& blocks, int i) {
-    if (Config::kWindowed || p.ws.dq_turns != nullptr) return blocks.begin + i;
-    const int rotation = t.n_block * (Config::kBlockN / Config::kBlockM);
-    return blocks.begin + (i + rotation) % blocks.count();
-  }
-
   // Deterministic dQ: the key blocks that see query block m add their partials in a fixed order;
   // this tile's place in it. No window: n_block ascending (every tile walks m from the first
   // block, and tiles launch in that order). Windowed: descending, the shortest-processing-time

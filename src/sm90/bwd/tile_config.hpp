@@ -81,6 +81,14 @@ struct TileConfig {
   // need not wait for the bulk add of the last one.
   static constexpr int kStagesDq = kKeysSplit && kBlockM == kRowsPerWarpgroup ? HFA_SM90_BWD_DQ_STAGES_D128 : 1;
 
+  // dQ partials in the default mode (workspace.hpp, dq_from_registers): head dims split, each
+  // warpgroup adds its slabs from registers (red.global.add.v4.f32), 8-12 % faster at hdim 256
+  // than the bulk reduce-add of a 64 KB shared tile a step, which costs a store and a read of
+  // it in the shared memory that the step's GEMMs are short of; keys split, the bulk reduce
+  // through the writer warp, 10-15 % faster at hdim 64 and 128 (bench/results, "Backward: dQ
+  // from registers").
+  static constexpr bool kDqFromRegisters = !kKeysSplit;
+
   // setmaxnreg: the producer warpgroup (a TMA warp and the dQ writer warp) gives back all but
   // 24; the consumers take 240. Balanced against the launch allocation of 168 registers a
   // thread at 384 threads: 128·(168 − 24) = 256·(240 − 168).

@@ -11,11 +11,6 @@
 #include "sm90/bwd/params.hpp"
 #include "sm90/common/wgmma_shape.hpp"
 
-// Tuning switch, overridable at build time for experiments (-D...): dq_through_writer below.
-#ifndef HFA_SM90_BWD_DQ_BULK_ALWAYS
-#define HFA_SM90_BWD_DQ_BULK_ALWAYS 0
-#endif
-
 namespace hfa::sm90::bwd {
 
 // Fixed length: each (batch, head) has ceil(seqlen_q / kBlockM) blocks of rows. Varlen: one run
@@ -76,12 +71,13 @@ HFA_HD inline int64_t dq_chunk_index(const Params& p, int batch, int head, int m
   return workspace_row<kBlockM>(p, batch, head) / kBlockM + m_block;
 }
 
-// Where dQ's partials go: unordered (the default), from the consumers' registers straight into
-// the accumulator (one 16-byte reduction a register group); deterministic, through a shared
-// tile that the writer warp adds in turn order. Measured at (bench/results, "Backward"): the
-// bulk path in both modes when HFA_SM90_BWD_DQ_BULK_ALWAYS is set.
-HFA_HD inline bool dq_through_writer(const Params& p) {
-  return HFA_SM90_BWD_DQ_BULK_ALWAYS || p.ws.dq_turns != nullptr;
+// Where dQ's partials go: through a shared tile that the writer warp adds with one bulk
+// reduce (in turn order when deterministic), or, where the configuration says so
+// (TileConfig::kDqFromRegisters), in the default mode from the consumers' registers straight
+// into the accumulator.
+template <typename Config>
+HFA_HD inline bool dq_from_registers(const Params& p) {
+  return Config::kDqFromRegisters && p.ws.dq_turns == nullptr;
 }
 
 // A query block's chunk of dQ's accumulator: kBlockM × kHeadDimQK floats as 64 × 64 parts, part
