@@ -44,8 +44,11 @@ namespace hfa::sm90::fwd {
 // test, raised register pressure enough to spill 8-16 bytes at hdim 256 even when off.
 // Element is q's, k's and v's type, Out the type of out: the same 16-bit type, or bf16/fp16
 // after e4m3 inputs (the FP8 forward, whose tiles are below).
+// kShortRows_: a configuration for windowed problems whose rows see few keys (short causal
+// sequences, launch.cuh's kShortRowsMaxKeys): a tile of fewer rows where the standard one is
+// larger (has_short_rows_tile).
 template <int kHeadDimQK_, int kHeadDimV_, bool kWindowed_, bool kSoftcap_, typename Element_,
-          typename Out_ = Element_>
+          typename Out_ = Element_, bool kShortRows_ = false>
 struct TileConfig {
   using Element = Element_;
   using Out = Out_;
@@ -54,14 +57,23 @@ struct TileConfig {
   static constexpr bool kWindowed = kWindowed_;
   static constexpr bool kSoftcap = kSoftcap_;
   static constexpr bool kFp8 = std::is_same_v<Element, __nv_fp8_e4m3>;
+  static constexpr bool kShortRows = kShortRows_;
   static_assert(kFp8 || std::is_same_v<Element, Out>, "16-bit inputs give out in their type");
+  static_assert(!kShortRows || kWindowed, "short rows: a causal or windowed configuration");
 
   // Rows of Q per CTA. hdim 64 has cheap GEMMs per exponential, so a third consumer warpgroup
   // keeps the tensor cores fed while the other two compute softmax.
   // FP8 (hdim 128 and 256): 128 × 128 tiles. e4m3 halves the bytes of a tile, so shared memory
   // is no limit (Q + 2 stages of K and transposed V: 80 KB at 128, 160 KB at 256); registers
   // are (S 64 + P 16 + O 128 at hdim 256), and 128 keys are one 128-byte slab of transposed V.
-  static constexpr int kBlockM = kHeadDimQK == 64 ? HFA_SM90_D64_BLOCK_M : 128;
+  // Short rows (hdim 64 only, 16-bit): 128 rows. A causal row of a short sequence sees few key
+  // blocks, and a 192-row tile pays its first Q·Kᵀ, last P·V and diagonal mask over more rows
+  // and leaves fewer tiles to balance (measured, CUDA-graph replay: 32 × 512 tokens 179 → 165
+  // µs, 16 × 1024 267 → 237; from 2k tokens on 192 rows are as fast or faster, 10-13 % at 8k
+  // and 16k: bench/results, "Forward: short rows").
+  static constexpr int kStandardBlockM = kHeadDimQK == 64 ? HFA_SM90_D64_BLOCK_M : 128;
+  static constexpr int kBlockM = kShortRows ? 128 : kStandardBlockM;
+  static_assert(!kShortRows || kBlockM < kStandardBlockM, "short rows: only where the tile shrinks");
   // Keys per K/V tile: as wide as registers (S and O accumulators plus P) and shared memory
   // (Q + 2 stages of K and V, ≤ 227 KB) allow. hdim 128 non-causal: 176 (S 88 + O 64 + P 44
   // registers; 208 KB). Windowed keeps 128 so the diagonal tiles waste less. hdim 192: 112
@@ -121,5 +133,11 @@ struct TileConfig {
                                     kConsumerWarpgroups),
                 "setmaxnreg: consumers would claim registers the producer never gave back");
 };
+
+// Whether a short-rows configuration exists for this head dim and element type (its tile is
+// smaller than the standard one): hdim 64, 16-bit.
+template <int kHeadDimQK, typename Element>
+inline constexpr bool has_short_rows_tile =
+    kHeadDimQK == 64 && !std::is_same_v<Element, __nv_fp8_e4m3> && HFA_SM90_D64_BLOCK_M > 128;
 
 }  // namespace hfa::sm90::fwd
