@@ -2,8 +2,6 @@
 // stream: preprocess, main kernel, postprocess, and the sinks' gradient when asked for.
 #pragma once
 
-#include <cstdlib>
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -116,7 +114,6 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
   params.num_n_blocks = (f.seqlen_k + Config::kBlockN - 1) / Config::kBlockN;
   params.num_tiles = params.num_n_blocks * f.heads_kv * f.batch;
   params.kv_heads_per_section = kv_heads_per_section(f, context.l2_bytes);
-  params.levers = std::getenv("HFA_BWD_LEVERS") ? std::atoi(std::getenv("HFA_BWD_LEVERS")) : 0;
 
   const auto stream = static_cast<cudaStream_t>(f.stream);
   const dim3 row_grid(params.num_m_blocks, f.heads_q, f.batch);

@@ -72,7 +72,6 @@ struct Params {
   int32_t num_n_blocks;
   int32_t num_tiles;     // num_n_blocks · heads_kv · batch
   int32_t kv_heads_per_section;  // windowed tile order: (batch, kv head) pairs whose Q, dO share L2
-  int32_t levers;  // EXPERIMENT: bit 0 windowed tiles descend in the default mode (HFA_BWD_LEVERS)
 };
 
 }  // namespace hfa::sm90::bwd

@@ -28,7 +28,7 @@ struct Scheduler {
     TilePosition at;
     if constexpr (Config::kWindowed) {
       at = sectioned_ranks(index, p.num_n_blocks, p.heads_kv * p.batch, p.kv_heads_per_section);
-      if (p.ws.dq_turns != nullptr || (p.levers & 1)) at.rank = p.num_n_blocks - 1 - at.rank;
+      if (p.ws.dq_turns != nullptr) at.rank = p.num_n_blocks - 1 - at.rank;
     } else {
       at = blocks_fastest(index, p.num_n_blocks);
     }
