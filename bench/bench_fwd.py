@@ -25,9 +25,9 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (accuracy_of, announce, case_cells, check_grid_args,  # noqa: E402
-                      conclude, flops, fmt, grid, grid_parser, markdown, nan_filled_empty,
-                      new_result, ratio, record_cell, sci, skip_reason, under, utc_now,
-                      verdict, write_plot, write_results)
+                      conclude, flops, fmt, forward_verdict, grid, grid_parser, markdown,
+                      nan_filled_empty, new_result, ratio, record_cell, sci, skip_reason,
+                      under, utc_now, verdict, write_plot, write_results)
 
 # Implementations in column order; the first three are the design's headline columns.
 IMPLS = ["hfa", "cudnn", "fa2", "cudnn_bshd", "fa2_bshd"]
@@ -148,24 +148,7 @@ def run_cell(args, case, dtype, gen, cpu_gen):
             if hfa_lse is not None:
                 got = hfa_lse[b, h, rows_dev].double()
                 lse_err = max(lse_err, (got - ref_lse).abs().max().item())
-    for impl, e in errs.items():
-        acc[f"{impl}_max_err"] = e
-    if "hfa" in outs:
-        # out and lse started as NaN (nan_filled_empty): finite everywhere = all written.
-        # (Every row sees a key here, s_q = s_k, so no LSE is -inf.)
-        finite = bool(torch.isfinite(outs["hfa"]).all().item()
-                      and torch.isfinite(hfa_lse).all().item())
-        acc["hfa_finite"] = finite
-        acc["hfa_lse_max_err"] = lse_err
-        if "cudnn" in errs:
-            bound = 2 * errs["cudnn"] + 1e-5
-            acc["bound"] = bound
-            acc["pass"] = finite and errs["hfa"] <= bound and lse_err <= 1e-3
-        else:
-            acc["pass"] = None  # no peer to set the tolerance
-            acc["note"] = "cudnn did not run: no tolerance"
-    else:
-        acc["pass"] = None
+    forward_verdict(acc, errs, lse_err, outs.get("hfa"), hfa_lse)
     del outs, hfa_lse
 
     # Timing: median of do_bench, per implementation that ran.

@@ -62,7 +62,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_fwd import reference_rows, sample  # noqa: E402
 from bench_overhead import in_graph  # noqa: E402
 from benchlib import (announce, conclude, event_seconds, first_line, flops, fmt,  # noqa: E402
-                      markdown, nan_filled_empty, new_result, ratio, record_cell, sci,
+                      forward_verdict, markdown, nan_filled_empty, new_result, ratio, record_cell, sci,
                       skip_reason, under, utc_now, verdict, write_results)
 
 IMPLS = ["hfa", "cudnn", "fa2"]  # column order
@@ -273,24 +273,7 @@ def run_shape(args, name, case, dtype, gen, cpu_gen):
             if hfa_lse is not None:
                 got = hfa_lse[b, h, rows_dev].double()
                 lse_err = max(lse_err, (got - ref_lse).abs().max().item())
-    for impl, e in errs.items():
-        acc[f"{impl}_max_err"] = e
-    if "hfa" in outs:
-        # out and lse started as NaN (nan_filled_empty): finite everywhere = all written.
-        # (Every row sees a key here, s_q = s_k, so no LSE is -inf.)
-        finite = bool(torch.isfinite(outs["hfa"]).all().item()
-                      and torch.isfinite(hfa_lse).all().item())
-        acc["hfa_finite"] = finite
-        acc["hfa_lse_max_err"] = lse_err
-        if "cudnn" in errs:
-            bound = 2 * errs["cudnn"] + 1e-5
-            acc["bound"] = bound
-            acc["pass"] = finite and errs["hfa"] <= bound and lse_err <= 1e-3
-        else:
-            acc["pass"] = None  # no peer to set the tolerance
-            acc["note"] = "cudnn did not run: no tolerance"
-    else:
-        acc["pass"] = None
+    forward_verdict(acc, errs, lse_err, outs.get("hfa"), hfa_lse)
     del outs, hfa_lse
 
     # Timing: a row per timing, microseconds per call of each implementation that ran.
@@ -396,7 +379,7 @@ def main(argv=None):
         graph=(f"{args.graph_calls} calls in one CUDA graph, median of {args.graph_reps} "
                f"replays (CUDA events, after {args.graph_warmup}) / {args.graph_calls}"),
         timings=args.timings, shapes=list(args.shapes), torch_ops=_torch.OPS,
-        library=library and os.path.realpath(library))
+        library=library and os.path.relpath(os.path.realpath(library)))  # no machine paths
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     cpu_gen = torch.Generator()

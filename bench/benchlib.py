@@ -236,6 +236,29 @@ def sci(x):
     return f"{x:.2e}" if x is not None else "–"
 
 
+def forward_verdict(acc, errs, lse_err, hfa_out, hfa_lse):
+    """Design §6's verdict on a forward cell, into acc: each implementation's max error (errs),
+    and whether hfa passes: its out and lse finite everywhere (they start as NaN, so finite =
+    all written; every row sees a key, s_q = s_k, so no LSE is -inf), its error within 2x
+    cuDNN's + 1e-5 and its LSE within 1e-3. No verdict without hfa or without cuDNN."""
+    for impl, e in errs.items():
+        acc[f"{impl}_max_err"] = e
+    if hfa_out is None:
+        acc["pass"] = None
+        return
+    import torch
+    finite = bool(torch.isfinite(hfa_out).all().item() and torch.isfinite(hfa_lse).all().item())
+    acc["hfa_finite"] = finite
+    acc["hfa_lse_max_err"] = lse_err
+    if "cudnn" in errs:
+        bound = 2 * errs["cudnn"] + 1e-5
+        acc["bound"] = bound
+        acc["pass"] = finite and errs["hfa"] <= bound and lse_err <= 1e-3
+    else:
+        acc["pass"] = None  # no peer to set the tolerance
+        acc["note"] = "cudnn did not run: no tolerance"
+
+
 def verdict(acc):
     return {True: "pass", False: "**FAIL**", None: "–"}[acc.get("pass")]
 
