@@ -24,7 +24,8 @@ __device__ __forceinline__ void consume(const Params& p, SharedStorage<Config, E
   if (blocks.count() > 0) {
     smem.kv_full.wait(0);
     mainloop.zero_key_padding(tile);
-    for_each_step<Config>(p, tile, blocks, [&](int head, int m) { mainloop.step(tile, head, m, dk, dv); });
+    for_each_step<Config>(p, tile, blocks,
+                          [&](int head, int m) { mainloop.step(tile, head, m, dk, dv); });
   }
   Epilogue<Config, Element, kWarpgroup>{p, thread}.run(dk, dv, tile);
 }
@@ -69,7 +70,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1) backward_kernel(const __g
     ptx::release_registers<Config::kProducerRegisters>();
     if (blocks.count() > 0) {
       if (thread == 0) Loader<Config, Element>{p, smem}.run(tile, blocks);
-      if (thread == 32 && !dq_from_registers<Config>(p)) DqWriter<Config, Element>{p, smem}.run(tile, blocks);
+      const bool writes_dq = !dq_from_registers<Config>(p);  // else the consumers add it
+      if (thread == 32 && writes_dq) DqWriter<Config, Element>{p, smem}.run(tile, blocks);
     }
     return;
   }

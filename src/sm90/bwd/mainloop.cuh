@@ -206,8 +206,9 @@ struct ConsumerMainloop {
     float* part = chunk + Dq::part(kRole.dq_row0 / kRowsPerWarpgroup, slab);
 #pragma unroll
     for (int group = 0; group < kDqAcc / 4; ++group) {
+      const float* r = dq + 4 * group;
       ptx::reduce_add_v4(part + 4 * (group * kThreadsPerWarpgroup + thread),
-                         make_float4(dq[4 * group], dq[4 * group + 1], dq[4 * group + 2], dq[4 * group + 3]));
+                         make_float4(r[0], r[1], r[2], r[3]));
     }
   }
 
