@@ -368,6 +368,35 @@ HFA_API hfa_status hfa_quantize_fp8(const hfa_tensor* x, const hfa_tensor* codes
  * splitmix64 output after `seed`, the same on every device. A CUDA call is queued on stream. */
 HFA_API hfa_status hfa_hadamard_signs(uint64_t seed, const hfa_tensor* signs, void* stream);
 
+/* Merging partial attention results of the same queries over disjoint sets of keys (ring
+ * attention's steps, a KV cache split over GPUs, split-KV) into one, by their LSEs:
+ *   lse = log Σ_i exp(lse_i), computed from the largest lse_i (nothing overflows),
+ *   out = Σ_i exp(lse_i − lse) · out_i, accumulated in fp32.
+ * A partial whose lse_i is −inf for a row (it saw none of the row's keys) is skipped: that row
+ * of outs[i] is never read, so it may hold anything, NaN included. A row whose every lse_i is
+ * −inf (masked everywhere) gets out = 0 and lse = −inf, never NaN; an lse_i of NaN or +inf
+ * makes the row NaN.
+ *
+ * outs[i], lses[i] for i < num_partials, 1 <= num_partials <= HFA_MAX_MERGE_PARTIALS:
+ *   - outs[i]: f32, bf16 or f16 (each its own), (batch, seqlen_q, heads, hdim_v), or varlen
+ *     (total_q, heads, hdim_v); unit last stride, any other strides.
+ *   - lses[i]: f32, natural log, (batch, heads, seqlen_q), or varlen (heads, total_q): the
+ *     layout hfa_forward writes; any strides.
+ * out: f32, bf16 or f16, outs' shape, unit last stride. lse: f32, lses' shape, or NULL (not
+ * wanted). The layout (varlen or not) is out's rank; no cu_seqlens is needed (rows merge one
+ * by one).
+ * In place: out may be the very view outs[i] is (the same data, dtype and strides) and lse the
+ * very view lses[i] is, e.g. a ring's running fp32 accumulator as outs[0] / lses[0]; any other
+ * overlap of an output with an input or with the other output is rejected.
+ * All tensors on one device. A CUDA call is queued on stream (a cudaStream_t; ignored on the
+ * CPU) with no allocation and no synchronization; it reads each input once (16-byte loads where
+ * rows are 16-byte aligned and hdim_v is a multiple of 8). */
+#define HFA_MAX_MERGE_PARTIALS 16
+
+HFA_API hfa_status hfa_merge_partials(const hfa_tensor* const* outs, const hfa_tensor* const* lses,
+                                      int32_t num_partials, const hfa_tensor* out,
+                                      const hfa_tensor* lse, void* stream);
+
 /* The message of the last failed call on this thread ("" if none). */
 HFA_API const char* hfa_last_error(void);
 HFA_API const char* hfa_status_name(hfa_status status);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -205,6 +206,12 @@ struct QuantizeFp8Options {
 HFA_API Status quantize_fp8(const Tensor& x, const Tensor& codes, const Tensor& scale,
                             const QuantizeFp8Options& options);
 HFA_API Status hadamard_signs(uint64_t seed, const Tensor& signs, void* stream = nullptr);
+
+// See hfa_merge_partials: partial i is (*outs[i], *lses[i]), one lse per out and at most
+// HFA_MAX_MERGE_PARTIALS of them; lse may be null. stream: a cudaStream_t for CUDA tensors.
+HFA_API Status merge_partials(std::span<const Tensor* const> outs,
+                              std::span<const Tensor* const> lses, const Tensor& out,
+                              const Tensor* lse = nullptr, void* stream = nullptr);
 
 HFA_API int32_t cuda_device_count();
 

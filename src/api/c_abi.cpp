@@ -158,6 +158,22 @@ hfa_status hfa_hadamard_signs(uint64_t seed, const hfa_tensor* signs, void* stre
   }));
 }
 
+hfa_status hfa_merge_partials(const hfa_tensor* const* outs, const hfa_tensor* const* lses,
+                              int32_t num_partials, const hfa_tensor* out, const hfa_tensor* lse,
+                              void* stream) {
+  return finish(hfa::detail::guarded("hfa_merge_partials", [&]() -> hfa::Status {
+    // In argument order; then each outs[i] and lses[i] is named by the C++ API's checks.
+    if (outs == nullptr) return null_argument("outs");
+    if (lses == nullptr) return null_argument("lses");
+    if (num_partials < 1 || num_partials > HFA_MAX_MERGE_PARTIALS)
+      return hfa::detail::invalid("num_partials", "expected 1 to ", HFA_MAX_MERGE_PARTIALS,
+                                  " (HFA_MAX_MERGE_PARTIALS), got ", num_partials);
+    if (out == nullptr) return null_argument("out");
+    const auto count = static_cast<std::size_t>(num_partials);
+    return hfa::merge_partials({outs, count}, {lses, count}, *out, lse, stream);
+  }));
+}
+
 const char* hfa_last_error(void) { return last_error.c_str(); }
 
 const char* hfa_status_name(hfa_status status) {

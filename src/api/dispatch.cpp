@@ -22,6 +22,9 @@ Status sm90_quantize_fp8(const Fp8QuantizeProblem&) {
 Status sm90_hadamard_signs(uint64_t, float*, int64_t, Device, void*) {
   return not_supported("Hadamard signs: this build has no CUDA backend");
 }
+Status sm90_merge_partials(const MergePartialsProblem&) {
+  return not_supported("merging partials: this build has no CUDA backend");
+}
 #endif
 
 namespace {

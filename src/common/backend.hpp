@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "common/kvcache_problem.hpp"
+#include "common/merge_partials.hpp"
 #include "common/problem.hpp"
 #include "common/quantize_problem.hpp"
 
@@ -39,6 +40,10 @@ Status cpu_quantize_fp8(const Fp8QuantizeProblem& problem);
 Status sm90_quantize_fp8(const Fp8QuantizeProblem& problem);
 Status sm90_hadamard_signs(uint64_t seed, float* signs, int64_t count, Device device,
                            void* stream);
+// hfa_merge_partials on the CPU (src/cpu/merge_partials.cpp) and on a Hopper GPU
+// (src/sm90/merge_partials.cu).
+Status cpu_merge_partials(const MergePartialsProblem& problem);
+Status sm90_merge_partials(const MergePartialsProblem& problem);
 
 // The Hopper backend (src/sm90); null when this build has no CUDA.
 const Backend* sm90_backend();

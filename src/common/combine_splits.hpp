@@ -1,7 +1,8 @@
-// Split-KV ("flash-decoding") merge: the keys of a query row are split into chunks, each chunk
-// gives a normalized partial output o_s and its log-sum-exp lse_s, and this merges them:
+// Merging partial attention results by LSE: the keys of a query row are split into parts, each
+// part gives a normalized partial output o_s and its log-sum-exp lse_s, and this merges them:
 //   lse = log Σ_s exp(lse_s),   out = Σ_s exp(lse_s − lse) · o_s.
-// Shared by the CPU backend and (host/device) the GPU's combine kernel, so both merge alike.
+// Shared by the CPU backend and (host/device) the GPU's kernels: split-KV's combine
+// (combine_splits) and hfa_merge_partials (common/merge_partials.hpp) merge alike.
 #pragma once
 
 #include <math.h>
@@ -12,39 +13,55 @@
 
 namespace hfa::detail {
 
-// partial_lse[s] (natural log; −inf for a split whose keys the row does not see) and its d
-// outputs at partial_out + s·split_stride. Writes out[0, d) and returns the merged LSE. A row
-// whose every split is empty gets out = 0 and −inf, never NaN: an empty split's partial output
-// is never read, so it may hold anything.
+// The merge's scalars for one row, fed the row's partial LSEs twice: see() each (their max),
+// then add() each (Σ exp(lse_s − max)). A partial of LSE −inf (its keys hide from the row) does
+// not contribute: it is skipped, so its output is never read and may hold anything. A NaN LSE
+// (NaN in the inputs) poisons the row rather than vanish.
+class LseMerge {
+ public:
+  HFA_HD static bool contributes(float lse) { return lse != -INFINITY; }
+
+  HFA_HD void see(float lse) {
+    if (max_lse_ != max_lse_) return;  // NaN already: it sticks
+    if (lse != lse || lse > max_lse_) max_lse_ = lse;
+  }
+  // No partial contributes: out = 0 and lse() = −inf.
+  HFA_HD bool empty() const { return max_lse_ == -INFINITY; }
+
+  HFA_HD void add(float lse) {
+    if (contributes(lse)) sum_ += expf(lse - max_lse_);
+  }
+
+  // After every add(), the weight of a contributing partial's output. Relative to the largest
+  // LSE: every exp is in (0, 1], so nothing overflows, and no weight goes through the rounded
+  // merged LSE (at LSE 1000 its fp32 rounding alone would be a relative error of 6e-5 in every
+  // weight).
+  HFA_HD float weight(float lse) const { return expf(lse - max_lse_) * (1.0f / sum_); }
+  // The merged LSE: −inf for an empty row (log 0), NaN for a poisoned one.
+  HFA_HD float lse() const { return max_lse_ + logf(sum_); }
+
+ private:
+  float max_lse_ = -INFINITY;
+  float sum_ = 0.0f;
+};
+
+// Split-KV ("flash-decoding"): partial_lse[s] (natural log; −inf for a split whose keys the row
+// does not see) and its d outputs at partial_out + s·split_stride. Writes out[0, d) and returns
+// the merged LSE. A row whose every split is empty gets out = 0 and −inf, never NaN.
 HFA_HD inline float combine_splits(const float* partial_lse, const float* partial_out,
                                    int64_t split_stride, int num_splits, int d, float* out) {
-  float max_lse = -INFINITY;
-  for (int s = 0; s < num_splits; ++s) {
-    const float l = partial_lse[s];
-    if (l != l) {  // a NaN split (NaN in the cache) poisons the row rather than vanish
-      max_lse = l;
-      break;
-    }
-    if (l > max_lse) max_lse = l;
-  }
+  LseMerge merge;
+  for (int s = 0; s < num_splits; ++s) merge.see(partial_lse[s]);
   for (int c = 0; c < d; ++c) out[c] = 0.0f;
-  if (max_lse == -INFINITY) return -INFINITY;
-
-  // Weights relative to the largest LSE: every exp is in (0, 1], so nothing overflows, and no
-  // weight goes through the rounded merged LSE (at LSE 1000 its fp32 rounding alone would be a
-  // relative error of 6e-5 in every weight).
-  float sum = 0.0f;
-  for (int s = 0; s < num_splits; ++s)
-    if (partial_lse[s] != -INFINITY) sum += expf(partial_lse[s] - max_lse);
-  const float inv_sum = 1.0f / sum;
+  if (merge.empty()) return -INFINITY;
+  for (int s = 0; s < num_splits; ++s) merge.add(partial_lse[s]);
   for (int s = 0; s < num_splits; ++s) {
-    if (partial_lse[s] == -INFINITY) continue;
-    const float weight = expf(partial_lse[s] - max_lse) * inv_sum;
+    if (!LseMerge::contributes(partial_lse[s])) continue;
+    const float weight = merge.weight(partial_lse[s]);
     const float* o = partial_out + s * split_stride;
     for (int c = 0; c < d; ++c) out[c] += weight * o[c];
   }
-  const float lse = max_lse + logf(sum);
-  return lse;
+  return merge.lse();
 }
 
 }  // namespace hfa::detail

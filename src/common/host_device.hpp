@@ -7,3 +7,11 @@
 #else
 #define HFA_HD
 #endif
+
+// Unrolls the loop that follows in device code (so that arrays it indexes stay in registers);
+// nothing on the host, whose compiler would warn about a pragma it does not know.
+#if defined(__CUDA_ARCH__)
+#define HFA_UNROLL _Pragma("unroll")
+#else
+#define HFA_UNROLL
+#endif
