@@ -17,12 +17,13 @@ import sys
 from . import _args
 from ._lib import (HfaError, HfaInvalidArgument, HfaNotSupported, candidate_paths,
                    cuda_device_count, library_path, version)
+from ._merge import merge_partials
 from ._quant import dequantize_kv, hadamard_signs, quantize_fp8, quantize_kv
 from ._version import __version__  # noqa: F401  (hfa.__version__)
 
 __all__ = [
     "flash_attn_func", "flash_attn_varlen_func", "flash_attn_backward", "flash_attn_with_kvcache",
-    "quantize_kv", "dequantize_kv", "quantize_fp8", "hadamard_signs",
+    "quantize_kv", "dequantize_kv", "quantize_fp8", "hadamard_signs", "merge_partials",
     "HfaError", "HfaInvalidArgument", "HfaNotSupported",
     "version", "cuda_device_count", "library_path", "candidate_paths",
 ]

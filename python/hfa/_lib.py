@@ -28,6 +28,7 @@ DTYPE_NAMES = {F32: "float32", F16: "float16", BF16: "bfloat16", E4M3: "float8_e
 
 CPU, CUDA = 0, 1
 MAX_RANK = 4
+MAX_MERGE_PARTIALS = 16  # HFA_MAX_MERGE_PARTIALS
 
 # hfa_kv_format: the cache formats of hfa_quantize_kv / hfa_dequantize_kv.
 KV_FORMATS = {"fp8_per_head": 1, "fp8_per_token": 2, "nvfp4": 3, "mxfp4": 4}
@@ -200,6 +201,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "hfa_dequantize_kv": (ctypes.c_int, [T, T, T, ctypes.POINTER(QuantizeOptions)]),
         "hfa_quantize_fp8": (ctypes.c_int, [T, T, T, ctypes.POINTER(QuantizeFp8Options)]),
         "hfa_hadamard_signs": (ctypes.c_int, [ctypes.c_uint64, T, ctypes.c_void_p]),
+        "hfa_merge_partials": (ctypes.c_int, [ctypes.POINTER(T), ctypes.POINTER(T), ctypes.c_int32,
+                                              T, T, ctypes.c_void_p]),
         "hfa_last_error": (ctypes.c_char_p, []),
         "hfa_status_name": (ctypes.c_char_p, [ctypes.c_int]),
         "hfa_version": (ctypes.c_char_p, []),
@@ -432,6 +435,22 @@ def quantize_fp8(x: Tensor, codes: Tensor, scale: Tensor, granularity: int, bloc
 
 def hadamard_signs(seed: int, signs: Tensor, stream=None) -> None:
     check(library().hfa_hadamard_signs(ctypes.c_uint64(seed), _ref(signs), stream))
+
+
+def merge_partials(outs: Sequence[Tensor], lses: Sequence[Tensor], out: Tensor,
+                   lse: Optional[Tensor], stream=None) -> None:
+    """hfa_merge_partials: partial i is (outs[i], lses[i]). The counts are checked here, with
+    the C++ API's messages: the C ABI's num_partials is no argument of a Python caller."""
+    if not 1 <= len(outs) <= MAX_MERGE_PARTIALS:
+        raise error_for(ERROR_INVALID_ARGUMENT, f"outs: expected 1 to {MAX_MERGE_PARTIALS} partial "
+                        f"outputs (HFA_MAX_MERGE_PARTIALS), got {len(outs)}")
+    if len(lses) != len(outs):
+        raise error_for(ERROR_INVALID_ARGUMENT, f"lses: expected {len(outs)} LSEs (one per "
+                        f"partial output), got {len(lses)}")
+    arrays = [(ctypes.POINTER(Tensor) * len(ts))(*(ctypes.pointer(t) for t in ts))
+              for ts in (outs, lses)]
+    check(library().hfa_merge_partials(arrays[0], arrays[1], len(outs), _ref(out), _ref(lse),
+                                       stream))
 
 
 def version() -> str:

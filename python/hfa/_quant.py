@@ -219,9 +219,9 @@ class _NumpySide:
             raise TypeError(f"dtype: expected float32 or float16, got {dtype}")
         return self.np.empty(shape, dtype=dtype)
 
-    def view(self, a, name, code, keep):
-        """A Tensor over a (copied when its layout needs it) with the hfa dtype `code`; a's
-        own dtype must have that code's size."""
+    def view(self, a, name, code, keep, copy=True):
+        """A Tensor over a (copied when its layout needs it; copy=False: never, for an output
+        written in place) with the hfa dtype `code`; a's own dtype must have that code's size."""
         if a is None:
             return None
         np = self.np
@@ -231,6 +231,11 @@ class _NumpySide:
         want = {_lib.F32: np.float32, _lib.F16: np.float16}.get(code, np.uint8)
         if a.dtype != want:
             raise TypeError(f"{name}: expected a numpy {np.dtype(want)} array, got {a.dtype}")
+        if not copy:
+            if any(s % a.itemsize for s in a.strides):
+                raise ValueError(f"{name}: strides {a.strides} are not whole elements")
+            keep.append(a)
+            return _lib.make_tensor(a.ctypes.data, code, a.shape, _numpy._strides(a))
         kept, t = _numpy._view(a, name, {a.dtype: code})
         keep.append(kept)
         return t
@@ -271,7 +276,9 @@ def _torch_side():
                 raise TypeError(f"dtype: expected float32, float16 or bfloat16, got {dtype}")
             return torch.empty(shape, dtype=dtype, device=like.device)
 
-        def view(self, t, name, code, keep):
+        def view(self, t, name, code, keep, copy=True):
+            """A Tensor over t, or over a copy where its last dim is strided (copy=False: never a
+            copy, for an output written in place; the library names a layout it cannot take)."""
             if t is None:
                 return None
             if not isinstance(t, torch.Tensor):
@@ -285,7 +292,7 @@ def _torch_side():
             if not ok:
                 raise TypeError(f"{name}: dtype {t.dtype} does not fit ({_lib.DTYPE_NAMES[code]} "
                                 "expected)")
-            if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+            if copy and t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
                 t = t.contiguous()
             keep.append(t)
             cuda = t.device.type == "cuda"

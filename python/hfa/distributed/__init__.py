@@ -23,13 +23,14 @@ with the same shapes and options and backpropagates through the output (they are
 collectives). Positions: in the zigzag layout a rank's tokens are NOT consecutive; take RoPE
 position ids from zigzag_positions, and gather results with zigzag_unshard.
 merge_attn_partial: the fp32 LSE merge of two partial attentions (rows masked on both sides
-    stay 0 / -inf), for combining partial results elsewhere (e.g. a KV cache split over GPUs).
+    stay 0 / -inf), for combining partial results elsewhere (e.g. a KV cache split over GPUs):
+    one hfa.merge_partials call where libhfa takes the tensors, torch operations otherwise.
 hfa.distributed.emulated: the same algorithms with P ranks in one process (threads), for tests
     without NCCL.
 
 Not yet: window_size, softcap, sinks and varlen inputs; the C ABI hooks that would save the
-merge passes (an fp32 partial-output forward, an N-way merge kernel, a backward taking a
-precomputed D) and an SM margin for NCCL's kernels.
+other merge passes (an fp32 partial-output forward, a backward taking a precomputed D) and an SM
+margin for NCCL's kernels.
 
 Importing hfa.distributed needs no torch; the first use of a name below imports it.
 """

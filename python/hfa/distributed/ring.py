@@ -13,6 +13,8 @@ Layouts of the global sequence over P ranks (every rank holds the same number of
       order). With a causal mask every rank then does the same work at every step.
 """
 
+import functools
+
 import torch
 
 import hfa
@@ -85,7 +87,17 @@ def merge_attn_partial(out, lse, out_part, lse_part):
     out: fp32 (batch, seqlen, heads, headdim); lse: fp32 (batch, heads, seqlen), natural log;
     out_part/lse_part: the same of the other keys (out_part of any float dtype). Both may be
     views. A row whose keys are all masked on both sides (lse = lse_part = -inf) keeps out = 0
-    and lse = -inf."""
+    and lse = -inf. One hfa.merge_partials call (the fused merge: each input read once) where
+    libhfa takes the tensors as they are (on the CPU or a GPU it can use, out_part float32,
+    bfloat16 or float16, unit last strides); merge_attn_partial_torch otherwise."""
+    if _fused_merge_takes(out, lse, out_part, lse_part):
+        hfa.merge_partials([out, out_part], [lse, lse_part], out=out, lse=lse)
+    else:
+        merge_attn_partial_torch(out, lse, out_part, lse_part)
+
+
+def merge_attn_partial_torch(out, lse, out_part, lse_part):
+    """merge_attn_partial in torch operations (any dtypes and devices torch has)."""
     lse_new = torch.logaddexp(lse, lse_part)
     # For a row masked on both sides lse_new = -inf and exp(lse - lse_new) would be NaN;
     # measuring from 0 instead gives both weights exp(-inf) = 0, so out stays 0.
@@ -94,6 +106,27 @@ def merge_attn_partial(out, lse, out_part, lse_part):
     weight_part = torch.exp(lse_part - reference).transpose(1, 2).unsqueeze(-1)
     out.mul_(weight).add_(out_part.float() * weight_part)
     lse.copy_(lse_new)
+
+
+_FUSED_PART_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _fused_merge_takes(out, lse, out_part, lse_part):
+    """Whether hfa.merge_partials takes these tensors as they are."""
+    if (out.dtype, lse.dtype, lse_part.dtype) != (torch.float32,) * 3:
+        return False
+    if out_part.dtype not in _FUSED_PART_DTYPES:
+        return False
+    if any(t.device != out.device for t in (lse, out_part, lse_part)):
+        return False
+    if any(t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1 for t in (out, out_part)):
+        return False
+    return out.device.type == "cpu" or (out.device.type == "cuda" and _library_sees_cuda())
+
+
+@functools.cache
+def _library_sees_cuda():
+    return hfa.cuda_device_count() > 0
 
 
 # --- one rank's steps -------------------------------------------------------------------------
