@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Context parallelism on one GPU: what a single H200 can show of hfa.distributed.
 
-- merge: hfa.distributed.merge_attn_partial (the fp32 LSE merge of a ring step's partial result,
-  in torch) in GB/s of the bytes it must move, beside a plain device copy of an fp32 tensor.
+- merge: the merge of a ring step (an fp32 accumulator takes in a bf16 partial result, in place),
+  fused (hfa.merge_partials, which hfa.distributed.merge_attn_partial calls on a GPU) beside
+  the same merge in torch (merge_attn_partial_torch, the fallback), in GB/s of the bytes it must
+  move, beside a plain device copy of an fp32 tensor; the two results' largest difference.
+- merge_n: the fused merge of N = 2, 4, 8 fp32 partials (a ring's steps kept apart, merged once
+  at the end) into a bf16 output and its LSE, in GB/s of the bytes it must move.
 - ring_split: the cost of cutting one attention into P ring steps, before any communication:
   one hfa call over the whole sequence ÷ the emulated ring (hfa.distributed.emulated: the P
   ranks' steps and merges, on this one GPU), forward and forward + backward, P = 2, 4, 8,
@@ -24,24 +28,67 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
 
 HEADS, KV_HEADS, HDIM = 32, 8, 128
+TESTS = ("merge", "ring_split", "prefill_1m")
+
+
+def _rand(torch, g, *shape, dtype=None):
+    return torch.randn(*shape, device="cuda", generator=g).to(dtype or torch.float32)
 
 
 def merge_rows(torch, tokens, reps):
-    from hfa.distributed import merge_attn_partial
+    """The ring step's merge, fused and in torch, then the fused N-way merges (each row's tensors
+    freed before the next row's are made)."""
     g = torch.Generator(device="cuda").manual_seed(0)
-    out = torch.randn(1, tokens, HEADS, HDIM, device="cuda", generator=g)
-    part = torch.randn(1, tokens, HEADS, HDIM, device="cuda", generator=g).bfloat16()
-    lse = torch.randn(1, HEADS, tokens, device="cuda", generator=g)
-    lse_part = torch.randn(1, HEADS, tokens, device="cuda", generator=g)
+    copy = copy_rate(torch, g, tokens, reps)
+    rows = [ring_merge_row(torch, g, tokens, reps, copy)]
+    rows += [merge_n_row(torch, g, n, tokens, reps, copy) for n in (2, 4, 8)]
+    torch.cuda.empty_cache()
+    return rows
+
+
+def copy_rate(torch, g, tokens, reps):
+    """GB/s (read + write) of a plain device copy of an fp32 (1, tokens, HEADS, HDIM) tensor."""
+    src = _rand(torch, g, 1, tokens, HEADS, HDIM)
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * 4 / benchlib.event_seconds(lambda: dst.copy_(src), 1, reps) / 1e9
+
+
+def ring_merge_row(torch, g, tokens, reps, copy):
+    from hfa.distributed import ring
+    out = _rand(torch, g, 1, tokens, HEADS, HDIM)
+    part = _rand(torch, g, 1, tokens, HEADS, HDIM, dtype=torch.bfloat16)
+    lse, lse_part = _rand(torch, g, 1, HEADS, tokens), _rand(torch, g, 1, HEADS, tokens)
+    if not ring._fused_merge_takes(out, lse, part, lse_part):
+        raise SystemExit("bench: hfa.merge_partials does not take the ring's tensors here")
     # out read and written (fp32), out_part read (bf16), lse read and written, lse_part read.
     moved = out.numel() * (4 + 2 + 4) + lse.numel() * 4 * 3
-    merge_s = benchlib.event_seconds(lambda: merge_attn_partial(out, lse, part, lse_part), 1,
+    row = {"case": {"test": "merge", "tokens": tokens, "heads": HEADS, "hdim": HDIM},
+           "metric": "GBps"}
+    once = []  # each merge once from the same state: their difference
+    for name, merge in (("hfa", ring.merge_attn_partial), ("torch", ring.merge_attn_partial_torch)):
+        once.append((out.clone(), lse.clone()))
+        merge(*once[-1], part, lse_part)
+        state = out.clone(), lse.clone()
+        row[name] = moved / benchlib.event_seconds(lambda: merge(*state, part, lse_part), 1,
+                                                   reps) / 1e9
+    row["copy"] = copy
+    row["max_diff"] = max((a - b).abs().max().item() for a, b in zip(*once))
+    return row
+
+
+def merge_n_row(torch, g, n, tokens, reps, copy):
+    import hfa
+    outs = [_rand(torch, g, 1, tokens, HEADS, HDIM) for _ in range(n)]
+    lses = [_rand(torch, g, 1, HEADS, tokens) for _ in range(n)]
+    out = torch.empty_like(outs[0], dtype=torch.bfloat16)
+    lse = torch.empty_like(lses[0])
+    # Each partial's out and lse read (fp32), out written (bf16), lse written.
+    moved = n * (out.numel() + lse.numel()) * 4 + out.numel() * 2 + lse.numel() * 4
+    seconds = benchlib.event_seconds(lambda: hfa.merge_partials(outs, lses, out=out, lse=lse), 1,
                                      reps)
-    copy_dst = torch.empty_like(out)
-    copy_s = benchlib.event_seconds(lambda: copy_dst.copy_(out), 1, reps)
-    return {"case": {"test": "merge", "tokens": tokens, "heads": HEADS, "hdim": HDIM},
-            "metric": "GBps", "hfa": moved / merge_s / 1e9,
-            "copy": 2 * out.numel() * 4 / copy_s / 1e9}
+    return {"case": {"test": "merge_n", "partials": n, "tokens": tokens, "heads": HEADS,
+                     "hdim": HDIM, "out": "bf16"},
+            "metric": "GBps", "hfa": moved / seconds / 1e9, "copy": copy}
 
 
 def split_rows(torch, hfa, world, causal, tokens_per_rank, reps):
@@ -120,6 +167,8 @@ def main():
     p.add_argument("--worlds", type=int, nargs="+", default=[2, 4, 8])
     p.add_argument("--prefill-tokens", type=int, default=1 << 20)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--tests", nargs="+", choices=TESTS, default=list(TESTS),
+                   help="what to measure (default: all; merge includes merge_n)")
     a = p.parse_args()
     if a.tokens_per_rank % 2:
         p.error("--tokens-per-rank: the zigzag layout needs an even number")
@@ -134,10 +183,12 @@ def main():
                                  "python/tests/test_distributed.py)", worlds=a.worlds)
     result["settings"]["do_bench"] = f"CUDA events, median of {a.reps} after 1 warm-up"
     benchlib.announce(result)
-    result["rows"].append(merge_rows(torch, a.tokens_per_rank * 8, 10))
-    print(f"bench: merge {result['rows'][-1]['hfa']:.0f} GB/s, copy "
-          f"{result['rows'][-1]['copy']:.0f} GB/s", flush=True)
-    for causal in (False, True):
+    for row in merge_rows(torch, a.tokens_per_rank * 8, 10) if "merge" in a.tests else []:
+        result["rows"].append(row)
+        torch_merge = f", torch {row['torch']:.0f} GB/s" if "torch" in row else ""
+        print(f"bench: {row['case']['test']} {row['case'].get('partials', 2)} partials: fused "
+              f"{row['hfa']:.0f} GB/s{torch_merge}, copy {row['copy']:.0f} GB/s", flush=True)
+    for causal in (False, True) if "ring_split" in a.tests else ():
         for world in a.worlds:
             for row in split_rows(torch, hfa, world, causal, a.tokens_per_rank, a.reps):
                 result["rows"].append(row)
@@ -145,16 +196,19 @@ def main():
                       f" single {row['single_s'] * 1e3:.1f} ms, ring {row['ring_s'] * 1e3:.1f} "
                       f"ms, ratio {row['hfa']:.3f}", flush=True)
             torch.cuda.empty_cache()
-    row = prefill_row(torch, hfa, a.prefill_tokens)
-    result["rows"].append(row)
-    print(f"bench: prefill {a.prefill_tokens} tokens causal: {row['seconds']:.2f} s, "
-          f"{row['hfa']:.0f} TFLOP/s", flush=True)
+    if "prefill_1m" in a.tests:
+        row = prefill_row(torch, hfa, a.prefill_tokens)
+        result["rows"].append(row)
+        print(f"bench: prefill {a.prefill_tokens} tokens causal: {row['seconds']:.2f} s, "
+              f"{row['hfa']:.0f} TFLOP/s", flush=True)
     head = ["test", "case", "metric", "hfa", "beside"]
     body = []
     for r in result["rows"]:
         c = dict(r["case"])
         test = c.pop("test")
-        beside = {"merge": lambda: f"copy {r['copy']:.0f}",
+        beside = {"merge": lambda: f"torch {r['torch']:.0f}, copy {r['copy']:.0f}, max diff "
+                                   f"{r['max_diff']:.1e}",
+                  "merge_n": lambda: f"copy {r['copy']:.0f}",
                   "ring_split": lambda: f"single {r['single_s'] * 1e3:.1f} ms, ring "
                                         f"{r['ring_s'] * 1e3:.1f} ms",
                   "prefill_1m": lambda: f"{r['seconds']:.2f} s"}[test]()
