@@ -57,12 +57,14 @@ def sample(seqlen, heads, rows, nheads, gen):
     return picked.sort().values, heads_picked
 
 
-def reference_rows(q, k, v, b, h, rows, causal):
+def reference_rows(q, k, v, b, h, rows, causal, group=1):
     """float64 attention of query rows `rows` of (batch b, head h), on the GPU: (out, lse).
-    q, k, v are BSHD; causal is bottom-right aligned (s_q = s_k here, so the usual mask)."""
+    q, k, v are BSHD, query head h reads kv head h // group (GQA); causal is bottom-right
+    aligned (s_q = s_k here, so the usual mask)."""
     import torch
+    g = h // group
     qs = q[b, rows, h].double()                      # (n, d)
-    ks, vs = k[b, :, h].double(), v[b, :, h].double()  # (s_k, d)
+    ks, vs = k[b, :, g].double(), v[b, :, g].double()  # (s_k, d)
     s = qs @ ks.T / math.sqrt(q.shape[-1])
     if causal:
         sq, sk = q.shape[1], k.shape[1]
@@ -70,6 +72,22 @@ def reference_rows(q, k, v, b, h, rows, causal):
         s = s.masked_fill(j > rows.to(q.device)[:, None] + (sk - sq), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     return torch.softmax(s, dim=-1) @ vs, lse
+
+
+def max_errors(q, k, v, outs, hfa_lse, batch, heads, rows, causal, group=1):
+    """Each output's max |out − float64| over `rows` of query heads `heads` of the first and last
+    sequence, and hfa's LSE error there (0 without hfa_lse): ({impl: err}, lse_err)."""
+    errs = {impl: 0.0 for impl in outs}
+    lse_err = 0.0
+    for b in sorted({0, batch - 1}):
+        for h in heads.tolist():
+            ref, ref_lse = reference_rows(q, k, v, b, h, rows, causal, group)
+            for impl, o in outs.items():
+                errs[impl] = max(errs[impl], (o[b, rows, h].double() - ref).abs().max().item())
+            if hfa_lse is not None:
+                got = hfa_lse[b, h, rows].double()
+                lse_err = max(lse_err, (got - ref_lse).abs().max().item())
+    return errs, lse_err
 
 
 # --- one cell ----------------------------------------------------------------------------------
@@ -138,16 +156,7 @@ def run_cell(args, case, dtype, gen, cpu_gen):
     acc = {"case": case}
     rows, hs = sample(seqlen, heads, args.acc_rows, args.acc_heads, cpu_gen)
     rows_dev = rows.to("cuda")
-    errs = {impl: 0.0 for impl in outs}
-    lse_err = 0.0
-    for b in sorted({0, batch - 1}):
-        for h in hs.tolist():
-            ref, ref_lse = reference_rows(q, k, v, b, h, rows_dev, causal)
-            for impl, o in outs.items():
-                errs[impl] = max(errs[impl], (o[b, rows_dev, h].double() - ref).abs().max().item())
-            if hfa_lse is not None:
-                got = hfa_lse[b, h, rows_dev].double()
-                lse_err = max(lse_err, (got - ref_lse).abs().max().item())
+    errs, lse_err = max_errors(q, k, v, outs, hfa_lse, batch, hs, rows_dev, causal)
     forward_verdict(acc, errs, lse_err, outs.get("hfa"), hfa_lse)
     del outs, hfa_lse
 

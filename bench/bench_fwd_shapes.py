@@ -59,7 +59,7 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_fwd import reference_rows, sample  # noqa: E402
+from bench_fwd import max_errors, sample  # noqa: E402
 from bench_overhead import in_graph  # noqa: E402
 from benchlib import (announce, conclude, event_seconds, first_line, flops, fmt,  # noqa: E402
                       forward_verdict, markdown, nan_filled_empty, new_result, ratio, record_cell, sci,
@@ -260,19 +260,7 @@ def run_shape(args, name, case, dtype, gen, cpu_gen):
     acc = {"case": case}
     rows, hs = sample(seqlen, hq, args.acc_rows, args.acc_heads, cpu_gen)
     rows_dev = rows.to("cuda")
-    errs = {impl: 0.0 for impl in outs}
-    lse_err = 0.0
-    for b in sorted({0, batch - 1}):
-        for h in hs.tolist():
-            g = h // group  # the kv head of query head h
-            # Views of one head each: reference_rows's head 0 is query head h, kv head g.
-            ref, ref_lse = reference_rows(q[:, :, h:h + 1], k[:, :, g:g + 1], v[:, :, g:g + 1],
-                                          b, 0, rows_dev, causal)
-            for impl, o in outs.items():
-                errs[impl] = max(errs[impl], (o[b, rows_dev, h].double() - ref).abs().max().item())
-            if hfa_lse is not None:
-                got = hfa_lse[b, h, rows_dev].double()
-                lse_err = max(lse_err, (got - ref_lse).abs().max().item())
+    errs, lse_err = max_errors(q, k, v, outs, hfa_lse, batch, hs, rows_dev, causal, group)
     forward_verdict(acc, errs, lse_err, outs.get("hfa"), hfa_lse)
     del outs, hfa_lse
 
