@@ -85,7 +85,7 @@ struct TileConfig {
   // warpgroup adds its slabs from registers (red.global.add.v4.f32), 8-12 % faster at hdim 256
   // than the bulk reduce-add of a 64 KB shared tile a step, which costs a store and a read of
   // it in the shared memory that the step's GEMMs are short of; keys split, the bulk reduce
-  // through the writer warp, 10-15 % faster at hdim 64 and 128 (bench/results, "Backward: dQ
+  // through the writer warp, 6-28 % faster at hdim 64 and 128 (bench/results, "Backward: dQ
   // from registers").
   static constexpr bool kDqFromRegisters = !kKeysSplit;
 
