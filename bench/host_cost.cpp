@@ -1,14 +1,21 @@
 // libhfa's own host time per call, without Python or torch: a loop of calls on tiny problems (the
 // GPU keeps up), then one synchronize; the median of 15 loops, in microseconds. What
-// bench_overhead.py's rows cost before any Python glue. Build and run on the GPU machine:
-//   g++ -O2 -std=c++20 -Iinclude -I/usr/local/cuda/include bench/host_cost.cpp \
-//       -Lbuild/release/src -lhfa -L/usr/local/cuda/lib64 -lcudart -o host_cost && ./host_cost
+// bench_overhead.py's rows cost before any Python glue, and, for scale, the CUDA calls a launch
+// is made of (a TMA map's encoding, an empty kernel's launch with the forward's shared memory
+// and parameter size). Build (nvcc: the empty kernel) and run on the GPU machine:
+//   nvcc -O2 -std=c++20 -x cu -arch=sm_90a -Iinclude bench/host_cost.cpp \
+//       -Lbuild/release/src -lhfa -o host_cost && ./host_cost
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 #include <chrono>
 #include <cstdio>
 #include <vector>
 #include <algorithm>
 #include "hfa/hfa.hpp"
+
+struct LargeParams { unsigned char bytes[640]; };  // about the forward's Params
+__global__ void empty_kernel(LargeParams) {}
+__global__ void empty_small_kernel(int) {}
 
 template <class F> double us_per_call(F f, int calls = 200, int reps = 15) {
   for (int i = 0; i < 5; ++i) f();
@@ -48,6 +55,20 @@ int main() {
   printf("for scale: cudaGetDevice %.2f us\n", us_per_call([&] { int dev; cudaGetDevice(&dev); }));
   printf("cudaSetDevice %.2f us\n", us_per_call([&] { cudaSetDevice(0); }));
   printf("cudaMemsetAsync %.2f us\n", us_per_call([&] { cudaMemsetAsync(ws, 0, 16, st); }));
+  constexpr int kSmem = 200 << 10;
+  cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  printf("cudaFuncSetAttribute %.2f us\n", us_per_call([&] { cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem); }));
+  printf("empty kernel launch (132 x 384 threads, 200 KB, 640 B params) %.2f us\n", us_per_call([&] { empty_kernel<<<132, 384, kSmem, st>>>(LargeParams{}); }));
+  printf("empty kernel launch (132 x 384 threads, no shared memory, 640 B params) %.2f us\n", us_per_call([&] { empty_kernel<<<132, 384, 0, st>>>(LargeParams{}); }));
+  printf("empty kernel launch (132 x 384 threads, no shared memory, 4 B params) %.2f us\n", us_per_call([&] { empty_small_kernel<<<132, 384, 0, st>>>(0); }));
+  printf("cudaGetLastError %.2f us\n", us_per_call([&] { (void)cudaGetLastError(); }));
+  void* entry = nullptr; cudaDriverEntryPointQueryResult found{};
+  cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000, cudaEnableDefault, &found);
+  auto encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(entry);
+  CUtensorMap map;
+  cuuint64_t dims[4] = {d, s, h, b}; cuuint64_t strides[3] = {h * d * 2, d * 2, s * h * d * 2};
+  cuuint32_t box[4] = {64, 128, 1, 1}, estr[4] = {1, 1, 1, 1};
+  printf("cuTensorMapEncodeTiled %.2f us\n", us_per_call([&] { encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, q, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE); }));
   // decode: batch 8, 4k paged cache, 32/8 heads
   const int64_t B = 8, P = 64, page = 64, hq = 32, hk = 8;
   void *qd, *od, *kc, *vc, *tab, *lens, *ld;

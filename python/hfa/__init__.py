@@ -58,6 +58,13 @@ def _no_descales_for_numpy(q_descale, k_descale, v_descale, descale_block_q,
                          f"no fp8 dtype)")
 
 
+def _all_none(*arguments):
+    for a in arguments:
+        if a is not None:
+            return False
+    return True
+
+
 def _frontend(q):
     """hfa._torch for torch tensors, None for numpy arrays.
 
@@ -251,6 +258,18 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     window_size, causal, rotary_interleaved, return_softmax_lse = _checked(
         window_size, causal=causal, rotary_interleaved=rotary_interleaved,
         return_softmax_lse=return_softmax_lse)
+    fe = _frontend(q)
+    if (fe is not None and fe.NATIVE and not (return_softmax_lse or attention_chunk or split_size)
+            and _all_none(k, v, qv, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad,
+                          cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens,
+                          q_descale, k_descale, v_descale, scheduler_metadata, k_scale, v_scale,
+                          k_global_scale, v_global_scale, out)
+            and (page_table is None or block_table is None)
+            and isinstance(cache_seqlens, fe.Tensor) and k_cache.dtype == q.dtype):
+        # The plain call: a 16-bit cache read in place, out alone (hfa::kvcache_attention).
+        return fe.kvcache_attention(q, k_cache, v_cache, cache_seqlens,
+                                    page_table if page_table is not None else block_table,
+                                    softmax_scale, causal, window_size, softcap, num_splits)
     from . import _kvcache
     _kvcache.check_not_yet(attention_chunk, qv=qv, cache_batch_idx=cache_batch_idx,
                            cache_leftpad=cache_leftpad, rotary_seqlens=rotary_seqlens,
@@ -268,7 +287,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
               rotary_interleaved=rotary_interleaved, split_size=split_size,
               cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
               cu_seqlens_k_new=cu_seqlens_k_new)
-    if _frontend(q) is not None:
+    if fe is not None:
         out, lse = _kvcache.torch_forward(q, k_cache, v_cache, out, **kw)
     else:
         out, lse = _kvcache.numpy_forward(q, k_cache, v_cache, out, **kw)

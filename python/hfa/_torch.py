@@ -122,6 +122,23 @@ if NATIVE:
     def _fwd_kvcache_into_fake(q, k_cache, v_cache, cache_code, scale_code, *args, out):
         return q.new_empty(lse_shape(q, args[11] is not None), dtype=torch.float32)
 
+    # The plain calls' ops (out alone, fewer arguments: src/torch/ops.cpp says why).
+    _attention = torch.ops.hfa.attention.default
+    _varlen_attention = torch.ops.hfa.varlen_attention.default
+    _kvcache_attention = torch.ops.hfa.kvcache_attention.default
+
+    @torch.library.register_fake("hfa::attention")
+    def _attention_fake(q, k, v, *options):
+        return q.new_empty(out_shapes(q, v, False)[0], dtype=out_dtype(q.dtype))
+
+    @torch.library.register_fake("hfa::varlen_attention")
+    def _varlen_attention_fake(q, k, v, *options):
+        return q.new_empty(out_shapes(q, v, True)[0], dtype=out_dtype(q.dtype))
+
+    @torch.library.register_fake("hfa::kvcache_attention")
+    def _kvcache_attention_fake(q, k_cache, v_cache, *options):
+        return q.new_empty(tuple(q.shape[:-1]) + (v_cache.shape[-1],))
+
 
 # --- flash_attn-style entry points -------------------------------------------------------------
 
@@ -180,11 +197,24 @@ def _forward(q, k, v, out, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, soft
     return out.copy_(result), lse
 
 
+def _plain(learnable_sink, out, q_descale, k_descale, v_descale, descale_block_q,
+           descale_block_kv):
+    """Whether a forward gives none of what only hfa::fwd takes (sinks, out=, FP8 descales):
+    then, when it wants no LSE either, the plain op runs it."""
+    return (NATIVE and learnable_sink is None and out is None and q_descale is None
+            and k_descale is None and v_descale is None and not descale_block_q
+            and not descale_block_kv)
+
+
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, deterministic=False, return_attn_probs=False,
                     learnable_sink=None, out=None, q_descale=None, k_descale=None,
                     v_descale=None, descale_block_q=0, descale_block_kv=0):
     wl, wr = _window(window_size)
+    if not return_attn_probs and _plain(learnable_sink, out, q_descale, k_descale, v_descale,
+                                        descale_block_q, descale_block_kv):
+        return _attention(q, k, v, softmax_scale, bool(causal), wl, wr, float(softcap),
+                          bool(deterministic))
     out, lse = _forward(q, k, v, out, None, None, 0, 0, softmax_scale, bool(causal), wl, wr,
                         float(softcap), bool(deterministic), _sinks(learnable_sink), None, None,
                         _fp8(q_descale, k_descale, v_descale, descale_block_q,
@@ -199,6 +229,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            k_descale=None, v_descale=None, descale_block_q=0,
                            descale_block_kv=0):
     wl, wr = _window(window_size)
+    if (not return_attn_probs and seqused_q is None and seqused_k is None
+            and _plain(learnable_sink, out, q_descale, k_descale, v_descale, descale_block_q,
+                       descale_block_kv)):
+        return _varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                 _as_int(max_seqlen_q, "max_seqlen_q"),
+                                 _as_int(max_seqlen_k, "max_seqlen_k"), softmax_scale,
+                                 bool(causal), wl, wr, float(softcap), bool(deterministic))
     out, lse = _forward(q, k, v, out, cu_seqlens_q, cu_seqlens_k,
                         _as_int(max_seqlen_q, "max_seqlen_q"),
                         _as_int(max_seqlen_k, "max_seqlen_k"), softmax_scale, bool(causal), wl,
@@ -223,6 +260,15 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
                               softmax_scale, bool(causal), wl, wr, float(softcap),
                               bool(deterministic), sinks, seqused_q, seqused_k)
     return (dq, dk, dv) if sinks is None else (dq, dk, dv, dsinks)
+
+
+def kvcache_attention(q, k_cache, v_cache, cache_seqlens, page_table, softmax_scale, causal,
+                      window_size, softcap, num_splits):
+    """out of a plain call of flash_attn_with_kvcache (a 16-bit cache of q's dtype, nothing
+    appended, no LSE wanted) through the native hfa::kvcache_attention."""
+    wl, wr = _window(window_size)
+    return _kvcache_attention(q, k_cache, v_cache, cache_seqlens, page_table, softmax_scale,
+                              bool(causal), wl, wr, float(softcap), int(num_splits))
 
 
 def forward_kvcache(q, k_cache, v_cache, out, cache_code, scale_code, cache_seqlens, page_table,

@@ -232,6 +232,85 @@ def test_opcheck(device):
     torch.library.opcheck(torch.ops.hfa.bwd.default, bwd_args)
 
 
+def native_only():
+    from hfa import _torch
+    if not _torch.NATIVE:
+        pytest.skip("the plain ops (hfa::attention, ...) exist in the C++ torch ops only; "
+                    f"these run through {_torch.OPS}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_plain_ops_opcheck(device):
+    """hfa::attention, hfa::varlen_attention, hfa::kvcache_attention (the plain calls' ops):
+    schema, fake kernels, autograd registration, AOT dispatch."""
+    native_only()
+    dtype = DTYPES[device][-1]
+    rng = np.random.default_rng(21)
+    det = device == "cuda"
+    q = rand(rng, (1, 24, 4, 64), dtype, device, grad=True)
+    k = rand(rng, (1, 40, 2, 64), dtype, device, grad=True)
+    v = rand(rng, (1, 40, 2, 64), dtype, device, grad=True)
+    torch.library.opcheck(torch.ops.hfa.attention.default,
+                          (q, k, v, None, True, -1, -1, 0.0, det))
+    cu = cu_seqlens([10, 0, 14], device)
+    qv, kv, vv = (rand(rng, (24, h, 64), dtype, device, grad=True) for h in (4, 2, 2))
+    torch.library.opcheck(torch.ops.hfa.varlen_attention.default,
+                          (qv, kv, vv, cu, cu, 14, 14, 0.125, False, 5, 0, 0.0, det))
+    qd = rand(rng, (2, 1, 4, 64), dtype, device)
+    kc, vc = (rand(rng, (2, 48, 2, 64), dtype, device) for _ in range(2))
+    lens = torch.tensor([48, 17], dtype=torch.int32, device=device)
+    torch.library.opcheck(torch.ops.hfa.kvcache_attention.default,
+                          (qd, kc, vc, lens, None, None, False, -1, -1, 0.0, 0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_plain_ops_match_full_ops(device):
+    """A plain call (no sinks, descales, out= or LSE) runs the plain op; it gives the bytes of
+    the full op (hfa::fwd, hfa::fwd_kvcache: reached by asking for the LSE), and the same
+    gradients bit for bit (deterministic)."""
+    native_only()
+    dtype = DTYPES[device][-1]
+    rng = np.random.default_rng(22)
+    q = rand(rng, (2, 37, 4, 64), dtype, device, grad=True)
+    k = rand(rng, (2, 53, 2, 64), dtype, device, grad=True)
+    v = rand(rng, (2, 53, 2, 64), dtype, device, grad=True)
+    dout = rand(rng, (2, 37, 4, 64), dtype, device)
+    grads = []
+    for full in (False, True):
+        for t in (q, k, v):
+            t.grad = None
+        result = hfa.flash_attn_func(q, k, v, causal=True, window_size=(20, 3), softcap=9.0,
+                                     deterministic=True, return_attn_probs=full)
+        out = result[0] if full else result
+        out.backward(dout)
+        grads.append([out.detach().clone()] + [t.grad.clone() for t in (q, k, v)])
+    for plain, full in zip(*grads):
+        assert torch.equal(plain, full)
+
+    lens = [19, 0, 33]
+    cu = cu_seqlens(lens, device)
+    qv, kv, vv = (rand(rng, (52, h, 64), dtype, device) for h in (4, 2, 2))
+    with torch.no_grad():
+        plain = hfa.flash_attn_varlen_func(qv, kv, vv, cu, cu, 33, 33, causal=True)
+        full, _ = hfa.flash_attn_varlen_func(qv, kv, vv, cu, cu, 33, 33, causal=True,
+                                             return_attn_probs=True)
+    assert torch.equal(plain, full)
+
+    qd = rand(rng, (3, 2, 4, 64), dtype, device)
+    kc, vc = (rand(rng, (12, 16, 2, 64), dtype, device) for _ in range(2))
+    table = torch.tensor([[3, 1, 7, 0], [2, 5, 4, 6], [8, 9, 10, 11]], dtype=torch.int32,
+                         device=device)
+    seqlens = torch.tensor([50, 2, 64], dtype=torch.int32, device=device)
+    plain = hfa.flash_attn_with_kvcache(qd, kc, vc, cache_seqlens=seqlens, page_table=table,
+                                        causal=True)
+    full, _ = hfa.flash_attn_with_kvcache(qd, kc, vc, cache_seqlens=seqlens, page_table=table,
+                                          causal=True, return_softmax_lse=True)
+    assert torch.equal(plain, full)
+    with pytest.raises(TypeError, match="k_cache"):
+        torch.ops.hfa.kvcache_attention(qd, kc.to(torch.float32), vc, seqlens, table, None,
+                                        True, -1, -1, 0.0, 0)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_torch_compile_fullgraph(device):
     """torch.compile(fullgraph=True) traces flash_attn_func and flash_attn_varlen_func with no

@@ -36,9 +36,12 @@ const DeviceFacts& device_facts(int device) {
 
 DeviceGuard::DeviceGuard(int device) {
   cudaGetDevice(&previous_);
-  if (previous_ != device) cudaSetDevice(device);
+  switched_ = previous_ != device;
+  if (switched_) cudaSetDevice(device);
 }
 
-DeviceGuard::~DeviceGuard() { cudaSetDevice(previous_); }
+DeviceGuard::~DeviceGuard() {
+  if (switched_) cudaSetDevice(previous_);
+}
 
 }  // namespace hfa::sm90

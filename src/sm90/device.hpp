@@ -26,6 +26,7 @@ class DeviceGuard {
 
  private:
   int previous_ = 0;
+  bool switched_ = false;  // restored only if changed: each cudaSetDevice is host time
 };
 
 }  // namespace hfa::sm90

@@ -215,9 +215,9 @@ void check_rank(const Tensor& t, const char* name, bool varlen) {
   }
 }
 
-// The forward into given out and lse tensors.
+// The forward into given out and lse tensors (lse null: not written).
 void forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& out,
-             const Tensor& lse, const AttentionArgs& a, const Fp8Args& fp8) {
+             const Tensor* lse, const AttentionArgs& a, const Fp8Args& fp8) {
   Tensor q = unit_last_stride(q_in), k = unit_last_stride(k_in), v = unit_last_stride(v_in);
   OnDevice on_device(q);
   AttentionViews vectors(a);
@@ -225,12 +225,14 @@ void forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const T
   Fp8Views descales(fp8);
   descales.apply(fp8, o);
   hfa::Tensor qt = view(q, "q"), kt = view(k, "k"), vt = view(v, "v");
-  hfa::Tensor ot = view(out, "out"), lt = view(lse, "lse");
+  hfa::Tensor ot = view(out, "out");
+  std::optional<hfa::Tensor> lt;
+  if (lse != nullptr) lt = view(*lse, "lse");
   std::size_t bytes = 0;
   check(hfa::forward_workspace_size(qt, kt, vt, o, &bytes));
   Tensor scratch = workspace(q, bytes, &o.workspace);
   o.workspace_bytes = bytes;
-  check(hfa::forward(qt, kt, vt, ot, &lt, o));
+  check(hfa::forward(qt, kt, vt, ot, lt ? &*lt : nullptr, o));
 }
 
 std::array<int64_t, 3> lse_shape(const Tensor& q, bool varlen) {
@@ -244,6 +246,17 @@ Tensor empty_lse(const Tensor& q, bool varlen, bool rows_may_stay_unwritten) {
   at::TensorOptions f32 = q.options().dtype(at::kFloat);
   // Rows beyond seqused_q are left untouched by libhfa: they read as an empty row's -inf.
   return rows_may_stay_unwritten ? at::full(shape, -INFINITY, f32) : at::empty(shape, f32);
+}
+
+// The output of a forward: zeros where rows may stay unwritten (beyond seqused_q).
+Tensor new_out(const Tensor& q, const Tensor& v, bool varlen, bool rows_may_stay_unwritten) {
+  check_rank(q, "q", varlen);
+  check_rank(v, "v", varlen);
+  std::vector<int64_t> out_shape = q.sizes().vec();
+  out_shape.back() = v.size(-1);
+  at::TensorOptions out_options = q.options().dtype(out_dtype(q));
+  return rows_may_stay_unwritten ? at::zeros(out_shape, out_options)
+                                 : at::empty(out_shape, out_options);
 }
 
 std::tuple<Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -261,15 +274,9 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const Tensor& v
                   seqused_q, seqused_k};
   Fp8Args fp8{q_descale, k_descale, v_descale, descale_block_q, descale_block_kv};
   bool varlen = cu_seqlens_q.has_value();
-  check_rank(q, "q", varlen);
-  check_rank(v, "v", varlen);
-  std::vector<int64_t> out_shape = q.sizes().vec();
-  out_shape.back() = v.size(-1);
-  at::TensorOptions out_options = q.options().dtype(out_dtype(q));
-  bool partial = seqused_q.has_value();
-  Tensor out = partial ? at::zeros(out_shape, out_options) : at::empty(out_shape, out_options);
-  Tensor lse = empty_lse(q, varlen, partial);
-  forward(q, k, v, out, lse, a, fp8);
+  Tensor out = new_out(q, v, varlen, seqused_q.has_value());
+  Tensor lse = empty_lse(q, varlen, seqused_q.has_value());
+  forward(q, k, v, out, &lse, a, fp8);
   return {out, lse};
 }
 
@@ -289,7 +296,7 @@ Tensor fwd_into(const Tensor& q, const Tensor& k, const Tensor& v,
   check_rank(q, "q", varlen);
   TORCH_CHECK_VALUE(out.device() == q.device(), "out: on ", out.device(), ", q on ", q.device());
   Tensor lse = empty_lse(q, varlen, seqused_q.has_value());
-  forward(q, k, v, out, lse, a, fp8);
+  forward(q, k, v, out, &lse, a, fp8);
   return lse;
 }
 
@@ -432,6 +439,18 @@ std::tuple<Tensor, Tensor> fwd_autograd(
   return {result[0], result[1]};
 }
 
+// The plain ops' autograd kernels: a redispatch for inference, hfa::fwd's function otherwise
+// (defined below with the ops).
+Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
+                          std::optional<double> softmax_scale, bool causal, int64_t window_left,
+                          int64_t window_right, double softcap, bool deterministic);
+Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k,
+                                 int64_t max_seqlen_q, int64_t max_seqlen_k,
+                                 std::optional<double> softmax_scale, bool causal,
+                                 int64_t window_left, int64_t window_right, double softcap,
+                                 bool deterministic);
+
 // --- hfa::fwd_kvcache, hfa::fwd_kvcache_into ---------------------------------------------------
 
 struct KVCacheArgs {
@@ -456,7 +475,7 @@ hfa_dtype rotary_code(const OptTensor& table, hfa_dtype q_code) {
 }
 
 void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_cache,
-                     const Tensor& out, const Tensor& lse, const KVCacheArgs& a) {
+                     const Tensor& out, const Tensor* lse, const KVCacheArgs& a) {
   Tensor q = unit_last_stride(q_in);
   OnDevice on_device(q);
   hfa_dtype q_code = dtype_of(q, "q");
@@ -499,8 +518,9 @@ void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_
   check(hfa::forward_kvcache_workspace_size(qt, kt, vt, o, &bytes));
   Tensor scratch = workspace(q, bytes, &o.workspace);
   o.workspace_bytes = bytes;
-  hfa::Tensor lt = view(lse, "lse");
-  check(hfa::forward_kvcache(qt, kt, vt, view(out, q_code, "out"), &lt, o));
+  std::optional<hfa::Tensor> lt;
+  if (lse != nullptr) lt = view(*lse, "lse");
+  check(hfa::forward_kvcache(qt, kt, vt, view(out, q_code, "out"), lt ? &*lt : nullptr, o));
 }
 
 #define HFA_KVCACHE_PARAMETERS                                                                  \
@@ -532,7 +552,7 @@ std::tuple<Tensor, Tensor> fwd_kvcache(HFA_KVCACHE_PARAMETERS) {
   out_shape.back() = v_cache.size(-1) * (cache_code == HFA_FP4_E2M1X2 ? 2 : 1);
   Tensor out = at::empty(out_shape, q.options());
   Tensor lse = kvcache_lse(q, varlen);
-  forward_kvcache(q, k_cache, v_cache, out, lse, HFA_KVCACHE_ARGUMENTS);
+  forward_kvcache(q, k_cache, v_cache, out, &lse, HFA_KVCACHE_ARGUMENTS);
   return {out, lse};
 }
 
@@ -541,12 +561,116 @@ Tensor fwd_kvcache_into(HFA_KVCACHE_PARAMETERS, const Tensor& out) {
   check_rank(q, "q", varlen);
   TORCH_CHECK_VALUE(out.device() == q.device(), "out: on ", out.device(), ", q on ", q.device());
   Tensor lse = kvcache_lse(q, varlen);
-  forward_kvcache(q, k_cache, v_cache, out, lse, HFA_KVCACHE_ARGUMENTS);
+  forward_kvcache(q, k_cache, v_cache, out, &lse, HFA_KVCACHE_ARGUMENTS);
   return lse;
 }
 
 #undef HFA_KVCACHE_ARGUMENTS
 #undef HFA_KVCACHE_PARAMETERS
+
+// --- hfa::attention, hfa::varlen_attention, hfa::kvcache_attention: the plain calls ------------
+//
+// Why beside hfa::fwd and hfa::fwd_kvcache: from Python every argument of an op costs ~0.4 us to
+// parse, and an LSE the caller did not ask for costs an allocation and a Python object
+// (bench/overhead_parts.py on the H200: a no-op op with hfa::fwd's 21 arguments 11.5 us, with 3
+// arguments 3.8 us; two allocations 5 us). These take what a plain call gives (no sinks, seqused,
+// FP8 descales, out=, appended tokens or quantized caches: the Python front end sends those to
+// the full ops) and return out alone. Inference writes no LSE; when an input wants a gradient,
+// hfa::attention and hfa::varlen_attention run hfa::fwd's autograd function, which keeps it.
+
+const OptTensor kNone;
+const Fp8Args kNoFp8{kNone, kNone, kNone, 0, 0};
+
+Tensor plain_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                       const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k,
+                       int64_t max_seqlen_q, int64_t max_seqlen_k,
+                       std::optional<double> softmax_scale, bool causal, int64_t window_left,
+                       int64_t window_right, double softcap, bool deterministic) {
+  AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                  causal, window_left, window_right, softcap, deterministic, kNone, kNone,
+                  kNone};
+  Tensor out = new_out(q, v, cu_seqlens_q.has_value(), false);
+  forward(q, k, v, out, nullptr, a, kNoFp8);
+  return out;
+}
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                 std::optional<double> softmax_scale, bool causal, int64_t window_left,
+                 int64_t window_right, double softcap, bool deterministic) {
+  return plain_attention(q, k, v, kNone, kNone, 0, 0, softmax_scale, causal, window_left,
+                         window_right, softcap, deterministic);
+}
+
+Tensor varlen_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k,
+                        int64_t max_seqlen_q, int64_t max_seqlen_k,
+                        std::optional<double> softmax_scale, bool causal, int64_t window_left,
+                        int64_t window_right, double softcap, bool deterministic) {
+  return plain_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                         softmax_scale, causal, window_left, window_right, softcap,
+                         deterministic);
+}
+
+// A 16-bit cache of q's dtype, read in place (nothing appended).
+Tensor kvcache_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                         const Tensor& cache_seqlens, const OptTensor& block_table,
+                         std::optional<double> softmax_scale, bool causal, int64_t window_left,
+                         int64_t window_right, double softcap, int64_t num_splits) {
+  check_rank(q, "q", false);
+  TORCH_CHECK_VALUE(v_cache.dim() == 4, "v_cache: expected rank 4, got shape ", v_cache.sizes());
+  for (const Tensor* cache : {&k_cache, &v_cache}) {
+    const char* name = cache == &k_cache ? "k_cache" : "v_cache";
+    TORCH_CHECK_TYPE(cache->scalar_type() == q.scalar_type(), name,
+                     ": hfa::kvcache_attention reads a cache of q's dtype ", q.scalar_type(),
+                     ", got ", cache->scalar_type(), " (quantized caches: hfa::fwd_kvcache)");
+  }
+  std::vector<int64_t> out_shape = q.sizes().vec();
+  out_shape.back() = v_cache.size(-1);
+  Tensor out = at::empty(out_shape, q.options());
+  const KVCacheArgs a{dtype_of(q, "q"), HFA_F32, cache_seqlens, block_table, kNone, kNone,
+                      kNone, kNone, kNone, kNone, kNone, kNone, false, kNone, 0, kNone,
+                      softmax_scale, causal, window_left, window_right, softcap, num_splits, 0};
+  forward_kvcache(q, k_cache, v_cache, out, nullptr, a);
+  return out;
+}
+
+bool wants_grad(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return at::GradMode::is_enabled() &&
+         (q.requires_grad() || k.requires_grad() || v.requires_grad());
+}
+
+Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
+                          std::optional<double> softmax_scale, bool causal, int64_t window_left,
+                          int64_t window_right, double softcap, bool deterministic) {
+  if (!wants_grad(q, k, v)) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    static const auto handle = op<decltype(attention)>("hfa::attention");
+    return handle.call(q, k, v, softmax_scale, causal, window_left, window_right, softcap,
+                       deterministic);
+  }
+  return Attention::apply(q, k, v, kNone, kNone, 0, 0, softmax_scale, causal, window_left,
+                          window_right, softcap, deterministic, kNone, kNone, kNone, kNone,
+                          kNone, kNone, 0, 0)[0];
+}
+
+Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k,
+                                 int64_t max_seqlen_q, int64_t max_seqlen_k,
+                                 std::optional<double> softmax_scale, bool causal,
+                                 int64_t window_left, int64_t window_right, double softcap,
+                                 bool deterministic) {
+  if (!wants_grad(q, k, v)) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    static const auto handle = op<decltype(varlen_attention)>("hfa::varlen_attention");
+    return handle.call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                       softmax_scale, causal, window_left, window_right, softcap,
+                       deterministic);
+  }
+  const OptTensor cu_q = cu_seqlens_q, cu_k = cu_seqlens_k;
+  return Attention::apply(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                          causal, window_left, window_right, softcap, deterministic, kNone,
+                          kNone, kNone, kNone, kNone, kNone, 0, 0)[0];
+}
 
 }  // namespace
 
@@ -579,6 +703,16 @@ TORCH_LIBRARY(hfa, m) {
         ") -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("fwd_kvcache(" HFA_KVCACHE_SCHEMA ") -> (Tensor, Tensor)");
   m.def("fwd_kvcache_into(" HFA_KVCACHE_SCHEMA ", *, Tensor(o!) out) -> Tensor");
+  // The plain calls (the section above their kernels says why).
+  m.def("attention(Tensor q, Tensor k, Tensor v, float? softmax_scale, bool causal, "
+        "int window_left, int window_right, float softcap, bool deterministic) -> Tensor");
+  m.def("varlen_attention(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
+        "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float? softmax_scale, "
+        "bool causal, int window_left, int window_right, float softcap, bool deterministic) "
+        "-> Tensor");
+  m.def("kvcache_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, "
+        "Tensor? block_table, float? softmax_scale, bool causal, int window_left, "
+        "int window_right, float softcap, int num_splits) -> Tensor");
 }
 
 namespace {
@@ -589,10 +723,17 @@ void register_kernels(torch::Library& m) {
   m.impl("bwd", &bwd);
   m.impl("fwd_kvcache", &fwd_kvcache);
   m.impl("fwd_kvcache_into", &fwd_kvcache_into);
+  m.impl("attention", &attention);
+  m.impl("varlen_attention", &varlen_attention);
+  m.impl("kvcache_attention", &kvcache_attention);
 }
 }  // namespace
 
 TORCH_LIBRARY_IMPL(hfa, CPU, m) { register_kernels(m); }
 TORCH_LIBRARY_IMPL(hfa, CUDA, m) { register_kernels(m); }
 
-TORCH_LIBRARY_IMPL(hfa, Autograd, m) { m.impl("fwd", &fwd_autograd); }
+TORCH_LIBRARY_IMPL(hfa, Autograd, m) {
+  m.impl("fwd", &fwd_autograd);
+  m.impl("attention", &attention_autograd);
+  m.impl("varlen_attention", &varlen_attention_autograd);
+}
