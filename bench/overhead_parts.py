@@ -5,7 +5,8 @@ bench_overhead.py says what a call costs; this says why. Each row times a loop o
 layer (bench_overhead.host_us: a loop with no synchronize, then one), from the whole entry
 point down to what the C++ op does, beside torch's own costs of the same steps:
   - flash_attn_func (b=1, s=128, 8 heads, d=128, causal, as bench_overhead.py) through the
-    plain op and, asking for the LSE, through hfa::fwd; each op called alone; for scale, two
+    plain op and, asking for the LSE, through hfa::fwd; each op called alone; its backward
+    called directly (flash_attn_backward, no autograd engine); for scale, two
     torch.empty calls (what hfa::fwd allocates) and SDPA (its default backend);
   - flash_attn_with_kvcache (batch 8, paged 4k cache) through the plain op and, asking for
     the LSE, through hfa::fwd_kvcache; the Python resolution of the cache format
@@ -102,6 +103,10 @@ def parts(torch, hfa):
         ("torch.empty x2 (out, lse)", lambda: (torch.empty_like(q),
                                                torch.empty((1, 8, 128), device=dev))),
     ]
+    out, lse = hfa.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    dout = torch.randn_like(out)
+    rows.append(("flash_attn_backward (hfa::bwd, no autograd)",
+                 lambda: hfa.flash_attn_backward(dout, q, k, v, out, lse, causal=True)))
     rows.append(("SDPA (its default backend)",
                  lambda: F.scaled_dot_product_attention(qs, ks, vs, is_causal=True)))
 

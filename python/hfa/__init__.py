@@ -40,9 +40,6 @@ def _load_torch_frontend():
     return _torch_frontend
 
 
-def _checked(window_size, **flags):
-    """window_size and the switches of a call, checked and normalized (hfa._args), in order."""
-    return (_args.window(window_size),) + tuple(_args.flag(v, n) for n, v in flags.items())
 
 
 def _no_descales_for_numpy(q_descale, k_descale, v_descale, descale_block_q,
@@ -110,15 +107,19 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     supported"). On a GPU descale_block_kv is a multiple of 128.
     Returns out, or (out, lse) when return_attn_probs (the LSE, not the probabilities, as FA3).
     """
-    window_size, causal, deterministic, return_attn_probs = _checked(
-        window_size, causal=causal, deterministic=deterministic,
-        return_attn_probs=return_attn_probs)
-    fp8 = (q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
+    # The scalar arguments checked and normalized (hfa._args), one call each: this is the
+    # per-call path, and every microsecond of it shows (bench/overhead_parts.py).
+    window_size = _args.window(window_size)
+    causal = _args.flag(causal, "causal")
+    deterministic = _args.flag(deterministic, "deterministic")
+    return_attn_probs = _args.flag(return_attn_probs, "return_attn_probs")
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_func(q, k, v, softmax_scale, causal, window_size, softcap,
-                                  deterministic, return_attn_probs, learnable_sink, out, *fp8)
-    _no_descales_for_numpy(*fp8)
+                                  deterministic, return_attn_probs, learnable_sink, out,
+                                  q_descale, k_descale, v_descale, descale_block_q,
+                                  descale_block_kv)
+    _no_descales_for_numpy(q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
     from . import _kvcache, _numpy
     result, lse = _kvcache.into(out, *_numpy.forward(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
@@ -143,9 +144,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     with varlen queries (num_splits and the descales as there). Otherwise as flash_attn_func,
     FP8 inputs and their descales included (a per-block descale counts the blocks of each
     sequence from its first row)."""
-    window_size, causal, deterministic, return_attn_probs = _checked(
-        window_size, causal=causal, deterministic=deterministic,
-        return_attn_probs=return_attn_probs)
+    window_size = _args.window(window_size)
+    causal = _args.flag(causal, "causal")
+    deterministic = _args.flag(deterministic, "deterministic")
+    return_attn_probs = _args.flag(return_attn_probs, "return_attn_probs")
     if s_aux is not None:
         if learnable_sink is not None:
             raise ValueError("s_aux, learnable_sink: give one (they are the same argument)")
@@ -190,8 +192,9 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     """(dq, dk, dv) for dout, given the forward's out and lse and the same options; with
     learnable_sink, (dq, dk, dv, dsink). Gradient rows beyond seqused_q/k are 0.
     For numpy arrays (no autograd there) and for torch users who call it directly."""
-    window_size, causal, deterministic = _checked(window_size, causal=causal,
-                                                  deterministic=deterministic)
+    window_size = _args.window(window_size)
+    causal = _args.flag(causal, "causal")
+    deterministic = _args.flag(deterministic, "deterministic")
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_backward(dout, q, k, v, out, lse, softmax_scale, causal,
@@ -255,9 +258,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     Returns out, or (out, lse) with return_softmax_lse (lse float32 (batch, heads_q, seqlen_q),
     or (heads_q, total_q) for varlen q).
     """
-    window_size, causal, rotary_interleaved, return_softmax_lse = _checked(
-        window_size, causal=causal, rotary_interleaved=rotary_interleaved,
-        return_softmax_lse=return_softmax_lse)
+    window_size = _args.window(window_size)
+    causal = _args.flag(causal, "causal")
+    rotary_interleaved = _args.flag(rotary_interleaved, "rotary_interleaved")
+    return_softmax_lse = _args.flag(return_softmax_lse, "return_softmax_lse")
     fe = _frontend(q)
     if (fe is not None and fe.NATIVE and not (return_softmax_lse or attention_chunk or split_size)
             and _all_none(k, v, qv, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad,

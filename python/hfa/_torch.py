@@ -210,7 +210,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
                     softcap=0.0, deterministic=False, return_attn_probs=False,
                     learnable_sink=None, out=None, q_descale=None, k_descale=None,
                     v_descale=None, descale_block_q=0, descale_block_kv=0):
-    wl, wr = _window(window_size)
+    wl, wr = window_size  # ints: hfa.flash_attn_func normalized it (hfa._args.window)
     if not return_attn_probs and _plain(learnable_sink, out, q_descale, k_descale, v_descale,
                                         descale_block_q, descale_block_kv):
         return _attention(q, k, v, softmax_scale, bool(causal), wl, wr, float(softcap),
@@ -228,7 +228,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            seqused_k=None, learnable_sink=None, out=None, q_descale=None,
                            k_descale=None, v_descale=None, descale_block_q=0,
                            descale_block_kv=0):
-    wl, wr = _window(window_size)
+    wl, wr = window_size  # normalized by hfa.flash_attn_varlen_func
     if (not return_attn_probs and seqused_q is None and seqused_k is None
             and _plain(learnable_sink, out, q_descale, k_descale, v_descale, descale_block_q,
                        descale_block_kv)):
@@ -266,7 +266,7 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, page_table, softmax_sc
                       window_size, softcap, num_splits):
     """out of a plain call of flash_attn_with_kvcache (a 16-bit cache of q's dtype, nothing
     appended, no LSE wanted) through the native hfa::kvcache_attention."""
-    wl, wr = _window(window_size)
+    wl, wr = window_size  # normalized by hfa.flash_attn_with_kvcache
     return _kvcache_attention(q, k_cache, v_cache, cache_seqlens, page_table, softmax_scale,
                               bool(causal), wl, wr, float(softcap), int(num_splits))
 
