@@ -1,6 +1,6 @@
 // The backward's main kernel: one CTA per key block (scheduler.cuh), split by role.
-//   warpgroup 0 — the producer: the loader thread (TMA) and the dQ writer thread; registers
-//                 given back.
+//   warpgroup 0 — the producer: the loader thread (TMA) and, where dQ goes through shared
+//                 memory, the dQ writer thread; registers given back.
 //   warpgroups 1, 2 — consumers: the steps of mainloop.cuh, then the dK/dV epilogue.
 #pragma once
 
@@ -54,9 +54,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1) backward_kernel(const __g
       smem.do_full[stage].init(1);
       smem.do_empty[stage].init(Config::kStageReleasers);
     }
-    for (int stage = 0; stage < Config::kStagesDq; ++stage) {
-      smem.dq_full[stage].init(kWarpsPerConsumers);
-      smem.dq_empty[stage].init(1);
+    if constexpr (!Config::kDqFromRegisters) {
+      for (int stage = 0; stage < Config::kStagesDq; ++stage) {
+        smem.dq_full[stage].init(kWarpsPerConsumers);
+        smem.dq_empty[stage].init(1);
+      }
     }
     ptx::fence_barrier_init();
     ptx::prefetch_tensor_map(&p.q_map);
@@ -70,8 +72,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1) backward_kernel(const __g
     ptx::release_registers<Config::kProducerRegisters>();
     if (blocks.count() > 0) {
       if (thread == 0) Loader<Config, Element>{p, smem}.run(tile, blocks);
-      const bool writes_dq = !dq_from_registers<Config>(p);  // else the consumers add it
-      if (thread == 32 && writes_dq) DqWriter<Config, Element>{p, smem}.run(tile, blocks);
+      if constexpr (!Config::kDqFromRegisters) {  // else the consumers add it
+        if (thread == 32) DqWriter<Config, Element>{p, smem}.run(tile, blocks);
+      }
     }
     return;
   }

@@ -5,7 +5,8 @@
 //   dS = P ∘ (dP − D)   (× (1 − tanh²) under a softcap)
 //   dV += Pᵀ·dO,  dK += dSᵀ·Q                      (Pᵀ, dSᵀ from registers when keys split)
 //   dQ = dS·K over the block's keys                (dSᵀ of both warpgroups from shared memory)
-//   → the fp32 dQ tile in shared memory, which the writer warp adds into the workspace.
+//   → the workspace: added from registers, or through the fp32 dQ tile in shared memory that
+//     the writer warp adds (tile_config.hpp, kDqFromRegisters).
 // dQ goes out one 64 × 64 slab at a time, so at most 32 of its accumulators live at once.
 #pragma once
 
@@ -14,6 +15,7 @@
 #include "sm90/bwd/scheduler.cuh"
 #include "sm90/bwd/shared_storage.cuh"
 #include "sm90/common/softcap.cuh"
+#include "sm90/ptx/flag.cuh"
 #include "sm90/ptx/fragment.cuh"
 #include "sm90/ptx/global_reduce.cuh"
 #include "sm90/ptx/named_barrier.cuh"
@@ -212,6 +214,21 @@ struct ConsumerMainloop {
     }
   }
 
+  // Deterministic, dQ from registers: the key blocks of a query block add their partials in
+  // turn (Scheduler::turn), the order the writer warp keeps where it adds. Thread 0 of each
+  // warpgroup waits for the turn and lets its warpgroup add; then every thread fences its adds,
+  // both warpgroups meet, and one thread passes the turn on.
+  __device__ __forceinline__ void wait_dq_turn(const int32_t* turns, int turn) {
+    if (thread == 0) ptx::wait_flag(turns, turn);
+    ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::dq_turn, kWarpgroup),
+                            kThreadsPerWarpgroup);
+  }
+  __device__ __forceinline__ void pass_dq_turn(int32_t* turns) {
+    ptx::fence_gpu();
+    ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::dq_added), kBothWarpgroups);
+    if (kWarpgroup == 0 && thread == 0) ptx::pass_flag(turns);
+  }
+
   // ---- The step ------------------------------------------------------------------------------
 
   // After both consumer warpgroups zeroed tile rows past a sequence's used length
@@ -305,15 +322,19 @@ struct ConsumerMainloop {
     release_stage(smem.do_empty[do_stage]);
     do_ring.advance();
 
-    const bool through_writer = !dq_from_registers<Config>(p);  // workspace.hpp
-    float* chunk = p.ws.dq_accum +
-                   dq_chunk_index<Config::kBlockM>(p, tile.batch, head, m_block) * Dq::kFloats;
+    constexpr bool kThroughWriter = !Config::kDqFromRegisters;  // tile_config.hpp
+    const int64_t chunk_index = dq_chunk_index<Config::kBlockM>(p, tile.batch, head, m_block);
+    float* chunk = p.ws.dq_accum + chunk_index * Dq::kFloats;
+    int32_t* turns = p.ws.dq_turns != nullptr ? p.ws.dq_turns + chunk_index : nullptr;
     auto emit_dq = [&](int slab) {
-      if (through_writer) store_dq(dq, slab);
+      if constexpr (kThroughWriter) store_dq(dq, slab);
       else add_dq(dq, chunk, slab);
     };
-    // The writer has read this tile's last use.
-    if (through_writer) smem.dq_empty[dq_ring.stage].wait(dq_ring.phase ^ 1);
+    if constexpr (kThroughWriter) {
+      smem.dq_empty[dq_ring.stage].wait(dq_ring.phase ^ 1);  // the writer read its last use
+    } else if (turns != nullptr) {
+      wait_dq_turn(turns, Scheduler<Config>::turn(p, tile, m_block));
+    }
     emit_dq(kRole.dq_first);
 #pragma unroll
     for (int j = 1; j < kRole.dq_count; ++j) {
@@ -325,10 +346,12 @@ struct ConsumerMainloop {
       ptx::fence_operands(dq);
       emit_dq(kRole.dq_first + j);
     }
-    if (through_writer) {
+    if constexpr (kThroughWriter) {
       ptx::fence_proxy_async_smem();  // the writer's bulk add reads the tile (async proxy)
       release(smem.dq_full[dq_ring.stage]);
       dq_ring.advance();
+    } else if (turns != nullptr) {
+      pass_dq_turn(turns);
     }
 
     ptx::wait_group<0>();

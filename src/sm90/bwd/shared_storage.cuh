@@ -1,6 +1,7 @@
 // The backward kernel's shared memory: the CTA's K and V block, rings of Q (with its LSE) and dO
-// (with its D) stages, the Pᵀ and dSᵀ tiles the warpgroups share, the fp32 dQ tile the writer
-// warp adds into the workspace, and their barriers.
+// (with its D) stages, the Pᵀ and dSᵀ tiles the warpgroups share, the fp32 dQ tiles the writer
+// warp adds into the workspace (where it does: TileConfig::kDqFromRegisters), and their
+// barriers.
 #pragma once
 
 #include <cstdint>
@@ -23,15 +24,18 @@ struct SharedStorage {
   using ScoresTile = SwizzledTile<Element, Config::kBlockN, Config::kBlockM>;
   using Dq = DqChunk<Config::kBlockM, Config::kHeadDimQK>;
   static constexpr bool kSharesP = !Config::kKeysSplit;  // Pᵀ feeds dV from registers otherwise
+  struct None {};
+  // What only the writer warp's path has (TileConfig::kDqFromRegisters: not every one does).
+  template <typename T>
+  using WriterOnly = std::conditional_t<Config::kDqFromRegisters, None, T>;
 
   KTile k;
   VTile v;
   QTile q[Config::kStagesQ];
   DOTile dout[Config::kStagesDO];
   ScoresTile ds[Config::kStagesScores];
-  struct None {};
   [[no_unique_address]] std::conditional_t<kSharesP, ScoresTile[Config::kStagesScores], None> p;
-  alignas(16) float dq[Config::kStagesDq][Dq::kFloats];
+  [[no_unique_address]] alignas(16) WriterOnly<float[Config::kStagesDq][Dq::kFloats]> dq;
   alignas(16) float lse_log2[Config::kStagesQ][Config::kBlockM];  // rides with Q
   alignas(16) float dpsum[Config::kStagesDO][Config::kBlockM];    // rides with dO
 
@@ -40,8 +44,9 @@ struct SharedStorage {
   ptx::Mbarrier q_empty[Config::kStagesQ];
   ptx::Mbarrier do_full[Config::kStagesDO];
   ptx::Mbarrier do_empty[Config::kStagesDO];
-  ptx::Mbarrier dq_full[Config::kStagesDq];   // every consumer warp wrote its dQ parts
-  ptx::Mbarrier dq_empty[Config::kStagesDq];  // the writer's bulk add has read them
+  // Every consumer warp wrote its dQ parts; the writer's bulk add has read them.
+  [[no_unique_address]] WriterOnly<ptx::Mbarrier[Config::kStagesDq]> dq_full;
+  [[no_unique_address]] WriterOnly<ptx::Mbarrier[Config::kStagesDq]> dq_empty;
 };
 
 }  // namespace hfa::sm90::bwd

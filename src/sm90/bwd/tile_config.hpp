@@ -64,11 +64,14 @@ struct TileConfig {
   static constexpr int kScoreColumns = kKeysSplit ? kBlockM : kBlockM / kConsumerWarpgroups;
 
   // Shared memory (≤ 227 KB): K, V, Q and dO stages, Pᵀ (head dims split only) and dSᵀ stages,
-  // the fp32 dQ tiles. hdim 128: 32 + 32 + 2·16 + 2·16 + 2·16 + 2·32 = 224 KB; hdim 64: 16 + 16
-  // + 2·16 + 2·16 + 2·32 + 32 = 192 KB; 192/192: 24 + 24 + 2·24 + 2·24 + 2·8 + 2·8 + 48 = 224 KB.
-  // hdim 256 keeps one Q and one dO stage (32 + 32 + 32 + 32 + 16 + 16 + 64 = 224 KB).
-  static constexpr int kStagesQ = kHeadDimQK == 256 ? 1 : 2;
-  static constexpr int kStagesDO = kHeadDimQK == 256 ? 1 : 2;
+  // the writer warp's fp32 dQ tiles (keys split only: kDqFromRegisters). hdim 128: 32 + 32 +
+  // 2·16 + 2·16 + 2·16 + 2·32 = 224 KB; hdim 64: 16 + 16 + 2·16 + 2·16 + 2·32 + 32 = 192 KB;
+  // 192/192: 24 + 24 + 2·24 + 2·24 + 2·8 + 2·8 = 176 KB; 256: 32 + 32 + 2·32 + 2·32 + 2·8 + 2·8
+  // = 224 KB. Two stages let the loader fetch the next step's Q and dO during this one (hdim 256
+  // with one stage, where the dQ tile took the room: 20-27 % slower, bench/results "Backward:
+  // two Q/dO stages at hdim 256").
+  static constexpr int kStagesQ = 2;
+  static constexpr int kStagesDO = 2;
   // Two Pᵀ/dSᵀ stages: a warpgroup writes the next step's while the other may still read this
   // one's in its dQ GEMM, and one barrier a step (scores_shared) orders both uses.
   static constexpr int kStagesScores = 2;
@@ -77,17 +80,16 @@ struct TileConfig {
   // accesses. (Measured: one lane per warp after __syncwarp was 0-4 % faster at hdim 128, and
   // compute-sanitizer racecheck reported its reads against the next bulk copy as hazards.)
   static constexpr int kStageReleasers = kConsumerWarpgroups * kThreadsPerWarpgroup;
-  // dQ tiles for the writer warp: two where shared memory has room (hdim 128), so a step's dQ
-  // need not wait for the bulk add of the last one.
-  static constexpr int kStagesDq = kKeysSplit && kBlockM == kRowsPerWarpgroup ? HFA_SM90_BWD_DQ_STAGES_D128 : 1;
-
-  // dQ partials in the default mode (workspace.hpp, dq_from_registers): head dims split, each
-  // warpgroup adds its slabs from registers (red.global.add.v4.f32), 8-12 % faster at hdim 256
-  // than the bulk reduce-add of a 64 KB shared tile a step, which costs a store and a read of
-  // it in the shared memory that the step's GEMMs are short of; keys split, the bulk reduce
-  // through the writer warp, 6-28 % faster at hdim 64 and 128 (bench/results, "Backward: dQ
-  // from registers").
+  // How dQ partials reach the workspace: head dims split, each warpgroup adds its slabs from
+  // registers (red.global.add.v4.f32; deterministic: in turn order, mainloop.cuh), 8-12 % faster
+  // at hdim 256 than the bulk reduce-add of a 64 KB shared tile a step, which costs a store and a
+  // read of it in the shared memory that the step's GEMMs are short of, and it frees that tile's
+  // room for a second Q/dO stage; keys split, the writer warp's bulk reduce of a shared tile,
+  // 6-28 % faster at hdim 64 and 128 (bench/results, "Backward: dQ from registers").
   static constexpr bool kDqFromRegisters = !kKeysSplit;
+  // The writer's dQ tiles: two where shared memory has room (hdim 128), so a step's dQ need not
+  // wait for the bulk add of the last one.
+  static constexpr int kStagesDq = kBlockM == kRowsPerWarpgroup ? HFA_SM90_BWD_DQ_STAGES_D128 : 1;
 
   // setmaxnreg: the producer warpgroup (a TMA warp and the dQ writer warp) gives back all but
   // 24; the consumers take 240. Balanced against the launch allocation of 168 registers a

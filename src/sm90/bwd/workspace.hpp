@@ -71,15 +71,6 @@ HFA_HD inline int64_t dq_chunk_index(const Params& p, int batch, int head, int m
   return workspace_row<kBlockM>(p, batch, head) / kBlockM + m_block;
 }
 
-// Where dQ's partials go: through a shared tile that the writer warp adds with one bulk
-// reduce (in turn order when deterministic), or, where the configuration says so
-// (TileConfig::kDqFromRegisters), in the default mode from the consumers' registers straight
-// into the accumulator.
-template <typename Config>
-HFA_HD inline bool dq_from_registers(const Params& p) {
-  return Config::kDqFromRegisters && p.ws.dq_turns == nullptr;
-}
-
 // A query block's chunk of dQ's accumulator: kBlockM × kHeadDimQK floats as 64 × 64 parts, part
 // (row tile, slab) at (row_tile · slabs + slab) · 4096, each in the wgmma accumulator order of the
 // warpgroup that computes it — float (g·128 + t)·4 + r is register 4g + r of thread t — so a
