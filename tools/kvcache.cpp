@@ -131,6 +131,7 @@ KVCacheWorkload::KVCacheWorkload(const Spec& spec, const CacheSpec& cache, uint6
   options_.window_left = s.window_left;
   options_.window_right = s.window_right;
   options_.softcap = s.softcap;
+  options_.sm_margin = s.sm_margin;
   std::size_t bytes = 0;
   const Status status = forward_kvcache_workspace_size(q_dev_.tensor, k_.codes.tensor, v_.codes.tensor, options_, &bytes);
   if (!status) throw WorkloadError(status);

@@ -33,6 +33,8 @@ float64 reference on a sample of rows. Exits 1 when the comparison fails.
   --window L,R             sliding window, -1 = unbounded
   --softcap X              softcap·tanh(scores/softcap) when > 0           [0]
   --sinks                  random attention sinks (one logit per query head)
+  --sm-margin N            SMs the GPU call leaves free (FlashAttention-3's sm_margin;
+                           the CPU ignores it)                             [0]
   --backward               also run and check the backward
   --varlen L1,L2,...       a varlen batch (cu_seqlens) of these lengths, 0 allowed; sets
                            --batch and the lengths, checked sequence by sequence

@@ -27,6 +27,7 @@ Options Spec::options() const {
   options.window_left = window_left;
   options.window_right = window_right;
   options.softcap = softcap;
+  options.sm_margin = sm_margin;
   return options;
 }
 
@@ -56,6 +57,7 @@ std::string Spec::describe() const {
   if (window_left >= 0 || window_right >= 0) s << ", window (" << window_left << ", " << window_right << ")";
   if (softcap > 0) s << ", softcap " << softcap;
   if (sinks) s << ", sinks";
+  if (sm_margin > 0) s << ", sm_margin " << sm_margin;
   return s.str();
 }
 
@@ -124,6 +126,8 @@ void parse_spec(Args& args, Spec* spec) {
   }
   spec->softcap = static_cast<float>(args.number("softcap", 0.0, 0.0, 1e6));
   spec->sinks = args.flag("sinks");
+  // The upper bound is the GPU's SM count, which the library checks (naming sm_margin).
+  spec->sm_margin = static_cast<int32_t>(args.integer("sm-margin", 0, 0, 1 << 20));
 }
 
 int64_t visible_pairs(int64_t seqlen_q, int64_t seqlen_k, bool causal, int32_t window_left,

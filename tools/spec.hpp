@@ -27,6 +27,7 @@ struct Spec {
   int32_t window_right = -1;
   float softcap = 0.0f;
   bool sinks = false;  // random attention sinks, one logit per query head
+  int32_t sm_margin = 0;  // SMs left free (hfa_options.sm_margin); the CPU ignores it
   // Varlen (--varlen): the query and key lengths of each sequence, packed one after the other
   // (batch = their count). Empty: every sequence has seqlen_q queries and seqlen_k keys.
   // Set apart: the lse of packed queries is (heads, total_q), of fixed ones (batch, heads, seqlen_q).

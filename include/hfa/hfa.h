@@ -128,6 +128,18 @@ typedef struct hfa_options {
   const hfa_tensor* v_descale;
   int32_t descale_block_q;  /* rows per block of a rank-3 q_descale; 0 = none */
   int32_t descale_block_kv; /* rows (keys) per block of a rank-3 k_descale / v_descale */
+
+  /* Added after the fields above, which keep their offsets. SMs to leave free for kernels that
+   * run beside this call, e.g. NCCL's in a context-parallel ring (FlashAttention-3's
+   * sm_margin); 0 = use every SM. Must be >= 0, and on a GPU below its SM count
+   * (HFA_ERROR_INVALID_ARGUMENT otherwise; the workspace queries, whose answers do not depend
+   * on it, check only the sign). The forward's persistent grid then has at most
+   * SM count - sm_margin CTAs (FlashAttention-3's rule), so sm_margin SMs stay free for other
+   * kernels while it runs. The
+   * backward's grid is not persistent (one CTA per key block, handed out by the hardware as
+   * SMs free up): it accepts and checks sm_margin but is not limited by it. The CPU ignores
+   * it. */
+  int32_t sm_margin;
 } hfa_options;
 
 HFA_API hfa_options hfa_default_options(void);
@@ -258,6 +270,15 @@ typedef struct hfa_kvcache_options {
    * (the query rows and the new tokens of a sequence are counted apart). The values are checked
    * like cu_seqlens_q's. NULL: seqlen_new tokens each. */
   const hfa_tensor* cu_seqlens_k_new;
+
+  /* Added after the fields above, which keep their offsets. SMs to leave free for kernels that
+   * run beside this call (hfa_options.sm_margin): >= 0, and on a GPU below its SM count. The
+   * decode grid is not persistent, so this reserves no SM outright: the automatic split count
+   * (num_splits = 0) is planned for SM count - sm_margin SMs, so that the call's CTAs leave
+   * that many SMs' worth of room. A given num_splits or split_size is used as it is. Being part
+   * of the plan, it changes hfa_forward_kvcache_workspace_size's answer like num_splits does.
+   * The CPU ignores it. */
+  int32_t sm_margin;
 } hfa_kvcache_options;
 
 HFA_API hfa_kvcache_options hfa_default_kvcache_options(void);

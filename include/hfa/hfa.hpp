@@ -102,6 +102,9 @@ struct Options {
   const Tensor* v_descale = nullptr;
   int32_t descale_block_q = 0;
   int32_t descale_block_kv = 0;
+
+  // SMs left free for kernels running beside this call (NCCL's); see hfa_options.sm_margin.
+  int32_t sm_margin = 0;
 };
 
 HFA_API hfa_options to_c(const Options& options);
@@ -154,6 +157,8 @@ struct KVCacheOptions {
   // Varlen new tokens: k_new / v_new (total_k_new, heads_kv, d) delimited by int32
   // cu_seqlens_k_new (batch + 1). Null = seqlen_new tokens per sequence.
   const Tensor* cu_seqlens_k_new = nullptr;
+  // SMs left free for kernels running beside this call; see hfa_kvcache_options.sm_margin.
+  int32_t sm_margin = 0;
 };
 
 HFA_API hfa_kvcache_options to_c(const KVCacheOptions& options);

@@ -88,7 +88,7 @@ def _frontend(q):
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, deterministic=False, return_attn_probs=False,
                     learnable_sink=None, out=None, q_descale=None, k_descale=None,
-                    v_descale=None, descale_block_q=0, descale_block_kv=0):
+                    v_descale=None, descale_block_q=0, descale_block_kv=0, sm_margin=0):
     """Attention over fixed-length batches (FlashAttention-3's signature).
 
     softmax_scale: default 1/sqrt(headdim). causal and window_size=(left, right) are aligned
@@ -105,6 +105,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     rows; any strides (expanded views are read in place). The output is bfloat16 (out= may be
     bfloat16 or float16); a backward raises NotImplementedError ("FP8 backward is not
     supported"). On a GPU descale_block_kv is a multiple of 128.
+    sm_margin (FlashAttention-3's): SMs the GPU forward leaves free for kernels that run beside
+    it (NCCL's, in context parallelism), >= 0 and below the SM count; its backward checks it
+    too but its grid is not limited by it (hfa.h); the CPU ignores it.
     Returns out, or (out, lse) when return_attn_probs (the LSE, not the probabilities, as FA3).
     """
     # The scalar arguments checked and normalized (hfa._args), one call each: this is the
@@ -113,17 +116,18 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     causal = _args.flag(causal, "causal")
     deterministic = _args.flag(deterministic, "deterministic")
     return_attn_probs = _args.flag(return_attn_probs, "return_attn_probs")
+    sm_margin = _args.sm_margin(sm_margin)
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_func(q, k, v, softmax_scale, causal, window_size, softcap,
                                   deterministic, return_attn_probs, learnable_sink, out,
                                   q_descale, k_descale, v_descale, descale_block_q,
-                                  descale_block_kv)
+                                  descale_block_kv, sm_margin)
     _no_descales_for_numpy(q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
     from . import _kvcache, _numpy
     result, lse = _kvcache.into(out, *_numpy.forward(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-        softcap=softcap, learnable_sink=learnable_sink))
+        softcap=softcap, learnable_sink=learnable_sink, sm_margin=sm_margin))
     return (result, lse) if return_attn_probs else result
 
 
@@ -132,7 +136,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            deterministic=False, return_attn_probs=False, seqused_q=None,
                            seqused_k=None, learnable_sink=None, out=None, block_table=None,
                            page_table=None, num_splits=0, q_descale=None, k_descale=None,
-                           v_descale=None, s_aux=None, descale_block_q=0, descale_block_kv=0):
+                           v_descale=None, s_aux=None, descale_block_q=0, descale_block_kv=0,
+                           sm_margin=0):
     """Attention over variable-length sequences packed as (total_tokens, heads, headdim);
     sequence b is rows cu_seqlens[b]:cu_seqlens[b+1]. seqused_q / seqused_k (int32, (batch,),
     as in FlashAttention-3): only the first seqused[b] rows / keys of sequence b are used; the
@@ -143,11 +148,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     the cache tokens of each sequence, cu_seqlens_k unused; this runs flash_attn_with_kvcache
     with varlen queries (num_splits and the descales as there). Otherwise as flash_attn_func,
     FP8 inputs and their descales included (a per-block descale counts the blocks of each
-    sequence from its first row)."""
+    sequence from its first row), and sm_margin."""
     window_size = _args.window(window_size)
     causal = _args.flag(causal, "causal")
     deterministic = _args.flag(deterministic, "deterministic")
     return_attn_probs = _args.flag(return_attn_probs, "return_attn_probs")
+    sm_margin = _args.sm_margin(sm_margin)
     if s_aux is not None:
         if learnable_sink is not None:
             raise ValueError("s_aux, learnable_sink: give one (they are the same argument)")
@@ -166,21 +172,22 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale,
             causal=causal, window_size=window_size, softcap=softcap, num_splits=num_splits,
             q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-            return_softmax_lse=return_attn_probs, out=out)
+            sm_margin=sm_margin, return_softmax_lse=return_attn_probs, out=out)
     fp8 = (q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                          max_seqlen_k, softmax_scale, causal, window_size,
                                          softcap, deterministic, return_attn_probs, seqused_q,
-                                         seqused_k, learnable_sink, out, *fp8)
+                                         seqused_k, learnable_sink, out, *fp8,
+                                         sm_margin=sm_margin)
     _no_descales_for_numpy(*fp8)
     from . import _kvcache, _numpy
     result, lse = _kvcache.into(out, *_numpy.forward(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
         softcap=softcap, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, learnable_sink=learnable_sink,
-        seqused_q=seqused_q, seqused_k=seqused_k))
+        seqused_q=seqused_q, seqused_k=seqused_k, sm_margin=sm_margin))
     return (result, lse) if return_attn_probs else result
 
 
@@ -188,26 +195,28 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
                         window_size=(-1, -1), softcap=0.0, deterministic=False,
                         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                         max_seqlen_k=None, learnable_sink=None, seqused_q=None,
-                        seqused_k=None):
+                        seqused_k=None, sm_margin=0):
     """(dq, dk, dv) for dout, given the forward's out and lse and the same options; with
     learnable_sink, (dq, dk, dv, dsink). Gradient rows beyond seqused_q/k are 0.
-    For numpy arrays (no autograd there) and for torch users who call it directly."""
+    For numpy arrays (no autograd there) and for torch users who call it directly.
+    sm_margin: checked as the forward's; the GPU backward's grid is not limited by it."""
     window_size = _args.window(window_size)
     causal = _args.flag(causal, "causal")
     deterministic = _args.flag(deterministic, "deterministic")
+    sm_margin = _args.sm_margin(sm_margin)
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_backward(dout, q, k, v, out, lse, softmax_scale, causal,
                                       window_size, softcap, deterministic, cu_seqlens_q,
                                       cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
-                                      seqused_q, seqused_k)
+                                      seqused_q, seqused_k, sm_margin=sm_margin)
     from . import _numpy
     return _numpy.backward(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
                            window_size=window_size, softcap=softcap, deterministic=deterministic,
                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                            learnable_sink=learnable_sink, seqused_q=seqused_q,
-                           seqused_k=seqused_k)
+                           seqused_k=seqused_k, sm_margin=sm_margin)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None,
@@ -252,7 +261,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     broadcast); descales of 16-bit tensors are ignored, as FlashAttention-3 does.
     out: a caller's buffer to write the result into (vLLM's out=).
     Not yet: cache_batch_idx, cache_leftpad, rotary_seqlens, per-sequence descales, fp8 q; they
-    raise NotImplementedError. pack_gqa and sm_margin are accepted and ignored (speed only).
+    raise NotImplementedError. pack_gqa is accepted and ignored (speed only). sm_margin: SMs to
+    leave free for kernels that run beside the call (NCCL's); the GPU plans its automatic split
+    count for the SMs left (its grid is not persistent); >= 0 and below the SM count.
     CUDA tensors run on a Hopper GPU with headdim 64, 128 or 256 (the same for k and v); others
     raise NotImplementedError.
     Returns out, or (out, lse) with return_softmax_lse (lse float32 (batch, heads_q, seqlen_q),
@@ -262,8 +273,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     causal = _args.flag(causal, "causal")
     rotary_interleaved = _args.flag(rotary_interleaved, "rotary_interleaved")
     return_softmax_lse = _args.flag(return_softmax_lse, "return_softmax_lse")
+    sm_margin = _args.sm_margin(sm_margin)
     fe = _frontend(q)
-    if (fe is not None and fe.NATIVE and not (return_softmax_lse or attention_chunk or split_size)
+    if (fe is not None and fe.NATIVE
+            and not (return_softmax_lse or attention_chunk or split_size or sm_margin)
             and _all_none(k, v, qv, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad,
                           cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens,
                           q_descale, k_descale, v_descale, scheduler_metadata, k_scale, v_scale,
@@ -290,7 +303,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
               rotary_cos=rotary_cos, rotary_sin=rotary_sin,
               rotary_interleaved=rotary_interleaved, split_size=split_size,
               cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
-              cu_seqlens_k_new=cu_seqlens_k_new)
+              cu_seqlens_k_new=cu_seqlens_k_new, sm_margin=sm_margin)
     if fe is not None:
         out, lse = _kvcache.torch_forward(q, k_cache, v_cache, out, **kw)
     else:

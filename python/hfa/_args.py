@@ -49,3 +49,18 @@ def window(window_size, name: str = "window_size") -> tuple:
                          f"{tuple(window_size)!r}")
     left, right = window_size
     return _side(left, name), _side(right, name)
+
+
+_INT32 = 2 ** 31
+
+
+def sm_margin(value, name: str = "sm_margin") -> int:
+    """SMs to leave free for other kernels (FlashAttention-3's sm_margin): an integer (Python or
+    numpy, not a bool) that fits the C ABI's int32, which ctypes would otherwise wrap silently.
+    The library checks the range (>= 0, below the GPU's SM count) and names the argument."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an integer (SMs left free), got "
+                        f"{type(value).__name__} {value!r}")
+    if not -_INT32 <= value < _INT32:
+        raise ValueError(f"{name}: {value} does not fit the C ABI's int32")
+    return int(value)

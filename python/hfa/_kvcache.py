@@ -144,7 +144,7 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
         cache_seqlens, page_table, k_scale, v_scale, k_global_scale, v_global_scale,
         softmax_scale, causal, window_size, softcap, num_splits, stream, k=None, v=None,
         rotary_cos=None, rotary_sin=None, rotary_interleaved=True, split_size=0,
-        cu_seqlens_q=None, max_seqlen_q=None, cu_seqlens_k_new=None):
+        cu_seqlens_q=None, max_seqlen_q=None, cu_seqlens_k_new=None, sm_margin=0):
     """The front-end-independent part of the ctypes path. resolve() says what kind_of,
     full_seqlens and longest_sequence are; view(a, name, code) -> (kept, Tensor); alloc_out(shape)
     and alloc_lse(shape) allocate outputs like q; alloc_workspace(bytes) -> (kept, address) the
@@ -197,7 +197,8 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
         rotary_interleaved=rotary_interleaved, split_size=split_size,
         cu_seqlens_q=tensor(cu_seqlens_q, "cu_seqlens_q", _lib.I32),
         max_seqlen_q=0 if max_seqlen_q is None else max_seqlen_q,
-        cu_seqlens_k_new=tensor(cu_seqlens_k_new, "cu_seqlens_k_new", _lib.I32))
+        cu_seqlens_k_new=tensor(cu_seqlens_k_new, "cu_seqlens_k_new", _lib.I32),
+        sm_margin=sm_margin)
     workspace_bytes = _lib.forward_kvcache_workspace_size(qt, kt, vt, options)
     if workspace_bytes:
         kept, address = alloc_workspace(workspace_bytes)
@@ -327,7 +328,8 @@ def _native_forward(_torch, q, k_cache, v_cache, out, kind_of, full_seqlens, lon
                     *, cache_seqlens, page_table, k_scale, v_scale, k_global_scale,
                     v_global_scale, softmax_scale, causal, window_size, softcap, num_splits,
                     k=None, v=None, rotary_cos=None, rotary_sin=None, rotary_interleaved=True,
-                    split_size=0, cu_seqlens_q=None, max_seqlen_q=None, cu_seqlens_k_new=None):
+                    split_size=0, cu_seqlens_q=None, max_seqlen_q=None, cu_seqlens_k_new=None,
+                    sm_margin=0):
     cache_code, scale_code, cache_seqlens, max_seqlen_q, _ = resolve(
         q, k_cache, v_cache, kind_of=kind_of, full_seqlens=full_seqlens,
         longest_sequence=longest_sequence, cache_seqlens=cache_seqlens, page_table=page_table,
@@ -337,7 +339,8 @@ def _native_forward(_torch, q, k_cache, v_cache, out, kind_of, full_seqlens, lon
         q, k_cache, v_cache, out, cache_code, scale_code, cache_seqlens, page_table, k_scale,
         v_scale, k_global_scale, v_global_scale, k, v, rotary_cos, rotary_sin,
         rotary_interleaved, cu_seqlens_q, 0 if max_seqlen_q is None else max_seqlen_q,
-        cu_seqlens_k_new, softmax_scale, causal, window_size, softcap, num_splits, split_size)
+        cu_seqlens_k_new, softmax_scale, causal, window_size, softcap, num_splits, split_size,
+        sm_margin)
 
 
 def _torch_workspace(torch, n, device):

@@ -85,6 +85,7 @@ class Options(ctypes.Structure):
         ("v_descale", ctypes.POINTER(Tensor)),
         ("descale_block_q", ctypes.c_int32),
         ("descale_block_kv", ctypes.c_int32),
+        ("sm_margin", ctypes.c_int32),
     ]
 
 
@@ -109,6 +110,7 @@ class KVCacheOptions(ctypes.Structure):
         ("cu_seqlens_q", ctypes.POINTER(Tensor)),
         ("max_seqlen_q", ctypes.c_int32),
         ("cu_seqlens_k_new", ctypes.POINTER(Tensor)),
+        ("sm_margin", ctypes.c_int32),
     ]
 
 
@@ -289,7 +291,7 @@ def make_options(*, softmax_scale=None, causal=False, window_size=(-1, -1), soft
                  seqused_q: Optional[Tensor] = None, seqused_k: Optional[Tensor] = None,
                  dsinks: Optional[Tensor] = None, q_descale: Optional[Tensor] = None,
                  k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None,
-                 descale_block_q=0, descale_block_kv=0) -> Options:
+                 descale_block_q=0, descale_block_kv=0, sm_margin=0) -> Options:
     """hfa_default_options() with the flash_attn-style arguments applied. The Tensors given
     (cu_seqlens, sinks, seqused, dsinks, descales) must outlive the returned Options (it
     stores pointers to them)."""
@@ -309,6 +311,7 @@ def make_options(*, softmax_scale=None, causal=False, window_size=(-1, -1), soft
             setattr(o, name, ctypes.pointer(t))
     o.descale_block_q = int(descale_block_q)
     o.descale_block_kv = int(descale_block_kv)
+    o.sm_margin = int(sm_margin)
     return o
 
 
@@ -367,7 +370,8 @@ def make_kvcache_options(*, cache_seqlens: Tensor, block_table: Optional[Tensor]
                          rotary_interleaved=False, split_size=0,
                          cu_seqlens_q: Optional[Tensor] = None,
                          max_seqlen_q=0,
-                         cu_seqlens_k_new: Optional[Tensor] = None) -> KVCacheOptions:
+                         cu_seqlens_k_new: Optional[Tensor] = None,
+                         sm_margin=0) -> KVCacheOptions:
     """hfa_default_kvcache_options() with the arguments applied. The Tensors given must outlive
     the returned options (it stores pointers to them)."""
     o = library().hfa_default_kvcache_options()
@@ -384,6 +388,7 @@ def make_kvcache_options(*, cache_seqlens: Tensor, block_table: Optional[Tensor]
     o.rotary_interleaved = 1 if rotary_interleaved else 0
     o.split_size = int(split_size)
     o.max_seqlen_q = int(max_seqlen_q)
+    o.sm_margin = int(sm_margin)
     return o
 
 

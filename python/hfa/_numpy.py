@@ -86,7 +86,7 @@ def _vector_view(a, name, dtype):
 
 def _options(softmax_scale, causal, window_size, softcap, deterministic, cu_q, cu_k,
              max_seqlen_q, max_seqlen_k, sinks=None, seqused_q=None, seqused_k=None,
-             dsinks=None):
+             dsinks=None, sm_margin=0):
     """Options plus the views it points at (keep both alive for the call)."""
     keep = []
     vectors = {}
@@ -108,7 +108,7 @@ def _options(softmax_scale, causal, window_size, softcap, deterministic, cu_q, c
     opts = _lib.make_options(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                              softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_q_t,
                              cu_seqlens_k=cu_k_t, max_seqlen_q=max_seqlen_q or 0,
-                             max_seqlen_k=max_seqlen_k or 0, **vectors)
+                             max_seqlen_k=max_seqlen_k or 0, sm_margin=sm_margin, **vectors)
     return opts, keep
 
 
@@ -123,7 +123,8 @@ def _workspace(nbytes: int, opts):
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
             cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-            out=None, lse=None, learnable_sink=None, seqused_q=None, seqused_k=None):
+            out=None, lse=None, learnable_sink=None, seqused_q=None, seqused_k=None,
+            sm_margin=0):
     """(out, lse) for host arrays. `out` / `lse` may be given (preallocated); lse is float32
     (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen. learnable_sink: one logit
     per query head (float32). seqused_q/k: int32 used lengths per sequence; the library leaves
@@ -148,7 +149,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), 
     lt = _lib.make_tensor(lse.ctypes.data, _lib.F32, lse.shape, _strides(lse))
     opts, keep = _options(softmax_scale, causal, window_size, softcap, False, cu_seqlens_q,
                           cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink, seqused_q,
-                          seqused_k)
+                          seqused_k, sm_margin=sm_margin)
     ws = _workspace(_lib.forward_workspace_size(qt, kt, vt, opts), opts)
     _lib.forward(qt, kt, vt, ot, lt, opts)
     del keep, ws
@@ -158,7 +159,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), 
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window_size=(-1, -1),
              softcap=0.0, deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None,
              max_seqlen_q=None, max_seqlen_k=None, learnable_sink=None, seqused_q=None,
-             seqused_k=None):
+             seqused_k=None, sm_margin=0):
     """(dq, dk, dv) for host arrays, given the forward's out and lse. With GQA, dk and dv hold
     the sum over the query heads of each group. With learnable_sink: (dq, dk, dv, dsink),
     dsink float32 like the sinks. Gradient rows beyond seqused_q/k are 0."""
@@ -179,7 +180,7 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
         dsink = np.empty(np.shape(learnable_sink), dtype=np.float32)
     opts, keep = _options(softmax_scale, causal, window_size, softcap, deterministic,
                           cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
-                          seqused_q, seqused_k, dsink)
+                          seqused_q, seqused_k, dsink, sm_margin)
     ws = _workspace(_lib.backward_workspace_size(qt, kt, vt, opts), opts)
     _lib.backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, opts)
     del keep, ws

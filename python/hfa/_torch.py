@@ -81,7 +81,7 @@ _bwd = torch.ops.hfa.bwd.default
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
               causal, window_left, window_right, softcap, deterministic, sinks=None,
               seqused_q=None, seqused_k=None, q_descale=None, k_descale=None, v_descale=None,
-              descale_block_q=0, descale_block_kv=0):
+              descale_block_q=0, descale_block_kv=0, sm_margin=0):
     out_shape, lse = out_shapes(q, v, cu_seqlens_q is not None)
     return (q.new_empty(out_shape, dtype=out_dtype(q.dtype)),
             q.new_empty(lse, dtype=torch.float32))
@@ -90,7 +90,7 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, s
 @torch.library.register_fake("hfa::bwd")
 def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
               softmax_scale, causal, window_left, window_right, softcap, deterministic,
-              sinks=None, seqused_q=None, seqused_k=None):
+              sinks=None, seqused_q=None, seqused_k=None, sm_margin=0):
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             q.new_empty(dsinks_shape(sinks), dtype=torch.float32))
 
@@ -109,7 +109,8 @@ if NATIVE:
     def _fwd_into_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                        softmax_scale, causal, window_left, window_right, softcap, sinks=None,
                        seqused_q=None, seqused_k=None, q_descale=None, k_descale=None,
-                       v_descale=None, descale_block_q=0, descale_block_kv=0, *, out):
+                       v_descale=None, descale_block_q=0, descale_block_kv=0, sm_margin=0, *,
+                       out):
         return q.new_empty(lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32)
 
     @torch.library.register_fake("hfa::fwd_kvcache")
@@ -173,24 +174,24 @@ _NO_FP8 = (None, None, None, 0, 0)
 
 
 def _forward(q, k, v, out, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
-             deterministic, sinks, seqused_q, seqused_k, fp8=_NO_FP8):
+             deterministic, sinks, seqused_q, seqused_k, fp8=_NO_FP8, sm_margin=0):
     """(out, lse); into the caller's out when given (no autograd through it). fp8: _fp8's."""
     if out is None:
         return _fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
-                    deterministic, sinks, seqused_q, seqused_k, *fp8)
+                    deterministic, sinks, seqused_q, seqused_k, *fp8, sm_margin)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                        for t in (q, k, v, sinks)):
         raise ValueError("out: writing into a given out is not differentiable; call under "
                          "torch.no_grad() or leave out=None")
     into_args = (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, sinks,
-                 seqused_q, seqused_k, *fp8)
+                 seqused_q, seqused_k, *fp8, sm_margin)
     if NATIVE:
         return out, _fwd_into(*into_args, out=out)
     if out.dtype != out_dtype(q.dtype):  # an f16 out of FP8 inputs: hfa::fwd returns bf16
         from . import _torch_ctypes
         return out, _torch_ctypes.fwd_into(*into_args, out=out)
     result, lse = _fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
-                       deterministic, sinks, seqused_q, seqused_k, *fp8)
+                       deterministic, sinks, seqused_q, seqused_k, *fp8, sm_margin)
     if out.shape != result.shape or out.dtype != result.dtype or out.device != result.device:
         raise ValueError(f"out: expected {tuple(result.shape)} {result.dtype} on "
                          f"{result.device}, got {tuple(out.shape)} {out.dtype} on {out.device}")
@@ -200,7 +201,7 @@ def _forward(q, k, v, out, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, soft
 def _plain(learnable_sink, out, q_descale, k_descale, v_descale, descale_block_q,
            descale_block_kv):
     """Whether a forward gives none of what only hfa::fwd takes (sinks, out=, FP8 descales):
-    then, when it wants no LSE either, the plain op runs it."""
+    then, when it wants no LSE and no sm_margin either, the plain op runs it."""
     return (NATIVE and learnable_sink is None and out is None and q_descale is None
             and k_descale is None and v_descale is None and not descale_block_q
             and not descale_block_kv)
@@ -209,16 +210,17 @@ def _plain(learnable_sink, out, q_descale, k_descale, v_descale, descale_block_q
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, deterministic=False, return_attn_probs=False,
                     learnable_sink=None, out=None, q_descale=None, k_descale=None,
-                    v_descale=None, descale_block_q=0, descale_block_kv=0):
+                    v_descale=None, descale_block_q=0, descale_block_kv=0, sm_margin=0):
     wl, wr = window_size  # ints: hfa.flash_attn_func normalized it (hfa._args.window)
-    if not return_attn_probs and _plain(learnable_sink, out, q_descale, k_descale, v_descale,
-                                        descale_block_q, descale_block_kv):
+    if not (return_attn_probs or sm_margin) and _plain(learnable_sink, out, q_descale,
+                                                      k_descale, v_descale, descale_block_q,
+                                                      descale_block_kv):
         return _attention(q, k, v, softmax_scale, bool(causal), wl, wr, float(softcap),
                           bool(deterministic))
     out, lse = _forward(q, k, v, out, None, None, 0, 0, softmax_scale, bool(causal), wl, wr,
                         float(softcap), bool(deterministic), _sinks(learnable_sink), None, None,
                         _fp8(q_descale, k_descale, v_descale, descale_block_q,
-                             descale_block_kv))
+                             descale_block_kv), int(sm_margin))
     return (out, lse) if return_attn_probs else out
 
 
@@ -227,9 +229,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            deterministic=False, return_attn_probs=False, seqused_q=None,
                            seqused_k=None, learnable_sink=None, out=None, q_descale=None,
                            k_descale=None, v_descale=None, descale_block_q=0,
-                           descale_block_kv=0):
+                           descale_block_kv=0, sm_margin=0):
     wl, wr = window_size  # normalized by hfa.flash_attn_varlen_func
-    if (not return_attn_probs and seqused_q is None and seqused_k is None
+    if (not (return_attn_probs or sm_margin) and seqused_q is None and seqused_k is None
             and _plain(learnable_sink, out, q_descale, k_descale, v_descale, descale_block_q,
                        descale_block_kv)):
         return _varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
@@ -242,7 +244,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                         wr, float(softcap), bool(deterministic), _sinks(learnable_sink),
                         seqused_q, seqused_k,
                         _fp8(q_descale, k_descale, v_descale, descale_block_q,
-                             descale_block_kv))
+                             descale_block_kv), int(sm_margin))
     return (out, lse) if return_attn_probs else out
 
 
@@ -250,7 +252,7 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
                         window_size=(-1, -1), softcap=0.0, deterministic=False,
                         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                         max_seqlen_k=None, learnable_sink=None, seqused_q=None,
-                        seqused_k=None):
+                        seqused_k=None, sm_margin=0):
     wl, wr = _window(window_size)
     varlen = cu_seqlens_q is not None
     mq = _as_int(max_seqlen_q, "max_seqlen_q") if varlen else 0
@@ -258,7 +260,7 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     sinks = _sinks(learnable_sink)
     dq, dk, dv, dsinks = _bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, mq, mk,
                               softmax_scale, bool(causal), wl, wr, float(softcap),
-                              bool(deterministic), sinks, seqused_q, seqused_k)
+                              bool(deterministic), sinks, seqused_q, seqused_k, int(sm_margin))
     return (dq, dk, dv) if sinks is None else (dq, dk, dv, dsinks)
 
 
@@ -275,14 +277,15 @@ def forward_kvcache(q, k_cache, v_cache, out, cache_code, scale_code, cache_seql
                     k_scale, v_scale, k_global_scale, v_global_scale, k, v, rotary_cos,
                     rotary_sin, rotary_interleaved, cu_seqlens_q, max_seqlen_q,
                     cu_seqlens_k_new, softmax_scale, causal, window_size, softcap, num_splits,
-                    split_size):
+                    split_size, sm_margin=0):
     """(out, lse) through the native hfa::fwd_kvcache ops (python/hfa/_kvcache.py has already
     resolved the cache format and the lengths' defaults)."""
     wl, wr = _window(window_size)
     args = (q, k_cache, v_cache, cache_code, scale_code, cache_seqlens, page_table, k_scale,
             v_scale, k_global_scale, v_global_scale, k, v, rotary_cos, rotary_sin,
             bool(rotary_interleaved), cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new,
-            softmax_scale, bool(causal), wl, wr, float(softcap), num_splits, split_size)
+            softmax_scale, bool(causal), wl, wr, float(softcap), num_splits, split_size,
+            int(sm_margin))
     if out is None:
         return _fwd_kvcache(*args)
     return out, _fwd_kvcache_into(*args, out=out)

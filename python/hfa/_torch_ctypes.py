@@ -73,7 +73,8 @@ class _Call:
     def __init__(self, ref: Tensor, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  softmax_scale, causal, window_left, window_right, softcap, deterministic,
                  sinks=None, seqused_q=None, seqused_k=None, dsinks=None, q_descale=None,
-                 k_descale=None, v_descale=None, descale_block_q=0, descale_block_kv=0):
+                 k_descale=None, v_descale=None, descale_block_q=0, descale_block_kv=0,
+                 sm_margin=0):
         if (cu_seqlens_q is None) != (cu_seqlens_k is None):
             raise ValueError("cu_seqlens_q, cu_seqlens_k: give both or neither")
         self.keep = []
@@ -101,7 +102,7 @@ class _Call:
             softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_q_t,
             cu_seqlens_k=cu_k_t, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
             stream=stream, descale_block_q=descale_block_q, descale_block_kv=descale_block_kv,
-            **vectors)
+            sm_margin=sm_margin, **vectors)
         self.device = ref.device
 
     def workspace(self, nbytes: int) -> None:
@@ -124,7 +125,7 @@ def _new_lse(q: Tensor, varlen: bool, rows_may_stay_unwritten: bool) -> Tensor:
 def _forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
              softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
              seqused_k, q_descale, k_descale, v_descale, descale_block_q,
-             descale_block_kv) -> None:
+             descale_block_kv, sm_margin) -> None:
     """The library's forward into out and lse, taken as they are."""
     q, qt = _view(q, "q")
     k, kt = _view(k, "k")
@@ -132,7 +133,8 @@ def _forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
     ot, lt = _view_as_is(out, "out"), _view_as_is(lse, "lse")
     call = _Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                  causal, window_left, window_right, softcap, False, sinks, seqused_q, seqused_k,
-                 None, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
+                 None, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv,
+                 sm_margin)
     with _on_device(q):
         call.workspace(_lib.forward_workspace_size(qt, kt, vt, call.options))
         _lib.forward(qt, kt, vt, ot, lt, call.options)
@@ -146,12 +148,12 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
         seqused_q: Optional[Tensor] = None, seqused_k: Optional[Tensor] = None,
         q_descale: Optional[Tensor] = None, k_descale: Optional[Tensor] = None,
         v_descale: Optional[Tensor] = None, descale_block_q: int = 0,
-        descale_block_kv: int = 0) -> Tuple[Tensor, Tensor]:
-    """(out, lse). `deterministic` is unused here; it rides along for the backward. sinks:
-    float32 (heads_q,); seqused_q/k: int32 (batch,). The library leaves the out and lse rows
-    beyond seqused_q untouched, so with seqused_q they are allocated as 0 and -inf. The
-    descales (float32) and block sizes are those of float8 e4m3 inputs (hfa.h); out is then
-    bfloat16."""
+        descale_block_kv: int = 0, sm_margin: int = 0) -> Tuple[Tensor, Tensor]:
+    """(out, lse). `deterministic` is unused here; it rides along for the backward (so does
+    sm_margin, which both use). sinks: float32 (heads_q,); seqused_q/k: int32 (batch,). The
+    library leaves the out and lse rows beyond seqused_q untouched, so with seqused_q they are
+    allocated as 0 and -inf. The descales (float32) and block sizes are those of float8 e4m3
+    inputs (hfa.h); out is then bfloat16."""
     varlen = cu_seqlens_q is not None
     out_shape, _ = out_shapes(q, v, varlen)
     partial = seqused_q is not None
@@ -160,20 +162,22 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
     lse = _new_lse(q, varlen, partial)
     _forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
              softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
-             seqused_k, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
+             seqused_k, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv,
+             sm_margin)
     return out, lse
 
 
 def fwd_into(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
              causal, window_left, window_right, softcap, sinks=None, seqused_q=None,
              seqused_k=None, q_descale=None, k_descale=None, v_descale=None, descale_block_q=0,
-             descale_block_kv=0, *, out):
+             descale_block_kv=0, sm_margin=0, *, out):
     """lse, the forward written into a caller's out (eager only: not an op here, unlike the
     native hfa::fwd_into of the same arguments)."""
     lse = _new_lse(q, cu_seqlens_q is not None, seqused_q is not None)
     _forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
              softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
-             seqused_k, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
+             seqused_k, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv,
+             sm_margin)
     return lse
 
 
@@ -184,8 +188,8 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
         cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
         max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_left: int,
         window_right: int, softcap: float, deterministic: bool, sinks: Optional[Tensor] = None,
-        seqused_q: Optional[Tensor] = None,
-        seqused_k: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        seqused_q: Optional[Tensor] = None, seqused_k: Optional[Tensor] = None,
+        sm_margin: int = 0) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """(dq, dk, dv, dsinks): the first three of their input's shape and dtype, contiguous;
     dsinks float32 (heads_q,) with sinks, else empty (0,). Gradient rows beyond seqused are 0."""
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -203,7 +207,7 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
     _, dvt = _view(dv, "dv")
     call = _Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                  causal, window_left, window_right, softcap, deterministic, sinks, seqused_q,
-                 seqused_k, dsinks if sinks is not None else None)
+                 seqused_k, dsinks if sinks is not None else None, sm_margin=sm_margin)
     with _on_device(q):
         call.workspace(_lib.backward_workspace_size(qt, kt, vt, call.options))
         _lib.backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, call.options)
@@ -217,6 +221,8 @@ def _setup_context(ctx, inputs, output):
     # sinks, seqused_q, seqused_k (and the descales) have defaults: a caller of the op may leave
     # them out. No descale is saved: FP8 inputs have no backward (hfa::bwd says so).
     sinks, seqused_q, seqused_k = (tuple(inputs[13:16]) + (None,) * 3)[:3]
+    # sm_margin, after the five FP8 arguments, has a default too; the backward uses it as well.
+    ctx.sm_margin = inputs[21] if len(inputs) > 21 else 0
     ctx.num_inputs = len(inputs)
     out, lse = output
     # No gradient flows through the LSE (the C ABI has no dLSE input yet, and FlashAttention-3
@@ -232,10 +238,10 @@ def _backward(ctx, grad_out, grad_lse):
         grad_out = torch.zeros_like(out)
     # grad_lse is None or zeros: lse is marked non-differentiable in _setup_context.
     dq, dk, dv, dsinks = torch.ops.hfa.bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, *ctx.params,
-                                           sinks, seqused_q, seqused_k)
-    # One entry per input of hfa::fwd: q, k, v, ten options, then sinks, seqused_q, seqused_k
-    # and the five FP8 arguments (as many of those as the call passed).
-    grads = (dq, dk, dv) + (None,) * 10 + (dsinks if sinks is not None else None,) + (None,) * 7
+                                           sinks, seqused_q, seqused_k, ctx.sm_margin)
+    # One entry per input of hfa::fwd: q, k, v, ten options, then sinks, seqused_q, seqused_k,
+    # the five FP8 arguments and sm_margin (as many of those as the call passed).
+    grads = (dq, dk, dv) + (None,) * 10 + (dsinks if sinks is not None else None,) + (None,) * 8
     return grads[:ctx.num_inputs]
 
 

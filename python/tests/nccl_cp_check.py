@@ -1,5 +1,7 @@
 """Context parallelism over real NCCL: ring and Ulysses attention (forward and every gradient)
-against one hfa call on the whole sequence and float64, one process a GPU.
+against one hfa call on the whole sequence and float64, one process a GPU; the varlen ring
+against one varlen call, and decode over a KV cache split across the GPUs against one call over
+the whole cache.
 
     scripts/cp_launch.sh                   # torchrun over every GPU torch sees
 
@@ -23,6 +25,72 @@ def _single_call(q, k, v, dout, causal):
     return (out.detach(),) + torch.autograd.grad(out, (q, k, v), dout)
 
 
+def _within_bound(name, ours, single, oracle, rank):
+    """[] when max|ours - float64| <= 2·max|single call - float64| + 2^-8·max|float64|, else the
+    failure message of this rank."""
+    err = (ours.double() - oracle).abs().max().item()
+    single_err = (single.double() - oracle).abs().max().item()
+    bound = 2 * single_err + 2.0 ** -8 * oracle.abs().max().item()
+    if err <= bound:  # also catches NaN
+        return []
+    return [f"rank {rank} {name}: max err {err:.3g} > bound {bound:.3g}"]
+
+
+def _check_varlen(full, cu, rank, world):
+    """Failures of the zigzag varlen ring (causal, sm_margin 8) against one varlen call and
+    float64 per sequence. full: q, k, v, dout packed (total, heads, d); cu: global offsets."""
+    import torch
+    import hfa
+    from hfa.distributed import ring_flash_attn_varlen_func, zigzag_shard_varlen
+    from torch_reference import float64_attention
+
+    def shard(x):
+        return zigzag_shard_varlen(x, cu, rank, world)
+
+    q, k, v = (shard(t).detach().requires_grad_() for t in full[:3])
+    local_cu = [c // world for c in cu]
+    longest = max(b - a for a, b in zip(local_cu, local_cu[1:]))
+    out = ring_flash_attn_varlen_func(q, k, v, local_cu, longest, causal=True, sm_margin=8)
+    out.backward(shard(full[3]))
+    ours = (out.detach(), q.grad, k.grad, v.grad)
+    oracle = [torch.cat([float64_attention(*(t[a:b][None] for t in full), True)[name][0]
+                         for a, b in zip(cu, cu[1:])]) for name in ("out", "dq", "dk", "dv")]
+    qf, kf, vf = (t.detach().requires_grad_() for t in full[:3])
+    offsets = torch.tensor(cu, dtype=torch.int32, device=qf.device)
+    longest = max(b - a for a, b in zip(cu, cu[1:]))
+    single_out = hfa.flash_attn_varlen_func(qf, kf, vf, offsets, offsets, longest, longest,
+                                            causal=True)
+    single = (single_out.detach(),) + torch.autograd.grad(single_out, (qf, kf, vf), full[3])
+    failures = []
+    for name, a, s, o in zip(("out", "dq", "dk", "dv"), ours, single, oracle):
+        failures += _within_bound(name, a, shard(s), shard(o), rank)
+    return failures
+
+
+def _check_split_kvcache(rank, world, device):
+    """Failures of decode over a cache split across the ranks (token t on rank t % world)
+    against one flash_attn_with_kvcache call over the whole cache."""
+    import torch
+    import hfa
+    from hfa.distributed import split_kvcache_attention
+    gen = torch.Generator().manual_seed(7)
+    lengths = [4000, 3, 1777]
+    q, k, v = (torch.randn(shape, generator=gen).to(device, torch.bfloat16)
+               for shape in ((3, 1, 32, 128), (3, 4000, 8, 128), (3, 4000, 8, 128)))
+    single = hfa.flash_attn_with_kvcache(q, k, v, cache_seqlens=torch.tensor(
+        lengths, dtype=torch.int32, device=device))
+    mine = [torch.arange(n, device=device)[rank::world] for n in lengths]
+    counts = torch.tensor([len(t) for t in mine], dtype=torch.int32, device=device)
+    k_part, v_part = (torch.zeros((3, max(1, max(counts.tolist())), 8, 128), dtype=k.dtype,
+                                  device=device) for _ in range(2))
+    for b, take in enumerate(mine):
+        k_part[b, :len(take)], v_part[b, :len(take)] = k[b, take], v[b, take]
+    out = split_kvcache_attention(q, k_part, v_part, cache_seqlens=counts, sm_margin=8)
+    err = (out.float() - single.float()).abs().max().item()
+    bound = 2.0 ** -7 * single.float().abs().max().item()  # two bf16 roundings apart
+    return [] if err <= bound else [f"rank {rank} out: max err {err:.3g} > {bound:.3g}"]
+
+
 def _check_case(function, layout, causal, full, rank, world):
     """Failure messages of one case on this rank (empty: it passed)."""
     from hfa.distributed import zigzag_shard
@@ -41,11 +109,21 @@ def _check_case(function, layout, causal, full, rank, world):
     single = [shard(t) for t in _single_call(*full, causal)]
     failures = []
     for name, a, s, o in zip(("out", "dq", "dk", "dv"), ours, single, oracle):
-        err = (a.double() - o).abs().max().item()
-        bound = 2 * (s.double() - o).abs().max().item() + 2.0 ** -8 * o.abs().max().item()
-        if not err <= bound:  # also catches NaN
-            failures.append(f"rank {rank} {name}: max err {err:.3g} > bound {bound:.3g}")
+        failures += _within_bound(name, a, s, o, rank)
     return failures
+
+
+def _report(what, failures, rank, world, device):
+    """Whether every rank passed `what` (a collective: every rank calls it); rank 0 prints."""
+    import torch
+    import torch.distributed as dist
+    count = torch.tensor([len(failures)], device=device)
+    dist.all_reduce(count)
+    for line in failures:
+        print(f"FAIL  {what}: {line}", file=sys.stderr)
+    if rank == 0:
+        print(f"{'ok   ' if count.item() == 0 else 'FAIL '} {what} (P = {world})")
+    return count.item() == 0
 
 
 def main():
@@ -89,13 +167,18 @@ def main():
                     continue
                 function = cp.ring_flash_attn_func if name == "ring" else cp.ulysses_flash_attn_func
                 failures = _check_case(function, layout, causal, full, rank, world)
-                count = torch.tensor([len(failures)], device=device)
-                dist.all_reduce(count)
-                for line in failures:
-                    print(f"FAIL  {what}: {line}", file=sys.stderr)
-                if rank == 0:
-                    print(f"{'ok   ' if count.item() == 0 else 'FAIL '} {what} (P = {world})")
-                failed += int(count.item() > 0)
+                failed += not _report(what, failures, rank, world, device)
+            # Varlen: sequences of 3, 1, 0 and 5 zigzag units, odd halves and an empty one.
+            cu = [0]
+            for units in (3, 1, 0, 5):
+                cu.append(cu[-1] + units * 2 * world * 64)
+            packed = [torch.randn((cu[-1], h, 128), generator=gen).to(device, torch.bfloat16)
+                      for h in (heads_q, heads_kv, heads_kv, heads_q)]
+            failures = _check_varlen(packed, cu, rank, world)
+            failed += not _report(f"ring varlen zigzag causal heads {heads_q}/{heads_kv}",
+                                  failures, rank, world, device)
+        failures = _check_split_kvcache(rank, world, device)
+        failed += not _report("split KV cache decode", failures, rank, world, device)
         if rank == 0:
             print(f"nccl_cp_check: {failed} case(s) failed" if failed
                   else "nccl_cp_check: all passed")

@@ -375,6 +375,124 @@ def test_errors_name_the_argument(device):
         hfa.flash_attn_func(q, q, q, window_size=(-5, 0))
 
 
+def _sm_count(device):
+    if device == "cpu":
+        return 64  # any margin: the CPU ignores it
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sm_margin_changes_no_bit(device, causal):
+    """sm_margin (SMs left free for NCCL's kernels) gives the forward's persistent grid fewer
+    CTAs and leaves the backward's grid as it is: out, lse and the deterministic gradients
+    through autograd are the same bits with any margin below the SM count."""
+    dtype = DTYPES[device][-1]
+    rng = np.random.default_rng(61)
+    seqlen = 700 if device == "cuda" else 150  # enough tiles to fill every SM more than once
+    shapes = ((2, seqlen, 8, 128), (2, seqlen, 2, 128), (2, seqlen, 2, 128))
+    leaves = [rand(rng, shape, dtype, device, grad=True) for shape in shapes]
+    dout = rand(rng, shapes[0], dtype, device)
+
+    def run(margin):
+        for x in leaves:
+            x.grad = None
+        out, lse = hfa.flash_attn_func(*leaves, causal=causal, deterministic=True,
+                                       return_attn_probs=True, sm_margin=margin)
+        out.backward(dout)
+        return [out.detach(), lse] + [x.grad.clone() for x in leaves]
+
+    plain = run(0)
+    sms = _sm_count(device)
+    for margin in (1, sms // 2, sms - 1):
+        for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), plain, run(margin)):
+            assert torch.equal(a, b), f"{name}: sm_margin {margin} changed the result"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sm_margin_in_the_ops(device):
+    """The ops take sm_margin last (hfa::fwd's autograd returns one gradient more for it);
+    opcheck runs schema, fake kernel and autograd with it given."""
+    dtype = DTYPES[device][-1]
+    rng = np.random.default_rng(62)
+    q = rand(rng, (1, 24, 4, 64), dtype, device, grad=True)
+    k = rand(rng, (1, 40, 2, 64), dtype, device, grad=True)
+    v = rand(rng, (1, 40, 2, 64), dtype, device, grad=True)
+    det = device == "cuda"
+    fwd_args = (q, k, v, None, None, 0, 0, None, True, -1, -1, 0.0, det, None, None, None,
+                None, None, None, 0, 0, 3)
+    torch.library.opcheck(torch.ops.hfa.fwd.default, fwd_args)
+    out, lse = torch.ops.hfa.fwd(*(x.detach() if torch.is_tensor(x) else x for x in fwd_args))
+    bwd_args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out, lse, None,
+                None, 0, 0, None, True, -1, -1, 0.0, det, None, None, None, 3)
+    torch.library.opcheck(torch.ops.hfa.bwd.default, bwd_args)
+    with pytest.raises(ValueError, match="^sm_margin: must be >= 0"):
+        torch.ops.hfa.bwd(*bwd_args[:-1], -1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sm_margin_errors(device):
+    """A negative margin, or on a GPU one that leaves no SM, is the library's error naming
+    sm_margin; a margin that is no int32 is rejected before any op."""
+    dtype = DTYPES[device][-1]
+    q = torch.zeros(1, 8, 2, 64, dtype=dtype, device=device)
+    cache = torch.zeros(1, 16, 2, 64, dtype=dtype, device=device)
+    calls = {
+        "flash_attn_func": lambda m: hfa.flash_attn_func(q, q, q, sm_margin=m),
+        "flash_attn_backward": lambda m: hfa.flash_attn_backward(
+            q, q, q, q, q, torch.zeros(1, 2, 8, device=device), sm_margin=m),
+        "flash_attn_with_kvcache": lambda m: hfa.flash_attn_with_kvcache(
+            q[:, :1], cache, cache, sm_margin=m),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match="^sm_margin: must be >= 0"):
+            call(-1)
+        with pytest.raises(TypeError, match="^sm_margin: expected an integer"):
+            call(1.0)
+        with pytest.raises(ValueError, match="^sm_margin: .* does not fit"):
+            call(2 ** 31)
+        if device == "cuda":
+            sms = _sm_count(device)
+            with pytest.raises(ValueError, match=f"^sm_margin: {sms} leaves no SM of the {sms}"):
+                call(sms)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sm_margin_under_torch_compile(device):
+    """The fake kernels take sm_margin: a compiled call with it traces in one graph."""
+    dtype = DTYPES[device][-1]
+    rng = np.random.default_rng(63)
+    q, k, v = (rand(rng, (1, 64, 4, 64), dtype, device, grad=True) for _ in range(3))
+
+    def f(q, k, v):
+        return hfa.flash_attn_func(q, k, v, causal=True, deterministic=True, sm_margin=2)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    eager, traced = f(q, k, v), compiled(q, k, v)
+    assert torch.equal(eager, traced)
+    traced.float().sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+@cuda_only
+def test_cuda_kvcache_sm_margin_plans_fewer_splits():
+    """The decode plans its automatic splits for the SMs left: still the same answer as one
+    call without a margin, to split-merge rounding."""
+    rng = np.random.default_rng(64)
+    q = rand(rng, (2, 1, 8, 128), torch.bfloat16, "cuda")
+    k_cache, v_cache = (rand(rng, (2, 4096, 2, 128), torch.bfloat16, "cuda") for _ in range(2))
+    lengths = torch.tensor([4096, 1500], dtype=torch.int32, device="cuda")
+    plain, plain_lse = hfa.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths,
+                                                   return_softmax_lse=True)
+    sms = _sm_count("cuda")
+    for margin in (8, sms - 1):
+        out, lse = hfa.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths,
+                                               return_softmax_lse=True, sm_margin=margin)
+        assert max_err(to_np(out), to_np(plain)) < 2e-2
+        assert max_err(to_np(lse), to_np(plain_lse)) < 1e-3
+
+
 @cuda_only
 def test_cuda_runs_on_the_current_stream():
     """Forward and backward launch on torch's current stream: on a side stream they give the

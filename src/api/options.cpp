@@ -4,7 +4,7 @@ namespace hfa {
 namespace {
 
 // The fields every options struct has (forward, backward, kvcache), under the same names in C
-// and C++.
+// and C++ (whatever their place in the C struct).
 template <typename CppOptions, typename COptions>
 void common_to_c(const CppOptions& options, COptions& c) {
   c.has_softmax_scale = options.softmax_scale.has_value() ? 1 : 0;
@@ -16,6 +16,7 @@ void common_to_c(const CppOptions& options, COptions& c) {
   c.stream = options.stream;
   c.workspace = options.workspace;
   c.workspace_bytes = options.workspace_bytes;
+  c.sm_margin = options.sm_margin;
 }
 
 template <typename COptions, typename CppOptions>
@@ -28,6 +29,7 @@ void common_from_c(const COptions& c, CppOptions& options) {
   options.stream = c.stream;
   options.workspace = c.workspace;
   options.workspace_bytes = c.workspace_bytes;
+  options.sm_margin = c.sm_margin;
 }
 
 }  // namespace

@@ -319,6 +319,10 @@ Status check_scalars(const Options& options) {
     return invalid("window_left", "must be >= -1 (-1 = unbounded), got ", options.window_left);
   if (options.window_right < -1)
     return invalid("window_right", "must be >= -1 (-1 = unbounded), got ", options.window_right);
+  // The upper bound, the device's SM count, is the GPU backend's check (it knows the device).
+  if (options.sm_margin < 0)
+    return invalid("sm_margin", "must be >= 0 (SMs left free; 0 = use every SM), got ",
+                   options.sm_margin);
   return Status::ok();
 }
 
@@ -440,6 +444,7 @@ void fill_forward(const Core& core, const Varlen& varlen, const Tensor* lse,
   p->stream = options.stream;
   p->workspace = options.workspace;
   p->workspace_bytes = options.workspace_bytes;
+  p->sm_margin = options.sm_margin;
 }
 
 bool wants_varlen(const Options& options) {

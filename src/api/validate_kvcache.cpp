@@ -184,6 +184,10 @@ Status check_scalars(const KVCacheOptions& o) {
   if (o.split_size < 0) return invalid("split_size", "must be >= 0 (0 = off), got ", o.split_size);
   if (o.split_size > 0 && o.num_splits > 0)
     return invalid("split_size", "excludes num_splits (", o.num_splits, "): give one of them");
+  // The upper bound, the device's SM count, is the GPU backend's check (it knows the device).
+  if (o.sm_margin < 0)
+    return invalid("sm_margin", "must be >= 0 (SMs left free; 0 = use every SM), got ",
+                   o.sm_margin);
   return Status::ok();
 }
 
@@ -500,6 +504,7 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
   p.stream = o.stream;
   p.workspace = o.workspace;
   p.workspace_bytes = o.workspace_bytes;
+  p.sm_margin = o.sm_margin;
   if (p.split_size > 0) {  // a sequence's chunks, like num_splits, are at most kMaxKVSplits
     const int64_t capacity = int64_t{p.max_pages} * p.page_size;
     const int64_t least = (capacity + kMaxKVSplits - 1) / kMaxKVSplits;

@@ -117,6 +117,8 @@ struct KVCacheProblem {
   void* stream = nullptr;
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
+  // SMs to leave free for other kernels (>= 0; the GPU plans its splits for the others).
+  int32_t sm_margin = 0;
 
   // The keys sequence b attends to: its cached tokens plus the appended ones.
   int64_t attended_length(int64_t b) const { return int64_t{cache_seqlens[b]} + new_tokens(b); }

@@ -75,6 +75,8 @@ struct ForwardProblem {
   void* stream = nullptr;
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
+  // SMs to leave free for other kernels (>= 0; a GPU backend checks it against its SM count).
+  int32_t sm_margin = 0;
 
   bool is_varlen() const { return cu_seqlens_q != nullptr; }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }

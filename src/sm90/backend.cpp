@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/backend.hpp"
+#include "common/errors.hpp"
 #include "sm90/bwd/launch.hpp"
 #include "sm90/device.hpp"
 #include "sm90/fwd/launch.hpp"
@@ -66,7 +67,10 @@ Status forward(const ForwardProblem& p) {
   if (Status status = check_support(p, fwd::kFamily); !status) return status;
   const OnDevice on(p.device.index);
   if (!on.facts.status) return on.facts.status;
-  const fwd::LaunchContext context{on.facts.sm_count, on.facts.l2_bytes};
+  int sms = 0;
+  HFA_RETURN_IF_ERROR(usable_sms(on.facts, p.sm_margin, p.device.index, fwd::kFamily, &sms));
+  // The persistent grid is min(tiles, sm_count) CTAs: counting fewer SMs leaves the margin free.
+  const fwd::LaunchContext context{sms, on.facts.l2_bytes};
   if (fwd::is_fp8(p)) {
     auto run = [&]<int kQK, int kV, typename Out>() {
       return fwd::run_forward_fp8<kQK, kV, Out>(p, context);
@@ -87,7 +91,11 @@ Status backward(const BackwardProblem& p) {
   if (Status status = check_support(p.fwd, bwd::kFamily); !status) return status;
   const OnDevice on(p.fwd.device.index);
   if (!on.facts.status) return on.facts.status;
-  const bwd::LaunchContext context{on.facts.sm_count, on.facts.l2_bytes};
+  int sms = 0;
+  HFA_RETURN_IF_ERROR(usable_sms(on.facts, p.fwd.sm_margin, p.fwd.device.index, bwd::kFamily, &sms));
+  // Checked like the forward's, but the backward's grid (one CTA per key block) is not
+  // persistent and does not read the SM count: the margin limits nothing here yet.
+  const bwd::LaunchContext context{sms, on.facts.l2_bytes};
   const detail::HeadDims dims = bwd::head_dims_to_run(p.fwd);
   return with_compiled_kernel(p.fwd.dtype, dims.qk, dims.v, [&]<int kQK, int kV, typename Element>() {
     return bwd::run_backward<kQK, kV, Element>(p, context);

@@ -34,6 +34,16 @@ const DeviceFacts& device_facts(int device) {
   return *cache[device];
 }
 
+Status usable_sms(const DeviceFacts& facts, int32_t sm_margin, int device, const char* family,
+                  int* sms) {
+  *sms = facts.sm_count - sm_margin;
+  if (*sms >= 1) return Status::ok();
+  return {Code::invalid_argument,
+          "sm_margin: " + std::to_string(sm_margin) + " leaves no SM of the " +
+              std::to_string(facts.sm_count) + " of cuda:" + std::to_string(device) + " to the " +
+              family + " (expected 0 <= sm_margin < " + std::to_string(facts.sm_count) + ")"};
+}
+
 DeviceGuard::DeviceGuard(int device) {
   cudaGetDevice(&previous_);
   switched_ = previous_ != device;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "hfa/hfa.hpp"
 
@@ -15,6 +16,12 @@ struct DeviceFacts {
 };
 
 const DeviceFacts& device_facts(int device);
+
+// The SMs a launch may use once `sm_margin` are left free for other kernels (hfa_options'
+// sm_margin, >= 0 by the API's check): at least one, else an invalid argument naming sm_margin
+// and the device's SM count. `family` names the caller in the message.
+Status usable_sms(const DeviceFacts& facts, int32_t sm_margin, int device, const char* family,
+                  int* sms);
 
 // Makes `device` current for its lifetime and restores the caller's current device after.
 class DeviceGuard {

@@ -1,4 +1,5 @@
-// hfa's torch ops in C++: torch.ops.hfa.{fwd, fwd_into, bwd, fwd_kvcache, fwd_kvcache_into}.
+// hfa's torch ops in C++: torch.ops.hfa.{fwd, fwd_into, bwd, fwd_kvcache, fwd_kvcache_into}, and
+// the plain calls' narrower {attention, varlen_attention, kvcache_attention}.
 //
 // Why C++: a forward that goes through the dispatcher straight into libhfa costs ~20 us of host
 // time (6 of them libhfa's own), as SDPA's backends do; through Python glue and ctypes it cost
@@ -26,6 +27,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <iterator>
 #include <optional>
 #include <vector>
@@ -114,6 +116,14 @@ void check(const hfa::Status& status) {
   }
 }
 
+// An int argument of the schema as the C ABI's int32, rejected rather than wrapped when it does
+// not fit.
+int32_t to_int32(int64_t value, const char* name) {
+  TORCH_CHECK_VALUE(value >= INT32_MIN && value <= INT32_MAX, name, ": ", value,
+                    " does not fit the C ABI's int32");
+  return static_cast<int32_t>(value);
+}
+
 // torch's current stream on t's device (null on the CPU, where libhfa ignores it).
 void* current_stream(const Tensor& t) {
   if (!t.is_cuda()) return nullptr;
@@ -148,6 +158,7 @@ struct AttentionArgs {  // what hfa::fwd and hfa::bwd share after q, k, v
   const OptTensor& sinks;
   const OptTensor& seqused_q;
   const OptTensor& seqused_k;
+  int64_t sm_margin;
 };
 
 // The options' vectors (views), alive for one call.
@@ -175,6 +186,7 @@ struct AttentionViews {
     o.sinks = sinks.get();
     o.seqused_q = used_q.get();
     o.seqused_k = used_k.get();
+    o.sm_margin = to_int32(a.sm_margin, "sm_margin");
     o.stream = current_stream(q);
     return o;
   }
@@ -268,10 +280,10 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const Tensor& v
                                const OptTensor& seqused_q, const OptTensor& seqused_k,
                                const OptTensor& q_descale, const OptTensor& k_descale,
                                const OptTensor& v_descale, int64_t descale_block_q,
-                               int64_t descale_block_kv) {
+                               int64_t descale_block_kv, int64_t sm_margin) {
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, deterministic, sinks,
-                  seqused_q, seqused_k};
+                  seqused_q, seqused_k, sm_margin};
   Fp8Args fp8{q_descale, k_descale, v_descale, descale_block_q, descale_block_kv};
   bool varlen = cu_seqlens_q.has_value();
   Tensor out = new_out(q, v, varlen, seqused_q.has_value());
@@ -287,10 +299,10 @@ Tensor fwd_into(const Tensor& q, const Tensor& k, const Tensor& v,
                 const OptTensor& sinks, const OptTensor& seqused_q, const OptTensor& seqused_k,
                 const OptTensor& q_descale, const OptTensor& k_descale,
                 const OptTensor& v_descale, int64_t descale_block_q, int64_t descale_block_kv,
-                const Tensor& out) {
+                int64_t sm_margin, const Tensor& out) {
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, false, sinks,
-                  seqused_q, seqused_k};
+                  seqused_q, seqused_k, sm_margin};
   Fp8Args fp8{q_descale, k_descale, v_descale, descale_block_q, descale_block_kv};
   bool varlen = cu_seqlens_q.has_value();
   check_rank(q, "q", varlen);
@@ -308,10 +320,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd(
     const OptTensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
     std::optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
     double softcap, bool deterministic, const OptTensor& sinks, const OptTensor& seqused_q,
-    const OptTensor& seqused_k) {
+    const OptTensor& seqused_k, int64_t sm_margin) {
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, deterministic, sinks,
-                  seqused_q, seqused_k};
+                  seqused_q, seqused_k, sm_margin};
   Tensor dout = unit_last_stride(dout_in), q = unit_last_stride(q_in);
   Tensor k = unit_last_stride(k_in), v = unit_last_stride(v_in), out = unit_last_stride(out_in);
   OnDevice on_device(q);
@@ -357,7 +369,8 @@ const c10::TypedOperatorHandle<FwdSignature>& fwd_op() {
 constexpr const char* kSavedOptions[] = {"cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
                                          "max_seqlen_k", "softmax_scale", "causal",
                                          "window_left", "window_right", "softcap",
-                                         "deterministic", "sinks", "seqused_q", "seqused_k"};
+                                         "deterministic", "sinks", "seqused_q", "seqused_k",
+                                         "sm_margin"};
 
 struct Attention : torch::autograd::Function<Attention> {
   static torch::autograd::variable_list forward(
@@ -367,20 +380,21 @@ struct Attention : torch::autograd::Function<Attention> {
       int64_t window_left, int64_t window_right, double softcap, bool deterministic,
       const OptTensor& sinks, const OptTensor& seqused_q, const OptTensor& seqused_k,
       const OptTensor& q_descale, const OptTensor& k_descale, const OptTensor& v_descale,
-      int64_t descale_block_q, int64_t descale_block_kv) {
+      int64_t descale_block_q, int64_t descale_block_kv, int64_t sm_margin) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, lse] = fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, softmax_scale, causal, window_left,
                                   window_right, softcap, deterministic, sinks, seqused_q,
                                   seqused_k, q_descale, k_descale, v_descale,
-                                  descale_block_q, descale_block_kv);
+                                  descale_block_q, descale_block_kv, sm_margin);
     // No gradient flows through the LSE (libhfa's backward has no dLSE input, and
     // FlashAttention-3 drops it silently); marked, lse.requires_grad says so.
     ctx->mark_non_differentiable({lse});
     ctx->save_for_backward({q, k, v, out, lse});
     c10::IValue values[] = {cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                             softmax_scale, causal, window_left, window_right, softcap,
-                            deterministic, sinks, seqused_q, seqused_k};
+                            deterministic, sinks, seqused_q, seqused_k, sm_margin};
+    static_assert(sizeof(values) / sizeof(values[0]) == std::size(kSavedOptions));
     for (std::size_t i = 0; i < std::size(kSavedOptions); ++i)
       ctx->saved_data[kSavedOptions[i]] = values[i];
     return {out, lse};
@@ -401,11 +415,12 @@ struct Attention : torch::autograd::Function<Attention> {
         d["max_seqlen_k"].toInt(), d["softmax_scale"].toOptional<double>(),
         d["causal"].toBool(), d["window_left"].toInt(), d["window_right"].toInt(),
         d["softcap"].toDouble(), d["deterministic"].toBool(), sinks,
-        d["seqused_q"].toOptional<Tensor>(), d["seqused_k"].toOptional<Tensor>());
-    // One gradient per input of forward: q, k, v, ten options, sinks, seqused_q, seqused_k and
-    // the five FP8 arguments. (FP8 inputs have no backward: hfa::bwd says so. So no descale
-    // is saved.)
-    torch::autograd::variable_list result(21);
+        d["seqused_q"].toOptional<Tensor>(), d["seqused_k"].toOptional<Tensor>(),
+        d["sm_margin"].toInt());
+    // One gradient per input of forward: q, k, v, ten options, sinks, seqused_q, seqused_k,
+    // the five FP8 arguments and sm_margin. (FP8 inputs have no backward: hfa::bwd says so.
+    // So no descale is saved.)
+    torch::autograd::variable_list result(22);
     result[0] = dq;
     result[1] = dk;
     result[2] = dv;
@@ -420,7 +435,8 @@ std::tuple<Tensor, Tensor> fwd_autograd(
     std::optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
     double softcap, bool deterministic, const OptTensor& sinks, const OptTensor& seqused_q,
     const OptTensor& seqused_k, const OptTensor& q_descale, const OptTensor& k_descale,
-    const OptTensor& v_descale, int64_t descale_block_q, int64_t descale_block_kv) {
+    const OptTensor& v_descale, int64_t descale_block_q, int64_t descale_block_kv,
+    int64_t sm_margin) {
   // Inference (no input wants a gradient): no autograd node, a plain redispatch.
   const bool wants_grad =
       at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() ||
@@ -430,12 +446,12 @@ std::tuple<Tensor, Tensor> fwd_autograd(
     return fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                          softmax_scale, causal, window_left, window_right, softcap,
                          deterministic, sinks, seqused_q, seqused_k, q_descale, k_descale,
-                         v_descale, descale_block_q, descale_block_kv);
+                         v_descale, descale_block_q, descale_block_kv, sm_margin);
   }
   torch::autograd::variable_list result = Attention::apply(
       q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
       window_left, window_right, softcap, deterministic, sinks, seqused_q, seqused_k, q_descale,
-      k_descale, v_descale, descale_block_q, descale_block_kv);
+      k_descale, v_descale, descale_block_q, descale_block_kv, sm_margin);
   return {result[0], result[1]};
 }
 
@@ -466,7 +482,7 @@ struct KVCacheArgs {
   bool causal;
   int64_t window_left, window_right;
   double softcap;
-  int64_t num_splits, split_size;
+  int64_t num_splits, split_size, sm_margin;
 };
 
 // Rotary tables are float32 or q's dtype (the library checks which).
@@ -512,6 +528,7 @@ void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_
   o.cu_seqlens_q = cu_q.get();
   o.max_seqlen_q = static_cast<int32_t>(a.max_seqlen_q);
   o.cu_seqlens_k_new = cu_k_new.get();
+  o.sm_margin = to_int32(a.sm_margin, "sm_margin");
   hfa::Tensor qt = view(q, q_code, "q"), kt = view(k_cache, cache_code, "k_cache"),
               vt = view(v_cache, cache_code, "v_cache");
   std::size_t bytes = 0;
@@ -531,13 +548,14 @@ void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_
       const OptTensor &rotary_cos, const OptTensor &rotary_sin, bool rotary_interleaved,        \
       const OptTensor &cu_seqlens_q, int64_t max_seqlen_q, const OptTensor &cu_seqlens_k_new,  \
       std::optional<double> softmax_scale, bool causal, int64_t window_left,                   \
-      int64_t window_right, double softcap, int64_t num_splits, int64_t split_size
+      int64_t window_right, double softcap, int64_t num_splits, int64_t split_size,            \
+      int64_t sm_margin
 #define HFA_KVCACHE_ARGUMENTS                                                                   \
   KVCacheArgs {                                                                                 \
     cache_code, scale_code, cache_seqlens, block_table, k_scale, v_scale, k_global_scale,       \
         v_global_scale, k_new, v_new, rotary_cos, rotary_sin, rotary_interleaved,               \
         cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new, softmax_scale, causal, window_left,       \
-        window_right, softcap, num_splits, split_size                                           \
+        window_right, softcap, num_splits, split_size, sm_margin                                \
   }
 
 Tensor kvcache_lse(const Tensor& q, bool varlen) {
@@ -588,7 +606,7 @@ Tensor plain_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                        int64_t window_right, double softcap, bool deterministic) {
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, deterministic, kNone, kNone,
-                  kNone};
+                  kNone, /*sm_margin=*/0};
   Tensor out = new_out(q, v, cu_seqlens_q.has_value(), false);
   forward(q, k, v, out, nullptr, a, kNoFp8);
   return out;
@@ -629,7 +647,8 @@ Tensor kvcache_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v
   Tensor out = at::empty(out_shape, q.options());
   const KVCacheArgs a{dtype_of(q, "q"), HFA_F32, cache_seqlens, block_table, kNone, kNone,
                       kNone, kNone, kNone, kNone, kNone, kNone, false, kNone, 0, kNone,
-                      softmax_scale, causal, window_left, window_right, softcap, num_splits, 0};
+                      softmax_scale, causal, window_left, window_right, softcap, num_splits,
+                      /*split_size=*/0, /*sm_margin=*/0};
   forward_kvcache(q, k_cache, v_cache, out, nullptr, a);
   return out;
 }
@@ -650,7 +669,7 @@ Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
   }
   return Attention::apply(q, k, v, kNone, kNone, 0, 0, softmax_scale, causal, window_left,
                           window_right, softcap, deterministic, kNone, kNone, kNone, kNone,
-                          kNone, kNone, 0, 0)[0];
+                          kNone, kNone, 0, 0, /*sm_margin=*/0)[0];
 }
 
 Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -669,14 +688,14 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
   const OptTensor cu_q = cu_seqlens_q, cu_k = cu_seqlens_k;
   return Attention::apply(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                           causal, window_left, window_right, softcap, deterministic, kNone,
-                          kNone, kNone, kNone, kNone, kNone, 0, 0)[0];
+                          kNone, kNone, kNone, kNone, kNone, 0, 0, /*sm_margin=*/0)[0];
 }
 
 }  // namespace
 
 // Schemas: the same as python/hfa/_torch_ctypes.py's custom ops (fwd, bwd), plus the out=
 // and KV-cache forms. Optional arguments after the options keep their defaults, so that older
-// callers of hfa::fwd still bind.
+// callers of hfa::fwd still bind; sm_margin comes last in every op.
 #define HFA_ATTENTION_OPTIONS                                                                  \
   "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "      \
   "float? softmax_scale, bool causal, int window_left, int window_right, float softcap, "
@@ -685,21 +704,25 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
 #define HFA_FP8_ARGUMENTS                                                                      \
   ", Tensor? q_descale=None, Tensor? k_descale=None, Tensor? v_descale=None, "                 \
   "int descale_block_q=0, int descale_block_kv=0"
+// SMs left free for other kernels (hfa_options.sm_margin), last in every op.
+#define HFA_SM_MARGIN ", int sm_margin=0"
 #define HFA_KVCACHE_SCHEMA                                                                     \
   "Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, int cache_code, int scale_code, "         \
   "Tensor cache_seqlens, Tensor? block_table, Tensor? k_scale, Tensor? v_scale, "               \
   "Tensor? k_global_scale, Tensor? v_global_scale, Tensor? k_new, Tensor? v_new, "              \
   "Tensor? rotary_cos, Tensor? rotary_sin, bool rotary_interleaved, Tensor? cu_seqlens_q, "     \
   "int max_seqlen_q, Tensor? cu_seqlens_k_new, float? softmax_scale, bool causal, "          \
-  "int window_left, int window_right, float softcap, int num_splits, int split_size"
+  "int window_left, int window_right, float softcap, int num_splits, int split_size"          \
+  HFA_SM_MARGIN
 
 TORCH_LIBRARY(hfa, m) {
   m.def("fwd(Tensor q, Tensor k, Tensor v, " HFA_ATTENTION_OPTIONS
-        "bool deterministic, " HFA_ATTENTION_VECTORS HFA_FP8_ARGUMENTS ") -> (Tensor, Tensor)");
+        "bool deterministic, " HFA_ATTENTION_VECTORS HFA_FP8_ARGUMENTS HFA_SM_MARGIN
+        ") -> (Tensor, Tensor)");
   m.def("fwd_into(Tensor q, Tensor k, Tensor v, " HFA_ATTENTION_OPTIONS HFA_ATTENTION_VECTORS
-        HFA_FP8_ARGUMENTS ", *, Tensor(o!) out) -> Tensor");
+        HFA_FP8_ARGUMENTS HFA_SM_MARGIN ", *, Tensor(o!) out) -> Tensor");
   m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
-        HFA_ATTENTION_OPTIONS "bool deterministic, " HFA_ATTENTION_VECTORS
+        HFA_ATTENTION_OPTIONS "bool deterministic, " HFA_ATTENTION_VECTORS HFA_SM_MARGIN
         ") -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("fwd_kvcache(" HFA_KVCACHE_SCHEMA ") -> (Tensor, Tensor)");
   m.def("fwd_kvcache_into(" HFA_KVCACHE_SCHEMA ", *, Tensor(o!) out) -> Tensor");

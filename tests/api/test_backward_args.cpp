@@ -1,4 +1,6 @@
 // The backward checks everything the forward does, plus dout, dq, dk, dv and the lse it needs.
+#include <cstddef>
+
 #include "fixture.hpp"
 
 namespace hfa::test {
@@ -8,6 +10,28 @@ TEST(BackwardArgs, ChecksTheForwardArguments) {
   Attention a;
   a.k.tensor.shape[3] = 128;
   EXPECT_TRUE(BackwardRejected(a, "k", "expected headdim 64 (as q), got 128"));
+}
+
+TEST(BackwardArgs, NegativeSmMargin) {
+  Attention a;
+  a.options.sm_margin = -3;
+  EXPECT_TRUE(BackwardRejected(a, "sm_margin", "got -3"));
+  std::size_t bytes = 0;
+  EXPECT_TRUE(Invalid(backward_workspace_size(a.q.tensor, a.k.tensor, a.v.tensor, a.options, &bytes),
+                      "sm_margin"));
+}
+
+TEST(BackwardArgs, SmMarginIgnoredOnTheCpu) {
+  Attention plain;
+  ASSERT_TRUE(plain.forward().is_ok());
+  ASSERT_TRUE(plain.backward().is_ok());
+  Attention margin;
+  margin.options.sm_margin = 1000;
+  ASSERT_TRUE(margin.forward().is_ok());
+  ASSERT_TRUE(margin.backward().is_ok()) << margin.backward().message();
+  EXPECT_EQ(margin.dq.data, plain.dq.data);
+  EXPECT_EQ(margin.dk.data, plain.dk.data);
+  EXPECT_EQ(margin.dv.data, plain.dv.data);
 }
 
 TEST(BackwardArgs, DoutShape) {

@@ -34,6 +34,7 @@ TEST(CAbi, OptionsRoundTrip) {
   options.softcap = 30.0f;
   options.max_seqlen_q = 9;
   options.deterministic = true;
+  options.sm_margin = 8;
   const hfa_options c = to_c(options);
   EXPECT_EQ(c.has_softmax_scale, 1);
   EXPECT_EQ(c.softmax_scale, 0.25f);
@@ -43,13 +44,32 @@ TEST(CAbi, OptionsRoundTrip) {
   EXPECT_EQ(c.softcap, 30.0f);
   EXPECT_EQ(c.max_seqlen_q, 9);
   EXPECT_EQ(c.deterministic, 1);
+  EXPECT_EQ(c.sm_margin, 8);
 
   const hfa_options defaults = hfa_default_options();
   EXPECT_EQ(defaults.has_softmax_scale, 0);
   EXPECT_EQ(defaults.window_left, -1);
   EXPECT_EQ(defaults.window_right, -1);
   EXPECT_EQ(defaults.cu_seqlens_q, nullptr);
+  EXPECT_EQ(defaults.sm_margin, 0);
+  EXPECT_EQ(hfa_default_kvcache_options().sm_margin, 0);
+  KVCacheOptions kv;
+  kv.sm_margin = 3;
+  EXPECT_EQ(to_c(kv).sm_margin, 3);
   EXPECT_EQ(to_c(Options{}).window_right, -1);
+}
+
+// The field appended last reaches the C++ options (from_c): a bad value is named.
+TEST(CAbi, SmMarginReachesTheCall) {
+  Attention a;
+  hfa_options options = hfa_default_options();
+  options.sm_margin = -2;
+  EXPECT_EQ(hfa_forward(&a.q.tensor, &a.k.tensor, &a.v.tensor, &a.out.tensor, nullptr, &options),
+            HFA_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(hfa_last_error(), "sm_margin: must be >= 0 (SMs left free; 0 = use every SM), got -2");
+  options.sm_margin = 2;  // the CPU ignores it
+  EXPECT_EQ(hfa_forward(&a.q.tensor, &a.k.tensor, &a.v.tensor, &a.out.tensor, nullptr, &options),
+            HFA_SUCCESS);
 }
 
 TEST(CAbi, LastErrorSetThenCleared) {

@@ -1,6 +1,8 @@
 // One test per class of rejected forward argument: the status, the argument named first in the
 // message, and outputs left as they were.
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <limits>
 
 #include "fixture.hpp"
@@ -156,6 +158,26 @@ TEST(ForwardArgs, BadSoftcap) {
     a.options.softcap = bad;
     EXPECT_TRUE(ForwardRejected(a, "softcap", "must be finite"));
   }
+}
+
+TEST(ForwardArgs, NegativeSmMargin) {
+  Attention a;
+  a.options.sm_margin = -1;
+  EXPECT_TRUE(ForwardRejected(a, "sm_margin", "must be >= 0 (SMs left free; 0 = use every SM), got -1"));
+  std::size_t bytes = 0;
+  EXPECT_TRUE(Invalid(forward_workspace_size(a.q.tensor, a.k.tensor, a.v.tensor, a.options, &bytes),
+                      "sm_margin"));
+}
+
+// The CPU has no SMs to leave free: any margin is accepted and changes nothing, bit for bit.
+TEST(ForwardArgs, SmMarginIgnoredOnTheCpu) {
+  Attention plain;
+  ASSERT_TRUE(plain.forward().is_ok());
+  Attention margin;
+  margin.options.sm_margin = 1000;
+  ASSERT_TRUE(margin.forward().is_ok()) << margin.forward().message();
+  EXPECT_EQ(margin.out.data, plain.out.data);
+  EXPECT_EQ(0, std::memcmp(margin.lse.data.data(), plain.lse.data.data(), plain.lse.data.size() * 4));
 }
 
 TEST(ForwardArgs, LseNotFp32) {

@@ -234,6 +234,25 @@ TEST(KVCacheArgs, Scalars) {
   reset(c);
   c.options.softmax_scale = -0.5f;
   EXPECT_TRUE(KVRejected(c, "softmax_scale"));
+  reset(c);
+  c.options.sm_margin = -1;
+  EXPECT_TRUE(KVRejected(c, "sm_margin", "must be >= 0"));
+  std::size_t bytes = 0;
+  EXPECT_TRUE(Invalid(forward_kvcache_workspace_size(c.q.tensor, c.k.tensor, c.v.tensor, c.options, &bytes),
+                      "sm_margin"));
+}
+
+// The CPU has no SMs to leave free: a margin is accepted and changes nothing.
+TEST(KVCacheArgs, SmMarginIgnoredOnTheCpu) {
+  KVCase plain;
+  reset(plain);
+  ASSERT_TRUE(plain.run().is_ok());
+  KVCase margin;
+  reset(margin);
+  margin.options.sm_margin = 1000;
+  ASSERT_TRUE(margin.run().is_ok());
+  EXPECT_EQ(margin.out.bytes, plain.out.bytes);
+  EXPECT_EQ(margin.lse.bytes, plain.lse.bytes);
 }
 
 // Varlen queries: q / out (total_q, heads_q, d), lse (heads_q, total_q), cu_seqlens_q (batch + 1).

@@ -22,6 +22,8 @@ class GpuCase {
         cu_q_(data.cu_seqlens_q()), cu_k_(data.cu_seqlens_k()), sinks_(data.sinks),
         dsinks_(data.dsinks), used_q_(data.spec().seqused_q), used_k_(data.spec().seqused_k) {}
 
+  int32_t sm_margin = 0;  // the problems' sm_margin (SMs left free)
+
   // The copies were made (check with ASSERT_NO_FATAL_FAILURE(gpu.check_copies())).
   void check_copies() const {
     for (const DeviceCopy* copy : {&q_, &k_, &v_, &out_, &lse_, &dout_, &dq_, &dk_, &dv_, &cu_q_,
@@ -42,6 +44,7 @@ class GpuCase {
     if (p.seqused_q != nullptr) p.seqused_q = used_q_.get<int32_t>();
     if (p.seqused_k != nullptr) p.seqused_k = used_k_.get<int32_t>();
     p.device = Device::cuda(0);
+    p.sm_margin = sm_margin;
     return p;
   }
 

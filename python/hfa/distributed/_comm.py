@@ -5,6 +5,7 @@ A communicator has `rank`, `world` and:
       rank - 1 (a ring hop); Pending.wait() returns the received tensors. The transfer is
       started at the call, so the caller computes between shift() and wait().
   all_to_all(chunks) -> list: chunks[j] goes to rank j; result[j] came from rank j.
+  all_gather(tensor) -> list: result[j] is rank j's tensor (the same shape on every rank).
 Every rank must make the same calls in the same order (they are collectives).
 hfa.distributed.emulated has a second implementation that runs all ranks in one process.
 """
@@ -62,10 +63,17 @@ class TorchComm:
         dist.all_to_all(received, chunks, group=self.group)
         return received
 
+    def all_gather(self, tensor):
+        tensor = tensor.contiguous()
+        received = [torch.empty_like(tensor) for _ in range(self.world)]
+        dist.all_gather(received, tensor, group=self.group)
+        return received
+
 
 def communicator(group):
     """The communicator for `group`: a torch.distributed ProcessGroup or None (the default
-    group); an object that already has shift/all_to_all (an emulated rank) is used as is."""
-    if hasattr(group, "shift") and hasattr(group, "all_to_all"):
+    group); an object that already has shift/all_to_all/all_gather (an emulated rank) is used as
+    is."""
+    if all(hasattr(group, name) for name in ("shift", "all_to_all", "all_gather")):
         return group
     return TorchComm(group)

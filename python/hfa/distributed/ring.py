@@ -18,6 +18,7 @@ import functools
 import torch
 
 import hfa
+from hfa import _args, _lib
 
 from ._comm import communicator
 
@@ -96,6 +97,22 @@ def merge_attn_partial(out, lse, out_part, lse_part):
         merge_attn_partial_torch(out, lse, out_part, lse_part)
 
 
+def merge_attn_partials(out, lse, outs, lses):
+    """merge_attn_partial of several partials into (out, lse), in place: one hfa.merge_partials
+    call for up to HFA_MAX_MERGE_PARTIALS - 1 of them at a time (out itself is one), each input
+    read once, where libhfa takes them all; torch operations otherwise."""
+    parts = list(zip(outs, lses))
+    per_call = _lib.MAX_MERGE_PARTIALS - 1
+    for start in range(0, len(parts), per_call):
+        chunk = parts[start:start + per_call]
+        if all(_fused_merge_takes(out, lse, o, l) for o, l in chunk):
+            hfa.merge_partials([out] + [o for o, _ in chunk], [lse] + [l for _, l in chunk],
+                               out=out, lse=lse)
+        else:
+            for o, l in chunk:
+                merge_attn_partial_torch(out, lse, o, l)
+
+
 def merge_attn_partial_torch(out, lse, out_part, lse_part):
     """merge_attn_partial in torch operations (any dtypes and devices torch has)."""
     lse_new = torch.logaddexp(lse, lse_part)
@@ -151,8 +168,9 @@ def _step_block(src, rank, seqlen, causal, layout):
     return slice(half, None), _ALL, False
 
 
-def ring_forward(comm, q, k, v, softmax_scale, causal, layout):
-    """One rank's forward: fp32 (out, lse) of its queries over the whole sequence."""
+def ring_forward(comm, q, k, v, softmax_scale, causal, layout, sm_margin=0):
+    """One rank's forward: fp32 (out, lse) of its queries over the whole sequence. sm_margin:
+    the SMs every step's attention leaves free (for the transfer running beside it)."""
     world, rank, seqlen = comm.world, comm.rank, q.shape[1]
     out = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=torch.float32, device=q.device)
     lse = torch.full((q.shape[0], q.shape[2], seqlen), float("-inf"), dtype=torch.float32,
@@ -164,14 +182,14 @@ def ring_forward(comm, q, k, v, softmax_scale, causal, layout):
             rows, keys, block_causal = block
             out_part, lse_part = hfa.flash_attn_func(
                 q[:, rows], k[:, keys], v[:, keys], softmax_scale=softmax_scale,
-                causal=block_causal, return_attn_probs=True)
+                causal=block_causal, return_attn_probs=True, sm_margin=sm_margin)
             merge_attn_partial(out[:, rows], lse[:, :, rows], out_part, lse_part)
         if next_kv is not None:
             k, v = next_kv.wait()
     return out, lse
 
 
-def ring_backward(comm, dout, q, k, v, out, lse, softmax_scale, causal, layout):
+def ring_backward(comm, dout, q, k, v, out, lse, softmax_scale, causal, layout, sm_margin=0):
     """One rank's backward: (dq, dk, dv) of its chunk in the inputs' dtypes. out is the final
     output in q's dtype, lse the final fp32 LSE (batch, heads, seqlen), contiguous."""
     world, rank, seqlen = comm.world, comm.rank, q.shape[1]
@@ -185,7 +203,8 @@ def ring_backward(comm, dout, q, k, v, out, lse, softmax_scale, causal, layout):
             rows, keys, block_causal = block
             grads = hfa.flash_attn_backward(
                 dout[:, rows], q[:, rows], k[:, keys], v[:, keys], out[:, rows],
-                lse[:, :, rows].contiguous(), softmax_scale=softmax_scale, causal=block_causal)
+                lse[:, :, rows].contiguous(), softmax_scale=softmax_scale, causal=block_causal,
+                sm_margin=sm_margin)
         if incoming_dkv is None:  # step 0: the accumulators of this rank's own K/V start here
             dk_acc = torch.zeros(k.shape, dtype=torch.float32, device=k.device)
             dv_acc = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
@@ -227,27 +246,27 @@ def check_ring_args(q, k, v, world, layout):
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, comm, softmax_scale, causal, layout):
+    def forward(ctx, q, k, v, comm, options):
+        """options: (softmax_scale, causal, layout, sm_margin), ring_forward's."""
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        out, lse = ring_forward(comm, q, k, v, softmax_scale, causal, layout)
+        out, lse = ring_forward(comm, q, k, v, *options)
         out = out.to(q.dtype)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.options = comm, softmax_scale, causal, layout
+        ctx.comm, ctx.options = comm, options
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        comm, softmax_scale, causal, layout = ctx.options
         q, k, v, out, lse = ctx.saved_tensors
         with torch.no_grad():
-            dq, dk, dv = ring_backward(comm, dout.contiguous(), q, k, v, out, lse,
-                                       softmax_scale, causal, layout)
-        return dq, dk, dv, None, None, None, None
+            dq, dk, dv = ring_backward(ctx.comm, dout.contiguous(), q, k, v, out, lse,
+                                       *ctx.options)
+        return dq, dk, dv, None, None
 
 
 def ring_flash_attn_func(q, k, v, group=None, causal=False, softmax_scale=None,
-                         layout="zigzag", return_attn_probs=False):
+                         layout="zigzag", return_attn_probs=False, sm_margin=0):
     """Exact attention over a sequence sharded across the ranks of `group`.
 
     q (batch, seqlen_local, heads_q, headdim), k/v (batch, seqlen_local, heads_kv, headdim):
@@ -255,9 +274,12 @@ def ring_flash_attn_func(q, k, v, group=None, causal=False, softmax_scale=None,
     RoPE positions from zigzag_positions; or "contiguous"). GQA/MQA K/V travel with their own
     heads. group: a torch.distributed process group (None: the default one). Every rank must
     call with the same shapes and options, and backpropagate through the output.
+    sm_margin: SMs every step's attention leaves free for NCCL's kernels, whose transfer of the
+    next K/V runs beside it (FlashAttention-3's sm_margin; see hfa.flash_attn_func).
     Returns out (as q), or (out, lse) with return_attn_probs (lse fp32 (batch, heads_q,
     seqlen_local), no gradient)."""
     comm = communicator(group)
     check_ring_args(q, k, v, comm.world, layout)
-    out, lse = _RingAttention.apply(q, k, v, comm, softmax_scale, bool(causal), layout)
+    options = (softmax_scale, bool(causal), layout, _args.sm_margin(sm_margin))
+    out, lse = _RingAttention.apply(q, k, v, comm, options)
     return (out, lse) if return_attn_probs else out

@@ -6,6 +6,7 @@ is the inverse all-to-all)."""
 import torch
 
 import hfa
+from hfa import _args
 
 from ._comm import communicator
 from .ring import check_ring_args, zigzag_shard, zigzag_unshard
@@ -34,19 +35,20 @@ def _to_sequence_split(comm, x, layout):
     return torch.cat(pieces, 2)
 
 
-def ulysses_forward(comm, q, k, v, softmax_scale, causal, layout):
+def ulysses_forward(comm, q, k, v, softmax_scale, causal, layout, sm_margin=0):
     """One rank's forward: (out, saved) with saved what ulysses_backward needs."""
     qh, kh, vh = (_to_head_split(comm, t, layout) for t in (q, k, v))
     out_h, lse_h = hfa.flash_attn_func(qh, kh, vh, softmax_scale=softmax_scale, causal=causal,
-                                       return_attn_probs=True)
+                                       return_attn_probs=True, sm_margin=sm_margin)
     return _to_sequence_split(comm, out_h, layout), (qh, kh, vh, out_h, lse_h)
 
 
-def ulysses_backward(comm, dout, saved, softmax_scale, causal, layout):
+def ulysses_backward(comm, dout, saved, softmax_scale, causal, layout, sm_margin=0):
     qh, kh, vh, out_h, lse_h = saved
     dout_h = _to_head_split(comm, dout, layout)
     dq_h, dk_h, dv_h = hfa.flash_attn_backward(dout_h, qh, kh, vh, out_h, lse_h,
-                                               softmax_scale=softmax_scale, causal=causal)
+                                               softmax_scale=softmax_scale, causal=causal,
+                                               sm_margin=sm_margin)
     return tuple(_to_sequence_split(comm, g, layout) for g in (dq_h, dk_h, dv_h))
 
 
@@ -63,26 +65,29 @@ def check_ulysses_args(q, k, v, world, layout):
 
 class _UlyssesAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, comm, softmax_scale, causal, layout):
-        out, saved = ulysses_forward(comm, q, k, v, softmax_scale, causal, layout)
+    def forward(ctx, q, k, v, comm, options):
+        """options: (softmax_scale, causal, layout, sm_margin), ulysses_forward's."""
+        out, saved = ulysses_forward(comm, q, k, v, *options)
         ctx.save_for_backward(*saved)
-        ctx.options = comm, softmax_scale, causal, layout
+        ctx.comm, ctx.options = comm, options
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        comm, softmax_scale, causal, layout = ctx.options
         with torch.no_grad():
-            dq, dk, dv = ulysses_backward(comm, dout.contiguous(), ctx.saved_tensors,
-                                          softmax_scale, causal, layout)
-        return dq, dk, dv, None, None, None, None
+            dq, dk, dv = ulysses_backward(ctx.comm, dout.contiguous(), ctx.saved_tensors,
+                                          *ctx.options)
+        return dq, dk, dv, None, None
 
 
 def ulysses_flash_attn_func(q, k, v, group=None, causal=False, softmax_scale=None,
-                            layout="zigzag"):
+                            layout="zigzag", sm_margin=0):
     """Exact attention over a sequence sharded across the ranks of `group`, by a head
     all-to-all. Arguments and layouts as ring_flash_attn_func (the same shards work for both);
-    heads_q and heads_kv must be divisible by the world size. Returns out (as q)."""
+    heads_q and heads_kv must be divisible by the world size. sm_margin: as
+    hfa.flash_attn_func's, for the one attention (which runs after the all-to-all, not beside
+    it). Returns out (as q)."""
     comm = communicator(group)
     check_ulysses_args(q, k, v, comm.world, layout)
-    return _UlyssesAttention.apply(q, k, v, comm, softmax_scale, bool(causal), layout)
+    options = (softmax_scale, bool(causal), layout, _args.sm_margin(sm_margin))
+    return _UlyssesAttention.apply(q, k, v, comm, options)

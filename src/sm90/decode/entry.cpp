@@ -64,6 +64,16 @@ Status validate_values(const detail::KVCacheProblem& p) {
   return detail::check_kvcache_values(host);
 }
 
+constexpr const char* kFamily = "sm90 KV-cache forward";
+
+// The device the split planner sizes for: the SMs left once sm_margin are kept free (the grid
+// is not persistent, so the margin shrinks the automatic split count rather than the grid).
+Status planned_device(const detail::KVCacheProblem& p, const sm90::DeviceFacts& facts,
+                      DeviceInfo* info) {
+  if (!facts.status) return facts.status;
+  return sm90::usable_sms(facts, p.sm_margin, p.device.index, kFamily, &info->sm_count);
+}
+
 }  // namespace
 }  // namespace hfa::sm90::decode
 
@@ -74,9 +84,9 @@ Status sm90_kvcache_workspace_size(const KVCacheProblem& p, std::size_t* bytes) 
   *bytes = 0;
   if (Status s = check_support(p); !s) return s;
   sm90::DeviceGuard guard(p.device.index);
-  const sm90::DeviceFacts& facts = sm90::device_facts(p.device.index);
-  if (!facts.status) return facts.status;
-  *bytes = workspace_bytes(p, DeviceInfo{facts.sm_count});
+  DeviceInfo info;
+  if (Status s = planned_device(p, sm90::device_facts(p.device.index), &info); !s) return s;
+  *bytes = workspace_bytes(p, info);
   return Status::ok();
 }
 
@@ -84,9 +94,8 @@ Status sm90_forward_kvcache(const KVCacheProblem& p) {
   using namespace sm90::decode;
   if (Status s = check_support(p); !s) return s;
   sm90::DeviceGuard guard(p.device.index);
-  const sm90::DeviceFacts& facts = sm90::device_facts(p.device.index);
-  if (!facts.status) return facts.status;
-  const DeviceInfo info{facts.sm_count};
+  DeviceInfo info;
+  if (Status s = planned_device(p, sm90::device_facts(p.device.index), &info); !s) return s;
   constexpr uintptr_t kWorkspaceAlignment = 16;  // fp32 partials, read as float4-friendly rows
   if (workspace_bytes(p, info) > 0 &&
       reinterpret_cast<uintptr_t>(p.workspace) % kWorkspaceAlignment != 0)

@@ -617,6 +617,60 @@ TEST(DecodeAppend, CapturesAndReplays) {
   expect_same_bytes("v_cache", gpu.v, cpu.v);
 }
 
+int sm_count() {
+  int count = 0;
+  cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 0);
+  return count;
+}
+
+// sm_margin plans the automatic splits for fewer SMs: still the oracle's answer; with a given
+// split count it changes no byte. A margin that leaves no SM is rejected by the workspace query
+// and the call alike, naming sm_margin.
+TEST(DecodeSmMargin, PlansForTheSmsLeft) {
+  HFA_REQUIRE_HOPPER();
+  const int sms = sm_count();
+  for (int32_t margin : {1, sms / 2, sms - 1}) {
+    SCOPED_TRACE("sm_margin " + std::to_string(margin));
+    KVCase c = gpu_case(CacheKind::bf16);
+    c.group = 4;
+    c.cache_seqlens = {3000, 17, 900};
+    c.options.sm_margin = margin;
+    expect_matches_oracle(c, default_tolerance(c.q_dtype()));
+  }
+  std::vector<unsigned char> plain_out, plain_lse;
+  for (int32_t margin : {0, sms - 1}) {
+    KVCase c = gpu_case(CacheKind::fp8_per_head);
+    c.cache_seqlens = {3000, 17, 900};
+    c.options.num_splits = 5;
+    c.options.sm_margin = margin;
+    c.build();
+    DeviceCase d(c);
+    const Status status = d.run();
+    ASSERT_TRUE(status.is_ok()) << status.message();
+    if (margin == 0) {
+      plain_out = c.out.bytes, plain_lse = c.lse.bytes;
+    } else {
+      EXPECT_TRUE(c.out.bytes == plain_out);
+      EXPECT_TRUE(c.lse.bytes == plain_lse);
+    }
+  }
+}
+
+TEST(DecodeSmMargin, NoSmLeftIsRejected) {
+  HFA_REQUIRE_HOPPER();
+  KVCase c = gpu_case(CacheKind::bf16);
+  c.options.sm_margin = sm_count();
+  c.build();
+  DeviceCase d(c);
+  Status status;
+  d.workspace_size(&status);
+  EXPECT_EQ(status.code(), Code::invalid_argument);
+  EXPECT_EQ(status.message().rfind("sm_margin: ", 0), 0u) << status.message();
+  status = d.run_as_is();
+  EXPECT_EQ(status.code(), Code::invalid_argument);
+  EXPECT_EQ(status.message().rfind("sm_margin: ", 0), 0u) << status.message();
+}
+
 TEST(DecodeErrors, WorkspaceTooSmallOrMissing) {
   HFA_REQUIRE_HOPPER();
   KVCase c = gpu_case(CacheKind::bf16);
