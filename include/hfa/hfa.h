@@ -135,10 +135,10 @@ typedef struct hfa_options {
    * (HFA_ERROR_INVALID_ARGUMENT otherwise; the workspace queries, whose answers do not depend
    * on it, check only the sign). The forward's persistent grid then has at most
    * SM count - sm_margin CTAs (FlashAttention-3's rule), so sm_margin SMs stay free for other
-   * kernels while it runs. The
-   * backward's grid is not persistent (one CTA per key block, handed out by the hardware as
-   * SMs free up): it accepts and checks sm_margin but is not limited by it. The CPU ignores
-   * it. */
+   * kernels while it runs.
+   * The backward's grid is not persistent (one CTA per key block, handed out by the hardware
+   * as SMs free up): it accepts and checks sm_margin but is not limited by it.
+   * The CPU ignores it. */
   int32_t sm_margin;
 } hfa_options;
 

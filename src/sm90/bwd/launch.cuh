@@ -139,16 +139,29 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
   return Status::ok();
 }
 
+// The deterministic mode's own configuration where it has one (TileConfig::kDeterministic).
+template <int kHeadDimQK, int kHeadDimV, bool kWindowed, bool kSoftcap, typename Element>
+Status launch_mode(const detail::BackwardProblem& problem, const LaunchContext& context) {
+  using Default = Config<kHeadDimQK, kHeadDimV, kWindowed, kSoftcap>;
+  if constexpr (Default::kDqFromRegisters) {
+    if (problem.deterministic) {
+      return launch<Config<kHeadDimQK, kHeadDimV, kWindowed, kSoftcap, true>, Element>(problem,
+                                                                                      context);
+    }
+  }
+  return launch<Default, Element>(problem, context);
+}
+
 template <int kHeadDimQK, int kHeadDimV, bool kWindowed, typename Element>
 Status launch_softcap_or_not(const detail::BackwardProblem& problem, const LaunchContext& context) {
   if (problem.fwd.softcap > 0.0f) {
     if constexpr (kHeadDimQK <= 64) {  // runs on the 128 configuration (head_dim_qk_to_run)
       return {Code::internal, "sm90 backward: a softcapped head dim 64 reached its configuration"};
     } else {
-      return launch<Config<kHeadDimQK, kHeadDimV, kWindowed, true>, Element>(problem, context);
+      return launch_mode<kHeadDimQK, kHeadDimV, kWindowed, true, Element>(problem, context);
     }
   }
-  return launch<Config<kHeadDimQK, kHeadDimV, kWindowed, false>, Element>(problem, context);
+  return launch_mode<kHeadDimQK, kHeadDimV, kWindowed, false, Element>(problem, context);
 }
 
 template <int kHeadDimQK, int kHeadDimV, typename Element>

@@ -18,10 +18,11 @@ struct LaunchContext {
   std::size_t l2_bytes;
 };
 
-// The tile configuration a problem runs on. Windows and softcap select kernels, not tiles:
-// the workspace's shape depends on the head dims alone.
-template <int kHeadDimQK, int kHeadDimV, bool kWindowed = false, bool kSoftcap = false>
-using Config = TileConfig<kHeadDimQK, kHeadDimV, kWindowed, kSoftcap>;
+// The tile configuration a problem runs on. Windows, softcap and the deterministic mode select
+// kernels, not tiles: the workspace's shape depends on the head dims alone.
+template <int kHeadDimQK, int kHeadDimV, bool kWindowed = false, bool kSoftcap = false,
+          bool kDeterministic = false>
+using Config = TileConfig<kHeadDimQK, kHeadDimV, kWindowed, kSoftcap, kDeterministic>;
 static_assert(Config<128, 128, true, true>::kBlockM == Config<128, 128>::kBlockM &&
               Config<128, 128, true, true>::kBlockN == Config<128, 128>::kBlockN);
 

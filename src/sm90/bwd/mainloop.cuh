@@ -15,7 +15,6 @@
 #include "sm90/bwd/scheduler.cuh"
 #include "sm90/bwd/shared_storage.cuh"
 #include "sm90/common/softcap.cuh"
-#include "sm90/ptx/flag.cuh"
 #include "sm90/ptx/fragment.cuh"
 #include "sm90/ptx/global_reduce.cuh"
 #include "sm90/ptx/named_barrier.cuh"
@@ -214,21 +213,6 @@ struct ConsumerMainloop {
     }
   }
 
-  // Deterministic, dQ from registers: the key blocks of a query block add their partials in
-  // turn (Scheduler::turn), the order the writer warp keeps where it adds. Thread 0 of each
-  // warpgroup waits for the turn and lets its warpgroup add; then every thread fences its adds,
-  // both warpgroups meet, and one thread passes the turn on.
-  __device__ __forceinline__ void wait_dq_turn(const int32_t* turns, int turn) {
-    if (thread == 0) ptx::wait_flag(turns, turn);
-    ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::dq_turn, kWarpgroup),
-                            kThreadsPerWarpgroup);
-  }
-  __device__ __forceinline__ void pass_dq_turn(int32_t* turns) {
-    ptx::fence_gpu();
-    ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::dq_added), kBothWarpgroups);
-    if (kWarpgroup == 0 && thread == 0) ptx::pass_flag(turns);
-  }
-
   // ---- The step ------------------------------------------------------------------------------
 
   // After both consumer warpgroups zeroed tile rows past a sequence's used length
@@ -323,18 +307,14 @@ struct ConsumerMainloop {
     do_ring.advance();
 
     constexpr bool kThroughWriter = !Config::kDqFromRegisters;  // tile_config.hpp
-    const int64_t chunk_index = dq_chunk_index<Config::kBlockM>(p, tile.batch, head, m_block);
-    float* chunk = p.ws.dq_accum + chunk_index * Dq::kFloats;
-    int32_t* turns = p.ws.dq_turns != nullptr ? p.ws.dq_turns + chunk_index : nullptr;
+    float* chunk = p.ws.dq_accum +
+                   dq_chunk_index<Config::kBlockM>(p, tile.batch, head, m_block) * Dq::kFloats;
     auto emit_dq = [&](int slab) {
       if constexpr (kThroughWriter) store_dq(dq, slab);
       else add_dq(dq, chunk, slab);
     };
-    if constexpr (kThroughWriter) {
-      smem.dq_empty[dq_ring.stage].wait(dq_ring.phase ^ 1);  // the writer read its last use
-    } else if (turns != nullptr) {
-      wait_dq_turn(turns, Scheduler<Config>::turn(p, tile, m_block));
-    }
+    // The writer has read this tile's last use.
+    if constexpr (kThroughWriter) smem.dq_empty[dq_ring.stage].wait(dq_ring.phase ^ 1);
     emit_dq(kRole.dq_first);
 #pragma unroll
     for (int j = 1; j < kRole.dq_count; ++j) {
@@ -350,8 +330,6 @@ struct ConsumerMainloop {
       ptx::fence_proxy_async_smem();  // the writer's bulk add reads the tile (async proxy)
       release(smem.dq_full[dq_ring.stage]);
       dq_ring.advance();
-    } else if (turns != nullptr) {
-      pass_dq_turn(turns);
     }
 
     ptx::wait_group<0>();

@@ -40,12 +40,16 @@ struct WarpgroupRole {
   int dq_first, dq_count;
 };
 
-template <int kHeadDimQK_, int kHeadDimV_, bool kWindowed_, bool kSoftcap_>
+// kDeterministic_: the deterministic mode's configuration, where it differs from the default's
+// (head dims split: kDqFromRegisters); launch.cuh picks it for deterministic=true there only.
+template <int kHeadDimQK_, int kHeadDimV_, bool kWindowed_, bool kSoftcap_,
+          bool kDeterministic_ = false>
 struct TileConfig {
   static constexpr int kHeadDimQK = kHeadDimQK_;
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr bool kWindowed = kWindowed_;
   static constexpr bool kSoftcap = kSoftcap_;
+  static constexpr bool kDeterministic = kDeterministic_;
   static constexpr int kSlabsQK = kHeadDimQK / kSlabColumns;
   static constexpr int kSlabsV = kHeadDimV / kSlabColumns;
   static_assert(kHeadDimQK % kSlabColumns == 0 && kHeadDimV % kSlabColumns == 0);
@@ -64,14 +68,15 @@ struct TileConfig {
   static constexpr int kScoreColumns = kKeysSplit ? kBlockM : kBlockM / kConsumerWarpgroups;
 
   // Shared memory (≤ 227 KB): K, V, Q and dO stages, Pᵀ (head dims split only) and dSᵀ stages,
-  // the writer warp's fp32 dQ tiles (keys split only: kDqFromRegisters). hdim 128: 32 + 32 +
+  // the writer warp's fp32 dQ tiles (where kDqFromRegisters is not set). hdim 128: 32 + 32 +
   // 2·16 + 2·16 + 2·16 + 2·32 = 224 KB; hdim 64: 16 + 16 + 2·16 + 2·16 + 2·32 + 32 = 192 KB;
-  // 192/192: 24 + 24 + 2·24 + 2·24 + 2·8 + 2·8 = 176 KB; 256: 32 + 32 + 2·32 + 2·32 + 2·8 + 2·8
-  // = 224 KB. Two stages let the loader fetch the next step's Q and dO during this one (hdim 256
-  // with one stage, where the dQ tile took the room: 20-27 % slower, bench/results "Backward:
-  // two Q/dO stages at hdim 256").
-  static constexpr int kStagesQ = 2;
-  static constexpr int kStagesDO = 2;
+  // 192/192: 24 + 24 + 2·24 + 2·24 + 2·8 + 2·8 (+ 48 deterministic) = 176 (224) KB; 256: 32 +
+  // 32 + 2·32 + 2·32 + 2·8 + 2·8 = 224 KB, deterministic one Q and one dO stage beside the 64 KB
+  // dQ tile (32 + 32 + 32 + 32 + 16 + 16 + 64 = 224 KB). Two stages let the loader fetch the
+  // next step's Q and dO during this one: hdim 256 with one was 20-27 % slower (bench/results,
+  // "Backward: two Q/dO stages at hdim 256").
+  static constexpr int kStagesQ = kHeadDimQK == 256 && kDeterministic ? 1 : 2;
+  static constexpr int kStagesDO = kStagesQ;
   // Two Pᵀ/dSᵀ stages: a warpgroup writes the next step's while the other may still read this
   // one's in its dQ GEMM, and one barrier a step (scores_shared) orders both uses.
   static constexpr int kStagesScores = 2;
@@ -80,16 +85,20 @@ struct TileConfig {
   // accesses. (Measured: one lane per warp after __syncwarp was 0-4 % faster at hdim 128, and
   // compute-sanitizer racecheck reported its reads against the next bulk copy as hazards.)
   static constexpr int kStageReleasers = kConsumerWarpgroups * kThreadsPerWarpgroup;
-  // How dQ partials reach the workspace: head dims split, each warpgroup adds its slabs from
-  // registers (red.global.add.v4.f32; deterministic: in turn order, mainloop.cuh), 8-12 % faster
-  // at hdim 256 than the bulk reduce-add of a 64 KB shared tile a step, which costs a store and a
-  // read of it in the shared memory that the step's GEMMs are short of, and it frees that tile's
-  // room for a second Q/dO stage; keys split, the writer warp's bulk reduce of a shared tile,
-  // 6-28 % faster at hdim 64 and 128 (bench/results, "Backward: dQ from registers").
-  static constexpr bool kDqFromRegisters = !kKeysSplit;
+  // How dQ partials reach the workspace. Head dims split, in the default mode: each warpgroup
+  // adds its slabs from registers (red.global.add.v4.f32), 8-12 % faster at hdim 256 than the
+  // bulk reduce-add of a 64 KB shared tile a step, which costs a store and a read of it in the
+  // shared memory that the step's GEMMs are short of, and that tile's room holds a second Q/dO
+  // stage instead. Keys split, and deterministic everywhere: the writer warp's bulk reduce of a
+  // shared tile, 6-28 % faster at hdim 64 and 128 (bench/results, "Backward: dQ from
+  // registers"); deterministic, it keeps the turn order without stalling the consumers (adds
+  // from registers in turn order, each fenced before the turn passes, measured 15-25 % slower
+  // at hdim 192 and 256).
+  static constexpr bool kDqFromRegisters = !kKeysSplit && !kDeterministic;
   // The writer's dQ tiles: two where shared memory has room (hdim 128), so a step's dQ need not
   // wait for the bulk add of the last one.
-  static constexpr int kStagesDq = kBlockM == kRowsPerWarpgroup ? HFA_SM90_BWD_DQ_STAGES_D128 : 1;
+  static constexpr int kStagesDq =
+      kKeysSplit && kBlockM == kRowsPerWarpgroup ? HFA_SM90_BWD_DQ_STAGES_D128 : 1;
 
   // setmaxnreg: the producer warpgroup (a TMA warp and the dQ writer warp) gives back all but
   // 24; the consumers take 240. Balanced against the launch allocation of 168 registers a

@@ -15,10 +15,6 @@ __device__ __forceinline__ void wait_flag(const int32_t* flag, int32_t value) {
   } while (seen != value);
 }
 
-// Orders this thread's writes (and reductions) before what it, or a thread it synchronizes with
-// afterwards, does next, at GPU scope: before another thread passes the turn on for all.
-__device__ __forceinline__ void fence_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
-
 // *flag += 1; release at GPU scope: what this thread wrote (or saw complete) before is visible
 // to the CTA that waits for the new value.
 __device__ __forceinline__ void pass_flag(int32_t* flag) {

@@ -12,9 +12,7 @@ enum class NamedBarrier : uint32_t {
   scores_shared = 4,     // backward: both consumer warpgroups' Pᵀ/dSᵀ tiles are in shared memory
   padding_zeroed = 5,    // backward: the tile rows past a sequence's used length are zeros
   v_padding_zeroed = 6,  // 6..8: forward, consumer warpgroup 0..2 zeroed V's rows past seqused_k
-  dq_turn = 9,           // 9..10: deterministic backward, consumer warpgroup 0..1 has its dQ turn
-  dq_added = 11,         // deterministic backward: both consumer warpgroups' dQ adds are fenced
-  count = 12,
+  count = 9,
 };
 
 inline constexpr uint32_t kWarpgroupThreads = 128;
