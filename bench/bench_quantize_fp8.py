@@ -3,12 +3,14 @@
 the Hadamard rotation, beside torch's device copy (x.clone()) in the same run.
 
 Issue 12's shapes: (batch 4, seqlen 8192, heads 16, d) bf16 with d 128, 64 and 256, blocks of
-128 rows. GB/s counts the bytes a pass must move: x read once, the codes and scales written
-(per-tensor and per-head quantization read x twice, which the number does not count: it is
-the rate a one-pass kernel would need to match). The copy's bytes are x read and written.
-triton.testing.do_bench medians. Writes <out>/<date>-quantize-fp8.{json,md}.
+128 rows, and the same at seqlen 32768 (4x the bytes: what stays of a fixed cost per call, a
+launch, a grid's ramp and tail, shows as the difference between the two). GB/s counts the bytes
+a pass must move: x read once, the codes and scales written (per-tensor and per-head
+quantization read x twice, which the number does not count: it is the rate a one-pass kernel
+would need to match). The copy's bytes are x read and written. triton.testing.do_bench medians.
+Writes <out>/<date>-quantize-fp8.{json,md}.
 
-    python3 bench/bench_quantize_fp8.py [--out DIR] [--hdims 128 64 256]
+    python3 bench/bench_quantize_fp8.py [--out DIR] [--hdims 128 64 256] [--seqlens 8192 32768]
 """
 
 import argparse
@@ -27,7 +29,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.path.join(benchlib.REPO, "bench", "results"))
     p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--seqlen", type=int, default=8192)
+    p.add_argument("--seqlens", type=int, nargs="+", default=[8192, 32768])
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--hdims", type=int, nargs="+", default=[128, 64, 256])
     p.add_argument("--block", type=int, default=128)
@@ -40,9 +42,9 @@ def gbps(nbytes, ms):
     return nbytes / (ms * 1e-3) / 1e9
 
 
-def measure_hdim(torch, hfa, do_bench, a, d):
+def measure_hdim(torch, hfa, do_bench, a, seqlen, d):
     """One row per (granularity, hadamard) and the copy's rate, for head dim d."""
-    x = torch.randn(a.batch, a.seqlen, a.heads, d, device="cuda").to(torch.bfloat16)
+    x = torch.randn(a.batch, seqlen, a.heads, d, device="cuda", dtype=torch.bfloat16)
     copy = gbps(2 * x.numel() * x.element_size(),
                 do_bench(lambda: x.clone(), warmup=a.warmup, rep=a.rep))
     signs = hfa.hadamard_signs(d, seed=0, device="cuda")
@@ -55,12 +57,13 @@ def measure_hdim(torch, hfa, do_bench, a, d):
             codes, scales = call()
             moved = x.numel() * x.element_size() + codes.numel() + scales.numel() * 4
             ms = do_bench(call, warmup=a.warmup, rep=a.rep)
-            rows.append({"case": {"batch": a.batch, "seqlen": a.seqlen, "heads": a.heads,
+            rows.append({"case": {"batch": a.batch, "seqlen": seqlen, "heads": a.heads,
                                   "hdim": d, "dtype": "bf16", "granularity": granularity,
                                   "block": a.block if granularity == "block" else None,
                                   "hadamard": hadamard},
                          "metric": "GBps", "hfa": gbps(moved, ms), "torch_copy": copy})
-            print(f"bench: d {d:3d} {granularity:6s} hadamard {int(hadamard)}: "
+            print(f"bench: seqlen {seqlen:5d} d {d:3d} {granularity:6s} "
+                  f"hadamard {int(hadamard)}: "
                   f"hfa {rows[-1]['hfa']:7.1f} GB/s, copy {copy:7.1f} GB/s", flush=True)
     del x
     torch.cuda.empty_cache()
@@ -74,16 +77,18 @@ def main(argv=None):
 
     import hfa
     now = benchlib.utc_now()
-    a.dtype, a.tokens, a.head_budget = "bf16", a.batch * a.seqlen, 0
+    a.dtype, a.tokens, a.head_budget = "bf16", [a.batch * n for n in a.seqlens], 0
     result = benchlib.new_result("quantize-fp8", now, a,
                                  accuracy="not checked here (python/tests/test_quantize_fp8.py)",
-                                 batch=a.batch, seqlen=a.seqlen, heads=a.heads, block=a.block)
+                                 batch=a.batch, seqlens=a.seqlens, heads=a.heads, block=a.block)
     benchlib.announce(result)
     t0 = time.time()
-    for d in a.hdims:
-        result["rows"] += measure_hdim(torch, hfa, do_bench, a, d)
-    head = ["hdim", "granularity", "hadamard", "hfa GB/s", "copy GB/s", "hfa / copy"]
-    body = [[str(r["case"]["hdim"]), r["case"]["granularity"], str(r["case"]["hadamard"]),
+    for seqlen in a.seqlens:
+        for d in a.hdims:
+            result["rows"] += measure_hdim(torch, hfa, do_bench, a, seqlen, d)
+    head = ["seqlen", "hdim", "granularity", "hadamard", "hfa GB/s", "copy GB/s", "hfa / copy"]
+    body = [[str(r["case"]["seqlen"]), str(r["case"]["hdim"]), r["case"]["granularity"],
+             str(r["case"]["hadamard"]),
              benchlib.fmt(r["hfa"]), benchlib.fmt(r["torch_copy"]),
              benchlib.ratio(r["hfa"], r["torch_copy"])] for r in result["rows"]]
     md = benchlib.markdown("FP8 quantization (GB/s)", result, head, body)

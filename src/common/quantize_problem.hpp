@@ -47,6 +47,9 @@ struct Fp8QuantizeProblem {
   const float* signs = nullptr;  // fp32 (hdim) of ±1; null: no rotation
   Device device;
   void* stream = nullptr;
+  // The GPU's persistent grids: at most this many CTAs (0: as many as its SMs hold at once).
+  // Only tests set it, to run many turns per CTA on small inputs; the API leaves it 0.
+  int64_t max_ctas = 0;
 
   HFA_HD int64_t first_row(int64_t b) const { return cu_seqlens ? cu_seqlens[b] : b * seqlen; }
   HFA_HD int64_t rows_of(int64_t b) const { return first_row(b + 1) - first_row(b); }

@@ -9,10 +9,12 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/host_tensor.hpp"
 #include "hfa/hfa.hpp"
+#include "quant/fp8_input.hpp"
 #include "quant/hadamard.hpp"
 #include "quant/reference.hpp"
 
@@ -266,6 +268,68 @@ TEST(QuantizeFp8, ScaleOfAZeroGroupIsOneAndOfATinyGroupTheSmallestNormal) {
     ASSERT_TRUE(got.status.is_ok());
     EXPECT_EQ(got.scale[0], v == 0.0 ? 1.0f : kMinNormal);
   }
+}
+
+// --- encoding by a bracketed reciprocal (the GPU's, quant/fp8_input.hpp) -----------------------
+
+// Values whose quotient lands on or next to a rounding boundary of e4m3 (a midpoint between two
+// codes, the saturation edge, the flush to zero), beside random ones, zeros, subnormals, inf and
+// NaN: wherever both bracket products give one code, it is the quotient's.
+TEST(QuantizeFp8Bracket, AgreeingProductsGiveTheQuotientsCode) {
+  std::vector<float> midpoints;  // between consecutive non-negative codes, exact in fp32
+  for (int c = 0; c < 0x7e; ++c)
+    midpoints.push_back((quant::e4m3_decode(uint8_t(c)) + quant::e4m3_decode(uint8_t(c + 1))) / 2);
+  midpoints.push_back(464.0f);  // 448's neighbour 480 does not exist: satfinite
+  std::mt19937_64 rng(21);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  auto nudge = [](float x, int ulps) {
+    return quant::from_bits(quant::bits_of(x) + static_cast<uint32_t>(ulps));
+  };
+  int64_t random_values = 0, random_undecided = 0, boundary_values = 0, boundary_decided = 0;
+  for (const float norm :
+       {1.0f, quant::hadamard_norm(64), quant::hadamard_norm(128), quant::hadamard_norm(256)})
+    for (int trial = 0; trial < 3000; ++trial) {
+      // amax over 2^-130 .. 2^127, at times exactly 0, around the bracket's smallest scale, or
+      // not finite.
+      const int kind = trial % 10;
+      float amax = std::ldexp(1.0f + 0.5f * (unit(rng) + 1.0f), int(rng() % 258) - 130);
+      if (kind == 0) amax = 0.0f;
+      if (kind == 1) amax = std::ldexp(448.0f, -116) * (1.0f + 0.01f * unit(rng));
+      if (kind == 2) amax = trial % 20 == 2 ? INFINITY : NAN;
+      const float scale = quant::fp8_input_scale(quant::amax_from_abs_bits(quant::abs_bits(amax)));
+      const quant::Fp8InputDivisor d = quant::fp8_input_divisor(scale, norm);
+      EXPECT_EQ(d.bracketed, !(scale < 0x1p-116f)) << scale;
+      std::vector<std::pair<float, bool>> values;  // v, on a boundary
+      for (int i = 0; i < 64; ++i) values.push_back({unit(rng) * amax / norm, false});
+      for (int i = 0; i < 64; ++i) {
+        const float m = midpoints[rng() % midpoints.size()] * (rng() % 2 ? -1.0f : 1.0f);
+        values.push_back({nudge(m * scale / norm, int(rng() % 81) - 40), true});
+      }
+      for (int i = 0; i < 8; ++i)  // around the flush of v · norm to zero
+        values.push_back({nudge(0x1p-126f / norm, int(rng() % 41) - 20), true});
+      for (float v : {0.0f, -0.0f, 1e-40f, -1e-41f, INFINITY, -INFINITY, NAN, 2 * amax / norm})
+        values.push_back({v, true});
+      for (std::size_t i = 0; i + 1 < values.size(); i += 2) {
+        const float v0 = values[i].first, v1 = values[i + 1].first;
+        const uint16_t below = quant::fp8_input_encode_bracket(v0, v1, d.below);
+        const uint16_t above = quant::fp8_input_encode_bracket(v0, v1, d.above);
+        const uint16_t want = quant::fp8_input_encode_exact(v0, v1, d);
+        const bool decided = d.bracketed && below == above;
+        if (decided) {
+          ASSERT_EQ(below, want) << "v " << v0 << ", " << v1 << " scale " << scale << " norm "
+                                 << norm;
+        }
+        const bool boundary = values[i].second || values[i + 1].second;
+        (boundary ? boundary_values : random_values) += 2;
+        if (boundary) boundary_decided += decided ? 2 : 0;
+        if (!boundary && d.bracketed) random_undecided += decided ? 0 : 2;
+      }
+    }
+  EXPECT_LT(random_undecided, random_values / 1000) << "of " << random_values;
+  EXPECT_GT(boundary_decided, boundary_values / 4) << "of " << boundary_values;
+  std::printf("bracket: %lld of %lld random values undecided, %lld of %lld on boundaries decided\n",
+              (long long)random_undecided, (long long)random_values, (long long)boundary_decided,
+              (long long)boundary_values);
 }
 
 // --- the rotation ------------------------------------------------------------------------------

@@ -12,6 +12,13 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint3
                "r"(src_bytes));
 }
 
+// 16 bytes through L1: where a lane's neighbouring copies share 32-byte sectors (each fetched
+// from L2 once, not once a copy). src_bytes = 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async_16_l1(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, uint32_t src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes));
