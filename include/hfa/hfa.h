@@ -410,8 +410,9 @@ HFA_API hfa_status hfa_hadamard_signs(uint64_t seed, const hfa_tensor* signs, vo
  * very view lses[i] is, e.g. a ring's running fp32 accumulator as outs[0] / lses[0]; any other
  * overlap of an output with an input or with the other output is rejected.
  * All tensors on one device. A CUDA call is queued on stream (a cudaStream_t; ignored on the
- * CPU) with no allocation and no synchronization; it reads each input once (16-byte loads where
- * rows are 16-byte aligned and hdim_v is a multiple of 8). */
+ * CPU) with no allocation and no synchronization; it reads each input once (vector loads of 4
+ * values, 16 bytes of f32 or 8 of bf16/f16, where every tensor's rows are aligned to that and
+ * hdim_v is a multiple of 4). */
 #define HFA_MAX_MERGE_PARTIALS 16
 
 HFA_API hfa_status hfa_merge_partials(const hfa_tensor* const* outs, const hfa_tensor* const* lses,

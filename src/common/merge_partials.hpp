@@ -66,7 +66,9 @@ struct MergeRow {
   float lse = -INFINITY;
 };
 
-// Reads the row's LSE of every partial once (unrolled: on a GPU the arrays stay in registers).
+// Reads the row's LSE of every partial once (unrolled: on a GPU the arrays stay in registers),
+// all of them before the first is used: a GPU thread then waits for one load, not one per
+// partial.
 HFA_HD inline MergeRow merge_row(const MergePartialsProblem& p, const RowAt& at) {
   MergeRow row;
   LseMerge merge;
@@ -75,8 +77,10 @@ HFA_HD inline MergeRow merge_row(const MergePartialsProblem& p, const RowAt& at)
     if (k >= p.num_partials) continue;
     const MergePartialsProblem::Partial& part = p.partials[k];
     row.weight[k] = part.lse[offset_of(part.lse_stride, at.b, at.i, at.h)];  // its LSE, for now
-    merge.see(row.weight[k]);
   }
+  HFA_UNROLL
+  for (int k = 0; k < kMaxMergePartials; ++k)
+    if (k < p.num_partials) merge.see(row.weight[k]);
   HFA_UNROLL
   for (int k = 0; k < kMaxMergePartials; ++k)
     if (k < p.num_partials) merge.add(row.weight[k]);

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -90,6 +92,37 @@ class MergeCase {
   }
 
   const MergeShape& shape() const { return shape_; }
+
+  // Makes every weight exact: of the partials that see a row, the first 2^⌊log2 count⌋ keep
+  // seeing it, all with the same LSE (the first one's), and the others no longer do (LSE −inf,
+  // their output NaN). Each weight is then exp(0) / 2^j, and the merge in fp32 the same bytes
+  // on any backend that adds the partials in the same order (each weight · out exact).
+  void make_weights_exact() {
+    for (int64_t r = 0; r < shape_.rows(); ++r) {
+      const int keep = int(std::bit_floor(unsigned(live_count(r))));
+      double first = -kInf;
+      int seen = 0;
+      for (std::size_t k = 0; k < lses.size(); ++k) {
+        const double l = lses[k].get(shape_.lse_index(r));
+        if (l == -kInf) continue;
+        if (seen++ == 0) first = l;
+        if (seen <= keep) {
+          lses[k].set(shape_.lse_index(r), first);
+          continue;
+        }
+        lses[k].set(shape_.lse_index(r), -kInf);
+        for (int64_t c = 0; c < shape_.hdim; ++c)
+          outs[k].set(shape_.out_index(r, c), std::numeric_limits<double>::quiet_NaN());
+      }
+    }
+  }
+
+  // Partials that see row r (LSE not −inf).
+  int live_count(int64_t r) const {
+    int count = 0;
+    for (const HostTensor& l : lses) count += l.get(shape_.lse_index(r)) != -kInf;
+    return count;
+  }
 
   // The views merge_partials takes (rebuilt after a test moves the data elsewhere).
   std::vector<const Tensor*> out_pointers() const { return pointers(out_views); }
@@ -190,5 +223,102 @@ inline void expect_merged(const MergeReference& ref, const HostTensor& out, cons
     }
   }
 }
+
+// The ring's in-place step as it passes its tensors: the fp32 accumulator, partial 0 and the
+// output at once, is tokens [first, first + window) of a longer out and LSE, taken as
+// out[:, first:first + window] and lse[:, :, first:first + window] (varlen: out[first:...] and
+// lse[:, first:...]), views that are not contiguous; the other partials are the case's own.
+// The longer tensors hold partial 0 in the window and random values around it, which the merge
+// must leave as they are.
+class RingWindow {
+ public:
+  HostTensor out, lse;  // the longer tensors
+
+  RingWindow(const MergeCase& c, int64_t seqlen, int64_t first, uint64_t seed)
+      : out(DType::f32, longer(c.shape(), seqlen).out_dims()),
+        lse(DType::f32, longer(c.shape(), seqlen).lse_dims()),
+        first_(first),
+        window_(c.shape()),
+        long_(longer(c.shape(), seqlen)) {
+    out.fill_normal(seed);
+    lse.fill_normal(seed + 1, 1.0, 3.0);
+    for (int64_t e = 0; e < c.outs[0].numel(); ++e) out.set(out_index(e), c.outs[0].get(e));
+    for (int64_t e = 0; e < c.lses[0].numel(); ++e) lse.set(lse_index(e), c.lses[0].get(e));
+    out_before_ = out.values();
+    lse_before_ = lse.values();
+  }
+
+  // The window of `full`, a view of `out` or `lse` (or of a device copy of one).
+  Tensor out_window(Tensor full) const { return cut(full, out_dim(), sizeof(float)); }
+  Tensor lse_window(Tensor full) const { return cut(full, out_dim() + 1, sizeof(float)); }
+
+  // After the merge: the window as `ref` (the case's merge) says, every other element as before.
+  void expect_merged_in_place(const MergeReference& ref, const HostTensor& out_after,
+                              const HostTensor& lse_after, int n, const std::string& label) const {
+    HostTensor window_out(DType::f32, window_.out_dims()),
+        window_lse(DType::f32, window_.lse_dims());
+    std::vector<bool> inside_out(out_before_.size()), inside_lse(lse_before_.size());
+    for (int64_t e = 0; e < window_out.numel(); ++e) {
+      window_out.set(e, out_after.get(out_index(e)));
+      inside_out[std::size_t(out_index(e))] = true;
+    }
+    for (int64_t e = 0; e < window_lse.numel(); ++e) {
+      window_lse.set(e, lse_after.get(lse_index(e)));
+      inside_lse[std::size_t(lse_index(e))] = true;
+    }
+    expect_merged(ref, window_out, &window_lse, n, label);
+    const auto same = [](double a, double b) { return std::isnan(a) ? std::isnan(b) : a == b; };
+    for (std::size_t e = 0; e < out_before_.size(); ++e)
+      if (!inside_out[e] && !same(out_after.get(int64_t(e)), out_before_[e])) {
+        ADD_FAILURE() << label << ": out[" << e << "] outside the window was written";
+        break;
+      }
+    for (std::size_t e = 0; e < lse_before_.size(); ++e)
+      if (!inside_lse[e] && !same(lse_after.get(int64_t(e)), lse_before_[e])) {
+        ADD_FAILURE() << label << ": lse[" << e << "] outside the window was written";
+        break;
+      }
+  }
+
+ private:
+  static MergeShape longer(MergeShape shape, int64_t seqlen) {
+    shape.seqlen = seqlen;
+    return shape;
+  }
+  // The dim of tokens in out (in the LSE it is the next one).
+  std::size_t out_dim() const { return window_.varlen ? 0 : 1; }
+
+  // Logical index in the longer tensor of element `index` of the window (dims `dims`, tokens
+  // along `dim`).
+  int64_t longer_index(const std::vector<int64_t>& dims, const std::vector<int64_t>& long_dims,
+                       std::size_t dim, int64_t index) const {
+    int64_t result = 0, scale = 1;
+    for (std::size_t d = dims.size(); d-- > 0;) {
+      int64_t coordinate = index % dims[d];
+      index /= dims[d];
+      if (d == dim) coordinate += first_;
+      result += coordinate * scale;
+      scale *= long_dims[d];
+    }
+    return result;
+  }
+  int64_t out_index(int64_t e) const {
+    return longer_index(window_.out_dims(), long_.out_dims(), out_dim(), e);
+  }
+  int64_t lse_index(int64_t e) const {
+    return longer_index(window_.lse_dims(), long_.lse_dims(), out_dim() + 1, e);
+  }
+
+  Tensor cut(Tensor full, std::size_t dim, std::size_t element_bytes) const {
+    full.data = static_cast<std::byte*>(full.data) +
+                first_ * full.stride[dim] * static_cast<int64_t>(element_bytes);
+    full.shape[dim] = window_.seqlen;
+    return full;
+  }
+
+  int64_t first_;
+  MergeShape window_, long_;
+  std::vector<double> out_before_, lse_before_;
+};
 
 }  // namespace hfa::test

@@ -1,7 +1,8 @@
 // hfa::merge_partials / hfa_merge_partials on the CPU against a float64 merge: N = 1 to
 // HFA_MAX_MERGE_PARTIALS partials of mixed dtypes, fixed length and varlen, odd sizes, strided
 // tensors, f32 / bf16 / f16 out, rows seen by no partial (0 and −inf, never NaN) and partials
-// whose unseen rows hold NaN (never read), far-apart LSEs, a NaN LSE, in-place accumulation;
+// whose unseen rows hold NaN (never read), far-apart LSEs, a NaN LSE, in-place accumulation
+// (also into a window of longer tensors, as the ring passes them);
 // then every bad argument, named, with nothing written.
 #include <gtest/gtest.h>
 
@@ -105,6 +106,25 @@ TEST(MergePartials, InPlaceIntoTheFirstPartial) {
   ASSERT_TRUE(
       merge_partials(c.out_pointers(), c.lse_pointers(), c.out_views[2], &c.lse_views[1]).is_ok());
   expect_merged(want, c.outs[2], &c.lses[1], 3, "in place into outs[2], lses[1]");
+}
+
+// The ring's views (ring.py: out[:, rows], lse[:, :, rows]): the accumulator is a window of
+// longer tensors, not contiguous, merged in place; nothing outside the window is written.
+TEST(MergePartials, InPlaceIntoAWindowOfLongerTensors) {
+  for (const MergeShape& shape : {kFixed, kVarlen})
+    for (int n : {2, 4}) {
+      MergeCase c(shape, n, DType::f32, {DType::f32, DType::bf16}, 40 + n);
+      RingWindow ring(c, shape.seqlen + 6, 4, 3 * n);
+      const MergeReference want = c.reference();
+      std::vector<Tensor> outs = c.out_views, lses = c.lse_views;
+      outs[0] = ring.out_window(ring.out.view());
+      lses[0] = ring.lse_window(ring.lse.view());
+      std::vector<const Tensor*> out_ptrs, lse_ptrs;
+      for (int k = 0; k < n; ++k) out_ptrs.push_back(&outs[k]), lse_ptrs.push_back(&lses[k]);
+      ASSERT_TRUE(merge_partials(out_ptrs, lse_ptrs, outs[0], &lses[0]).is_ok());
+      ring.expect_merged_in_place(want, ring.out, ring.lse, n,
+                                  label(shape, n, DType::f32, 0) + " window");
+    }
 }
 
 TEST(MergePartials, NoRowsIsANoOpAndNoColumnsStillWritesTheLse) {

@@ -1,15 +1,20 @@
 // hfa::merge_partials on a Hopper GPU against the CPU (its oracle, checked against float64 in
 // tests/merge): both within the same float64 bound and identical on the special rows (seen by no
-// partial: 0 and −inf; a NaN LSE: NaN), for N = 1 to HFA_MAX_MERGE_PARTIALS, mixed partial
-// dtypes, each out dtype, the vector path (16-byte aligned rows, hdim a multiple of 8: 8 to 512
-// values, 1 to 32 lanes a row and more slices than lanes) and the scalar one (odd hdim,
-// misaligned strides), fixed length and varlen, in place, on a stream of the caller's. Skipped
-// without a Hopper GPU.
+// partial: 0 and −inf; a NaN LSE: NaN), and byte for byte where the weights are exact (equal
+// LSEs: the same fp32 additions in the same order), for N = 1 to HFA_MAX_MERGE_PARTIALS, mixed
+// partial dtypes, each out dtype, the vector path (rows aligned to 4 values, hdim a multiple of
+// 4: 4 to 1024 values, 1 to 32 lanes a row, slices past a lane's 4 in flight), the scalar one
+// (odd hdim, misaligned strides), tiles cut at the end of the tokens and of the heads (heads not
+// a multiple of 32, odd seqlen, more tiles than CTAs), fixed length and varlen, in place (also
+// into the ring's windows of longer tensors: out[:, rows], lse[:, :, rows]), on a stream of the
+// caller's. Skipped without a Hopper GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -106,13 +111,84 @@ void expect_gpu_equals_cpu(const MergeShape& shape, int n, DType out_dtype, int6
 
 TEST(Sm90MergePartials, GpuEqualsCpuOnTheVectorPath) {
   HFA_REQUIRE_HOPPER();
-  for (int n : {1, 2, 3, 4, 5, 8, 9, HFA_MAX_MERGE_PARTIALS})
+  for (int n = 1; n <= HFA_MAX_MERGE_PARTIALS; ++n)
     for (DType out_dtype : {DType::f32, DType::bf16, DType::f16}) {
       expect_gpu_equals_cpu({false, 2, 77, 3, 128}, n, out_dtype, 0);
-      expect_gpu_equals_cpu({true, 1, 301, 4, 64}, n, out_dtype, 8);  // 16-byte padded rows
+      expect_gpu_equals_cpu({true, 1, 301, 4, 64}, n, out_dtype, 4);  // rows of 68 values
     }
-  for (int64_t hdim : {8, 16, 96, 256, 512})  // 1 lane a row ... 32 lanes with 2 slices each
-    expect_gpu_equals_cpu({false, 3, 33, 2, hdim}, 3, DType::bf16, 0);
+  // 1 slice (1 lane a row), 2 lanes with 2 slices each, 15 slices (a lane's last slot empty),
+  // 24, 32 (8 lanes × 4), 64, 128 (a warp × 4), 256 (two rounds of a warp's slices).
+  for (int64_t hdim : {4, 16, 60, 96, 128, 256, 512, 1024})
+    for (DType out_dtype : {DType::f32, DType::bf16})
+      expect_gpu_equals_cpu({false, 3, 33, 2, hdim}, 3, out_dtype, 0);
+}
+
+// Tiles of at most 256 rows: up to 32 heads of a run of tokens, cut at the end of the tokens (odd
+// seqlen, a batch boundary inside a tile) and of the heads, with fewer tokens where full tiles
+// would leave CTAs idle (a short call), and more tiles than the GPU's CTAs (each strides over
+// several). The tile's tokens depend on the GPU's CTAs: the comments give an H200's (132 SMs ×
+// 3 CTAs); other cuts are as valid.
+TEST(Sm90MergePartials, GpuEqualsCpuOnEveryTileShape) {
+  HFA_REQUIRE_HOPPER();
+  const MergeShape shapes[] = {
+      {false, 1, 1, 1, 64},     // one row
+      {false, 3, 1, 5, 64},     // seqlen 1: tiles span batches
+      {false, 2, 13, 32, 64},   // 32 heads
+      {false, 1, 29, 33, 32},   // 33 heads: a head tile of 32, then one of 1
+      {false, 2, 17, 40, 64},   // 40: 32 + 8
+      {true, 1, 37, 64, 128},   // 64: two head tiles
+      {false, 1, 11, 70, 16},   // 70: 32 + 32 + 6
+      {false, 2, 255, 7, 128},  // 7 heads
+      {false, 3, 1023, 3, 64},  // 3 heads, 3069 tokens: 8 a tile, across batches
+  };
+  for (const MergeShape& shape : shapes)
+    for (int n : {1, 2, 5}) expect_gpu_equals_cpu(shape, n, DType::f32, 0);
+  const MergeShape long_calls[] = {
+      {true, 1, 6336, 32, 64},   // full tiles of 8 tokens, 2 a CTA
+      {true, 1, 4099, 32, 64},   // 6 tokens a tile, 684 tiles: some CTAs 1, most 2
+      {false, 1, 14256, 7, 32},  // full tiles of 36 tokens × 7 heads (252 rows)
+      {false, 2, 1000, 33, 37},  // the scalar path: 2 head tiles, 2000 tokens
+  };
+  for (const MergeShape& shape : long_calls) expect_gpu_equals_cpu(shape, 2, DType::bf16, 0);
+}
+
+// Exact weights (MergeCase::make_weights_exact: equal LSEs, a power of two of partials a row):
+// the GPU's merge must be the CPU's byte for byte (the same products, added in the same order
+// from 0), and the LSE too where one partial or none sees the row (log 1 = 0 is exact).
+TEST(Sm90MergePartials, ExactWeightsGiveTheCpusBytes) {
+  HFA_REQUIRE_HOPPER();
+  const MergeShape shapes[] = {{false, 2, 45, 5, 128}, {true, 1, 60, 3, 37}};
+  for (int n : {2, 3, 4, 7, 8, HFA_MAX_MERGE_PARTIALS})
+    for (DType out_dtype : {DType::f32, DType::bf16, DType::f16})
+      for (const MergeShape& shape : shapes) {
+        const std::string what = label(shape, n, out_dtype, 0) + " exact weights";
+        MergeCase c(shape, n, out_dtype, kMixed, 500 + n + int(out_dtype));
+        c.make_weights_exact();
+        OnGpu gpu(c);
+        ASSERT_TRUE(gpu.run(gpu.out, &gpu.lse).is_ok()) << what;
+        HFA_CUDA_OK(cudaDeviceSynchronize());
+        const HostTensor gpu_out = OnGpu::download(c.out, gpu.out);
+        const HostTensor gpu_lse = OnGpu::download(c.lse, gpu.lse);
+        const Tensor cpu_out = c.out.view(), cpu_lse = c.lse.view();
+        ASSERT_TRUE(merge_partials(c.out_pointers(), c.lse_pointers(), cpu_out, &cpu_lse).is_ok());
+        const auto bytes = static_cast<int64_t>(dtype_size(out_dtype));
+        for (int64_t r = 0; r < shape.rows(); ++r) {
+          const int live = c.live_count(r);
+          for (int64_t col = 0; col < shape.hdim; ++col) {
+            const int64_t at = c.out.offset(shape.out_index(r, col)) * bytes;
+            ASSERT_EQ(0, std::memcmp(static_cast<const std::byte*>(gpu_out.data()) + at,
+                                     static_cast<const std::byte*>(c.out.data()) + at,
+                                     std::size_t(bytes)))
+                << what << ": row " << r << " (" << live << " live) column " << col << ": GPU "
+                << gpu_out.get(shape.out_index(r, col)) << ", CPU "
+                << c.out.get(shape.out_index(r, col));
+          }
+          if (live <= 1) {
+            ASSERT_EQ(gpu_lse.get(shape.lse_index(r)), c.lse.get(shape.lse_index(r)))
+                << what << ": lse of row " << r;
+          }
+        }
+      }
 }
 
 TEST(Sm90MergePartials, GpuEqualsCpuOnTheScalarPath) {
@@ -150,6 +226,53 @@ TEST(Sm90MergePartials, InPlaceOnACallersStream) {
     const HostTensor lse = OnGpu::download(c.lses[0], gpu.lses[0]);
     expect_merged(want, out, &lse, 3, "in place hdim " + std::to_string(hdim));
   }
+}
+
+// The ring's steps as ring.py passes them: the accumulator is a window of rows of longer fp32
+// tensors (out[:, rows], lse[:, :, rows]: not contiguous, the LSE's window not 16-byte aligned
+// where it starts at an odd token), merged in place with contiguous partials.
+TEST(Sm90MergePartials, InPlaceIntoTheRingsWindows) {
+  HFA_REQUIRE_HOPPER();
+  struct Window {
+    MergeShape shape;  // of the window
+    int64_t seqlen, first;
+  };
+  const Window windows[] = {
+      {{false, 1, 512, 32, 128}, 1024, 512},  // the zigzag's second half
+      {{false, 1, 512, 32, 128}, 1024, 0},    // its first half
+      {{false, 2, 50, 8, 64}, 64, 3},         // an odd start
+      {{false, 1, 40, 33, 37}, 100, 7},       // the scalar path
+      {{true, 1, 300, 4, 128}, 320, 11},      // varlen: out[rows], lse[:, rows]
+  };
+  for (const Window& w : windows)
+    for (int n : {2, 3, 8}) {
+      const std::string what = label(w.shape, n, DType::f32, 0) + " window [" +
+                               std::to_string(w.first) + ", +" + std::to_string(w.shape.seqlen) +
+                               ") of " + std::to_string(w.seqlen);
+      MergeCase c(w.shape, n, DType::f32, {DType::f32, DType::bf16, DType::f16}, 90 + n);
+      const RingWindow ring(c, w.seqlen, w.first, 7 * n);
+      const MergeReference want = c.reference();
+
+      // The CPU: its own copy of the longer tensors.
+      RingWindow cpu = ring;
+      std::vector<Tensor> outs = c.out_views, lses = c.lse_views;
+      outs[0] = cpu.out_window(cpu.out.view());
+      lses[0] = cpu.lse_window(cpu.lse.view());
+      ASSERT_TRUE(
+          merge_partials(OnGpu::pointers(outs), OnGpu::pointers(lses), outs[0], &lses[0]).is_ok())
+          << what;
+      cpu.expect_merged_in_place(want, cpu.out, cpu.lse, n, "CPU " + what);
+
+      OnGpu gpu(c);
+      const Tensor long_out = gpu.upload(ring.out), long_lse = gpu.upload(ring.lse);
+      gpu.outs[0] = ring.out_window(long_out);
+      gpu.lses[0] = ring.lse_window(long_lse);
+      const Status s = gpu.run(gpu.outs[0], &gpu.lses[0]);
+      ASSERT_TRUE(s.is_ok()) << what << ": " << s.message();
+      HFA_CUDA_OK(cudaDeviceSynchronize());
+      ring.expect_merged_in_place(want, OnGpu::download(ring.out, long_out),
+                                  OnGpu::download(ring.lse, long_lse), n, "GPU " + what);
+    }
 }
 
 TEST(Sm90MergePartials, NoLseAndNoRows) {
