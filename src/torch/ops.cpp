@@ -592,8 +592,8 @@ Tensor fwd_kvcache_into(HFA_KVCACHE_PARAMETERS, const Tensor& out) {
 // parse, and an LSE the caller did not ask for costs an allocation and a Python object
 // (bench/overhead_parts.py on the H200: a no-op op with hfa::fwd's 21 arguments 11.5 us, with 3
 // arguments 3.8 us; two allocations 5 us). These take what a plain call gives (no sinks, seqused,
-// FP8 descales, out=, appended tokens or quantized caches: the Python front end sends those to
-// the full ops) and return out alone. Inference writes no LSE; when an input wants a gradient,
+// FP8 descales, out=, sm_margin, appended tokens or quantized caches: the Python front end sends
+// those to the full ops) and return out alone. Inference writes no LSE; when an input wants a gradient,
 // hfa::attention and hfa::varlen_attention run hfa::fwd's autograd function, which keeps it.
 
 const OptTensor kNone;
