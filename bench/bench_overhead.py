@@ -43,6 +43,16 @@ def host_us(fn, calls, reps):
     return statistics.median(times)
 
 
+def paged_decode(torch, rand, dev, batch=8, pages_per_seq=64, page=64):
+    """(q, k_cache, v_cache, page_table, cache_seqlens): one query each over a paged 4k-token
+    cache (page 64, 32 / 8 heads, d 128), the KV-cache call of these benchmarks."""
+    kc, vc = rand(batch * pages_per_seq, page, 8, 128), rand(batch * pages_per_seq, page, 8, 128)
+    table = torch.arange(batch * pages_per_seq, dtype=torch.int32,
+                         device=dev).view(batch, pages_per_seq)
+    seqlens = torch.full((batch,), 4000, dtype=torch.int32, device=dev)
+    return rand(batch, 1, 32, 128), kc, vc, table, seqlens
+
+
 def problems(torch, hfa):
     """call -> (hfa's fn, SDPA's fn) over fresh inputs; each fn makes one call."""
     import torch.nn.functional as F
@@ -77,12 +87,8 @@ def problems(torch, hfa):
               lambda: F.scaled_dot_product_attention(qp, kp, vp, enable_gqa=True))
 
     # flash_attn_with_kvcache: batch 8 decode over a paged 4k cache.
-    batch, pages_per_seq, page = 8, 64, 64
-    kc, vc = rand(batch * pages_per_seq, page, 8, 128), rand(batch * pages_per_seq, page, 8, 128)
-    table = torch.arange(batch * pages_per_seq, dtype=torch.int32,
-                         device=dev).view(batch, pages_per_seq)
-    seqlens = torch.full((batch,), 4000, dtype=torch.int32, device=dev)
-    qd = rand(batch, 1, 32, 128)
+    qd, kc, vc, table, seqlens = paged_decode(torch, rand, dev)
+    batch = qd.shape[0]
     kd, vd = rand(batch, 8, 4096, 128), rand(batch, 8, 4096, 128)
     qds = qd.transpose(1, 2)
     decode = (lambda: hfa.flash_attn_with_kvcache(qd, kc, vc, cache_seqlens=seqlens,

@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
-from bench_overhead import host_us  # noqa: E402
+from bench_overhead import host_us, paged_decode  # noqa: E402
 
 _NOOP_SOURCE = r"""
 #include <torch/library.h>
@@ -117,12 +117,7 @@ def parts(torch, hfa):
                   lambda: ops.wide_alloc.default(*fwd_args)),
                  ("no-op op, 3 arguments", lambda: ops.narrow.default(q, k, v))]
 
-    batch, pages_per_seq, page = 8, 64, 64
-    kc, vc = rand(batch * pages_per_seq, page, 8, 128), rand(batch * pages_per_seq, page, 8, 128)
-    table = torch.arange(batch * pages_per_seq, dtype=torch.int32,
-                         device=dev).view(batch, pages_per_seq)
-    seqlens = torch.full((batch,), 4000, dtype=torch.int32, device=dev)
-    qd = rand(batch, 1, 32, 128)
+    qd, kc, vc, table, seqlens = paged_decode(torch, rand, dev)
     _, kinds = _kvcache._torch_dtypes()
 
     def resolve():
