@@ -58,6 +58,8 @@ def sm_margin(value, name: str = "sm_margin") -> int:
     """SMs to leave free for other kernels (FlashAttention-3's sm_margin): an integer (Python or
     numpy, not a bool) that fits the C ABI's int32, which ctypes would otherwise wrap silently.
     The library checks the range (>= 0, below the GPU's SM count) and names the argument."""
+    if type(value) is int and -_INT32 <= value < _INT32:  # the usual call: no ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name}: expected an integer (SMs left free), got "
                         f"{type(value).__name__} {value!r}")
