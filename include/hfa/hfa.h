@@ -140,14 +140,38 @@ typedef struct hfa_options {
    * as SMs free up): it accepts and checks sm_margin but is not limited by it.
    * The CPU ignores it. */
   int32_t sm_margin;
+
+  /* Added after the fields above, which keep their offsets. Attention split over keys (the
+   * steps of a context-parallel ring, a KV cache split across GPUs): partial results merged by
+   * their LSEs, in fp32.
+   * Forward: out may be HFA_F32 for f16/bf16 inputs too, the result before any rounding; on a
+   * GPU such a call takes no softcap (HFA_ERROR_NOT_SUPPORTED).
+   * accumulate (forward only; the backward ignores it): nonzero merges this call's result into
+   * out and lse instead of overwriting them. They hold the result of the same queries over
+   * other keys (earlier calls) and become the result over all of those keys and this call's:
+   *   lse = log(exp(lse_before) + exp(lse_call)),
+   *   out = exp(lse_before − lse) · out_before + exp(lse_call − lse) · out_call,
+   * hfa_merge_partials' formula (outs[0] the running result, outs[1] this call's). Needs out
+   * HFA_F32 and lse. A row whose lse is −inf has no result yet: its out is not read (it may
+   * hold anything), so a series starts from lse = −inf everywhere, or with a first call that
+   * does not accumulate. A row this call's keys do not reach keeps its values. Rows beyond
+   * seqused_q are not touched, as ever. Sinks join this call's denominator: pass them to one
+   * call of a series. */
+  int32_t accumulate;
+  /* Backward only (the forward ignores it): D = rowsum(dout ∘ out) in fp32, shaped and laid
+   * out like lse ((batch, heads_q, seqlen_q), varlen (heads_q, total_q); unit last stride).
+   * Given, the backward reads D instead of computing it from dout and out, and reads no out
+   * (a ring's steps share the final out's D: compute it once). NULL: computed. */
+  const hfa_tensor* softmax_d;
 } hfa_options;
 
 HFA_API hfa_options hfa_default_options(void);
 
 /* out = softmax(q·kᵀ·scale)·v. Fixed length: q (batch, seqlen_q, heads_q, d_qk),
  * k (batch, seqlen_k, heads_kv, d_qk), v (batch, seqlen_k, heads_kv, d_v),
- * out (batch, seqlen_q, heads_q, d_v). lse (optional, may be NULL): fp32, natural log,
- * contiguous (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen. */
+ * out (batch, seqlen_q, heads_q, d_v), of q's dtype (or HFA_F32: hfa_options.accumulate).
+ * lse (optional, may be NULL): fp32, natural log, (batch, heads_q, seqlen_q), or
+ * (heads_q, total_q) for varlen, with a unit last stride (a slice of a longer one works). */
 HFA_API hfa_status hfa_forward(const hfa_tensor* q, const hfa_tensor* k, const hfa_tensor* v,
                                const hfa_tensor* out, const hfa_tensor* lse,
                                const hfa_options* options);

@@ -105,6 +105,11 @@ struct Options {
 
   // SMs left free for kernels running beside this call (NCCL's); see hfa_options.sm_margin.
   int32_t sm_margin = 0;
+
+  // Attention split over keys; see hfa_options. accumulate (forward): merge into an f32 out
+  // and its lse. softmax_d (backward): the given D = rowsum(dout ∘ out), fp32 like lse.
+  bool accumulate = false;
+  const Tensor* softmax_d = nullptr;
 };
 
 HFA_API hfa_options to_c(const Options& options);

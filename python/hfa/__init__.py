@@ -23,6 +23,7 @@ from ._version import __version__  # noqa: F401  (hfa.__version__)
 
 __all__ = [
     "flash_attn_func", "flash_attn_varlen_func", "flash_attn_backward", "flash_attn_with_kvcache",
+    "flash_attn_accumulate",
     "quantize_kv", "dequantize_kv", "quantize_fp8", "hadamard_signs", "merge_partials",
     "HfaError", "HfaInvalidArgument", "HfaNotSupported",
     "version", "cuda_device_count", "library_path", "candidate_paths",
@@ -195,11 +196,14 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
                         window_size=(-1, -1), softcap=0.0, deterministic=False,
                         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                         max_seqlen_k=None, learnable_sink=None, seqused_q=None,
-                        seqused_k=None, sm_margin=0):
+                        seqused_k=None, sm_margin=0, softmax_d=None):
     """(dq, dk, dv) for dout, given the forward's out and lse and the same options; with
     learnable_sink, (dq, dk, dv, dsink). Gradient rows beyond seqused_q/k are 0.
     For numpy arrays (no autograd there) and for torch users who call it directly.
-    sm_margin: checked as the forward's; the GPU backward's grid is not limited by it."""
+    sm_margin: checked as the forward's; the GPU backward's grid is not limited by it.
+    softmax_d (float32, laid out as lse): D = rowsum(dout * out) computed once by the caller,
+    e.g. for the steps of a context-parallel ring, which share the final out; out is then not
+    read. lse may be a slice of a longer one (any strides with a unit last one)."""
     window_size = _args.window(window_size)
     causal = _args.flag(causal, "causal")
     deterministic = _args.flag(deterministic, "deterministic")
@@ -209,14 +213,50 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
         return fe.flash_attn_backward(dout, q, k, v, out, lse, softmax_scale, causal,
                                       window_size, softcap, deterministic, cu_seqlens_q,
                                       cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
-                                      seqused_q, seqused_k, sm_margin=sm_margin)
+                                      seqused_q, seqused_k, sm_margin=sm_margin,
+                                      softmax_d=softmax_d)
     from . import _numpy
     return _numpy.backward(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
                            window_size=window_size, softcap=softcap, deterministic=deterministic,
                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                            learnable_sink=learnable_sink, seqused_q=seqused_q,
-                           seqused_k=seqused_k, sm_margin=sm_margin)
+                           seqused_k=seqused_k, sm_margin=sm_margin, softmax_d=softmax_d)
+
+
+def flash_attn_accumulate(q, k, v, out, lse, softmax_scale=None, causal=False,
+                          window_size=(-1, -1), softcap=0.0, cu_seqlens_q=None,
+                          cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                          learnable_sink=None, seqused_q=None, seqused_k=None, sm_margin=0):
+    """Attention of q over these k, v merged into a running result (out, lse), in place:
+    attention split over keys (a context-parallel ring's steps, a KV cache split across GPUs)
+    without a partial output or a separate merge. out is float32 ((batch, seqlen_q, heads_q,
+    headdim_v), or (total_q, heads_q, headdim_v) with cu_seqlens) and lse float32 as the
+    forward's, both any strides with a unit last one (slices of larger ones work). Afterwards
+    lse = log(exp(lse_before) + exp(lse_call)) and out the two results weighted by their
+    shares (hfa.merge_partials' rule, in fp32). A row whose lse is -inf has no result yet and
+    its out is not read, so a series may start from torch.empty / np.empty out and lse = -inf.
+    A row this call's keys do not reach keeps its values; rows beyond seqused_q are not touched.
+    Masks are bottom-right aligned on this call's keys, as in any call: give each part the
+    window that places it (hfa.distributed does). learnable_sink: pass it to one call of a
+    series. Not differentiable (torch: call under torch.no_grad()). On a GPU: f16/bf16 inputs
+    with no softcap. Returns (out, lse)."""
+    window_size = _args.window(window_size)
+    causal = _args.flag(causal, "causal")
+    sm_margin = _args.sm_margin(sm_margin)
+    fe = _frontend(q)
+    if fe is not None:
+        return fe.flash_attn_accumulate(q, k, v, out, lse, softmax_scale, causal, window_size,
+                                        softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                        max_seqlen_k, learnable_sink, seqused_q, seqused_k,
+                                        sm_margin)
+    from . import _numpy
+    return _numpy.forward(q, k, v, softmax_scale=softmax_scale, causal=causal,
+                          window_size=window_size, softcap=softcap, cu_seqlens_q=cu_seqlens_q,
+                          cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                          max_seqlen_k=max_seqlen_k, out=out, lse=lse,
+                          learnable_sink=learnable_sink, seqused_q=seqused_q,
+                          seqused_k=seqused_k, sm_margin=sm_margin, accumulate=True)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None,

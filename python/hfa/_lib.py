@@ -86,6 +86,8 @@ class Options(ctypes.Structure):
         ("descale_block_q", ctypes.c_int32),
         ("descale_block_kv", ctypes.c_int32),
         ("sm_margin", ctypes.c_int32),
+        ("accumulate", ctypes.c_int32),
+        ("softmax_d", ctypes.POINTER(Tensor)),
     ]
 
 
@@ -291,10 +293,11 @@ def make_options(*, softmax_scale=None, causal=False, window_size=(-1, -1), soft
                  seqused_q: Optional[Tensor] = None, seqused_k: Optional[Tensor] = None,
                  dsinks: Optional[Tensor] = None, q_descale: Optional[Tensor] = None,
                  k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None,
-                 descale_block_q=0, descale_block_kv=0, sm_margin=0) -> Options:
+                 descale_block_q=0, descale_block_kv=0, sm_margin=0, accumulate=False,
+                 softmax_d: Optional[Tensor] = None) -> Options:
     """hfa_default_options() with the flash_attn-style arguments applied. The Tensors given
-    (cu_seqlens, sinks, seqused, dsinks, descales) must outlive the returned Options (it
-    stores pointers to them)."""
+    (cu_seqlens, sinks, seqused, dsinks, descales, softmax_d) must outlive the returned Options
+    (it stores pointers to them)."""
     o = library().hfa_default_options()
     _apply_common(o, softmax_scale, causal, window_size, softcap, stream)
     o.deterministic = 1 if deterministic else 0
@@ -306,12 +309,13 @@ def make_options(*, softmax_scale=None, causal=False, window_size=(-1, -1), soft
     o.max_seqlen_k = int(max_seqlen_k)
     for name, t in (("sinks", sinks), ("seqused_q", seqused_q), ("seqused_k", seqused_k),
                     ("dsinks", dsinks), ("q_descale", q_descale), ("k_descale", k_descale),
-                    ("v_descale", v_descale)):
+                    ("v_descale", v_descale), ("softmax_d", softmax_d)):
         if t is not None:
             setattr(o, name, ctypes.pointer(t))
     o.descale_block_q = int(descale_block_q)
     o.descale_block_kv = int(descale_block_kv)
     o.sm_margin = int(sm_margin)
+    o.accumulate = 1 if accumulate else 0
     return o
 
 

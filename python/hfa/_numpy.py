@@ -86,7 +86,7 @@ def _vector_view(a, name, dtype):
 
 def _options(softmax_scale, causal, window_size, softcap, deterministic, cu_q, cu_k,
              max_seqlen_q, max_seqlen_k, sinks=None, seqused_q=None, seqused_k=None,
-             dsinks=None, sm_margin=0):
+             dsinks=None, sm_margin=0, accumulate=False, softmax_d=None):
     """Options plus the views it points at (keep both alive for the call)."""
     keep = []
     vectors = {}
@@ -108,7 +108,8 @@ def _options(softmax_scale, causal, window_size, softcap, deterministic, cu_q, c
     opts = _lib.make_options(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                              softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_q_t,
                              cu_seqlens_k=cu_k_t, max_seqlen_q=max_seqlen_q or 0,
-                             max_seqlen_k=max_seqlen_k or 0, sm_margin=sm_margin, **vectors)
+                             max_seqlen_k=max_seqlen_k or 0, sm_margin=sm_margin,
+                             accumulate=accumulate, softmax_d=softmax_d, **vectors)
     return opts, keep
 
 
@@ -124,12 +125,13 @@ def _workspace(nbytes: int, opts):
 def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
             cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
             out=None, lse=None, learnable_sink=None, seqused_q=None, seqused_k=None,
-            sm_margin=0):
-    """(out, lse) for host arrays. `out` / `lse` may be given (preallocated); lse is float32
-    (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen. learnable_sink: one logit
-    per query head (float32). seqused_q/k: int32 used lengths per sequence; the library leaves
-    the rows beyond seqused_q untouched, so the out / lse allocated here hold 0 / -inf there
-    (a preallocated out / lse keeps what it had)."""
+            sm_margin=0, accumulate=False):
+    """(out, lse) for host arrays. `out` / `lse` may be given (preallocated, any strides with
+    a unit last one); out is of q's dtype or float32, lse float32 (batch, heads_q, seqlen_q), or
+    (heads_q, total_q) for varlen. learnable_sink: one logit per query head (float32).
+    seqused_q/k: int32 used lengths per sequence; the library leaves the rows beyond seqused_q
+    untouched, so the out / lse allocated here hold 0 / -inf there (a preallocated out / lse
+    keeps what it had). accumulate: merge into the given float32 out and lse (hfa.h)."""
     varlen = cu_seqlens_q is not None
     q, qt = _view(q, "q")
     k, kt = _view(k, "k")
@@ -142,14 +144,16 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), 
         lse = np.full(lse_shape, -np.inf, dtype=np.float32) if seqused_q is not None else \
             np.empty(lse_shape, dtype=np.float32)
     # Preallocated outputs are written in place: no copy, so their views must be taken as is.
-    for name, a, dt in (("out", out, q.dtype), ("lse", lse, np.float32)):
-        if not isinstance(a, np.ndarray) or a.dtype != dt:
-            raise TypeError(f"{name}: expected a numpy {np.dtype(dt)} array")
+    for name, a, dtypes in (("out", out, (q.dtype, np.dtype(np.float32))),
+                            ("lse", lse, (np.dtype(np.float32),))):
+        if not isinstance(a, np.ndarray) or a.dtype not in dtypes:
+            names = " or ".join(str(d) for d in dict.fromkeys(dtypes))
+            raise TypeError(f"{name}: expected a numpy {names} array")
     ot = _lib.make_tensor(out.ctypes.data, _DTYPES[out.dtype], out.shape, _strides(out))
     lt = _lib.make_tensor(lse.ctypes.data, _lib.F32, lse.shape, _strides(lse))
     opts, keep = _options(softmax_scale, causal, window_size, softcap, False, cu_seqlens_q,
                           cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink, seqused_q,
-                          seqused_k, sm_margin=sm_margin)
+                          seqused_k, sm_margin=sm_margin, accumulate=accumulate)
     ws = _workspace(_lib.forward_workspace_size(qt, kt, vt, opts), opts)
     _lib.forward(qt, kt, vt, ot, lt, opts)
     del keep, ws
@@ -159,16 +163,20 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), 
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window_size=(-1, -1),
              softcap=0.0, deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None,
              max_seqlen_q=None, max_seqlen_k=None, learnable_sink=None, seqused_q=None,
-             seqused_k=None, sm_margin=0):
+             seqused_k=None, sm_margin=0, softmax_d=None):
     """(dq, dk, dv) for host arrays, given the forward's out and lse. With GQA, dk and dv hold
     the sum over the query heads of each group. With learnable_sink: (dq, dk, dv, dsink),
-    dsink float32 like the sinks. Gradient rows beyond seqused_q/k are 0."""
+    dsink float32 like the sinks. Gradient rows beyond seqused_q/k are 0. softmax_d: the given
+    D = rowsum(dout * out), float32 laid out as lse (then out is not read)."""
     dout, dot = _view(dout, "dout")
     q, qt = _view(q, "q")
     k, kt = _view(k, "k")
     v, vt = _view(v, "v")
     out, ot = _view(out, "out")
     lse, lt = _view(lse, "lse", {np.dtype(np.float32): _lib.F32})
+    d_t = None
+    if softmax_d is not None:
+        softmax_d, d_t = _view(softmax_d, "softmax_d", {np.dtype(np.float32): _lib.F32})
     dq = np.empty(q.shape, dtype=q.dtype)
     dk = np.empty(k.shape, dtype=k.dtype)
     dv = np.empty(v.shape, dtype=v.dtype)
@@ -180,8 +188,8 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
         dsink = np.empty(np.shape(learnable_sink), dtype=np.float32)
     opts, keep = _options(softmax_scale, causal, window_size, softcap, deterministic,
                           cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
-                          seqused_q, seqused_k, dsink, sm_margin)
+                          seqused_q, seqused_k, dsink, sm_margin, softmax_d=d_t)
     ws = _workspace(_lib.backward_workspace_size(qt, kt, vt, opts), opts)
     _lib.backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, opts)
-    del keep, ws
+    del keep, ws, softmax_d
     return (dq, dk, dv) if dsink is None else (dq, dk, dv, dsink)

@@ -248,20 +248,50 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return (out, lse) if return_attn_probs else out
 
 
+def _max_lengths(cu_seqlens_q, max_seqlen_q, max_seqlen_k):
+    if cu_seqlens_q is None:
+        return 0, 0
+    return _as_int(max_seqlen_q, "max_seqlen_q"), _as_int(max_seqlen_k, "max_seqlen_k")
+
+
 def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=False,
                         window_size=(-1, -1), softcap=0.0, deterministic=False,
                         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                         max_seqlen_k=None, learnable_sink=None, seqused_q=None,
-                        seqused_k=None, sm_margin=0):
+                        seqused_k=None, sm_margin=0, softmax_d=None):
     wl, wr = _window(window_size)
-    varlen = cu_seqlens_q is not None
-    mq = _as_int(max_seqlen_q, "max_seqlen_q") if varlen else 0
-    mk = _as_int(max_seqlen_k, "max_seqlen_k") if varlen else 0
+    mq, mk = _max_lengths(cu_seqlens_q, max_seqlen_q, max_seqlen_k)
     sinks = _sinks(learnable_sink)
-    dq, dk, dv, dsinks = _bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, mq, mk,
-                              softmax_scale, bool(causal), wl, wr, float(softcap),
-                              bool(deterministic), sinks, seqused_q, seqused_k, int(sm_margin))
+    options = (cu_seqlens_q, cu_seqlens_k, mq, mk, softmax_scale, bool(causal), wl, wr,
+               float(softcap), bool(deterministic), sinks, seqused_q, seqused_k, int(sm_margin))
+    if softmax_d is None:
+        dq, dk, dv, dsinks = _bwd(dout, q, k, v, out, lse, *options)
+    else:  # no op takes a given D: the C ABI directly
+        from . import _torch_calls
+        dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+        dsinks = torch.empty(dsinks_shape(sinks), dtype=torch.float32, device=q.device)
+        _torch_calls.backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, *options,
+                                   softmax_d=softmax_d)
     return (dq, dk, dv) if sinks is None else (dq, dk, dv, dsinks)
+
+
+def flash_attn_accumulate(q, k, v, out, lse, softmax_scale, causal, window_size, softcap,
+                          cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
+                          seqused_q, seqused_k, sm_margin):
+    """hfa.flash_attn_accumulate on torch tensors: the C ABI directly (an in-place merge is no
+    op's, and not differentiable)."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                       for t in (q, k, v, learnable_sink)):
+        raise ValueError("flash_attn_accumulate is not differentiable; call it under "
+                         "torch.no_grad()")
+    from . import _torch_calls
+    wl, wr = window_size  # normalized by hfa.flash_attn_accumulate
+    mq, mk = _max_lengths(cu_seqlens_q, max_seqlen_q, max_seqlen_k)
+    _torch_calls.forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, mq, mk,
+                              softmax_scale, bool(causal), wl, wr, float(softcap),
+                              _sinks(learnable_sink), seqused_q, seqused_k,
+                              sm_margin=int(sm_margin), accumulate=True)
+    return out, lse
 
 
 def kvcache_attention(q, k_cache, v_cache, cache_seqlens, page_table, softmax_scale, causal,

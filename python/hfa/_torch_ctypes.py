@@ -11,106 +11,14 @@ This module deliberately has no `from __future__ import annotations`: custom_op 
 schema from the real annotation objects.
 """
 
-import contextlib
 from typing import Optional, Tuple
 
 import torch
 
-from . import _lib
+from ._torch_calls import backward_into, forward_into
 from ._torch_shapes import dsinks_shape, lse_shape, out_dtype, out_shapes
 
 Tensor = torch.Tensor
-
-_DTYPES = {
-    torch.float32: _lib.F32,
-    torch.float16: _lib.F16,
-    torch.bfloat16: _lib.BF16,
-    torch.int32: _lib.I32,
-}
-# fp8 dtypes exist from torch 2.1; forward only (the library rejects them in the backward).
-for _name, _code in (("float8_e4m3fn", _lib.E4M3), ("float8_e5m2", _lib.E5M2)):
-    if hasattr(torch, _name):
-        _DTYPES[getattr(torch, _name)] = _code
-
-
-def _view(t: Tensor, name: str):
-    """(tensor kept alive, hfa Tensor). A tensor whose last dim is not unit-stride is copied;
-    other strides go to the library unchanged."""
-    if isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
-        t = t.contiguous()
-    return t, _view_as_is(t, name)
-
-
-def _view_as_is(t: Tensor, name: str):
-    """The hfa Tensor of t with all its strides (outputs, and descales, which may be
-    broadcast views)."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in _DTYPES:
-        raise TypeError(f"{name}: dtype {t.dtype} is not supported")
-    if t.device.type == "cuda":
-        device, index = _lib.CUDA, t.device.index if t.device.index is not None else 0
-    elif t.device.type == "cpu":
-        device, index = _lib.CPU, 0
-    else:
-        raise ValueError(f"{name}: device {t.device} is not supported (cpu or cuda)")
-    return _lib.make_tensor(t.data_ptr(), _DTYPES[t.dtype], t.shape, t.stride(), device, index)
-
-
-@contextlib.contextmanager
-def _on_device(t: Tensor):
-    """Make t's GPU current for the call (the library launches on the current device)."""
-    if t.device.type == "cuda":
-        with torch.cuda.device(t.device):
-            yield
-    else:
-        yield
-
-
-class _Call:
-    """Options for one library call plus everything they point at, kept alive together."""
-
-    def __init__(self, ref: Tensor, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                 softmax_scale, causal, window_left, window_right, softcap, deterministic,
-                 sinks=None, seqused_q=None, seqused_k=None, dsinks=None, q_descale=None,
-                 k_descale=None, v_descale=None, descale_block_q=0, descale_block_kv=0,
-                 sm_margin=0):
-        if (cu_seqlens_q is None) != (cu_seqlens_k is None):
-            raise ValueError("cu_seqlens_q, cu_seqlens_k: give both or neither")
-        self.keep = []
-        cu_q_t = cu_k_t = None
-        if cu_seqlens_q is not None:
-            cu_q, cu_q_t = _view(cu_seqlens_q, "cu_seqlens_q")
-            cu_k, cu_k_t = _view(cu_seqlens_k, "cu_seqlens_k")
-            self.keep += [cu_q, cu_k, cu_q_t, cu_k_t]
-        vectors = {}
-        for name, t in (("sinks", sinks), ("seqused_q", seqused_q), ("seqused_k", seqused_k),
-                        ("dsinks", dsinks)):
-            if t is not None:
-                t, vectors[name] = _view(t, name)
-                self.keep += [t, vectors[name]]
-        for name, t in (("q_descale", q_descale), ("k_descale", k_descale),
-                        ("v_descale", v_descale)):
-            if t is not None:
-                vectors[name] = _view_as_is(t, name)
-                self.keep += [t, vectors[name]]
-        stream = None
-        if ref.device.type == "cuda":
-            stream = torch.cuda.current_stream(ref.device).cuda_stream
-        self.options = _lib.make_options(
-            softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
-            softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_q_t,
-            cu_seqlens_k=cu_k_t, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-            stream=stream, descale_block_q=descale_block_q, descale_block_kv=descale_block_kv,
-            sm_margin=sm_margin, **vectors)
-        self.device = ref.device
-
-    def workspace(self, nbytes: int) -> None:
-        if nbytes:
-            ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-            self.keep.append(ws)
-            self.options.workspace = ws.data_ptr()
-            self.options.workspace_bytes = nbytes
 
 
 # --- hfa::fwd ----------------------------------------------------------------------------------
@@ -120,24 +28,6 @@ def _new_lse(q: Tensor, varlen: bool, rows_may_stay_unwritten: bool) -> Tensor:
     if rows_may_stay_unwritten:  # rows beyond seqused_q read as an empty row's -inf
         return torch.full(shape, float("-inf"), dtype=torch.float32, device=q.device)
     return torch.empty(shape, dtype=torch.float32, device=q.device)
-
-
-def _forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-             softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
-             seqused_k, q_descale, k_descale, v_descale, descale_block_q,
-             descale_block_kv, sm_margin) -> None:
-    """The library's forward into out and lse, taken as they are."""
-    q, qt = _view(q, "q")
-    k, kt = _view(k, "k")
-    v, vt = _view(v, "v")
-    ot, lt = _view_as_is(out, "out"), _view_as_is(lse, "lse")
-    call = _Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                 causal, window_left, window_right, softcap, False, sinks, seqused_q, seqused_k,
-                 None, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv,
-                 sm_margin)
-    with _on_device(q):
-        call.workspace(_lib.forward_workspace_size(qt, kt, vt, call.options))
-        _lib.forward(qt, kt, vt, ot, lt, call.options)
 
 
 @torch.library.custom_op("hfa::fwd", mutates_args=())
@@ -160,7 +50,7 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
     out = (torch.zeros if partial else torch.empty)(out_shape, dtype=out_dtype(q.dtype),
                                                     device=q.device)
     lse = _new_lse(q, varlen, partial)
-    _forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+    forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
              softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
              seqused_k, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv,
              sm_margin)
@@ -174,7 +64,7 @@ def fwd_into(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, so
     """lse, the forward written into a caller's out (eager only: not an op here, unlike the
     native hfa::fwd_into of the same arguments)."""
     lse = _new_lse(q, cu_seqlens_q is not None, seqused_q is not None)
-    _forward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+    forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
              softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
              seqused_k, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv,
              sm_margin)
@@ -196,21 +86,9 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     dsinks = torch.empty(dsinks_shape(sinks), dtype=torch.float32, device=q.device)
-    dout, dot = _view(dout, "dout")
-    q, qt = _view(q, "q")
-    k, kt = _view(k, "k")
-    v, vt = _view(v, "v")
-    out, ot = _view(out, "out")
-    lse, lt = _view(lse, "lse")
-    _, dqt = _view(dq, "dq")
-    _, dkt = _view(dk, "dk")
-    _, dvt = _view(dv, "dv")
-    call = _Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                 causal, window_left, window_right, softcap, deterministic, sinks, seqused_q,
-                 seqused_k, dsinks if sinks is not None else None, sm_margin=sm_margin)
-    with _on_device(q):
-        call.workspace(_lib.backward_workspace_size(qt, kt, vt, call.options))
-        _lib.backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, call.options)
+    backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, cu_seqlens_q, cu_seqlens_k,
+                  max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
+                  softcap, deterministic, sinks, seqused_q, seqused_k, sm_margin)
     return dq, dk, dv, dsinks
 
 

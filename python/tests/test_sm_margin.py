@@ -80,9 +80,12 @@ def test_numpy_integers_are_taken():
     np.testing.assert_array_equal(out, hfa.flash_attn_func(q, k, v))
 
 
-def test_the_ctypes_structs_end_with_it():
-    # Appended last in hfa.h, after the fields that keep their offsets: the same in the mirror.
-    assert _lib.Options._fields_[-1] == ("sm_margin", _lib.ctypes.c_int32)
+def test_the_ctypes_structs_place_it_as_hfa_h():
+    # Appended in hfa.h after the fields that keep their offsets: the same in the mirror (the
+    # forward's options have gained accumulate and softmax_d after it since).
+    names = [name for name, _ in _lib.Options._fields_]
+    assert names[names.index("descale_block_kv") + 1] == "sm_margin"
+    assert dict(_lib.Options._fields_)["sm_margin"] == _lib.ctypes.c_int32
     assert _lib.KVCacheOptions._fields_[-1] == ("sm_margin", _lib.ctypes.c_int32)
     assert _lib.library().hfa_default_options().sm_margin == 0
     assert _lib.library().hfa_default_kvcache_options().sm_margin == 0

@@ -51,6 +51,8 @@ hfa_options to_c(const Options& options) {
   c.v_descale = options.v_descale;
   c.descale_block_q = options.descale_block_q;
   c.descale_block_kv = options.descale_block_kv;
+  c.accumulate = options.accumulate ? 1 : 0;
+  c.softmax_d = options.softmax_d;
   return c;
 }
 
@@ -133,6 +135,8 @@ Options from_c(const hfa_options& c) {
   options.v_descale = c.v_descale;
   options.descale_block_q = c.descale_block_q;
   options.descale_block_kv = c.descale_block_kv;
+  options.accumulate = c.accumulate != 0;
+  options.softmax_d = c.softmax_d;
   return options;
 }
 

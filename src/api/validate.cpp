@@ -194,9 +194,18 @@ Status check_input_dtypes(const Core& core) {
 }
 
 // out has the inputs' dtype, but for e4m3 inputs: bf16 or f16 (the GPU's FP8 kernels write
-// those), or f32 on the CPU, whose kernels store any float type.
-Status check_out_dtype(const Tensor& out, const Tensor& q) {
-  if (q.dtype != HFA_E4M3) return expect_dtype("out", out, q.dtype, "q");
+// those), or f32 on the CPU, whose kernels store any float type. A forward's out may be f32
+// after 16-bit inputs too (a partial result, hfa_options.accumulate); the backward's out, an
+// input, is what the forward gave in q's dtype.
+Status check_out_dtype(const Tensor& out, const Tensor& q, bool out_is_output) {
+  if (q.dtype != HFA_E4M3) {
+    if (out_is_output && out.dtype == HFA_F32) return Status::ok();
+    const char* hint = out_is_output && q.dtype != HFA_F32 ? " or f32" : "";
+    if (out.dtype != q.dtype)
+      return invalid("out", "expected dtype ", name_of(q.dtype), " (as q)", hint, ", got ",
+                     name_of(out.dtype));
+    return Status::ok();
+  }
   if (out.dtype != HFA_BF16 && out.dtype != HFA_F16 && out.dtype != HFA_F32)
     return invalid("out", "expected dtype bf16 or f16 (or f32 on the CPU) for e4m3 inputs, got ",
                    name_of(out.dtype));
@@ -223,7 +232,7 @@ Status check_core(const Tensor* q, const Tensor* k, const Tensor* v, const Tenso
   if (core->has_out) HFA_RETURN_IF_ERROR(check_operand("out", out, varlen, out_is_output, &core->out));
 
   HFA_RETURN_IF_ERROR(check_input_dtypes(*core));
-  if (core->has_out) HFA_RETURN_IF_ERROR(check_out_dtype(*out, *q));
+  if (core->has_out) HFA_RETURN_IF_ERROR(check_out_dtype(*out, *q, out_is_output));
 
   HFA_RETURN_IF_ERROR(expect_same_device("k", *k, *q));
   HFA_RETURN_IF_ERROR(expect_same_device("v", *v, *q));
@@ -286,12 +295,15 @@ Status check_varlen(const Options& options, const Core& core, Varlen* varlen) {
   return Status::ok();
 }
 
-// lse: fp32, contiguous (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen.
-Status check_lse(const Tensor* lse, const Core& core, int64_t batch, bool varlen, bool is_output) {
+// lse (or a tensor laid out like it, `name`): fp32, (batch, heads_q, seqlen_q), or
+// (heads_q, total_q) for varlen, with a unit last stride (check_form's) and any others: a
+// slice of a longer LSE, as a ring's half-steps take.
+Status check_lse(const char* name, const Tensor* lse, const Core& core, int64_t batch,
+                 bool varlen, bool is_output) {
   const char* layout = varlen ? "(heads, total_tokens)" : "(batch, heads, seqlen_q)";
-  HFA_RETURN_IF_ERROR(check_form("lse", lse, varlen ? 2 : 3, layout, is_output));
-  if (lse->dtype != HFA_F32) return invalid("lse", "expected dtype f32, got ", name_of(lse->dtype));
-  HFA_RETURN_IF_ERROR(expect_same_device("lse", *lse, *core.q.tensor));
+  HFA_RETURN_IF_ERROR(check_form(name, lse, varlen ? 2 : 3, layout, is_output));
+  if (lse->dtype != HFA_F32) return invalid(name, "expected dtype f32, got ", name_of(lse->dtype));
+  HFA_RETURN_IF_ERROR(expect_same_device(name, *lse, *core.q.tensor));
 
   const int64_t heads = core.q.extent[kHeads];
   const int64_t rows = core.q.extent[kRows];
@@ -301,10 +313,16 @@ Status check_lse(const Tensor* lse, const Core& core, int64_t batch, bool varlen
     if (lse->shape[d] != expected[d]) {
       std::string shape = "(";
       for (int e = 0; e < lse->rank; ++e) shape += cat(e ? ", " : "", expected[e]);
-      return invalid("lse", "expected shape ", shape, ") ", layout, ", got ", shape_string(*lse));
+      return invalid(name, "expected shape ", shape, ") ", layout, ", got ", shape_string(*lse));
     }
   }
-  return check_contiguous("lse", *lse, layout);
+  return Status::ok();
+}
+
+// lse's strides in the problem's terms: varlen LSE is (heads, total_q), batch stride 0.
+void lse_strides(const Tensor& lse, bool varlen, int64_t* batch_stride, int64_t* head_stride) {
+  *batch_stride = varlen ? 0 : lse.stride[0];
+  *head_stride = varlen ? lse.stride[0] : lse.stride[1];
 }
 
 Status check_scalars(const Options& options) {
@@ -378,14 +396,15 @@ Status check_sinks_and_seqused(const Options& options, const Core& core, const V
   return Status::ok();
 }
 
-// Fills every ForwardProblem field from checked arguments.
-void fill_forward(const Core& core, const Varlen& varlen, const Tensor* lse,
-                  const Options& options, ForwardProblem* p) {
+// Every ForwardProblem field from checked arguments.
+ForwardProblem forward_problem_of(const Core& core, const Varlen& varlen, const Tensor* lse,
+                                  const Options& options) {
   const Operand& Q = core.q;
   const Operand& K = core.k;
   const Operand& V = core.v;
   const bool is_varlen = varlen.cu_q != nullptr;
-  *p = ForwardProblem{};
+  ForwardProblem problem;
+  ForwardProblem* p = &problem;
   p->dtype = static_cast<DType>(Q.tensor->dtype);
   // A size query has no out: FP8 inputs default to bf16 out, as the Python front ends do.
   p->out_dtype = core.has_out ? static_cast<DType>(core.out.tensor->dtype)
@@ -416,8 +435,7 @@ void fill_forward(const Core& core, const Varlen& varlen, const Tensor* lse,
   }
   if (lse != nullptr) {
     p->lse = static_cast<float*>(lse->data);
-    p->lse_batch_stride = is_varlen ? 0 : lse->stride[0];
-    p->lse_head_stride = is_varlen ? lse->stride[0] : lse->stride[1];
+    lse_strides(*lse, is_varlen, &p->lse_batch_stride, &p->lse_head_stride);
   }
 
   if (options.sinks != nullptr) p->sinks = static_cast<const float*>(options.sinks->data);
@@ -445,6 +463,7 @@ void fill_forward(const Core& core, const Varlen& varlen, const Tensor* lse,
   p->workspace = options.workspace;
   p->workspace_bytes = options.workspace_bytes;
   p->sm_margin = options.sm_margin;
+  return problem;
 }
 
 bool wants_varlen(const Options& options) {
@@ -470,6 +489,18 @@ Status check_forward_part(const Tensor* q, const Tensor* k, const Tensor* v, con
   if (is_varlen) HFA_RETURN_IF_ERROR(check_varlen(options, *core, varlen));
   HFA_RETURN_IF_ERROR(check_sinks_and_seqused(options, *core, *varlen));
   return check_scalars(options);
+}
+
+// accumulate merges into out and lse: both must be there, out in fp32 (the running result
+// keeps no rounding between calls). A size query has neither and needs nothing more.
+Status check_accumulate(const ForwardArgs& args, const Core& core, Purpose purpose) {
+  if (purpose != Purpose::run) return Status::ok();
+  if (core.out.tensor->dtype != HFA_F32)
+    return invalid("out", "accumulate needs an f32 out (the running result), got ",
+                   name_of(core.out.tensor->dtype));
+  if (args.lse == nullptr)
+    return invalid("lse", "is null, but accumulate merges into it (the running LSE)");
+  return Status::ok();
 }
 
 }  // namespace
@@ -544,8 +575,10 @@ Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardPr
       check_forward_part(args.q, args.k, args.v, args.out, true, options, &core, &varlen));
   const int64_t batch = varlen.cu_q ? varlen.batch : core.q.extent[kBatch];
   if (args.lse != nullptr)
-    HFA_RETURN_IF_ERROR(check_lse(args.lse, core, batch, varlen.cu_q != nullptr, true));
-  fill_forward(core, varlen, args.lse, options, problem);
+    HFA_RETURN_IF_ERROR(check_lse("lse", args.lse, core, batch, varlen.cu_q != nullptr, true));
+  if (options.accumulate) HFA_RETURN_IF_ERROR(check_accumulate(args, core, purpose));
+  *problem = forward_problem_of(core, varlen, args.lse, options);
+  problem->accumulate = options.accumulate;
   return attach_descales(options, *args.q, problem);
 }
 
@@ -574,7 +607,14 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
   *problem = BackwardProblem{};
   if (run) {
     const int64_t batch = is_varlen ? varlen.batch : core.q.extent[kBatch];
-    HFA_RETURN_IF_ERROR(check_lse(args.lse, core, batch, is_varlen, false));
+    HFA_RETURN_IF_ERROR(check_lse("lse", args.lse, core, batch, is_varlen, false));
+    if (options.softmax_d != nullptr) {
+      HFA_RETURN_IF_ERROR(
+          check_lse("softmax_d", options.softmax_d, core, batch, is_varlen, false));
+      problem->softmax_d = static_cast<const float*>(options.softmax_d->data);
+      lse_strides(*options.softmax_d, is_varlen, &problem->softmax_d_batch_stride,
+                  &problem->softmax_d_head_stride);
+    }
 
     // dout is shaped like out; the gradients like what they differentiate.
     Operand dout, dq, dk, dv;
@@ -610,7 +650,7 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
       problem->dsinks = static_cast<float*>(options.dsinks->data);
     }
   }
-  fill_forward(core, varlen, run ? args.lse : nullptr, options, &problem->fwd);
+  problem->fwd = forward_problem_of(core, varlen, run ? args.lse : nullptr, options);
   problem->deterministic = options.deterministic;
   return attach_descales(options, *args.q, &problem->fwd);  // rejects any: inputs are not e4m3
 }

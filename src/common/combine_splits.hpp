@@ -45,6 +45,31 @@ class LseMerge {
   float sum_ = 0.0f;
 };
 
+// A running result (out_before, lse_before) merged with one more partial (out_call, lse_call):
+// hfa_options.accumulate, LseMerge's rule with the running result first. A backend applies
+//   out = (reads_before ? before · out_before : 0) + call · out_call
+// to each value of the row: out_before is read only where it contributes (lse_before −inf means
+// no result yet, and its out may hold anything).
+struct RunningMerge {
+  float before = 0.0f, call = 0.0f;  // the weights
+  bool reads_before = false;
+  float lse = -INFINITY;
+};
+
+HFA_HD inline RunningMerge merge_with_running(float lse_before, float lse_call) {
+  LseMerge merge;
+  merge.see(lse_before);
+  merge.see(lse_call);
+  merge.add(lse_before);
+  merge.add(lse_call);
+  RunningMerge m;
+  m.reads_before = LseMerge::contributes(lse_before);
+  if (m.reads_before) m.before = merge.weight(lse_before);
+  if (LseMerge::contributes(lse_call)) m.call = merge.weight(lse_call);
+  m.lse = merge.lse();
+  return m;
+}
+
 // Split-KV ("flash-decoding"): partial_lse[s] (natural log; −inf for a split whose keys the row
 // does not see) and its d outputs at partial_out + s·split_stride. Writes out[0, d) and returns
 // the merged LSE. A row whose every split is empty gets out = 0 and −inf, never NaN.

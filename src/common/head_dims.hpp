@@ -44,6 +44,18 @@ inline constexpr bool is_compiled_fp8_out(DType dtype) {
   return false;
 }
 
+// Whether the 16-bit forward also writes out as `dtype` (HFA_KERNEL_PARTIAL_OUT).
+inline constexpr bool is_compiled_partial_out(DType dtype) {
+  const DType compiled[] = {
+#define HFA_KERNEL_PARTIAL_OUT(name, type) DType::name,
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_PARTIAL_OUT
+  };
+  for (DType d : compiled)
+    if (d == dtype) return true;
+  return false;
+}
+
 inline constexpr bool is_supported_head_dim(int64_t d) {
   for (int32_t supported : kSupportedHeadDims)
     if (d == supported) return true;

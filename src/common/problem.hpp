@@ -77,6 +77,9 @@ struct ForwardProblem {
   std::size_t workspace_bytes = 0;
   // SMs to leave free for other kernels (>= 0; a GPU backend checks it against its SM count).
   int32_t sm_margin = 0;
+  // Merge into out (f32) and lse rather than overwrite them (hfa_options.accumulate): both hold
+  // a result over other keys; a row of lse −inf has none, and its out is not read.
+  bool accumulate = false;
 
   bool is_varlen() const { return cu_seqlens_q != nullptr; }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
@@ -93,6 +96,12 @@ struct BackwardProblem {
   // Only set when fwd.sinks is.
   float* dsinks = nullptr;
   bool deterministic = false;
+  // D = rowsum(dO∘O), given (hfa_options.softmax_d); null: the backend computes it. Element
+  // (b, h, i) at b·batch_stride + h·head_stride + i, as fwd.lse's (varlen: batch stride 0 and
+  // i from cu_seqlens_q[b]). Given, fwd.out is not read.
+  const float* softmax_d = nullptr;
+  int64_t softmax_d_batch_stride = 0;
+  int64_t softmax_d_head_stride = 0;
 };
 
 }  // namespace hfa::detail

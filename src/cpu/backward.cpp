@@ -27,7 +27,8 @@ constexpr int kKeys = kBackwardKeys;
 // The tensors of one (batch, query head) and its kv head.
 struct HeadRows {
   InputRows q, k, v, out, dout;
-  float* lse;  // of row 0 of the sequence
+  float* lse;       // of row 0 of the sequence
+  const float* d;   // the given D (BackwardProblem::softmax_d) of row 0, or null: computed
 
   HeadRows(const BackwardProblem& bp, int64_t b, int64_t h, const Sequence& seq) {
     const ForwardProblem& p = bp.fwd;
@@ -38,6 +39,18 @@ struct HeadRows {
     out = rows_of(static_cast<const void*>(p.out), p.out_dtype, p.out_stride, b, seq.q_begin, h);
     dout = rows_of(bp.dout, p.dtype, bp.dout_stride, b, seq.q_begin, h);
     lse = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_begin;
+    d = bp.softmax_d == nullptr ? nullptr
+                                : bp.softmax_d + b * bp.softmax_d_batch_stride +
+                                      h * bp.softmax_d_head_stride + seq.q_begin;
+  }
+
+  // D = rowsum(dO∘O) of row i: given, or computed through the two staging rows.
+  float row_d(const ForwardProblem& p, const Kernels& kernels, int64_t i, float* staging_o,
+              float* staging_do) const {
+    if (d != nullptr) return d[i];
+    kernels.load(p.out_dtype, out.row(i), p.hdim_v, 1.0f, staging_o);
+    kernels.load(p.dtype, dout.row(i), p.hdim_v, 1.0f, staging_do);
+    return kernels.dot(staging_o, staging_do, p.hdim_v);
   }
 };
 
@@ -46,9 +59,7 @@ void load_row_statistics(const ForwardProblem& p, const Kernels& kernels, const 
                          int64_t i_first, int rows, float* staging_o, float* staging_do,
                          float* d, float* shift_high, float* shift_low) {
   for (int i = 0; i < rows; ++i) {
-    kernels.load(p.out_dtype, head.out.row(i_first + i), p.hdim_v, 1.0f, staging_o);
-    kernels.load(p.dtype, head.dout.row(i_first + i), p.hdim_v, 1.0f, staging_do);
-    d[i] = kernels.dot(staging_o, staging_do, p.hdim_v);
+    d[i] = head.row_d(p, kernels, i_first + i, staging_o, staging_do);
     const Exp2Shift shift = lse_to_exp2_shift(head.lse[i_first + i]);
     shift_high[i] = shift.high;
     shift_low[i] = shift.low;
@@ -280,9 +291,7 @@ void sink_gradient(const BackwardProblem& bp, const Kernels& kernels, int64_t h,
       const Sequence seq = sequence_of(p, b);
       const HeadRows head(bp, b, h, seq);
       for (int64_t i = 0; i < seq.seqlen_q; ++i) {
-        kernels.load(p.out_dtype, head.out.row(i), p.hdim_v, 1.0f, staging_o);
-        kernels.load(p.dtype, head.dout.row(i), p.hdim_v, 1.0f, staging_do);
-        const double d = kernels.dot(staging_o, staging_do, p.hdim_v);
+        const double d = head.row_d(p, kernels, i, staging_o, staging_do);
         sum += std::exp(sink - double{head.lse[i]}) * d;
       }
     }

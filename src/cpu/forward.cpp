@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/combine_splits.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/thread_pool.hpp"
 #include "cpu/tiled_attention.hpp"
@@ -99,7 +100,17 @@ void accumulate_key_tile(const ForwardProblem& p, const Kernels& kernels,
   kernels.gemm_at(rows, dv, keys, s_t, kRows, v.data, v.ld, q.o, dv, true);
 }
 
-// O = (Σ P·V) / l and LSE = m·ln2 + ln l for the rows of one query tile.
+// accumulate: the running result of earlier calls (an f32 row and its LSE) merged with this
+// call's normalized row o and its lse, in place.
+void merge_into_running(const float* o, int dv, float lse, float* running, float* running_lse) {
+  const detail::RunningMerge m = detail::merge_with_running(*running_lse, lse);
+  for (int c = 0; c < dv; ++c)
+    running[c] = (m.reads_before ? m.before * running[c] : 0.0f) + m.call * o[c];
+  *running_lse = m.lse;
+}
+
+// O = (Σ P·V) / l and LSE = m·ln2 + ln l for the rows of one query tile, stored, or merged into
+// out and lse (p.accumulate).
 void store_query_tile(const ForwardProblem& p, const Kernels& kernels, int64_t b, int64_t h,
                       const Sequence& seq, const QueryTile& q) {
   const int dv = p.hdim_v;
@@ -110,13 +121,19 @@ void store_query_tile(const ForwardProblem& p, const Kernels& kernels, int64_t b
     // sum is 0 exactly when the row saw no key and has no sink: O = 0 and LSE = −inf. With a
     // sink the sum is >= 1 and O = 0 / sum for a row without keys.
     kernels.scale(o_row, dv, sum > 0.0f ? 1.0f / sum : 0.0f);
-    kernels.store(p.out_dtype, o_row, dv, out_rows.row(q.i_first + i));
-    if (p.lse != nullptr) {
-      // In double, so that the one rounding is the store to float.
-      const float lse = sum > 0.0f ? static_cast<float>(q.row_max[i] * kLn2 + std::log(double{sum}))
-                                   : -kInfinity;
-      p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_begin + q.i_first + i] = lse;
+    // In double, so that the one rounding is the store to float.
+    const float lse = sum > 0.0f ? static_cast<float>(q.row_max[i] * kLn2 + std::log(double{sum}))
+                                 : -kInfinity;
+    float* lse_at = p.lse == nullptr ? nullptr
+                                     : p.lse + b * p.lse_batch_stride + h * p.lse_head_stride +
+                                           seq.q_begin + q.i_first + i;
+    std::byte* out_row = out_rows.row(q.i_first + i);
+    if (p.accumulate) {  // out is f32 and lse given (validated)
+      merge_into_running(o_row, dv, lse, reinterpret_cast<float*>(out_row), lse_at);
+      continue;
     }
+    kernels.store(p.out_dtype, o_row, dv, out_row);
+    if (lse_at != nullptr) *lse_at = lse;
   }
 }
 

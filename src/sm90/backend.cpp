@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <string>
 
 #include "common/backend.hpp"
@@ -39,6 +40,23 @@ Status check_fp8_support(const ForwardProblem& p) {
   return Status::ok();
 }
 
+// An f32 out after 16-bit inputs (a partial result): compiled (HFA_KERNEL_PARTIAL_OUT) without
+// softcap, and stored as float2, so its rows must be 8-byte aligned.
+Status check_partial_out_support(const ForwardProblem& p) {
+  if (!detail::is_compiled_partial_out(p.out_dtype)) {
+    return not_supported(fwd::kFamily, std::string("out dtype ") + dtype_name(p.out_dtype) +
+                                           " after " + dtype_name(p.dtype) + " inputs");
+  }
+  if (p.softcap > 0.0f) return not_supported(fwd::kFamily, "softcap with an f32 out");
+  const bool aligned = reinterpret_cast<uintptr_t>(p.out) % 8 == 0 && p.out_stride.batch % 2 == 0 &&
+                       p.out_stride.row % 2 == 0 && p.out_stride.head % 2 == 0;
+  if (!aligned) {
+    return {Code::invalid_argument,
+            "out: an f32 out on a GPU needs 8-byte aligned rows (even strides and offset)"};
+  }
+  return Status::ok();
+}
+
 // Whether the compiled kernels hold the problem (kernel_list.def); `family` names the caller.
 Status check_support(const ForwardProblem& p, const char* family) {
   auto not_supported = [&](const std::string& what) { return sm90::not_supported(family, what); };
@@ -53,6 +71,7 @@ Status check_support(const ForwardProblem& p, const char* family) {
                          " (up to " + std::to_string(detail::kCompiledHeadDims[std::size(detail::kCompiledHeadDims) - 1].qk) +
                          " are)");
   }
+  if (p.out_dtype != p.dtype) return check_partial_out_support(p);  // forward only (validated)
   return Status::ok();
 }
 
@@ -78,7 +97,10 @@ Status forward(const ForwardProblem& p) {
     return with_compiled_fp8_kernel(p.out_dtype, p.hdim_qk, p.hdim_v, run);
   }
   return with_compiled_kernel(p.dtype, p.hdim_qk, p.hdim_v, [&]<int kQK, int kV, typename Element>() {
-    return fwd::run_forward<kQK, kV, Element>(p, context);
+    if (p.out_dtype == p.dtype) return fwd::run_forward<kQK, kV, Element>(p, context);
+    return with_partial_out_type(p.out_dtype, [&]<typename Out>() {
+      return fwd::run_forward_partial<kQK, kV, Element, Out>(p, context);
+    });
   });
 }
 

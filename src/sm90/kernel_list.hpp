@@ -78,4 +78,16 @@ Status with_compiled_fp8_kernel(DType out_dtype, int hdim_qk, int hdim_v, Run&& 
   return missing;
 }
 
+// run.template operator()<Out>() for the compiled partial out type `out_dtype` of the 16-bit
+// forward (HFA_KERNEL_PARTIAL_OUT), checked first (head_dims.hpp's is_compiled_partial_out).
+template <typename Run>
+Status with_partial_out_type(DType out_dtype, Run&& run) {
+#define HFA_KERNEL_PARTIAL_OUT(name, type) \
+  if (out_dtype == DType::name) return run.template operator()<type>();
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_PARTIAL_OUT
+  return {Code::internal, "sm90: no forward compiled for a partial out of dtype " +
+                              std::string(dtype_name(out_dtype))};
+}
+
 }  // namespace hfa::sm90

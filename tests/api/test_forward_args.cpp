@@ -95,6 +95,12 @@ TEST(ForwardArgs, MismatchedDtype) {
   a = Attention{};
   a.out.tensor.dtype = HFA_F16;
   EXPECT_TRUE(ForwardRejected(a, "out", "expected dtype f32 (as q), got f16"));
+  // 16-bit inputs may also write an f32 out (a partial result, test_partials.cpp).
+  Attention b;
+  b.dtype = DType::bf16;
+  b.allocate();
+  b.out.tensor.dtype = HFA_F16;
+  EXPECT_TRUE(ForwardRejected(b, "out", "expected dtype bf16 (as q) or f32, got f16"));
 }
 
 TEST(ForwardArgs, UnsupportedDtype) {
@@ -195,10 +201,11 @@ TEST(ForwardArgs, LseWrongShape) {
   EXPECT_TRUE(ForwardRejected(a, "lse", "expected rank 3"));
 }
 
-TEST(ForwardArgs, LseNotContiguous) {
+// An lse slice (padding between batches or heads) is taken; its rows must be unit-stride.
+TEST(ForwardArgs, LseRowsNotUnitStride) {
   Attention a;
-  a.lse.tensor.stride[0] = 100;  // padding between batches
-  EXPECT_TRUE(ForwardRejected(a, "lse", "must be contiguous"));
+  a.lse.tensor.stride[2] = 2;
+  EXPECT_TRUE(ForwardRejected(a, "lse", "the last dim must have unit stride, got stride 2"));
 }
 
 TEST(ForwardArgs, MixedDevices) {

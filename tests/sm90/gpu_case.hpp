@@ -69,6 +69,9 @@ class GpuCase {
     const Status status = sm90.forward(p);
     ASSERT_TRUE(status.is_ok()) << status.message();
     HFA_CUDA_OK(cudaDeviceSynchronize());
+    download_forward();
+  }
+  void download_forward() {
     download(out_, data_.out);
     download(lse_, data_.lse);
   }

@@ -78,6 +78,9 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
   params.dout_stride = row_strides(problem.dout_stride);
   params.lse_batch_stride = f.lse_batch_stride;
   params.lse_head_stride = f.lse_head_stride;
+  params.softmax_d = problem.softmax_d;
+  params.softmax_d_batch_stride = problem.softmax_d_batch_stride;
+  params.softmax_d_head_stride = problem.softmax_d_head_stride;
   params.dq = problem.dq;
   params.dk = problem.dk;
   params.dv = problem.dv;
@@ -118,7 +121,11 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
   const auto stream = static_cast<cudaStream_t>(f.stream);
   const dim3 row_grid(params.num_m_blocks, f.heads_q, f.batch);
   if (params.num_m_blocks > 0) {
-    preprocess_kernel<Config, Element><<<row_grid, kPrePostThreads, 0, stream>>>(params);
+    if (params.softmax_d != nullptr) {
+      preprocess_kernel<Config, Element, true><<<row_grid, kPrePostThreads, 0, stream>>>(params);
+    } else {
+      preprocess_kernel<Config, Element, false><<<row_grid, kPrePostThreads, 0, stream>>>(params);
+    }
     HFA_RETURN_IF_ERROR(launch_status(kFamily));
   }
   if (params.num_tiles > 0) {

@@ -72,6 +72,11 @@ struct Params {
   int32_t num_n_blocks;
   int32_t num_tiles;     // num_n_blocks · heads_kv · batch
   int32_t kv_heads_per_section;  // windowed tile order: (batch, kv head) pairs whose Q, dO share L2
+
+  // D = rowsum(dO∘O) given by the caller (laid out as lse), read by the preprocess instead of
+  // out and dout; null: computed there. Last, so the main kernel's parameter offsets stay.
+  const float* softmax_d;
+  int64_t softmax_d_batch_stride, softmax_d_head_stride;
 };
 
 }  // namespace hfa::sm90::bwd

@@ -9,6 +9,7 @@
 // tiles are short, within noise at long sequences.)
 #pragma once
 
+#include "common/combine_splits.hpp"
 #include "sm90/common/math.hpp"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
@@ -52,10 +53,14 @@ struct Epilogue {
     }
     scale_rows(o, normalizer);
 
+    if constexpr (Config::kPartialOut) {
+      if (p.accumulate) return merge_into_running(tile, o, lse, query, head, at);
+    }
+
     Out* out = static_cast<Out*>(p.out) + tile.batch * p.out_stride.batch;
-    // Each quad writes 16 contiguous bytes of a row per 8-column group: whole 32-byte sectors
-    // once the neighbouring group lands, merged in L2. Columns past hdim_v exist only in a
-    // padded configuration and are not stored.
+    // Each quad writes 16 contiguous bytes of a row per 8-column group (32 of f32): whole
+    // 32-byte sectors once the neighbouring group lands, merged in L2. Columns past hdim_v
+    // exist only in a padded configuration and are not stored.
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       if (query[half] >= tile.seq.seqlen_q) continue;
@@ -65,8 +70,7 @@ struct Epilogue {
       for (int i = 2 * half; i < kOAcc; i += 4) {
         const int column = ptx::fragment_column(i, at.column_pair);
         if (column >= p.hdim_v) continue;
-        const uint32_t pair = ptx::pack_pair<Out>(o[i], o[i + 1]);
-        *reinterpret_cast<uint32_t*>(out_row + column) = pair;
+        store_pair(out_row + column, o[i], o[i + 1]);
       }
     }
 
@@ -78,6 +82,54 @@ struct Epilogue {
         p.lse[tile.batch * p.lse_batch_stride + head[half] * p.lse_head_stride +
               tile.seq.q_offset + query[half]] = lse[half];
       }
+    }
+  }
+
+ private:
+  static __device__ __forceinline__ void store_pair(Out* at, float lo, float hi) {
+    if constexpr (Config::kPartialOut) {
+      *reinterpret_cast<float2*>(at) = make_float2(lo, hi);
+    } else {
+      *reinterpret_cast<uint32_t*>(at) = ptx::pack_pair<Out>(lo, hi);
+    }
+  }
+
+  // (The store above spells this out: as a call there it changed the 16-bit kernels' code.)
+  __device__ int64_t lse_index(const WorkTile& tile, int head, int query) const {
+    return tile.batch * p.lse_batch_stride + head * p.lse_head_stride + tile.seq.q_offset + query;
+  }
+
+  // accumulate: each row merged into the running result of earlier calls, out (f32) and lse,
+  // by hfa_merge_partials' rule (common/combine_splits.hpp). The four threads of a quad share a
+  // row: all read its old LSE before the first of them writes the new one.
+  __device__ void merge_into_running(const WorkTile& tile, const float (&o)[kOAcc],
+                                     const float (&lse)[2], const int (&query)[2],
+                                     const int (&head)[2], const ptx::FragmentCoords& at) {
+    detail::RunningMerge merge[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const bool in_sequence = query[half] < tile.seq.seqlen_q;
+      const float before = in_sequence ? p.lse[lse_index(tile, head[half], query[half])] : -INFINITY;
+      merge[half] = detail::merge_with_running(before, lse[half]);
+    }
+    __syncwarp();
+    Out* out = static_cast<Out*>(p.out) + tile.batch * p.out_stride.batch;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if (query[half] >= tile.seq.seqlen_q) continue;
+      const detail::RunningMerge& m = merge[half];
+      Out* out_row = out + int64_t(tile.seq.q_offset + query[half]) * p.out_stride.row +
+                     head[half] * p.out_stride.head;
+#pragma unroll
+      for (int i = 2 * half; i < kOAcc; i += 4) {
+        const int column = ptx::fragment_column(i, at.column_pair);
+        if (column >= p.hdim_v) continue;
+        float2* running = reinterpret_cast<float2*>(out_row + column);
+        const float2 old = m.reads_before ? *running : make_float2(0.0f, 0.0f);
+        *running = make_float2(fmaf(m.before, old.x, m.call * o[i]),
+                               fmaf(m.before, old.y, m.call * o[i + 1]));
+      }
+      if (at.column_pair == 0) p.lse[lse_index(tile, head[half], query[half])] = m.lse;
     }
   }
 };

@@ -132,6 +132,7 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
   params.lse = problem.lse;
   params.lse_batch_stride = problem.lse_batch_stride;
   params.lse_head_stride = problem.lse_head_stride;
+  params.accumulate = problem.accumulate;
   params.batch = b;
   params.heads_q = problem.heads_q;
   params.heads_per_kv = problem.heads_q / problem.heads_kv;
@@ -196,6 +197,13 @@ Status run_forward(const detail::ForwardProblem& problem, const LaunchContext& c
   return run_forward_with<kHeadDimQK, kHeadDimV, Element, Element>(problem, context);
 }
 
+template <int kHeadDimQK, int kHeadDimV, typename Element, typename Out>
+Status run_forward_partial(const detail::ForwardProblem& problem, const LaunchContext& context) {
+  using Windowed = TileConfig<kHeadDimQK, kHeadDimV, true, false, Element, Out>;
+  using Full = TileConfig<kHeadDimQK, kHeadDimV, false, false, Element, Out>;
+  return uses_window(problem) ? launch<Windowed>(problem, context) : launch<Full>(problem, context);
+}
+
 template <int kHeadDimQK, int kHeadDimV, typename Out>
 Status run_forward_fp8(const detail::ForwardProblem& problem, const LaunchContext& context) {
   return run_forward_with<kHeadDimQK, kHeadDimV, __nv_fp8_e4m3, Out>(problem, context);
@@ -203,9 +211,13 @@ Status run_forward_fp8(const detail::ForwardProblem& problem, const LaunchContex
 
 }  // namespace hfa::sm90::fwd
 
-// One translation unit per (head dims, element type), and per (head dims, out type) for FP8.
+// One translation unit per (head dims, element type), per (head dims, element, out type) for a
+// partial out, and per (head dims, out type) for FP8.
 #define HFA_INSTANTIATE_FORWARD(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT)                          \
   template hfa::Status hfa::sm90::fwd::run_forward<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT>(      \
+      const hfa::detail::ForwardProblem&, const hfa::sm90::fwd::LaunchContext&);
+#define HFA_INSTANTIATE_FORWARD_PARTIAL(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT, OUT)               \
+  template hfa::Status hfa::sm90::fwd::run_forward_partial<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT, OUT>( \
       const hfa::detail::ForwardProblem&, const hfa::sm90::fwd::LaunchContext&);
 #define HFA_INSTANTIATE_FORWARD_FP8(HEAD_DIM_QK, HEAD_DIM_V, OUT)                          \
   template hfa::Status hfa::sm90::fwd::run_forward_fp8<HEAD_DIM_QK, HEAD_DIM_V, OUT>(      \

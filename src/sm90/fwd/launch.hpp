@@ -53,6 +53,10 @@ inline std::size_t workspace_bytes(const detail::ForwardProblem& problem) {
 // for each). A problem runs on the smallest that holds it (kernel_list.hpp), padded with zeros.
 template <int kHeadDimQK, int kHeadDimV, typename Element>
 Status run_forward(const detail::ForwardProblem& problem, const LaunchContext& context);
+// The 16-bit forward writing out as Out, a partial result (common/kernel_list.def's
+// HFA_KERNEL_PARTIAL_OUT): the standard tiles, no softcap (the backend checks).
+template <int kHeadDimQK, int kHeadDimV, typename Element, typename Out>
+Status run_forward_partial(const detail::ForwardProblem& problem, const LaunchContext& context);
 // The FP8 forward (e4m3 q, k, v) writing out as Out: common/kernel_list.def's FP8 lists.
 template <int kHeadDimQK, int kHeadDimV, typename Out>
 Status run_forward_fp8(const detail::ForwardProblem& problem, const LaunchContext& context);

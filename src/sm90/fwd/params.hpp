@@ -76,6 +76,10 @@ struct Params {
   // 1: the q·k scale differs between the rows or key blocks of a tile (per-block q or k scales,
   // or per-head q scales under PackGQA), so S is scaled in registers (fwd/fp8_scales.cuh).
   int32_t fp8_row_scales;
+
+  // f32 out only (last, as above): 1 merges each row into out and lse, the running result of
+  // earlier calls, instead of storing it (hfa_options.accumulate; epilogue.cuh).
+  int32_t accumulate;
 };
 
 }  // namespace hfa::sm90::fwd

@@ -42,8 +42,8 @@ namespace hfa::sm90::fwd {
 // backend.cpp).
 // Softcap is a compile-time switch too: its tanh, kept in the same kernel behind a runtime
 // test, raised register pressure enough to spill 8-16 bytes at hdim 256 even when off.
-// Element is q's, k's and v's type, Out the type of out: the same 16-bit type, or bf16/fp16
-// after e4m3 inputs (the FP8 forward, whose tiles are below).
+// Element is q's, k's and v's type, Out the type of out: the same 16-bit type (or f32, a partial
+// result), or bf16/fp16 after e4m3 inputs (the FP8 forward, whose tiles are below).
 // kShortRows_: a configuration for windowed problems whose rows see few keys (short causal
 // sequences, launch.cuh's kShortRowsMaxKeys): a tile of fewer rows where the standard one is
 // larger (has_short_rows_tile).
@@ -58,7 +58,12 @@ struct TileConfig {
   static constexpr bool kSoftcap = kSoftcap_;
   static constexpr bool kFp8 = std::is_same_v<Element, __nv_fp8_e4m3>;
   static constexpr bool kShortRows = kShortRows_;
-  static_assert(kFp8 || std::is_same_v<Element, Out>, "16-bit inputs give out in their type");
+  // An f32 out is a partial result (accumulate): its configurations keep the standard tiles.
+  static constexpr bool kPartialOut = std::is_same_v<Out, float>;
+  static_assert(kFp8 || kPartialOut || std::is_same_v<Element, Out>,
+                "16-bit inputs give out in their type, or in f32");
+  static_assert(!kPartialOut || (!kFp8 && !kShortRows && !kSoftcap),
+                "an f32 out: 16-bit inputs, standard tiles, no softcap (kernel_list.def)");
   static_assert(!kShortRows || kWindowed, "short rows: a causal or windowed configuration");
 
   // Rows of Q per CTA. hdim 64 has cheap GEMMs per exponential, so a third consumer warpgroup

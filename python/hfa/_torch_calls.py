@@ -1,0 +1,146 @@
+"""Calls of the C ABI on torch tensors through ctypes, with no op registered: what
+python/hfa/_torch_ctypes.py registers its ops over, and the calls no op takes (an accumulating
+forward, a backward with a given softmax_d: hfa.flash_attn_accumulate and flash_attn_backward's
+softmax_d), reached from either set of ops. CUDA tensors run on torch's current stream of their
+device; workspaces are allocated with torch.
+"""
+
+import contextlib
+
+import torch
+
+from . import _lib
+
+Tensor = torch.Tensor
+
+DTYPES = {
+    torch.float32: _lib.F32,
+    torch.float16: _lib.F16,
+    torch.bfloat16: _lib.BF16,
+    torch.int32: _lib.I32,
+}
+# fp8 dtypes exist from torch 2.1; forward only (the library rejects them in the backward).
+for _name, _code in (("float8_e4m3fn", _lib.E4M3), ("float8_e5m2", _lib.E5M2)):
+    if hasattr(torch, _name):
+        DTYPES[getattr(torch, _name)] = _code
+
+
+def view(t: Tensor, name: str):
+    """(tensor kept alive, hfa Tensor). A tensor whose last dim is not unit-stride is copied;
+    other strides go to the library unchanged."""
+    if isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+        t = t.contiguous()
+    return t, view_as_is(t, name)
+
+
+def view_as_is(t: Tensor, name: str):
+    """The hfa Tensor of t with all its strides (outputs, and descales, which may be
+    broadcast views)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in DTYPES:
+        raise TypeError(f"{name}: dtype {t.dtype} is not supported")
+    if t.device.type == "cuda":
+        device, index = _lib.CUDA, t.device.index if t.device.index is not None else 0
+    elif t.device.type == "cpu":
+        device, index = _lib.CPU, 0
+    else:
+        raise ValueError(f"{name}: device {t.device} is not supported (cpu or cuda)")
+    return _lib.make_tensor(t.data_ptr(), DTYPES[t.dtype], t.shape, t.stride(), device, index)
+
+
+@contextlib.contextmanager
+def on_device(t: Tensor):
+    """Make t's GPU current for the call (the library launches on the current device)."""
+    if t.device.type == "cuda":
+        with torch.cuda.device(t.device):
+            yield
+    else:
+        yield
+
+
+class Call:
+    """Options for one library call plus everything they point at, kept alive together."""
+
+    def __init__(self, ref: Tensor, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                 softmax_scale, causal, window_left, window_right, softcap, deterministic,
+                 sinks=None, seqused_q=None, seqused_k=None, dsinks=None, q_descale=None,
+                 k_descale=None, v_descale=None, descale_block_q=0, descale_block_kv=0,
+                 sm_margin=0, accumulate=False, softmax_d=None):
+        if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+            raise ValueError("cu_seqlens_q, cu_seqlens_k: give both or neither")
+        self.keep = []
+        cu_q_t = cu_k_t = None
+        if cu_seqlens_q is not None:
+            cu_q, cu_q_t = view(cu_seqlens_q, "cu_seqlens_q")
+            cu_k, cu_k_t = view(cu_seqlens_k, "cu_seqlens_k")
+            self.keep += [cu_q, cu_k, cu_q_t, cu_k_t]
+        vectors = {}
+        for name, t in (("sinks", sinks), ("seqused_q", seqused_q), ("seqused_k", seqused_k),
+                        ("dsinks", dsinks)):
+            if t is not None:
+                t, vectors[name] = view(t, name)
+                self.keep += [t, vectors[name]]
+        for name, t in (("q_descale", q_descale), ("k_descale", k_descale),
+                        ("v_descale", v_descale), ("softmax_d", softmax_d)):
+            if t is not None:
+                vectors[name] = view_as_is(t, name)
+                self.keep += [t, vectors[name]]
+        stream = None
+        if ref.device.type == "cuda":
+            stream = torch.cuda.current_stream(ref.device).cuda_stream
+        self.options = _lib.make_options(
+            softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
+            softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_q_t,
+            cu_seqlens_k=cu_k_t, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+            stream=stream, descale_block_q=descale_block_q, descale_block_kv=descale_block_kv,
+            sm_margin=sm_margin, accumulate=accumulate, **vectors)
+        self.device = ref.device
+
+    def workspace(self, nbytes: int) -> None:
+        if nbytes:
+            ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+            self.keep.append(ws)
+            self.options.workspace = ws.data_ptr()
+            self.options.workspace_bytes = nbytes
+
+
+def forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+             softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
+             seqused_k, q_descale=None, k_descale=None, v_descale=None, descale_block_q=0,
+             descale_block_kv=0, sm_margin=0, accumulate=False) -> None:
+    """The library's forward into out and lse, taken as they are (with accumulate: merged
+    into them)."""
+    q, qt = view(q, "q")
+    k, kt = view(k, "k")
+    v, vt = view(v, "v")
+    ot, lt = view_as_is(out, "out"), view_as_is(lse, "lse")
+    call = Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                 causal, window_left, window_right, softcap, False, sinks, seqused_q, seqused_k,
+                 None, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv,
+                 sm_margin, accumulate)
+    with on_device(q):
+        call.workspace(_lib.forward_workspace_size(qt, kt, vt, call.options))
+        _lib.forward(qt, kt, vt, ot, lt, call.options)
+
+
+def backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, cu_seqlens_q, cu_seqlens_k,
+                  max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
+                  softcap, deterministic, sinks, seqused_q, seqused_k, sm_margin=0,
+                  softmax_d=None) -> None:
+    """The library's backward into dq, dk, dv (and dsinks with sinks), taken as they are.
+    softmax_d: the given D = rowsum(dout * out), float32 laid out as lse (out is then not
+    read)."""
+    dout, dot = view(dout, "dout")
+    q, qt = view(q, "q")
+    k, kt = view(k, "k")
+    v, vt = view(v, "v")
+    out, ot = view(out, "out")
+    lse, lt = view(lse, "lse")
+    dqt, dkt, dvt = view_as_is(dq, "dq"), view_as_is(dk, "dk"), view_as_is(dv, "dv")
+    call = Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                window_left, window_right, softcap, deterministic, sinks, seqused_q, seqused_k,
+                dsinks if sinks is not None else None, sm_margin=sm_margin, softmax_d=softmax_d)
+    with on_device(q):
+        call.workspace(_lib.backward_workspace_size(qt, kt, vt, call.options))
+        _lib.backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, call.options)
