@@ -3,6 +3,7 @@
 // compiled one, which the static_assert below keeps true when either list changes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -32,28 +33,28 @@ inline constexpr HeadDims kCompiledFp8HeadDims[] = {
 };
 inline constexpr int32_t kFp8KeyBlock = 128;
 
-// Whether the FP8 kernels write out as `dtype` (HFA_KERNEL_FP8_OUT).
-inline constexpr bool is_compiled_fp8_out(DType dtype) {
-  const DType compiled[] = {
+// The out types the FP8 kernels write (HFA_KERNEL_FP8_OUT), and those the 16-bit forward writes
+// besides its inputs' own (HFA_KERNEL_PARTIAL_OUT).
+inline constexpr DType kCompiledFp8Outs[] = {
 #define HFA_KERNEL_FP8_OUT(name, type) DType::name,
 #include "common/kernel_list.def"
 #undef HFA_KERNEL_FP8_OUT
-  };
+};
+inline constexpr DType kCompiledPartialOuts[] = {
+#define HFA_KERNEL_PARTIAL_OUT(name, type) DType::name,
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_PARTIAL_OUT
+};
+
+template <std::size_t N>
+inline constexpr bool is_listed(const DType (&compiled)[N], DType dtype) {
   for (DType d : compiled)
     if (d == dtype) return true;
   return false;
 }
-
-// Whether the 16-bit forward also writes out as `dtype` (HFA_KERNEL_PARTIAL_OUT).
+inline constexpr bool is_compiled_fp8_out(DType dtype) { return is_listed(kCompiledFp8Outs, dtype); }
 inline constexpr bool is_compiled_partial_out(DType dtype) {
-  const DType compiled[] = {
-#define HFA_KERNEL_PARTIAL_OUT(name, type) DType::name,
-#include "common/kernel_list.def"
-#undef HFA_KERNEL_PARTIAL_OUT
-  };
-  for (DType d : compiled)
-    if (d == dtype) return true;
-  return false;
+  return is_listed(kCompiledPartialOuts, dtype);
 }
 
 inline constexpr bool is_supported_head_dim(int64_t d) {
