@@ -129,15 +129,23 @@ def split_rows(torch, hfa, world, causal, tokens_per_rank, reps):
         outs = emulated.ring_flash_attn_func(qs, ks, vs, causal=causal, layout=layout)
         torch.autograd.grad(outs, qs + ks + vs, douts)
 
+    from hfa.distributed import ring as ring_module
     rows = []
     for mode, single, ring in (("fwd", single_fwd, ring_fwd),
                                ("fwdbwd", single_fwdbwd, ring_fwdbwd)):
         one = benchlib.event_seconds(single, 1, reps)
-        split = benchlib.event_seconds(ring, 1, reps)
-        rows.append({"case": {"test": "ring_split", "world": world, "causal": causal,
-                              "layout": layout, "tokens_per_rank": tokens_per_rank,
-                              "heads": HEADS, "kv_heads": KV_HEADS, "hdim": HDIM, "mode": mode},
-                     "metric": "ratio", "hfa": one / split, "single_s": one, "ring_s": split})
+        # A step's result reaches (O, LSE) through a merge pass, or in the forward's epilogue
+        # (with the backward's D computed once): ring.ACCUMULATE_IN_KERNEL.
+        for in_kernel in (False, True):
+            ring_module.ACCUMULATE_IN_KERNEL = in_kernel
+            split = benchlib.event_seconds(ring, 1, reps)
+            rows.append({"case": {"test": "ring_split", "world": world, "causal": causal,
+                                  "layout": layout, "tokens_per_rank": tokens_per_rank,
+                                  "heads": HEADS, "kv_heads": KV_HEADS, "hdim": HDIM,
+                                  "mode": mode, "merge": "in-kernel" if in_kernel else "pass"},
+                         "metric": "ratio", "hfa": one / split, "single_s": one,
+                         "ring_s": split})
+    ring_module.ACCUMULATE_IN_KERNEL = False
     return rows
 
 
@@ -193,6 +201,7 @@ def main():
             for row in split_rows(torch, hfa, world, causal, a.tokens_per_rank, a.reps):
                 result["rows"].append(row)
                 print(f"bench: ring split P={world} causal={int(causal)} {row['case']['mode']:6s}"
+                      f" {row['case']['merge']:9s}"
                       f" single {row['single_s'] * 1e3:.1f} ms, ring {row['ring_s'] * 1e3:.1f} "
                       f"ms, ratio {row['hfa']:.3f}", flush=True)
             torch.cuda.empty_cache()

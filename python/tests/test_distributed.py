@@ -21,6 +21,7 @@ from torch_reference import GRADS, float64_attention  # noqa: E402
 from hfa.distributed import (emulated, merge_attn_partial, merge_attn_partials,  # noqa: E402
                              zigzag_positions, zigzag_positions_varlen, zigzag_shard,
                              zigzag_shard_varlen, zigzag_unshard, zigzag_unshard_varlen)
+from hfa.distributed import ring as ring_module  # noqa: E402
 from hfa.distributed.ring import merge_attn_partial_torch  # noqa: E402
 
 
@@ -179,12 +180,20 @@ def test_merge_of_many_partials():
 
 # --- ring and Ulysses against one call and float64 --------------------------------------------
 
+@pytest.fixture(params=[False, True], ids=["merge-pass", "in-kernel"])
+def merge_mode(request, monkeypatch):
+    """Both ways a ring step's result reaches the running (O, LSE), and its backward gets D
+    (hfa.distributed.ring.ACCUMULATE_IN_KERNEL)."""
+    monkeypatch.setattr(ring_module, "ACCUMULATE_IN_KERNEL", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("world", [1, 2, 4, 8])
-def test_ring(device, world, causal, layout, heads):
+def test_ring(device, world, causal, layout, heads, merge_mode):
     q, k, v, dout = _inputs(device, world, heads)
     oracle = float64_attention(q, k, v, dout, causal)
     single = _single_call(q, k, v, dout, causal)
@@ -211,7 +220,7 @@ def test_ulysses(device, heads, world, causal, layout):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("heads", HEADS)
-def test_ring_error_does_not_grow_with_world_size(device, heads):
+def test_ring_error_does_not_grow_with_world_size(device, heads, merge_mode):
     # One problem (the seqlen of P = 8) split over 2 and over 8 ranks.
     dtype, chunk, headdim = CONFIG[device]
     q, k, v, dout = _inputs(device, 8, heads, seed=2)
@@ -384,7 +393,7 @@ def _varlen_ring(q, k, v, dout, cu, world, causal, layout):
 @pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("world", [1, 2, 4, 8])
-def test_ring_varlen(device, world, causal, layout, heads):
+def test_ring_varlen(device, world, causal, layout, heads, merge_mode):
     cu, q, k, v, dout = _varlen_inputs(device, world, heads, layout)
     oracle = _per_sequence(lambda *t: float64_attention(*t, causal), cu, q, k, v, dout)
     single = _varlen_single_call(q, k, v, dout, cu, causal)
@@ -397,7 +406,7 @@ def test_ring_varlen(device, world, causal, layout, heads):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_ring_varlen_error_does_not_grow_with_world_size(device):
+def test_ring_varlen_error_does_not_grow_with_world_size(device, merge_mode):
     cu, q, k, v, dout = _varlen_inputs(device, 8, (8, 2), "zigzag", seed=4)
     oracle = _per_sequence(lambda *t: float64_attention(*t, True), cu, q, k, v, dout)
     errors = {world: _varlen_ring(q, k, v, dout, cu, world, True, "zigzag") for world in (2, 8)}

@@ -24,6 +24,13 @@ from ._comm import communicator
 
 LAYOUTS = ("zigzag", "contiguous")
 
+# Off until measured on a GPU (issue 14): each forward step merges into the fp32 (O, LSE) in the
+# kernel's epilogue (hfa.flash_attn_accumulate) instead of writing a partial that a merge pass
+# reads again, and the backward's steps read one D = rowsum(dO∘O) (softmax_d) and slices of the
+# LSE instead of each computing D and copying its rows. The results are the same math; tests and
+# bench_cp.py set this to compare.
+ACCUMULATE_IN_KERNEL = False
+
 
 # --- the zigzag layout ------------------------------------------------------------------------
 
@@ -180,10 +187,15 @@ def ring_forward(comm, q, k, v, softmax_scale, causal, layout, sm_margin=0):
         block = _step_block((rank - step) % world, rank, seqlen, causal, layout)
         if block is not None:
             rows, keys, block_causal = block
-            out_part, lse_part = hfa.flash_attn_func(
-                q[:, rows], k[:, keys], v[:, keys], softmax_scale=softmax_scale,
-                causal=block_causal, return_attn_probs=True, sm_margin=sm_margin)
-            merge_attn_partial(out[:, rows], lse[:, :, rows], out_part, lse_part)
+            if ACCUMULATE_IN_KERNEL:
+                hfa.flash_attn_accumulate(q[:, rows], k[:, keys], v[:, keys], out[:, rows],
+                                          lse[:, :, rows], softmax_scale=softmax_scale,
+                                          causal=block_causal, sm_margin=sm_margin)
+            else:
+                out_part, lse_part = hfa.flash_attn_func(
+                    q[:, rows], k[:, keys], v[:, keys], softmax_scale=softmax_scale,
+                    causal=block_causal, return_attn_probs=True, sm_margin=sm_margin)
+                merge_attn_partial(out[:, rows], lse[:, :, rows], out_part, lse_part)
         if next_kv is not None:
             k, v = next_kv.wait()
     return out, lse
@@ -194,6 +206,7 @@ def ring_backward(comm, dout, q, k, v, out, lse, softmax_scale, causal, layout, 
     output in q's dtype, lse the final fp32 LSE (batch, heads, seqlen), contiguous."""
     world, rank, seqlen = comm.world, comm.rank, q.shape[1]
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    softmax_d = step_softmax_d(dout, out) if ACCUMULATE_IN_KERNEL else None
     incoming_dkv = None  # the accumulators of the K/V now held, from the previous rank
     for step in range(world):
         next_kv = comm.shift([k, v]) if step + 1 < world else None
@@ -201,10 +214,16 @@ def ring_backward(comm, dout, q, k, v, out, lse, softmax_scale, causal, layout, 
         grads = None
         if block is not None:
             rows, keys, block_causal = block
-            grads = hfa.flash_attn_backward(
-                dout[:, rows], q[:, rows], k[:, keys], v[:, keys], out[:, rows],
-                lse[:, :, rows].contiguous(), softmax_scale=softmax_scale, causal=block_causal,
-                sm_margin=sm_margin)
+            if softmax_d is not None:
+                grads = hfa.flash_attn_backward(
+                    dout[:, rows], q[:, rows], k[:, keys], v[:, keys], out[:, rows],
+                    lse[:, :, rows], softmax_scale=softmax_scale, causal=block_causal,
+                    sm_margin=sm_margin, softmax_d=softmax_d[:, :, rows])
+            else:
+                grads = hfa.flash_attn_backward(
+                    dout[:, rows], q[:, rows], k[:, keys], v[:, keys], out[:, rows],
+                    lse[:, :, rows].contiguous(), softmax_scale=softmax_scale,
+                    causal=block_causal, sm_margin=sm_margin)
         if incoming_dkv is None:  # step 0: the accumulators of this rank's own K/V start here
             dk_acc = torch.zeros(k.shape, dtype=torch.float32, device=k.device)
             dv_acc = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
@@ -221,6 +240,14 @@ def ring_backward(comm, dout, q, k, v, out, lse, softmax_scale, causal, layout, 
             k, v = next_kv.wait()
     dk, dv = incoming_dkv.wait()
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+def step_softmax_d(dout, out):
+    """D = rowsum(dout ∘ out) in fp32, laid out as lse ((batch, heads, seqlen), or (heads,
+    total) for varlen's (total, heads, d)): what every backward step of the ring would compute
+    from the same final out."""
+    d = (dout.float() * out.float()).sum(-1)  # (batch, seqlen, heads) or (total, heads)
+    return d.transpose(-1, -2).contiguous()
 
 
 # --- the entry point --------------------------------------------------------------------------

@@ -28,7 +28,8 @@ import hfa
 from hfa import _args
 
 from ._comm import communicator
-from .ring import LAYOUTS, merge_attn_partial
+from . import ring
+from .ring import LAYOUTS, merge_attn_partial, step_softmax_d
 
 
 class VarlenShard:
@@ -82,10 +83,14 @@ def ring_varlen_forward(comm, q, k, v, shard, softmax_scale, causal, layout, sm_
         block = _varlen_step((rank - step) % world, rank, causal, layout, shard)
         if block is not None:
             varlen, block_causal = block
-            out_part, lse_part = hfa.flash_attn_varlen_func(
-                q, k, v, softmax_scale=softmax_scale, causal=block_causal,
-                return_attn_probs=True, sm_margin=sm_margin, **varlen)
-            _merge_rows(out, lse, out_part, lse_part)
+            if ring.ACCUMULATE_IN_KERNEL:  # see there
+                hfa.flash_attn_accumulate(q, k, v, out, lse, softmax_scale=softmax_scale,
+                                          causal=block_causal, sm_margin=sm_margin, **varlen)
+            else:
+                out_part, lse_part = hfa.flash_attn_varlen_func(
+                    q, k, v, softmax_scale=softmax_scale, causal=block_causal,
+                    return_attn_probs=True, sm_margin=sm_margin, **varlen)
+                _merge_rows(out, lse, out_part, lse_part)
         if next_kv is not None:
             k, v = next_kv.wait()
     return out, lse
@@ -98,6 +103,7 @@ def ring_varlen_backward(comm, dout, q, k, v, out, lse, shard, softmax_scale, ca
     with the K/V as in ring.ring_backward."""
     world, rank = comm.world, comm.rank
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    given_d = {"softmax_d": step_softmax_d(dout, out)} if ring.ACCUMULATE_IN_KERNEL else {}
     incoming_dkv = None
     for step in range(world):
         next_kv = comm.shift([k, v]) if step + 1 < world else None
@@ -106,7 +112,8 @@ def ring_varlen_backward(comm, dout, q, k, v, out, lse, shard, softmax_scale, ca
         if block is not None:
             varlen, block_causal = block
             grads = hfa.flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=softmax_scale,
-                                            causal=block_causal, sm_margin=sm_margin, **varlen)
+                                            causal=block_causal, sm_margin=sm_margin, **varlen,
+                                            **given_d)
         if incoming_dkv is None:  # step 0: the accumulators of this rank's own K/V start here
             dk_acc = torch.zeros(k.shape, dtype=torch.float32, device=k.device)
             dv_acc = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
