@@ -54,7 +54,8 @@ typedef HFA_ENUM(hfa_device_kind) { HFA_CPU = 0, HFA_CUDA = 1 } hfa_device_kind;
 
 #define HFA_MAX_RANK 4
 
-/* A strided view over memory the caller owns. Strides count elements, not bytes. */
+/* A strided view over memory the caller owns. Strides count elements, not bytes; data is aligned
+ * to the dtype's size (as any framework's tensor is), or null for a tensor with no elements. */
 typedef struct hfa_tensor {
   void* data;
   hfa_dtype dtype;

@@ -96,6 +96,11 @@ Status check_form(const char* name, const Tensor* t, int32_t rank, const char* l
   }
 
   if (t->data == nullptr) return invalid(name, "data is null (allowed only for a tensor with no elements)");
+  // Backends load elements as their type (a misaligned float is undefined behaviour on the CPU
+  // and a fault on a GPU); a framework's tensor is always aligned to its dtype.
+  const std::size_t size = dtype_size(static_cast<DType>(t->dtype));
+  if (reinterpret_cast<uintptr_t>(t->data) % size != 0)
+    return invalid(name, "data ", t->data, " is not aligned to its dtype's size (", size, " bytes)");
   return Status::ok();
 }
 
