@@ -118,6 +118,13 @@ Status check_operand(const char* name, const Tensor* t, bool varlen, bool is_out
   op->strides.batch = varlen ? 0 : t->stride[0];
   op->strides.row = t->stride[1 - first];
   op->strides.head = t->stride[2 - first];
+  // The stride of a dim of one element is anything (frameworks leave those arbitrary), and so is
+  // every stride of an empty tensor (check_form): the problem carries 0 there, so that a backend
+  // computing a byte stride, or the address of a row it never reads, multiplies no such value.
+  if (has_no_elements(*t)) op->strides = {};
+  if (op->extent[kBatch] == 1) op->strides.batch = 0;
+  if (op->extent[kRows] == 1) op->strides.row = 0;
+  if (op->extent[kHeads] == 1) op->strides.head = 0;
   // Backends index rows, heads and dims with int32; totals of varlen rows are int32 offsets.
   for (int axis = first; axis < 4; ++axis) {
     if (op->extent[axis] > kInt32Max)
@@ -326,8 +333,9 @@ Status check_lse(const char* name, const Tensor* lse, const Core& core, int64_t 
 
 // lse's strides in the problem's terms: varlen LSE is (heads, total_q), batch stride 0.
 void lse_strides(const Tensor& lse, bool varlen, int64_t* batch_stride, int64_t* head_stride) {
-  *batch_stride = varlen ? 0 : lse.stride[0];
-  *head_stride = varlen ? lse.stride[0] : lse.stride[1];
+  const bool empty = has_no_elements(lse);  // any strides, as for an operand (check_operand)
+  *batch_stride = varlen || empty ? 0 : lse.stride[0];
+  *head_stride = empty ? 0 : varlen ? lse.stride[0] : lse.stride[1];
 }
 
 Status check_scalars(const Options& options) {
