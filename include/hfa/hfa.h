@@ -20,7 +20,16 @@
 extern "C" {
 #endif
 
-typedef enum hfa_status {
+/* The enums' fields take any int32 from a C caller, and hfa rejects the unknown values by name. In
+ * C++ they get int32_t as their fixed type, so that such a value is one the enum may hold (C++
+ * leaves loading a value outside an enum's range undefined); the ABI is C's either way. */
+#ifdef __cplusplus
+#define HFA_ENUM(name) enum name : int32_t
+#else
+#define HFA_ENUM(name) enum name
+#endif
+
+typedef HFA_ENUM(hfa_status) {
   HFA_SUCCESS = 0,
   HFA_ERROR_INVALID_ARGUMENT = 1, /* the call is malformed; the message names the argument */
   HFA_ERROR_NOT_SUPPORTED = 2,    /* well-formed, but this build or device cannot run it */
@@ -28,7 +37,7 @@ typedef enum hfa_status {
   HFA_ERROR_INTERNAL = 4
 } hfa_status;
 
-typedef enum hfa_dtype {
+typedef HFA_ENUM(hfa_dtype) {
   HFA_F32 = 0,
   HFA_F16 = 1,
   HFA_BF16 = 2,
@@ -41,11 +50,12 @@ typedef enum hfa_dtype {
   HFA_UE8M0 = 7       /* a power-of-two scale 2^(e - 127), one byte (MXFP4 block scales) */
 } hfa_dtype;
 
-typedef enum hfa_device_kind { HFA_CPU = 0, HFA_CUDA = 1 } hfa_device_kind;
+typedef HFA_ENUM(hfa_device_kind) { HFA_CPU = 0, HFA_CUDA = 1 } hfa_device_kind;
 
 #define HFA_MAX_RANK 4
 
-/* A strided view over memory the caller owns. Strides count elements, not bytes. */
+/* A strided view over memory the caller owns. Strides count elements, not bytes; data is aligned
+ * to the dtype's size (as any framework's tensor is), or null for a tensor with no elements. */
 typedef struct hfa_tensor {
   void* data;
   hfa_dtype dtype;
@@ -347,7 +357,7 @@ HFA_API hfa_status hfa_forward_kvcache_workspace_size(const hfa_tensor* q,
  * All tensors on one device. On a GPU: d of 64, 128 or 256 and code rows at 16-byte aligned
  * addresses and strides (as the cache the decode reads); the call is queued on options->stream
  * with no allocation and no synchronization. options is required (it names the format). */
-typedef enum hfa_kv_format {
+typedef HFA_ENUM(hfa_kv_format) {
   HFA_KV_FP8_PER_HEAD = 1,
   HFA_KV_FP8_PER_TOKEN = 2,
   HFA_KV_NVFP4 = 3,
@@ -390,7 +400,7 @@ HFA_API hfa_status hfa_dequantize_kv(const hfa_tensor* codes, const hfa_tensor* 
  * call is queued on options->stream (no allocation, no synchronization). cu_seqlens values are
  * checked on the CPU only (as everywhere); signs must be ±1 (checked on the CPU; a GPU reads
  * only their sign bits). */
-typedef enum hfa_fp8_granularity {
+typedef HFA_ENUM(hfa_fp8_granularity) {
   HFA_FP8_PER_TENSOR = 1,
   HFA_FP8_PER_HEAD = 2,
   HFA_FP8_PER_BLOCK = 3

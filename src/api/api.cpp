@@ -1,5 +1,6 @@
 // The C++ entry points: validate, check the workspace, dispatch.
 #include <algorithm>
+#include <cstdint>
 
 #include "api/dispatch.hpp"
 #include "common/environment.hpp"
@@ -102,20 +103,24 @@ Status forward_kvcache_workspace_size(const Tensor& q, const Tensor& k_cache,
                                       std::size_t* bytes) {
   return checked_call("forward_kvcache_workspace_size", [&]() -> Status {
     if (bytes == nullptr) return invalid("bytes", "is null");
-    *bytes = 0;
     // The call's checks need an out: a contiguous stand-in of q's shape with v's headdim (never
-    // written; the query reads no tensor data).
+    // written; the query reads no tensor data). Extents past int32 are q's or v_cache's to
+    // reject (checked before out): until then the stand-in's sizes saturate, not overflow.
     Tensor out = q;
     const int last = std::clamp(q.rank, 1, HFA_MAX_RANK) - 1;  // 3, or 2 for varlen q
-    out.shape[last] = v_cache.dtype == HFA_FP4_E2M1X2 ? 2 * v_cache.shape[3] : v_cache.shape[3];
+    const int64_t v_row = std::clamp<int64_t>(v_cache.shape[3], 0, INT32_MAX);
+    out.shape[last] = v_cache.dtype == HFA_FP4_E2M1X2 ? 2 * v_row : v_row;
     int64_t running = 1;
     for (int d = last; d >= 0; --d) {
       out.stride[d] = running;
-      running *= out.shape[d] > 0 ? out.shape[d] : 1;
+      if (__builtin_mul_overflow(running, std::max<int64_t>(out.shape[d], 1), &running))
+        running = INT64_MAX;
     }
     KVCacheProblem problem;
     HFA_RETURN_IF_ERROR(
         build_kvcache_problem({&q, &k_cache, &v_cache, &out, nullptr, &options}, &problem));
+    // Written only now: a rejected query leaves *bytes as it was, as every rejected call does.
+    *bytes = 0;
     if (problem.total_query_rows() == 0) return Status::ok();
     return dispatch_kvcache_workspace_size(problem, bytes);
   });

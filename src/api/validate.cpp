@@ -96,6 +96,11 @@ Status check_form(const char* name, const Tensor* t, int32_t rank, const char* l
   }
 
   if (t->data == nullptr) return invalid(name, "data is null (allowed only for a tensor with no elements)");
+  // Backends load elements as their type (a misaligned float is undefined behaviour on the CPU
+  // and a fault on a GPU); a framework's tensor is always aligned to its dtype.
+  const std::size_t size = dtype_size(static_cast<DType>(t->dtype));
+  if (reinterpret_cast<uintptr_t>(t->data) % size != 0)
+    return invalid(name, "data ", t->data, " is not aligned to its dtype's size (", size, " bytes)");
   return Status::ok();
 }
 
@@ -113,6 +118,13 @@ Status check_operand(const char* name, const Tensor* t, bool varlen, bool is_out
   op->strides.batch = varlen ? 0 : t->stride[0];
   op->strides.row = t->stride[1 - first];
   op->strides.head = t->stride[2 - first];
+  // The stride of a dim of one element is anything (frameworks leave those arbitrary), and so is
+  // every stride of an empty tensor (check_form): the problem carries 0 there, so that a backend
+  // computing a byte stride, or the address of a row it never reads, multiplies no such value.
+  if (has_no_elements(*t)) op->strides = {};
+  if (op->extent[kBatch] == 1) op->strides.batch = 0;
+  if (op->extent[kRows] == 1) op->strides.row = 0;
+  if (op->extent[kHeads] == 1) op->strides.head = 0;
   // Backends index rows, heads and dims with int32; totals of varlen rows are int32 offsets.
   for (int axis = first; axis < 4; ++axis) {
     if (op->extent[axis] > kInt32Max)
@@ -321,8 +333,9 @@ Status check_lse(const char* name, const Tensor* lse, const Core& core, int64_t 
 
 // lse's strides in the problem's terms: varlen LSE is (heads, total_q), batch stride 0.
 void lse_strides(const Tensor& lse, bool varlen, int64_t* batch_stride, int64_t* head_stride) {
-  *batch_stride = varlen ? 0 : lse.stride[0];
-  *head_stride = varlen ? lse.stride[0] : lse.stride[1];
+  const bool empty = has_no_elements(lse);  // any strides, as for an operand (check_operand)
+  *batch_stride = varlen || empty ? 0 : lse.stride[0];
+  *head_stride = empty ? 0 : varlen ? lse.stride[0] : lse.stride[1];
 }
 
 Status check_scalars(const Options& options) {

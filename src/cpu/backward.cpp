@@ -166,8 +166,10 @@ void backward_key_tile(const BackwardProblem& bp, const Kernels& kernels, int64_
     }
   }
 
-  // dK = scale·dSᵀ·Q, and the Q above carried qk_factor.
-  const float dk_factor = p.softmax_scale / transform.qk_factor;
+  // dK = scale·dSᵀ·Q, and the Q above carried qk_factor. A zero scale (valid) makes that Q and
+  // dK zero: the factor is then 0, not 0 / 0.
+  const float dk_factor =
+      transform.qk_factor != 0.0f ? p.softmax_scale / transform.qk_factor : 0.0f;
   Rows<std::byte> dk_rows = rows_of(bp.dk, p.dtype, bp.dk_stride, b, seq.k_begin, h_kv);
   Rows<std::byte> dv_rows = rows_of(bp.dv, p.dtype, bp.dv_stride, b, seq.k_begin, h_kv);
   for (int r = 0; r < keys; ++r) {

@@ -43,12 +43,16 @@ Dequantized dequantize(const ForwardProblem& p, const Fp8Input& in) {
   Dequantized result;
   result.values.resize(static_cast<std::size_t>(tokens * row_floats));
   result.strides = {p.is_varlen() ? 0 : seqlen * row_floats, row_floats, in.dim};
+  // No tokens (no keys, say): the copy has no data, and the attention computes row addresses it
+  // never reads from that null pointer; with zero strides they stay null, not null + offset.
+  if (tokens == 0) result.strides = {};
   // Only the rows that take part (seqused): the others are never read, here or on a GPU.
   ThreadPool::shared().parallel_for(int64_t{p.batch} * in.heads, [&](int64_t item, int) {
     const int64_t b = item / in.heads, h = item % in.heads;
     const Sequence seq = sequence_of(p, b);
     const int64_t begin = in.queries ? seq.q_begin : seq.k_begin;
     const int64_t rows = in.queries ? seq.seqlen_q : seq.seqlen_k;
+    if (rows == 0) return;  // nothing to copy, and maybe no copy (null data) to point into
     const auto source = rows_of(in.codes, DType::e4m3, in.strides, b, begin, h);
     float* target = result.values.data() + b * result.strides.batch + begin * row_floats +
                     h * in.dim;

@@ -18,6 +18,9 @@ namespace {
 // problem has signs.
 template <typename Visit>
 void for_each_row(const Fp8QuantizeProblem& p, Visit&& visit) {
+  // Rows of no values: x and codes have no elements (null data, any strides), and every group's
+  // amax stays 0 (scale 1).
+  if (p.hdim == 0) return;
   const auto* x = static_cast<const std::byte*>(p.x);
   const int64_t value_bytes = static_cast<int64_t>(dtype_size(p.x_dtype));
   std::vector<float> y(static_cast<std::size_t>(p.hdim));

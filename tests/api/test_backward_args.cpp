@@ -1,4 +1,5 @@
 // The backward checks everything the forward does, plus dout, dq, dk, dv and the lse it needs.
+#include <cmath>
 #include <cstddef>
 
 #include "fixture.hpp"
@@ -32,6 +33,19 @@ TEST(BackwardArgs, SmMarginIgnoredOnTheCpu) {
   EXPECT_EQ(margin.dq.data, plain.dq.data);
   EXPECT_EQ(margin.dk.data, plain.dk.data);
   EXPECT_EQ(margin.dv.data, plain.dv.data);
+}
+
+// A zero softmax_scale is valid: every score is 0, so P is uniform over the keys a row sees,
+// dK = scale·dSᵀ·Q and dQ = scale·dS·K are 0, and dV = Pᵀ·dO. Never 0 / 0.
+TEST(BackwardArgs, ZeroScaleGivesFiniteGradients) {
+  Attention a;
+  a.options.softmax_scale = 0.0f;
+  ASSERT_TRUE(a.forward().is_ok());
+  ASSERT_TRUE(a.backward().is_ok()) << a.backward().message();
+  for (float x : a.dk.data) ASSERT_EQ(x, 0.0f);
+  for (float x : a.dq.data) ASSERT_EQ(x, 0.0f);
+  for (float x : a.dv.data) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_FALSE(a.dv.untouched());
 }
 
 TEST(BackwardArgs, DoutShape) {

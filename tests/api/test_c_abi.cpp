@@ -2,6 +2,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "fixture.hpp"
 #include "hfa/hfa.h"
@@ -109,6 +110,24 @@ TEST(CAbi, NullTensorsNamed) {
   EXPECT_STREQ(hfa_last_error(), "bytes: is null");
   EXPECT_EQ(hfa_backward_workspace_size(&a.q.tensor, &a.k.tensor, &a.v.tensor, nullptr, &bytes),
             HFA_SUCCESS);
+}
+
+// A C caller may put any int32 in an enum field; C++ sees the same (the enums' fixed type is
+// int32_t there), and hfa names the unknown value.
+TEST(CAbi, EnumFieldsTakeAnyInt32) {
+  static_assert(std::is_same_v<std::underlying_type_t<hfa_dtype>, int32_t>);
+  static_assert(std::is_same_v<std::underlying_type_t<hfa_device_kind>, int32_t>);
+  Attention a;
+  a.k.tensor.dtype = static_cast<hfa_dtype>(-5);
+  EXPECT_EQ(hfa_forward(&a.q.tensor, &a.k.tensor, &a.v.tensor, &a.out.tensor, nullptr, nullptr),
+            HFA_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(hfa_last_error(), "k: unknown dtype -5");
+  a = Attention{};
+  a.v.tensor.device = static_cast<hfa_device_kind>(-1);
+  EXPECT_EQ(hfa_forward(&a.q.tensor, &a.k.tensor, &a.v.tensor, &a.out.tensor, nullptr, nullptr),
+            HFA_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(hfa_last_error(), "v: unknown device kind -1");
+  EXPECT_TRUE(a.forward_outputs_untouched());
 }
 
 TEST(CAbi, StatusNamesAndVersion) {

@@ -47,6 +47,36 @@ TEST(Empty, SeqlenKZeroGivesZeroOutAndMinusInfLse) {
   for (float x : a.lse.data) ASSERT_EQ(x, kMinusInf);
 }
 
+// No keys: k and v have no elements, so null data and any strides (even ones whose products
+// overflow) are valid; no address is computed from them. The FP8 forward's copies of such an
+// input are empty too.
+TEST(Empty, NoKeysWithNullDataAndAnyStrides) {
+  for (bool fp8 : {false, true}) {
+    Attention a;
+    if (fp8) a = fp8_attention();
+    a.seqlen_k = 0;
+    a.allocate();
+    if (fp8) {
+      a.out.make(DType::bf16, {a.batch, a.seqlen_q, a.heads_q, a.hdim_v});
+      a.out.poison();
+    }
+    for (Buffer* b : {&a.k, &a.v}) {
+      b->tensor.data = nullptr;
+      for (int d = 0; d < 4; ++d) b->tensor.stride[d] = std::numeric_limits<int64_t>::max();
+    }
+    ASSERT_TRUE(a.forward().is_ok()) << a.forward().message();
+    for (float x : a.lse.data) ASSERT_EQ(x, kMinusInf);
+    if (fp8) continue;  // the backward takes no FP8 inputs
+    for (float x : a.out.data) ASSERT_EQ(x, 0.0f);
+    for (Buffer* b : {&a.dk, &a.dv}) {
+      b->tensor.data = nullptr;
+      b->tensor.stride[0] = std::numeric_limits<int64_t>::max();
+    }
+    ASSERT_TRUE(a.backward().is_ok()) << a.backward().message();
+    for (float x : a.dq.data) ASSERT_EQ(x, 0.0f);
+  }
+}
+
 TEST(Empty, FullyMaskedRows) {
   // seqlen_q > seqlen_k, causal, bottom-right aligned: row i sees keys j <= i - 2, so rows 0 and
   // 1 see nothing.

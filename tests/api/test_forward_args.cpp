@@ -25,6 +25,18 @@ TEST(ForwardArgs, NullDataWithElements) {
   EXPECT_TRUE(ForwardRejected(a, "out", "null"));
 }
 
+// Elements are loaded as their type: a pointer off its dtype's alignment is named, not read.
+TEST(ForwardArgs, MisalignedData) {
+  Attention a;
+  a.k.tensor.data = reinterpret_cast<unsigned char*>(a.k.data.data()) + 2;
+  EXPECT_TRUE(ForwardRejected(a, "k", "is not aligned to its dtype's size (4 bytes)"));
+  Attention b;
+  b.dtype = DType::bf16;
+  b.allocate();
+  b.out.tensor.data = reinterpret_cast<unsigned char*>(b.out.data.data()) + 1;
+  EXPECT_TRUE(ForwardRejected(b, "out", "(2 bytes)"));
+}
+
 TEST(ForwardArgs, WrongRank) {
   Attention a;
   a.q.tensor.rank = 3;

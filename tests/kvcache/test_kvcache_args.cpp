@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <limits>
 #include <vector>
 
 #include "api/fixture.hpp"
@@ -240,6 +241,26 @@ TEST(KVCacheArgs, Scalars) {
   std::size_t bytes = 0;
   EXPECT_TRUE(Invalid(forward_kvcache_workspace_size(c.q.tensor, c.k.tensor, c.v.tensor, c.options, &bytes),
                       "sm_margin"));
+}
+
+// A rejected size query leaves *bytes as it was, like every rejected call its outputs.
+TEST(KVCacheArgs, RejectedWorkspaceQueryWritesNoBytes) {
+  KVCase c;
+  reset(c);
+  *c.seqlens.at<int32_t>({1}) = -1;
+  std::size_t bytes = 12345;
+  EXPECT_TRUE(Invalid(forward_kvcache_workspace_size(c.q.tensor, c.k.tensor, c.v.tensor, c.options, &bytes),
+                      "cache_seqlens", "negative"));
+  EXPECT_EQ(bytes, 12345u);
+  reset(c);  // extents whose products overflow: q's to name (the query's stand-in out saturates)
+  c.q.tensor.shape[1] = std::numeric_limits<int64_t>::max();
+  c.v.tensor.shape[3] = std::numeric_limits<int64_t>::max();
+  EXPECT_TRUE(Invalid(forward_kvcache_workspace_size(c.q.tensor, c.k.tensor, c.v.tensor, c.options, &bytes),
+                      "q"));
+  EXPECT_EQ(bytes, 12345u);
+  reset(c);
+  EXPECT_TRUE(forward_kvcache_workspace_size(c.q.tensor, c.k.tensor, c.v.tensor, c.options, &bytes).is_ok());
+  EXPECT_EQ(bytes, 0u);  // the CPU needs no workspace
 }
 
 // The CPU has no SMs to leave free: a margin is accepted and changes nothing.

@@ -460,6 +460,20 @@ TEST(QuantizeFp8Args, TheWellFormedCallRuns) {
   EXPECT_FALSE(call.untouched());
 }
 
+// Rows of head dim 0: x and codes have no elements (null data, any strides) and every group is a
+// group of zeros, scale 1.
+TEST(QuantizeFp8Args, HeadDimZeroGivesScaleOne) {
+  Call call;
+  for (Tensor* t : {&call.xt, &call.ct}) {
+    t->shape[3] = 0;
+    t->data = nullptr;
+    t->stride[0] = std::numeric_limits<int64_t>::max();
+  }
+  call.o.signs = nullptr;
+  ASSERT_TRUE(quantize_fp8(call.xt, call.ct, call.st, call.o).is_ok());
+  for (float s : call.scale) EXPECT_EQ(s, 1.0f);
+}
+
 TEST(QuantizeFp8Args, EachBadArgumentIsNamed) {
   const Code bad = Code::invalid_argument;
   expect_rejected([](Call& c) { c.o.granularity = Fp8Granularity(7); }, bad, "granularity: 7");
