@@ -88,6 +88,15 @@ Status check_form(const char* name, const Tensor* t, int32_t rank, const char* l
         __builtin_add_overflow(last_offset, span, &last_offset))
       return invalid(name, "shape ", shape_string(*t), " with its strides overflows int64");
   }
+  // So must they in bytes, as backends step: every stride too, a one-element dim's included,
+  // which no offset above multiplies (frameworks give those any value, a huge one as well).
+  const auto element = static_cast<int64_t>(dtype_size(static_cast<DType>(t->dtype)));
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(last_offset, element, &bytes))
+    return invalid(name, "shape ", shape_string(*t), " with its strides overflows int64 in bytes");
+  for (int d = 0; d < rank; ++d)
+    if (__builtin_mul_overflow(t->stride[d], element, &bytes))
+      return invalid(name, "stride ", t->stride[d], " in dim ", d, " overflows int64 in bytes");
 
   if (is_output) {
     for (int d = 0; d < rank; ++d)
@@ -98,9 +107,9 @@ Status check_form(const char* name, const Tensor* t, int32_t rank, const char* l
   if (t->data == nullptr) return invalid(name, "data is null (allowed only for a tensor with no elements)");
   // Backends load elements as their type (a misaligned float is undefined behaviour on the CPU
   // and a fault on a GPU); a framework's tensor is always aligned to its dtype.
-  const std::size_t size = dtype_size(static_cast<DType>(t->dtype));
-  if (reinterpret_cast<uintptr_t>(t->data) % size != 0)
-    return invalid(name, "data ", t->data, " is not aligned to its dtype's size (", size, " bytes)");
+  if (reinterpret_cast<uintptr_t>(t->data) % element != 0)
+    return invalid(name, "data ", t->data, " is not aligned to its dtype's size (", element,
+                   " bytes)");
   return Status::ok();
 }
 
@@ -118,13 +127,9 @@ Status check_operand(const char* name, const Tensor* t, bool varlen, bool is_out
   op->strides.batch = varlen ? 0 : t->stride[0];
   op->strides.row = t->stride[1 - first];
   op->strides.head = t->stride[2 - first];
-  // The stride of a dim of one element is anything (frameworks leave those arbitrary), and so is
-  // every stride of an empty tensor (check_form): the problem carries 0 there, so that a backend
-  // computing a byte stride, or the address of a row it never reads, multiplies no such value.
+  // Every stride of an empty tensor is anything (check_form): the problem carries 0 there, so
+  // that a backend computing the address of a row it never reads multiplies no such value.
   if (has_no_elements(*t)) op->strides = {};
-  if (op->extent[kBatch] == 1) op->strides.batch = 0;
-  if (op->extent[kRows] == 1) op->strides.row = 0;
-  if (op->extent[kHeads] == 1) op->strides.head = 0;
   // Backends index rows, heads and dims with int32; totals of varlen rows are int32 offsets.
   for (int axis = first; axis < 4; ++axis) {
     if (op->extent[axis] > kInt32Max)

@@ -213,6 +213,16 @@ TEST(ForwardArgs, LseWrongShape) {
   EXPECT_TRUE(ForwardRejected(a, "lse", "expected rank 3"));
 }
 
+// A one-element dim's stride is used by no offset, but backends step in bytes: one that
+// overflows there is rejected by name (a framework's is never that large).
+TEST(ForwardArgs, StrideOverflowingInBytes) {
+  Attention a;
+  a.batch = 1;
+  a.allocate();
+  a.q.tensor.stride[0] = std::numeric_limits<int64_t>::max() / 2;
+  EXPECT_TRUE(ForwardRejected(a, "q", "overflows int64 in bytes"));
+}
+
 // An lse slice (padding between batches or heads) is taken; its rows must be unit-stride.
 TEST(ForwardArgs, LseRowsNotUnitStride) {
   Attention a;
