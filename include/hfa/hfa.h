@@ -181,7 +181,10 @@ HFA_API hfa_options hfa_default_options(void);
  * k (batch, seqlen_k, heads_kv, d_qk), v (batch, seqlen_k, heads_kv, d_v),
  * out (batch, seqlen_q, heads_q, d_v), of q's dtype (or HFA_F32: hfa_options.accumulate).
  * lse (optional, may be NULL): fp32, natural log, (batch, heads_q, seqlen_q), or
- * (heads_q, total_q) for varlen, with a unit last stride (a slice of a longer one works). */
+ * (heads_q, total_q) for varlen, with a unit last stride (a slice of a longer one works).
+ * On a GPU, q, k, v (and the backward's dout) are read by TMA: 16-byte aligned data, row, head
+ * and batch strides multiples of 16 bytes (a dim of one element excepted), and no zero stride
+ * over several rows or heads (a broadcast view: HFA_ERROR_NOT_SUPPORTED; pass a copy). */
 HFA_API hfa_status hfa_forward(const hfa_tensor* q, const hfa_tensor* k, const hfa_tensor* v,
                                const hfa_tensor* out, const hfa_tensor* lse,
                                const hfa_options* options);

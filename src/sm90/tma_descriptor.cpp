@@ -39,21 +39,36 @@ Status make_tile_map(CUtensorMap* map, const TileMapShape& shape, CUtensorMapDat
   if (reinterpret_cast<uintptr_t>(shape.base) % kTmaAlignment != 0) {
     return {Code::not_supported, "sm90: tensor data must be 16-byte aligned for TMA"};
   }
-  for (uint64_t stride : shape.strides_bytes) {
-    if (stride % kTmaAlignment != 0) {
-      return {Code::not_supported,
-              "sm90: row, head and batch strides must be multiples of 16 bytes for TMA (got " +
-                  std::to_string(stride) + " bytes)"};
-    }
-  }
   auto encode = encode_function();
   if (encode == nullptr) return {Code::cuda, "sm90: cuTensorMapEncodeTiled is not available"};
 
-  // Extents of 0 are not encodable; such tensors are never copied, so any extent will do.
+  // Extents of 0 are not encodable, and a tensor with no elements is never copied: its map gets
+  // one row (head, batch) where it has none, and packed strides whatever strides it came with
+  // (the API gives an empty tensor's strides as 0). The stride of a dim of one element is never
+  // used either (frameworks give it any value): packed too where TMA would not take it. A zero
+  // stride over several elements is a broadcast, which TMA cannot express.
   cuuint64_t dims[5];
-  for (int i = 0; i < 4; ++i) dims[i] = shape.dims[i] > 0 ? shape.dims[i] : 1;
+  bool empty = false;
+  for (int i = 0; i < 4; ++i) {
+    empty = empty || shape.dims[i] == 0;
+    dims[i] = shape.dims[i] > 0 ? shape.dims[i] : 1;
+  }
   cuuint64_t strides[4] = {shape.strides_bytes[0], shape.strides_bytes[1], shape.strides_bytes[2]};
-  for (auto& stride : strides) stride = stride > 0 ? stride : kTmaAlignment;
+  for (int i = 0; i < 3; ++i) {
+    const cuuint64_t packed = i == 0 ? dims[0] * element_bytes(dtype) : strides[i - 1] * dims[i];
+    const bool encodable = strides[i] > 0 && strides[i] % kTmaAlignment == 0;
+    if (empty || (dims[i + 1] == 1 && !encodable)) {
+      strides[i] = (packed + kTmaAlignment - 1) / kTmaAlignment * kTmaAlignment;
+    } else if (strides[i] == 0) {
+      return {Code::not_supported, "sm90: a zero stride over " + std::to_string(dims[i + 1]) +
+                                       " rows, heads or batches (a broadcast view) is not "
+                                       "supported by TMA; pass a materialized copy"};
+    } else if (strides[i] % kTmaAlignment != 0) {
+      return {Code::not_supported,
+              "sm90: row, head and batch strides must be multiples of 16 bytes for TMA (got " +
+                  std::to_string(strides[i]) + " bytes)"};
+    }
+  }
   cuuint32_t box[5] = {kSlabBytes / element_bytes(dtype), shape.box_rows, 1, 1, 1};
   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   cuuint32_t rank = 4;
