@@ -26,9 +26,12 @@ for _name, _code in (("float8_e4m3fn", _lib.E4M3), ("float8_e5m2", _lib.E5M2)):
 
 
 def view(t: Tensor, name: str):
-    """(tensor kept alive, hfa Tensor). A tensor whose last dim is not unit-stride is copied;
-    other strides go to the library unchanged."""
-    if isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+    """(tensor kept alive, hfa Tensor). A tensor whose last dim is not unit-stride is copied, and
+    so is a broadcast (a stride of 0 over several elements, e.g. the expanded gradient of a sum:
+    a GPU's TMA cannot read one); other strides go to the library unchanged."""
+    if isinstance(t, torch.Tensor) and t.dim() and (
+            (t.shape[-1] > 1 and t.stride(-1) != 1)
+            or any(n > 1 and s == 0 for n, s in zip(t.shape, t.stride()))):
         t = t.contiguous()
     return t, view_as_is(t, name)
 

@@ -908,3 +908,20 @@ def test_cuda_forward_backward_do_not_synchronize():
     torch.cuda.synchronize()
     for x in leaves:
         assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_broadcast_gradient_is_read_as_its_values(device):
+    """A gradient broadcast over heads (head stride 0, as a sum over heads hands it on) cannot be
+    read by a GPU's TMA: the front end copies it, and the gradients are those of the same values
+    materialized."""
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(1, 70, 4, 64, generator=g).to(device, torch.bfloat16)
+               for _ in range(3))
+    out, lse = hfa.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    dout = torch.randn(1, 70, 1, 64, generator=g).to(device, torch.bfloat16).expand(1, 70, 4, 64)
+    assert dout.stride(2) == 0
+    broadcast = hfa.flash_attn_backward(dout, q, k, v, out, lse, causal=True)
+    materialized = hfa.flash_attn_backward(dout.contiguous(), q, k, v, out, lse, causal=True)
+    for a, b in zip(broadcast, materialized):
+        assert torch.equal(a, b)

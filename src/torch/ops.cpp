@@ -59,10 +59,14 @@ hfa_dtype dtype_of(const Tensor& t, const char* name) {
   return *code;
 }
 
-// libhfa takes any strides but a unit last one; a tensor without it is copied (as the Python
-// front end does), and the copy is what the caller keeps alive.
-Tensor unit_last_stride(const Tensor& t) {
-  return t.dim() > 0 && t.size(-1) > 1 && t.stride(-1) != 1 ? t.contiguous() : t;
+// libhfa takes any strides but a unit last one, and on a GPU no stride of 0 over several
+// elements (a broadcast, e.g. the expanded gradient of a sum, which TMA cannot read): a tensor
+// with either is copied (as the Python front end does), and the copy is what the caller keeps
+// alive.
+Tensor usable_strides(const Tensor& t) {
+  bool copy = t.dim() > 0 && t.size(-1) > 1 && t.stride(-1) != 1;
+  for (int64_t d = 0; d < t.dim() && !copy; ++d) copy = t.size(d) > 1 && t.stride(d) == 0;
+  return copy ? t.contiguous() : t;
 }
 
 hfa::Tensor view(const Tensor& t, hfa_dtype code, const char* name) {
@@ -230,7 +234,7 @@ void check_rank(const Tensor& t, const char* name, bool varlen) {
 // The forward into given out and lse tensors (lse null: not written).
 void forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& out,
              const Tensor* lse, const AttentionArgs& a, const Fp8Args& fp8) {
-  Tensor q = unit_last_stride(q_in), k = unit_last_stride(k_in), v = unit_last_stride(v_in);
+  Tensor q = usable_strides(q_in), k = usable_strides(k_in), v = usable_strides(v_in);
   OnDevice on_device(q);
   AttentionViews vectors(a);
   hfa::Options o = vectors.options(a, q);
@@ -324,8 +328,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd(
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, deterministic, sinks,
                   seqused_q, seqused_k, sm_margin};
-  Tensor dout = unit_last_stride(dout_in), q = unit_last_stride(q_in);
-  Tensor k = unit_last_stride(k_in), v = unit_last_stride(v_in), out = unit_last_stride(out_in);
+  Tensor dout = usable_strides(dout_in), q = usable_strides(q_in);
+  Tensor k = usable_strides(k_in), v = usable_strides(v_in), out = usable_strides(out_in);
   OnDevice on_device(q);
   Tensor dq = at::empty(q.sizes(), q.options());
   Tensor dk = at::empty(k.sizes(), k.options());
@@ -492,7 +496,7 @@ hfa_dtype rotary_code(const OptTensor& table, hfa_dtype q_code) {
 
 void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& out, const Tensor* lse, const KVCacheArgs& a) {
-  Tensor q = unit_last_stride(q_in);
+  Tensor q = usable_strides(q_in);
   OnDevice on_device(q);
   hfa_dtype q_code = dtype_of(q, "q");
   auto cache_code = static_cast<hfa_dtype>(a.cache_code);
