@@ -52,7 +52,9 @@ inline constexpr bool is_listed(const DType (&compiled)[N], DType dtype) {
     if (d == dtype) return true;
   return false;
 }
-inline constexpr bool is_compiled_fp8_out(DType dtype) { return is_listed(kCompiledFp8Outs, dtype); }
+inline constexpr bool is_compiled_fp8_out(DType dtype) {
+  return is_listed(kCompiledFp8Outs, dtype);
+}
 inline constexpr bool is_compiled_partial_out(DType dtype) {
   return is_listed(kCompiledPartialOuts, dtype);
 }

@@ -48,8 +48,9 @@ Status check_partial_out_support(const ForwardProblem& p) {
                                            " after " + dtype_name(p.dtype) + " inputs");
   }
   if (p.softcap > 0.0f) return not_supported(fwd::kFamily, "softcap with an f32 out");
-  const bool aligned = reinterpret_cast<uintptr_t>(p.out) % 8 == 0 && p.out_stride.batch % 2 == 0 &&
-                       p.out_stride.row % 2 == 0 && p.out_stride.head % 2 == 0;
+  const bool aligned = reinterpret_cast<uintptr_t>(p.out) % 8 == 0 &&
+                       p.out_stride.batch % 2 == 0 && p.out_stride.row % 2 == 0 &&
+                       p.out_stride.head % 2 == 0;
   if (!aligned) {
     return {Code::invalid_argument,
             "out: an f32 out on a GPU needs 8-byte aligned rows (even strides and offset)"};

@@ -1,6 +1,6 @@
 // Before the main kernel, per query block of one (batch, head): D = rowsum(dO∘O) in fp32 (or the
-// caller's, Params::softmax_d) and the LSE in log2 units into the workspace, the block's dQ accumulator chunk and turn counter
-// cleared. Rows past the used queries (and a block's rows past the sequence) get D = 0 and
+// caller's, Params::softmax_d) and the LSE in log2 units into the workspace, the block's dQ
+// accumulator chunk and turn counter cleared. Rows past the used queries (and a block's rows past the sequence) get D = 0 and
 // LSE +inf, so the main kernel's P = exp2(s·scale − LSE) is 0 there with no test, and out, dout
 // and lse are never read past seqused_q. A row that saw no key (LSE −inf) gets +inf too: its
 // scores are all masked, and −inf − (−inf) would be NaN.
