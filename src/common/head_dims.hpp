@@ -65,23 +65,32 @@ inline constexpr bool is_supported_head_dim(int64_t d) {
   return false;
 }
 
-// The first compiled pair that holds both head dims (zero-padded), or null.
+// The index of the first pair of `compiled` that holds both head dims (zero-padded), or -1.
+// (An index, not a pointer, for the static_assert below: GCC's -fsanitize=undefined makes
+// pointer comparisons non-constant.)
+template <std::size_t N>
+inline constexpr int first_holding(const HeadDims (&compiled)[N], int64_t qk, int64_t v) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (qk <= compiled[i].qk && v <= compiled[i].v) return static_cast<int>(i);
+  return -1;
+}
+
+// The first compiled pair that holds both head dims, or null.
 inline constexpr const HeadDims* compiled_head_dims_for(int64_t qk, int64_t v) {
-  for (const HeadDims& dims : kCompiledHeadDims)
-    if (qk <= dims.qk && v <= dims.v) return &dims;
-  return nullptr;
+  const int i = first_holding(kCompiledHeadDims, qk, v);
+  return i < 0 ? nullptr : &kCompiledHeadDims[i];
 }
 
 inline constexpr const HeadDims* compiled_fp8_head_dims_for(int64_t qk, int64_t v) {
-  for (const HeadDims& dims : kCompiledFp8HeadDims)
-    if (qk <= dims.qk && v <= dims.v) return &dims;
-  return nullptr;
+  const int i = first_holding(kCompiledFp8HeadDims, qk, v);
+  return i < 0 ? nullptr : &kCompiledFp8HeadDims[i];
 }
 
 inline constexpr bool every_supported_pair_is_compiled() {
   for (int32_t qk : kSupportedHeadDims)
     for (int32_t v : kSupportedHeadDims)
-      if (compiled_head_dims_for(qk, v) == nullptr || compiled_fp8_head_dims_for(qk, v) == nullptr)
+      if (first_holding(kCompiledHeadDims, qk, v) < 0 ||
+          first_holding(kCompiledFp8HeadDims, qk, v) < 0)
         return false;
   return true;
 }

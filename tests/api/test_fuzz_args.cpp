@@ -186,6 +186,8 @@ struct Knob {
 
 // A call: its tensors, its scalar options, how to make it, which argument names it may answer.
 struct Case {
+  virtual ~Case() = default;  // owned as unique_ptr<Case>, made as one of the entry points' cases
+
   std::string label;
   std::deque<Slot> slots;
   std::vector<Knob> knobs;
