@@ -110,6 +110,7 @@ DeviceMemory::~DeviceMemory() {
 
 void DeviceMemory::upload(const HostArray& host) {
   if (host.bytes() != bytes_) throw std::logic_error("DeviceMemory::upload: size mismatch");
+  if (bytes_ == 0) return;  // an empty tensor may have no storage at all: nothing to copy
   if (device_.kind == DeviceKind::cpu) {
     std::memcpy(data_, host.data(), bytes_);
     return;
@@ -123,6 +124,7 @@ void DeviceMemory::upload(const HostArray& host) {
 
 void DeviceMemory::download(HostArray* host) const {
   if (host->bytes() != bytes_) throw std::logic_error("DeviceMemory::download: size mismatch");
+  if (bytes_ == 0) return;
   if (device_.kind == DeviceKind::cpu) {
     std::memcpy(host->data(), data_, bytes_);
     return;
@@ -135,6 +137,7 @@ void DeviceMemory::download(HostArray* host) const {
 }
 
 void DeviceMemory::fill_byte(unsigned char value) {
+  if (bytes_ == 0) return;
   if (device_.kind == DeviceKind::cpu) {
     std::memset(data_, value, bytes_);
     return;
