@@ -12,6 +12,12 @@
   ranks' steps and merges, on this one GPU), forward and forward + backward, P = 2, 4, 8,
   causal (zigzag) and not, --tokens-per-rank per step. 1.0 = splitting is free; this is the
   ceiling of the ring's efficiency on P GPUs.
+- ring_steps: where ring_split's causal loss is, the forward's step kinds of one rank timed alone
+  (the diagonal: a causal call over the rank's own zigzag chunk; a full call of all its queries
+  over half of an earlier rank's keys; a full call of its second half over a later rank's keys),
+  in TFLOP/s beside the one call over the whole sequence; and the ring's forward with the
+  kernels' time alone (the step kinds, each times the number of ranks' steps of its kind) as a
+  ratio like ring_split's: the ceiling the kernels set before any merge.
 - prefill_1m: one causal forward of a Llama-8B-shaped layer (32 query / 8 KV heads, d128) over
   --prefill-tokens tokens in one call, its time and TFLOP/s.
 
@@ -28,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
 
 HEADS, KV_HEADS, HDIM = 32, 8, 128
-TESTS = ("merge", "ring_split", "prefill_1m")
+TESTS = ("merge", "ring_split", "ring_steps", "prefill_1m")
 
 
 def _rand(torch, g, *shape, dtype=None):
@@ -149,6 +155,52 @@ def split_rows(torch, hfa, world, causal, tokens_per_rank, reps):
     return rows
 
 
+def step_rows(torch, hfa, world, tokens_per_rank, reps):
+    """The causal zigzag forward's step kinds, timed alone (see the module's ring_steps)."""
+    from hfa.distributed import ring, zigzag_shard
+    seqlen, half = world * tokens_per_rank, tokens_per_rank // 2
+    g = torch.Generator(device="cuda").manual_seed(world)
+    q, k, v = (torch.randn(1, seqlen, heads, HDIM, device="cuda", dtype=torch.bfloat16,
+                           generator=g) for heads in (HEADS, KV_HEADS, KV_HEADS))
+    local = [zigzag_shard(t, 0, world) for t in (q, k, v)]
+
+    def seconds(q_rows, k_rows, causal):
+        lq, lk, lv = local[0][:, q_rows], local[1][:, k_rows], local[2][:, k_rows]
+        with torch.no_grad():
+            return benchlib.event_seconds(
+                lambda: hfa.flash_attn_func(lq, lk, lv, causal=causal, return_attn_probs=True),
+                1, reps)
+
+    with torch.no_grad():
+        single = benchlib.event_seconds(lambda: hfa.flash_attn_func(q, k, v, causal=True), 1, reps)
+    # (name, query rows, key rows, causal, how many of the ring's P^2 steps are of this kind):
+    # ring._step_block's three answers under a causal zigzag layout.
+    full, first, second = slice(None), slice(0, half), slice(half, None)
+    kinds = [("diagonal", full, full, True, world),
+             ("earlier keys", full, first, False, world * (world - 1) // 2),
+             ("later keys", second, full, False, world * (world - 1) // 2)]
+    assert ring._step_block(0, 0, tokens_per_rank, True, "zigzag") == (full, full, True)
+    rows, kernels = [], 0.0
+    total = benchlib.flops(1, HEADS, seqlen, seqlen, HDIM, HDIM, True)
+    case = {"test": "ring_steps", "world": world, "tokens_per_rank": tokens_per_rank,
+            "heads": HEADS, "kv_heads": KV_HEADS, "hdim": HDIM}
+    for name, q_rows, k_rows, causal, count in kinds:
+        sq = len(range(tokens_per_rank)[q_rows])
+        sk = len(range(tokens_per_rank)[k_rows])
+        s = seconds(q_rows, k_rows, causal)
+        kernels += count * s
+        rows.append({"case": {**case, "step": name, "seqlen_q": sq, "seqlen_k": sk,
+                              "causal": causal, "steps": count}, "metric": "tflops",
+                     "hfa": benchlib.flops(1, HEADS, sq, sk, HDIM, HDIM, causal) / s / 1e12,
+                     "seconds": s})
+    rows.append({"case": {**case, "step": "one call", "seqlen_q": seqlen, "seqlen_k": seqlen,
+                          "causal": True, "steps": 1}, "metric": "tflops",
+                 "hfa": total / single / 1e12, "seconds": single})
+    rows.append({"case": {**case, "step": "kernels alone"}, "metric": "ratio",
+                 "hfa": single / kernels, "single_s": single, "ring_s": kernels})
+    return rows
+
+
 def prefill_row(torch, hfa, tokens):
     g = torch.Generator(device="cuda").manual_seed(1)
     q = torch.randn(1, tokens, HEADS, HDIM, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -205,6 +257,14 @@ def main():
                       f" single {row['single_s'] * 1e3:.1f} ms, ring {row['ring_s'] * 1e3:.1f} "
                       f"ms, ratio {row['hfa']:.3f}", flush=True)
             torch.cuda.empty_cache()
+    for world in a.worlds if "ring_steps" in a.tests else ():
+        for row in step_rows(torch, hfa, world, a.tokens_per_rank, a.reps):
+            result["rows"].append(row)
+            c = row["case"]
+            value = (f"ratio {row['hfa']:.3f}" if row["metric"] == "ratio"
+                     else f"{row['hfa']:.0f} TFLOP/s x {c['steps']}")
+            print(f"bench: ring steps P={world} {c['step']:13s} {value}", flush=True)
+        torch.cuda.empty_cache()
     if "prefill_1m" in a.tests:
         row = prefill_row(torch, hfa, a.prefill_tokens)
         result["rows"].append(row)
@@ -220,6 +280,9 @@ def main():
                   "merge_n": lambda: f"copy {r['copy']:.0f}",
                   "ring_split": lambda: f"single {r['single_s'] * 1e3:.1f} ms, ring "
                                         f"{r['ring_s'] * 1e3:.1f} ms",
+                  "ring_steps": lambda: (f"single {r['single_s'] * 1e3:.1f} ms, steps "
+                                         f"{r['ring_s'] * 1e3:.1f} ms" if "ring_s" in r
+                                         else f"{r['seconds'] * 1e3:.2f} ms"),
                   "prefill_1m": lambda: f"{r['seconds']:.2f} s"}[test]()
         body.append([test, ", ".join(f"{k} {v}" for k, v in c.items()), r["metric"],
                      f"{r['hfa']:.3f}" if r["metric"] == "ratio" else f"{r['hfa']:.0f}", beside])

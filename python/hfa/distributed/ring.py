@@ -24,11 +24,14 @@ from ._comm import communicator
 
 LAYOUTS = ("zigzag", "contiguous")
 
-# Off until measured on a GPU (issue 14): each forward step merges into the fp32 (O, LSE) in the
-# kernel's epilogue (hfa.flash_attn_accumulate) instead of writing a partial that a merge pass
-# reads again, and the backward's steps read one D = rowsum(dO∘O) (softmax_d) and slices of the
-# LSE instead of each computing D and copying its rows. The results are the same math; tests and
-# bench_cp.py set this to compare.
+# Off, as measured (bench_cp.py's ring_split, 2026-12-01-cp-2bf0b5e): when on, each forward step
+# merges into the fp32 (O, LSE) in the kernel's epilogue (hfa.flash_attn_accumulate) instead of
+# writing a partial that a merge pass reads again, and the backward's steps read one
+# D = rowsum(dO∘O) (softmax_d) and slices of the LSE instead of each computing D and copying its
+# rows. The same math, but 0.3-2.5 % slower on the H200 at 16k tokens a step, forward and
+# forward + backward (not profiled: the epilogue's loads of the running O are the likely cost; a
+# consumer waits for them, where the separate pass streams at 0.82x a copy).
+# Tests and bench_cp.py set this to compare.
 ACCUMULATE_IN_KERNEL = False
 
 

@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""One forward call of hfa or of SDPA's cuDNN backend between cudaProfilerStart/Stop, for
+`ncu --profile-from-start off` on a short-sequence shape of bench_fwd_shapes.py: bf16,
+BATCH sequences of SEQLEN tokens, HEADS / KV_HEADS heads of HDIM, after three warm-up calls.
+
+    ncu --profile-from-start off --section SpeedOfLight --section Occupancy \\
+        --section WarpStateStats --section MemoryWorkloadAnalysis \\
+        python3 bench/profile_fwd_shape.py {hfa,cudnn} BATCH SEQLEN HEADS KV_HEADS HDIM [causal]
+"""
+
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import hfa
+
+
+def main(impl, b, s, h, h_kv, d, causal):
+    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(b, s, h_kv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+
+    def call():
+        if impl == "hfa":
+            return hfa.flash_attn_func(q, k, v, causal=causal)
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in (q, k, v)),
+                                                  is_causal=causal, enable_gqa=h != h_kv)
+
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (7, 8) or sys.argv[1] not in ("hfa", "cudnn"):
+        sys.exit(__doc__)
+    main(sys.argv[1], *map(int, sys.argv[2:7]), len(sys.argv) == 8 and sys.argv[7] == "causal")
