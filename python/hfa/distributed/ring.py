@@ -182,13 +182,13 @@ def ring_forward(comm, q, k, v, softmax_scale, causal, layout, sm_margin=0):
     """One rank's forward: fp32 (out, lse) of its queries over the whole sequence. sm_margin:
     the SMs every step's attention leaves free (for the transfer running beside it)."""
     world, rank, seqlen = comm.world, comm.rank, q.shape[1]
-    out = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=torch.float32, device=q.device)
-    lse = torch.full((q.shape[0], q.shape[2], seqlen), float("-inf"), dtype=torch.float32,
-                     device=q.device)
+    out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=torch.float32, device=q.device)
     for step in range(world):
         next_kv = comm.shift([k, v]) if step + 1 < world else None
         block = _step_block((rank - step) % world, rank, seqlen, causal, layout)
-        if block is not None:
+        if step == 0:  # the diagonal block, whole: its f32 result starts (O, LSE), unmerged
+            lse = first_step(q, k, v, out, softmax_scale, causal, sm_margin)
+        elif block is not None:
             rows, keys, block_causal = block
             if ACCUMULATE_IN_KERNEL:
                 hfa.flash_attn_accumulate(q[:, rows], k[:, keys], v[:, keys], out[:, rows],
@@ -202,6 +202,15 @@ def ring_forward(comm, q, k, v, softmax_scale, causal, layout, sm_margin=0):
         if next_kv is not None:
             k, v = next_kv.wait()
     return out, lse
+
+
+def first_step(q, k, v, out, softmax_scale, causal, sm_margin, **varlen):
+    """A rank's first step (its own K/V, every query and key) written straight into the fp32
+    out: no zeroed accumulator, no merge pass. Returns its LSE."""
+    attention = hfa.flash_attn_varlen_func if varlen else hfa.flash_attn_func
+    with torch.no_grad():  # out= is not differentiable (the ring's autograd is its own)
+        return attention(q, k, v, softmax_scale=softmax_scale, causal=causal,
+                         return_attn_probs=True, sm_margin=sm_margin, out=out, **varlen)[1]
 
 
 def ring_backward(comm, dout, q, k, v, out, lse, softmax_scale, causal, layout, sm_margin=0):

@@ -75,13 +75,13 @@ def ring_varlen_forward(comm, q, k, v, shard, softmax_scale, causal, layout, sm_
     """One rank's forward: fp32 out (total, heads_q, headdim_v) and lse (heads_q, total) of its
     queries over every rank's keys of their sequences."""
     world, rank = comm.world, comm.rank
-    out = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=torch.float32, device=q.device)
-    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32,
-                     device=q.device)
+    out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=torch.float32, device=q.device)
     for step in range(world):
         next_kv = comm.shift([k, v]) if step + 1 < world else None
         block = _varlen_step((rank - step) % world, rank, causal, layout, shard)
-        if block is not None:
+        if step == 0:  # see ring.first_step
+            lse = ring.first_step(q, k, v, out, softmax_scale, block[1], sm_margin, **block[0])
+        elif block is not None:
             varlen, block_causal = block
             if ring.ACCUMULATE_IN_KERNEL:  # see there
                 hfa.flash_attn_accumulate(q, k, v, out, lse, softmax_scale=softmax_scale,
