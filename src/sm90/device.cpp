@@ -47,7 +47,10 @@ Status usable_sms(const DeviceFacts& facts, int32_t sm_margin, int device, const
 DeviceGuard::DeviceGuard(int device) {
   cudaGetDevice(&previous_);
   switched_ = previous_ != device;
-  if (switched_) cudaSetDevice(device);
+  // Set even when unchanged: in a thread that has made no CUDA call yet, cudaGetDevice answers 0
+  // with no context current, and the driver calls that follow (TMA maps) would fail with
+  // CUDA_ERROR_INVALID_CONTEXT. cudaSetDevice makes the primary context current (~0.1 us).
+  cudaSetDevice(device);
 }
 
 DeviceGuard::~DeviceGuard() {
