@@ -1,6 +1,7 @@
 #include "sm90/device.hpp"
 
 #include <cuda_runtime_api.h>
+#include <cudaTypedefs.h>
 
 #include <memory>
 #include <mutex>
@@ -44,13 +45,38 @@ Status usable_sms(const DeviceFacts& facts, int32_t sm_margin, int device, const
               family + " (expected 0 <= sm_margin < " + std::to_string(facts.sm_count) + ")"};
 }
 
+void* lookup_driver_function(const char* name, int version) {
+  void* entry = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &entry, version, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return entry;
+}
+
+namespace {
+
+// Whether the calling thread has a CUDA context current; not knowing counts as no.
+bool has_current_context() {
+  static std::atomic<PFN_cuCtxGetCurrent_v4000> cached{nullptr};
+  const auto get_current = driver_function(cached, "cuCtxGetCurrent", 4000);
+  CUcontext context = nullptr;
+  return get_current != nullptr && get_current(&context) == CUDA_SUCCESS && context != nullptr;
+}
+
+}  // namespace
+
 DeviceGuard::DeviceGuard(int device) {
   cudaGetDevice(&previous_);
   switched_ = previous_ != device;
-  // Set even when unchanged: in a thread that has made no CUDA call yet, cudaGetDevice answers 0
-  // with no context current, and the driver calls that follow (TMA maps) would fail with
-  // CUDA_ERROR_INVALID_CONTEXT. cudaSetDevice makes the primary context current (~0.1 us).
-  cudaSetDevice(device);
+  // A thread that has made no CUDA call yet answers device 0 with no context current, and the
+  // driver calls that follow (TMA maps) would fail with CUDA_ERROR_INVALID_CONTEXT: there
+  // cudaSetDevice makes the primary context current. A context the caller made current (theirs,
+  // perhaps not the primary one) is left in place.
+  if (switched_ || !has_current_context()) cudaSetDevice(device);
 }
 
 DeviceGuard::~DeviceGuard() {

@@ -1,5 +1,7 @@
 #include "sm90/tma_descriptor.hpp"
 
+#include "sm90/device.hpp"
+
 #include <cuda_runtime_api.h>
 #include <cudaTypedefs.h>
 
@@ -16,21 +18,9 @@ uint32_t element_bytes(CUtensorMapDataType dtype) {
   return dtype == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 1 : 2;
 }
 
-// Looked up until found once, then cached (a failed lookup is retried on the next call).
 PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
   static std::atomic<PFN_cuTensorMapEncodeTiled_v12000> cached{nullptr};
-  if (auto function = cached.load(std::memory_order_acquire)) return function;
-  void* entry = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000, cudaEnableDefault,
-                                       &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  auto function = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(entry);
-  cached.store(function, std::memory_order_release);
-  return function;
+  return driver_function(cached, "cuTensorMapEncodeTiled", 12000);
 }
 
 }  // namespace
