@@ -222,6 +222,19 @@ def event_seconds(fn, warmup, reps):
     return sorted(times)[len(times) // 2]
 
 
+def profile_once(fn, warmup=3):
+    """fn() once between cudaProfilerStart and Stop, after warmup calls: the one call that
+    `ncu --profile-from-start off` sees (bench/profile_*.py)."""
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
 # --- outputs ----------------------------------------------------------------------------------
 
 def ratio(a, b):

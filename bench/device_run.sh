@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: GPU tests, SASS facts, sanitizers and the peer benchmarks.
 #
-#   bench/device_run.sh STEP...     steps: info tests[:BINARIES] sass sanitize bench[:ARGS] fp8[:ARGS] bwd[:ARGS] features[:ARGS] variants[:ARGS]
+#   bench/device_run.sh STEP...     steps: info tests[:BINARIES] sass sanitize bench[:ARGS] fp8[:ARGS] bwd[:ARGS] features[:ARGS] variants[:ARGS] torch_ops pytest[:FILES]
 #
 # Binaries come prebuilt from this machine (see bench/README.md) in $HFA_BIN (default .device):
 # test_sm90_forward, test_sm90_forward_features, test_sm90_backward, test_sm90_ptx, hfa,
@@ -82,6 +82,23 @@ step_bwd() {
 step_features() {
   PYTHONUNBUFFERED=1 HFA_LIBRARY="$bin/libhfa.so" PYTHONPATH=python \
     python3 bench/bench_features.py --out "$out" "$@" || status=1
+}
+
+# The C++ torch ops (src/torch) built beside $bin/libhfa.so against the machine's torch, where
+# python/hfa/_torch.py finds them; a minute or two of the machine's time, so once a session.
+step_torch_ops() {
+  { cmake -S src/torch -B /tmp/hfa-torch -DHFA_LIBRARY="$bin/libhfa.so" -DCMAKE_BUILD_TYPE=Release \
+      && cmake --build /tmp/hfa-torch -j"$(nproc)"; } > "$out/torch-ops-build.log" 2>&1 || status=1
+  tail -1 "$out/torch-ops-build.log"
+}
+
+# The Python suites (default: every torch one) on this library, 8 workers; the log in $out.
+step_pytest() {  # [FILE...]
+  local files=("$@")
+  [ ${#files[@]} -gt 0 ] || files=(python/tests)
+  HFA_LIBRARY="$bin/libhfa.so" PYTHONPATH=python python3 -m pytest -q -n 8 -p no:cacheprovider \
+    "${files[@]}" > "$out/pytest.txt" 2>&1 || status=1
+  tail -2 "$out/pytest.txt"
 }
 
 # Each variant of .device/variants (bench/build_variants.sh) on its cells, hfa alone.

@@ -8,6 +8,7 @@ tokens of 8k (batch 2), 2048 / hdim heads, after three warm-up calls.
         python3 bench/profile_bwd.py {hfa,hfa_det,cudnn} [HDIM [causal]]
 """
 
+import os
 import sys
 
 import torch
@@ -15,6 +16,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import hfa
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
 
 
 def main(impl, d, causal):
@@ -33,13 +37,7 @@ def main(impl, d, causal):
                                                      is_causal=causal)
             torch.autograd.grad(out, (q, k, v), grad.transpose(1, 2))
 
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    call()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    benchlib.profile_once(call)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ BATCH sequences of SEQLEN tokens, HEADS / KV_HEADS heads of HDIM, after three wa
         python3 bench/profile_fwd_shape.py {hfa,cudnn} BATCH SEQLEN HEADS KV_HEADS HDIM [causal]
 """
 
+import os
 import sys
 
 import torch
@@ -15,6 +16,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import hfa
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
 
 
 def main(impl, b, s, h, h_kv, d, causal):
@@ -28,13 +32,7 @@ def main(impl, b, s, h, h_kv, d, causal):
             return F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in (q, k, v)),
                                                   is_causal=causal, enable_gqa=h != h_kv)
 
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    call()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    benchlib.profile_once(call)
 
 
 if __name__ == "__main__":
