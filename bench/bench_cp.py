@@ -17,7 +17,8 @@
   over half of an earlier rank's keys; a full call of its second half over a later rank's keys),
   in TFLOP/s beside the one call over the whole sequence; and the ring's forward with the
   kernels' time alone (the step kinds, each times the number of ranks' steps of its kind) as a
-  ratio like ring_split's: the ceiling the kernels set before any merge.
+  ratio like ring_split's: the ceiling the kernels set before any merge. The same again for
+  forward + backward (case.mode "fwdbwd"): each step kind's forward and backward kernels.
 - prefill_1m: one causal forward of a Llama-8B-shaped layer (32 query / 8 KV heads, d128) over
   --prefill-tokens tokens in one call, its time and TFLOP/s.
 
@@ -155,8 +156,8 @@ def split_rows(torch, hfa, world, causal, tokens_per_rank, reps):
     return rows
 
 
-def step_rows(torch, hfa, world, tokens_per_rank, reps):
-    """The causal zigzag forward's step kinds, timed alone (see the module's ring_steps)."""
+def step_rows(torch, hfa, world, tokens_per_rank, reps, mode):
+    """The causal zigzag ring's step kinds, timed alone (see the module's ring_steps)."""
     from hfa.distributed import ring, zigzag_shard
     seqlen, half = world * tokens_per_rank, tokens_per_rank // 2
     g = torch.Generator(device="cuda").manual_seed(world)
@@ -164,15 +165,20 @@ def step_rows(torch, hfa, world, tokens_per_rank, reps):
                            generator=g) for heads in (HEADS, KV_HEADS, KV_HEADS))
     local = [zigzag_shard(t, 0, world) for t in (q, k, v)]
 
-    def seconds(q_rows, k_rows, causal):
-        lq, lk, lv = local[0][:, q_rows], local[1][:, k_rows], local[2][:, k_rows]
-        with torch.no_grad():
-            return benchlib.event_seconds(
-                lambda: hfa.flash_attn_func(lq, lk, lv, causal=causal, return_attn_probs=True),
-                1, reps)
+    def call(q, k, v, causal):
+        """One attention as the mode times it: the forward, or the forward and its backward."""
+        if mode == "fwd":  # no input requires a gradient: no graph is recorded
+            return lambda: hfa.flash_attn_func(q, k, v, causal=causal)
+        leaves = [t.detach().contiguous().requires_grad_() for t in (q, k, v)]
+        dout = torch.randn_like(leaves[0])
+        return lambda: torch.autograd.grad(hfa.flash_attn_func(*leaves, causal=causal),
+                                           leaves, dout)
 
-    with torch.no_grad():
-        single = benchlib.event_seconds(lambda: hfa.flash_attn_func(q, k, v, causal=True), 1, reps)
+    def seconds(q_rows, k_rows, causal):
+        step = call(local[0][:, q_rows], local[1][:, k_rows], local[2][:, k_rows], causal)
+        return benchlib.event_seconds(step, 1, reps)
+
+    single = benchlib.event_seconds(call(q, k, v, True), 1, reps)
     # (name, query rows, key rows, causal, how many of the ring's P^2 steps are of this kind):
     # ring._step_block's three answers under a causal zigzag layout.
     full, first, second = slice(None), slice(0, half), slice(half, None)
@@ -181,9 +187,11 @@ def step_rows(torch, hfa, world, tokens_per_rank, reps):
              ("later keys", second, full, False, world * (world - 1) // 2)]
     assert ring._step_block(0, 0, tokens_per_rank, True, "zigzag") == (full, full, True)
     rows, kernels = [], 0.0
-    total = benchlib.flops(1, HEADS, seqlen, seqlen, HDIM, HDIM, True)
-    case = {"test": "ring_steps", "world": world, "tokens_per_rank": tokens_per_rank,
-            "heads": HEADS, "kv_heads": KV_HEADS, "hdim": HDIM}
+    work = 1.0 if mode == "fwd" else 3.5  # the backward's FLOPs are 2.5 times the forward's
+    total = work * benchlib.flops(1, HEADS, seqlen, seqlen, HDIM, HDIM, True)
+    case = {"test": "ring_steps", "mode": mode, "world": world,
+            "tokens_per_rank": tokens_per_rank, "heads": HEADS, "kv_heads": KV_HEADS,
+            "hdim": HDIM}
     for name, q_rows, k_rows, causal, count in kinds:
         sq = len(range(tokens_per_rank)[q_rows])
         sk = len(range(tokens_per_rank)[k_rows])
@@ -191,7 +199,7 @@ def step_rows(torch, hfa, world, tokens_per_rank, reps):
         kernels += count * s
         rows.append({"case": {**case, "step": name, "seqlen_q": sq, "seqlen_k": sk,
                               "causal": causal, "steps": count}, "metric": "tflops",
-                     "hfa": benchlib.flops(1, HEADS, sq, sk, HDIM, HDIM, causal) / s / 1e12,
+                     "hfa": work * benchlib.flops(1, HEADS, sq, sk, HDIM, HDIM, causal) / s / 1e12,
                      "seconds": s})
     rows.append({"case": {**case, "step": "one call", "seqlen_q": seqlen, "seqlen_k": seqlen,
                           "causal": True, "steps": 1}, "metric": "tflops",
@@ -257,14 +265,15 @@ def main():
                       f" single {row['single_s'] * 1e3:.1f} ms, ring {row['ring_s'] * 1e3:.1f} "
                       f"ms, ratio {row['hfa']:.3f}", flush=True)
             torch.cuda.empty_cache()
-    for world in a.worlds if "ring_steps" in a.tests else ():
-        for row in step_rows(torch, hfa, world, a.tokens_per_rank, a.reps):
-            result["rows"].append(row)
-            c = row["case"]
-            value = (f"ratio {row['hfa']:.3f}" if row["metric"] == "ratio"
-                     else f"{row['hfa']:.0f} TFLOP/s x {c['steps']}")
-            print(f"bench: ring steps P={world} {c['step']:13s} {value}", flush=True)
-        torch.cuda.empty_cache()
+    for mode in ("fwd", "fwdbwd") if "ring_steps" in a.tests else ():
+        for world in a.worlds:
+            for row in step_rows(torch, hfa, world, a.tokens_per_rank, a.reps, mode):
+                result["rows"].append(row)
+                c = row["case"]
+                value = (f"ratio {row['hfa']:.3f}" if row["metric"] == "ratio"
+                         else f"{row['hfa']:.0f} TFLOP/s x {c['steps']}")
+                print(f"bench: ring steps {mode:6s} P={world} {c['step']:13s} {value}", flush=True)
+            torch.cuda.empty_cache()
     if "prefill_1m" in a.tests:
         row = prefill_row(torch, hfa, a.prefill_tokens)
         result["rows"].append(row)

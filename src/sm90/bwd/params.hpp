@@ -71,7 +71,7 @@ struct Params {
   int32_t num_m_blocks;  // of the longest sequence (preprocess, postprocess grids)
   int32_t num_n_blocks;
   int32_t num_tiles;     // num_n_blocks · heads_kv · batch
-  int32_t kv_heads_per_section;  // windowed tile order: (batch, kv head) pairs whose Q, dO share L2
+  int32_t kv_heads_per_section;  // sectioned tile order: (batch, kv head) pairs whose Q, dO share L2
 
   // D = rowsum(dO∘O) given by the caller (laid out as lse), read by the preprocess instead of
   // out and dout; null: computed there. Last, so the main kernel's parameter offsets stay.

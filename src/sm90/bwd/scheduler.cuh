@@ -23,12 +23,17 @@ struct Scheduler {
   // n_block fastest (the CTAs running together stream one head's Q and dO through L2).
   // Windowed, within sections of (batch, kv head) pairs: n_block ascending, so that under a
   // causal mask the first key blocks, which see the most queries, go first (LPT) — except in
-  // the deterministic mode, where it descends (see turn).
+  // the deterministic mode, where it descends (see turn). Deterministic without a window, in
+  // sections too: a tile waits at every query block for the key block before it (turn), and
+  // with n_block fastest that one started a moment earlier, so each tile of a pair waited a
+  // little longer than the last; a section's pairs between them put the tiles of one pair
+  // several launches apart.
   static __device__ __forceinline__ KeyTile tile(const Params& p, int index) {
+    const bool deterministic = p.ws.dq_turns != nullptr;
     TilePosition at;
-    if constexpr (Config::kWindowed) {
+    if (Config::kWindowed || deterministic) {
       at = sectioned_ranks(index, p.num_n_blocks, p.heads_kv * p.batch, p.kv_heads_per_section);
-      if (p.ws.dq_turns != nullptr) at.rank = p.num_n_blocks - 1 - at.rank;
+      if (Config::kWindowed && deterministic) at.rank = p.num_n_blocks - 1 - at.rank;
     } else {
       at = blocks_fastest(index, p.num_n_blocks);
     }
