@@ -11,7 +11,8 @@
   one hfa call over the whole sequence ÷ the emulated ring (hfa.distributed.emulated: the P
   ranks' steps and merges, on this one GPU), forward and forward + backward, P = 2, 4, 8,
   causal (zigzag) and not, --tokens-per-rank per step. 1.0 = splitting is free; this is the
-  ceiling of the ring's efficiency on P GPUs.
+  ceiling of the ring's efficiency on P GPUs. case.receive "none": the same without the
+  emulation's receive copies (on P GPUs those are the transfer, beside the compute).
 - ring_steps: where ring_split's causal loss is, the forward's step kinds of one rank timed alone
   (the diagonal: a causal call over the rank's own zigzag chunk; a full call of all its queries
   over half of an earlier rank's keys; a full call of its second half over a later rank's keys),
@@ -142,17 +143,22 @@ def split_rows(torch, hfa, world, causal, tokens_per_rank, reps):
                                ("fwdbwd", single_fwdbwd, ring_fwdbwd)):
         one = benchlib.event_seconds(single, 1, reps)
         # A step's result reaches (O, LSE) through a merge pass, or in the forward's epilogue
-        # (with the backward's D computed once): ring.ACCUMULATE_IN_KERNEL.
-        for in_kernel in (False, True):
+        # (with the backward's D computed once): ring.ACCUMULATE_IN_KERNEL. And with the merge
+        # pass, once more without the emulation's receive copies (emulated.SHIFT_COPIES), which
+        # on P GPUs are the transfer running beside the compute.
+        for in_kernel, copies in ((False, True), (True, True), (False, False)):
             ring_module.ACCUMULATE_IN_KERNEL = in_kernel
+            emulated.SHIFT_COPIES = copies
             split = benchlib.event_seconds(ring, 1, reps)
             rows.append({"case": {"test": "ring_split", "world": world, "causal": causal,
                                   "layout": layout, "tokens_per_rank": tokens_per_rank,
                                   "heads": HEADS, "kv_heads": KV_HEADS, "hdim": HDIM,
-                                  "mode": mode, "merge": "in-kernel" if in_kernel else "pass"},
+                                  "mode": mode, "merge": "in-kernel" if in_kernel else "pass",
+                                  "receive": "copy" if copies else "none"},
                          "metric": "ratio", "hfa": one / split, "single_s": one,
                          "ring_s": split})
     ring_module.ACCUMULATE_IN_KERNEL = False
+    emulated.SHIFT_COPIES = True
     return rows
 
 
@@ -235,6 +241,8 @@ def main():
     p.add_argument("--worlds", type=int, nargs="+", default=[2, 4, 8])
     p.add_argument("--prefill-tokens", type=int, default=1 << 20)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--causal", choices=["both", "true", "false"], default="both",
+                   help="ring_split's masks")
     p.add_argument("--tests", nargs="+", choices=TESTS, default=list(TESTS),
                    help="what to measure (default: all; merge includes merge_n)")
     a = p.parse_args()
@@ -256,12 +264,13 @@ def main():
         torch_merge = f", torch {row['torch']:.0f} GB/s" if "torch" in row else ""
         print(f"bench: {row['case']['test']} {row['case'].get('partials', 2)} partials: fused "
               f"{row['hfa']:.0f} GB/s{torch_merge}, copy {row['copy']:.0f} GB/s", flush=True)
-    for causal in (False, True) if "ring_split" in a.tests else ():
+    masks = {"both": (False, True), "true": (True,), "false": (False,)}[a.causal]
+    for causal in masks if "ring_split" in a.tests else ():
         for world in a.worlds:
             for row in split_rows(torch, hfa, world, causal, a.tokens_per_rank, a.reps):
                 result["rows"].append(row)
                 print(f"bench: ring split P={world} causal={int(causal)} {row['case']['mode']:6s}"
-                      f" {row['case']['merge']:9s}"
+                      f" {row['case']['merge']:9s} receive {row['case']['receive']:4s}"
                       f" single {row['single_s'] * 1e3:.1f} ms, ring {row['ring_s'] * 1e3:.1f} "
                       f"ms, ratio {row['hfa']:.3f}", flush=True)
             torch.cuda.empty_cache()

@@ -26,6 +26,12 @@ from . import kvcache, ring, ring_varlen, ulysses
 
 _BARRIER_TIMEOUT_S = 600  # a rank that never arrives (a bug) fails the run instead of hanging
 
+# Whether a shift hands the receiver its own copy, as NCCL's transfer does. On P GPUs that
+# copy is the transfer, beside the compute; on one GPU it runs in line with it. bench_cp.py
+# turns it off to time the ring's own work without the copies. Off is safe for the rings only:
+# their ranks never write a tensor after shifting it.
+SHIFT_COPIES = True
+
 
 class _Done:
     def __init__(self, received):
@@ -65,7 +71,7 @@ class EmulatedComm:
         return t.clone(memory_format=torch.contiguous_format)
 
     def shift(self, tensors):
-        items = self._exchange([self._copy(t) for t in tensors])
+        items = self._exchange([self._copy(t) if SHIFT_COPIES else t for t in tensors])
         return _Done(items[(self.rank - 1) % self.world])
 
     def all_to_all(self, chunks):
