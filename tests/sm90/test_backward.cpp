@@ -165,12 +165,12 @@ TEST(BackwardSm90NanPadding, PaddingNeverLeaks) {
 }
 
 // The deterministic mode: right against the oracle, the same bytes twice, and from a CUDA graph
-// of the call. Its own tile order (sectioned: 2 pairs a section here) and turn order are checked
-// by the first comparison.
+// of the call. The first comparison checks its own tile orders (sectioned: 2 or 4 of the 4
+// (batch, kv head) pairs a section here, by head dim) and turn orders.
 TEST(BackwardSm90Determinism, SameBytesEveryRun) {
   HFA_REQUIRE_HOPPER();
-  // Both dQ paths (the writer's bulk adds at 64/128, adds from registers at 192/256), and the
-  // windowed turn order (descending) beside the plain one (ascending) where dQ is in registers.
+  // Both kinds of configuration (keys split at 64/128, the deterministic mode's own at 192/256),
+  // and the windowed turn order (descending) beside the plain one (ascending).
   const std::pair<int, bool> cases[] = {{64, true}, {128, true}, {192, false}, {256, false},
                                         {256, true}};
   for (auto [hdim, causal] : cases) {
