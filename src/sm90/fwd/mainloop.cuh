@@ -52,21 +52,27 @@ struct ConsumerMainloop {
   int kv_head = 0;
   float q_rows[2] = {1.0f, 1.0f};
 
-  // The first warpgroup issues first: another one opens its barrier once at start.
+  // The first warpgroup issues first: another one opens its barrier once at start. A lone
+  // consumer warpgroup takes no turns (its partner is the SM's other CTA).
+  static constexpr bool kPingPong = kWarpgroups > 1;
   __device__ __forceinline__ void start_ping_pong() {
-    if (warpgroup == kWarpgroups - 1) {
+    if (kPingPong && warpgroup == kWarpgroups - 1) {
       ptx::named_barrier_arrive(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, 0),
                                 kPingPongThreads);
     }
   }
   __device__ __forceinline__ void wait_turn() {
-    ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, warpgroup),
-                            kPingPongThreads);
+    if constexpr (kPingPong) {
+      ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, warpgroup),
+                              kPingPongThreads);
+    }
   }
   __device__ __forceinline__ void pass_turn() {
-    const int next = (warpgroup + 1) % kWarpgroups;
-    ptx::named_barrier_arrive(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, next),
-                              kPingPongThreads);
+    if constexpr (kPingPong) {
+      const int next = (warpgroup + 1) % kWarpgroups;
+      ptx::named_barrier_arrive(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, next),
+                                kPingPongThreads);
+    }
   }
 
   // One lane per warp signals that the warpgroup is done with a buffer (arrival count 4 per

@@ -14,6 +14,11 @@
 #ifndef HFA_SM90_D128_CAUSAL_BLOCK_N
 #define HFA_SM90_D128_CAUSAL_BLOCK_N 128
 #endif
+// 1: windowed problems of at most kShortRowsMaxKeys keys at hdim 128 run on 64-row tiles, two
+// CTAs an SM (issue 13's lever for short causal sequences). Built, not yet measured: off.
+#ifndef HFA_SM90_D128_SHORT_ROWS
+#define HFA_SM90_D128_SHORT_ROWS 0
+#endif
 #ifndef HFA_SM90_RESCALE_THRESHOLD
 #define HFA_SM90_RESCALE_THRESHOLD 0
 #endif
@@ -73,19 +78,26 @@ struct TileConfig {
   // FP8 (hdim 128 and 256): 128 × 128 tiles. e4m3 halves the bytes of a tile, so shared memory
   // is no limit (Q + 2 stages of K and transposed V: 80 KB at 128, 160 KB at 256); registers
   // are (S 64 + P 16 + O 128 at hdim 256), and 128 keys are one 128-byte slab of transposed V.
-  // Short rows (hdim 64 only, 16-bit): 128 rows. A causal row of a short sequence sees few key
+  // Short rows (16-bit): 128 rows at hdim 64. A causal row of a short sequence sees few key
   // blocks, and a 192-row tile pays its first Q·Kᵀ, last P·V and diagonal mask over more rows
   // and leaves fewer tiles to balance (measured, CUDA-graph replay: 32 × 512 tokens 179 → 165
   // µs, 16 × 1024 267 → 237; from 2k tokens on 192 rows are as fast or faster, 10-13 % at 8k
-  // and 16k: bench/results, "Forward: short rows").
+  // and 16k: bench/results, "Forward: short rows"). 64 rows at hdim 128 (HFA_SM90_D128_SHORT_ROWS):
+  // one consumer warpgroup a CTA and two CTAs an SM, whose warpgroups take turns on the tensor
+  // cores without a barrier between them, as cuDNN's 64-row tiles do on the shapes where it
+  // leads (ncu, 64 × 128 tokens: bench/results, "Session 7").
   static constexpr int kStandardBlockM = kHeadDimQK == 64 ? HFA_SM90_D64_BLOCK_M : 128;
-  static constexpr int kBlockM = kShortRows ? 128 : kStandardBlockM;
+  static constexpr int kShortBlockM = kHeadDimQK == 64 ? 128 : kRowsPerWarpgroup;
+  static constexpr int kBlockM = kShortRows ? kShortBlockM : kStandardBlockM;
   static_assert(!kShortRows || kBlockM < kStandardBlockM, "short rows: only where the tile shrinks");
   // Keys per K/V tile: as wide as registers (S and O accumulators plus P) and shared memory
   // (Q + 2 stages of K and V, ≤ 227 KB) allow. hdim 128 non-causal: 176 (S 88 + O 64 + P 44
   // registers; 208 KB). Windowed keeps 128 so the diagonal tiles waste less. hdim 192: 112
   // (220 KB); 192/128 (DeepSeek's): 128 (210 KB). hdim 256: 80 fills shared memory (224 KB).
+  // Two CTAs an SM (short rows at hdim 128): 64, so that two of them fit (16 + 2·(16 + 16) =
+  // 80 KB each).
   static constexpr int kBlockN = kFp8                 ? detail::kFp8KeyBlock
+                                 : kBlockM == kRowsPerWarpgroup ? kRowsPerWarpgroup
                                  : kHeadDimQK == 64    ? HFA_SM90_D64_BLOCK_N
                                  : kHeadDimQK == 128 ? (kWindowed ? HFA_SM90_D128_CAUSAL_BLOCK_N
                                                                   : HFA_SM90_D128_BLOCK_N)
@@ -98,6 +110,9 @@ struct TileConfig {
 
   static constexpr int kConsumerWarpgroups = kBlockM / kRowsPerWarpgroup;
   static constexpr int kThreads = kThreadsPerWarpgroup * (kConsumerWarpgroups + 1);
+  // One consumer warpgroup has no partner to ping-pong with inside its CTA: a second CTA on the
+  // SM is its partner.
+  static constexpr int kCtasPerSm = kConsumerWarpgroups == 1 ? 2 : 1;
   // setmaxnreg budgets: the producer only issues TMA; consumers hold S, P and O in registers.
   // setmaxnreg.inc only hands out what the CTA's warps gave back with setmaxnreg.dec, so the
   // split must balance the launch allocation (launch bounds: 168 registers a thread at 384
@@ -110,9 +125,14 @@ struct TileConfig {
   // spilled 60 bytes, so it takes FlashAttention-3's 24/240 split, 128·(168 − 24) =
   // 256·(240 − 168). It still spills 32-192 bytes (the softcap kernels most), measured 1189
   // TFLOP/s at 16k non-causal all the same.
+  // One consumer warpgroup, two CTAs an SM: 128 registers a thread at launch (256 threads
+  // twice), 128·(128 − 40) = 128·(216 − 128); S 32 + P 16 + O 64 live at hdim 128.
   static constexpr bool kWideFp8 = kFp8 && kHeadDimV > 128;
-  static constexpr int kProducerRegisters = kWideFp8 ? 24 : kConsumerWarpgroups == 2 ? 40 : 32;
-  static constexpr int kConsumerRegisters = kWideFp8 ? 240 : kConsumerWarpgroups == 2 ? 232 : 160;
+  static constexpr int kProducerRegisters = kWideFp8 ? 24 : kConsumerWarpgroups <= 2 ? 40 : 32;
+  static constexpr int kConsumerRegisters = kWideFp8                    ? 240
+                                            : kConsumerWarpgroups == 1 ? 216
+                                            : kConsumerWarpgroups == 2 ? 232
+                                                                       : 160;
 
   // Softmax levers (see OnlineSoftmax::update), each measured as a delta (bench/results), both
   // off by default:
@@ -137,14 +157,16 @@ struct TileConfig {
   static_assert(kBlockN % kMmaK == 0 && kBlockN % 8 == 0);
   static_assert(!kFp8 || kBlockN % kSlabColumns == 0, "transposed V: whole slabs of keys");
   static_assert(register_split_fits(kThreads, kProducerRegisters, kConsumerRegisters,
-                                    kConsumerWarpgroups),
+                                    kConsumerWarpgroups, kCtasPerSm),
                 "setmaxnreg: consumers would claim registers the producer never gave back");
 };
 
 // Whether a short-rows configuration exists for this head dim and element type (its tile is
-// smaller than the standard one): hdim 64, 16-bit.
+// smaller than the standard one): hdim 64, 16-bit; hdim 128 behind HFA_SM90_D128_SHORT_ROWS.
 template <int kHeadDimQK, typename Element>
 inline constexpr bool has_short_rows_tile =
-    kHeadDimQK == 64 && !std::is_same_v<Element, __nv_fp8_e4m3> && HFA_SM90_D64_BLOCK_M > 128;
+    !std::is_same_v<Element, __nv_fp8_e4m3> &&
+    ((kHeadDimQK == 64 && HFA_SM90_D64_BLOCK_M > 128) ||
+     (kHeadDimQK == 128 && HFA_SM90_D128_SHORT_ROWS));
 
 }  // namespace hfa::sm90::fwd
