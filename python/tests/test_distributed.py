@@ -205,6 +205,32 @@ def test_ring(device, world, causal, layout, heads, merge_mode):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_ring_without_shift_copies_is_the_same(device, causal, layout, monkeypatch):
+    """emulated.SHIFT_COPIES = False (bench_cp.py's ring_split without the receive copies) is
+    safe for the rings: the same results as with copies, fixed length and varlen. The same
+    bytes on the CPU and for the GPU's forward; the GPU's default backward adds dQ's partials
+    in any order, so its gradients may differ in the last bit."""
+    world, heads = 4, (8, 2)
+    q, k, v, dout = _inputs(device, world, heads)
+    cu, vq, vk, vv, vdout = _varlen_inputs(device, world, heads, layout)
+    runs = []
+    for copies in (True, False):
+        monkeypatch.setattr(emulated, "SHIFT_COPIES", copies)
+        runs.append((_emulated(emulated.ring_flash_attn_func, q, k, v, dout, world, causal,
+                               layout),
+                     _varlen_ring(vq, vk, vv, vdout, cu, world, causal, layout)))
+    for with_copies, without in zip(*runs):
+        for name, expected in with_copies.items():
+            if device == "cpu" or name in ("out", "lse"):
+                assert torch.equal(without[name], expected), name
+            else:
+                torch.testing.assert_close(without[name], expected, rtol=2.0 ** -7, atol=1e-3,
+                                           msg=name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("heads,world", [((8, 8), 2), ((8, 8), 4), ((8, 8), 8), ((8, 2), 2),
                                          ((16, 8), 8)], ids=["mha2", "mha4", "mha8", "gqa2",
                                                              "gqa8"])
