@@ -40,6 +40,9 @@ def main():
     p.add_argument("--seqlen", type=int, default=8192)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--profile", action="store_true",
+                   help="also profile 2 steps of each mode: kernel µs a step by name, in the "
+                        "JSON's \"profile\" and printed (the 15 longest)")
     a = p.parse_args()
 
     import torch
@@ -78,6 +81,10 @@ def main():
             logits[name] = forward().float()
             for mode, fn in (("forward", forward), ("train_step", train_step)):
                 rows[mode][name] = a.seqlen / benchlib.event_seconds(fn, a.warmup, a.reps)
+                if a.profile:
+                    kernels = benchlib.kernel_profile(fn, steps=2, warmup=1)
+                    result.setdefault("profile", {}).setdefault(mode, {})[name] = kernels
+                    benchlib.print_kernel_profile(f"profile {name} {mode}", kernels, top=15)
         except Exception as e:  # noqa: BLE001  (a row says what failed; the run goes on)
             rows["forward"].setdefault(name, None)
             rows["train_step"].setdefault(name, None)

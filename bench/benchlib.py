@@ -222,6 +222,35 @@ def event_seconds(fn, warmup, reps):
     return sorted(times)[len(times) // 2]
 
 
+def kernel_profile(fn, steps, warmup=3):
+    """Mean µs per fn() call of each CUDA kernel it launches, by name (torch.profiler over
+    `steps` calls after `warmup`): where a step's GPU time goes (bench/profile_fwdbwd.py,
+    bench_model.py --profile)."""
+    from collections import defaultdict
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    per_name = defaultdict(float)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            per_name[e.name] += e.device_time / steps
+    return dict(sorted(per_name.items(), key=lambda kv: -kv[1]))
+
+
+def print_kernel_profile(label, kernels, top=None):
+    """One line of the total, then one a kernel (the `top` longest), µs per step."""
+    print(f"{label}: kernels {sum(kernels.values()):.0f} µs a step")
+    for name, us in list(kernels.items())[:top]:
+        print(f"    {us:9.1f} µs  {name[:110]}")
+
+
 def profile_once(fn, warmup=3):
     """fn() once between cudaProfilerStart and Stop, after warmup calls: the one call that
     `ncu --profile-from-start off` sees (bench/profile_*.py)."""

@@ -5,6 +5,10 @@
 #ifndef HFA_SM90_D64_BLOCK_M
 #define HFA_SM90_D64_BLOCK_M 192
 #endif
+// Rows of hdim 64's short-rows tile: 128 (two consumer warpgroups) or 64 (one, two CTAs an SM).
+#ifndef HFA_SM90_D64_SHORT_BLOCK_M
+#define HFA_SM90_D64_SHORT_BLOCK_M 128
+#endif
 #ifndef HFA_SM90_D64_BLOCK_N
 #define HFA_SM90_D64_BLOCK_N 128
 #endif
@@ -87,7 +91,8 @@ struct TileConfig {
   // cores without a barrier between them, as cuDNN's 64-row tiles do on the shapes where it
   // leads (ncu, 64 × 128 tokens: bench/results, "Session 7").
   static constexpr int kStandardBlockM = kHeadDimQK == 64 ? HFA_SM90_D64_BLOCK_M : 128;
-  static constexpr int kShortBlockM = kHeadDimQK == 64 ? 128 : kRowsPerWarpgroup;
+  static constexpr int kShortBlockM =
+      kHeadDimQK == 64 ? HFA_SM90_D64_SHORT_BLOCK_M : kRowsPerWarpgroup;
   static constexpr int kBlockM = kShortRows ? kShortBlockM : kStandardBlockM;
   static_assert(!kShortRows || kBlockM < kStandardBlockM, "short rows: only where the tile shrinks");
   // Keys per K/V tile: as wide as registers (S and O accumulators plus P) and shared memory
