@@ -3,13 +3,16 @@
 (issue 10's fwdbwd cells, bench/results): torch.profiler's CUDA kernel times per kernel name
 and each mode's CUDA-event time per step, on one shape.
 
-    python3 bench/profile_fwdbwd.py {hfa,hfa_det,cudnn} BATCH SEQLEN HDIM [causal] [--json FILE]
+    python3 bench/profile_fwdbwd.py {hfa,hfa_det,cudnn} BATCH SEQLEN HDIM [--causal]
+        [--heads H] [--kv-heads KV] [--modes fwd bwd fwdbwd] [--json FILE]
 
-bf16, 2048 / HDIM heads, BSHD for hfa and BHSD for cuDNN (as bench_bwd.py). A mode's "kernels"
+bf16, 2048 / HDIM heads unless --heads (kv heads: as many), BSHD for hfa and BHSD for cuDNN
+(as bench_bwd.py; cuDNN takes GQA through enable_gqa). A mode's "kernels"
 is the sum of its kernels' profiled time per step and "step" its event time per step: step −
 kernels is the GPU's idle time between them.
 """
 
+import argparse
 import json
 import os
 import sys
@@ -26,19 +29,20 @@ import benchlib  # noqa: E402
 STEPS = 10
 
 
-def modes(impl, b, s, d, causal):
+def modes(impl, b, s, d, h, h_kv, causal):
     """The three steps: fwd, bwd (of one untimed forward), fwdbwd."""
-    h = 2048 // d
-    shape = (b, s, h, d) if impl.startswith("hfa") else (b, h, s, d)
-    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))
-    dout = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    def shape(heads):
+        return (b, s, heads, d) if impl.startswith("hfa") else (b, heads, s, d)
+    q, k, v = (torch.randn(shape(heads), device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for heads in (h, h_kv, h_kv))
+    dout = torch.randn(shape(h), device="cuda", dtype=torch.bfloat16)
 
     def forward():
         if impl.startswith("hfa"):
             return hfa.flash_attn_func(q, k, v, causal=causal, deterministic=impl == "hfa_det")
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                  enable_gqa=h != h_kv)
 
     out = forward()
     return {"fwd": forward,
@@ -46,27 +50,38 @@ def modes(impl, b, s, d, causal):
             "fwdbwd": lambda: torch.autograd.grad(forward(), (q, k, v), dout)}
 
 
-def main(argv):
-    json_path = None
-    if "--json" in argv:
-        at = argv.index("--json")
-        json_path, argv = argv[at + 1], argv[:at] + argv[at + 2:]
-    impl, b, s, d = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
-    causal = len(argv) > 4 and argv[4] == "causal"
-    result = {"impl": impl, "batch": b, "seqlen": s, "hdim": d, "causal": causal,
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("impl", choices=["hfa", "hfa_det", "cudnn"])
+    p.add_argument("batch", type=int)
+    p.add_argument("seqlen", type=int)
+    p.add_argument("hdim", type=int)
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--heads", type=int, default=None, help="query heads (default 2048 / hdim)")
+    p.add_argument("--kv-heads", type=int, default=None, help="kv heads (default: --heads)")
+    p.add_argument("--modes", nargs="+", choices=["fwd", "bwd", "fwdbwd"],
+                   default=["fwd", "bwd", "fwdbwd"])
+    p.add_argument("--json", default=None, help="write the result here")
+    a = p.parse_args()
+    h = a.heads or 2048 // a.hdim
+    h_kv = a.kv_heads or h
+    result = {"impl": a.impl, "batch": a.batch, "seqlen": a.seqlen, "hdim": a.hdim,
+              "heads_q": h, "heads_kv": h_kv, "causal": a.causal,
               "commit": benchlib.git_commit(), "device": torch.cuda.get_device_name(),
               "modes": {}}
-    for mode, step in modes(impl, b, s, d, causal).items():
-        kernels = benchlib.kernel_profile(step, STEPS)
-        step_us = benchlib.event_seconds(step, warmup=3, reps=STEPS) * 1e6
+    steps = modes(a.impl, a.batch, a.seqlen, a.hdim, h, h_kv, a.causal)
+    for mode in a.modes:
+        kernels = benchlib.kernel_profile(steps[mode], STEPS)
+        step_us = benchlib.event_seconds(steps[mode], warmup=3, reps=STEPS) * 1e6
         result["modes"][mode] = {"step_us": step_us, "kernels_us": sum(kernels.values()),
                                  "per_kernel_us": kernels}
-        benchlib.print_kernel_profile(f"{impl} b{b} s{s} d{d} {'causal' if causal else 'full'} "
-                                      f"{mode}, step {step_us:.0f} µs", kernels)
-    if json_path:
-        with open(json_path, "w") as f:
+        benchlib.print_kernel_profile(
+            f"{a.impl} b{a.batch} s{a.seqlen} h{h}/{h_kv} d{a.hdim} "
+            f"{'causal' if a.causal else 'full'} {mode}, step {step_us:.0f} µs", kernels)
+    if a.json:
+        with open(a.json, "w") as f:
             json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()
