@@ -7,9 +7,10 @@ and each mode's CUDA-event time per step, on one shape.
         [--heads H] [--kv-heads KV] [--modes fwd bwd fwdbwd] [--json FILE]
 
 bf16, 2048 / HDIM heads unless --heads (kv heads: as many), BSHD for hfa and BHSD for cuDNN
-(as bench_bwd.py; cuDNN takes GQA through enable_gqa). A mode's "kernels"
-is the sum of its kernels' profiled time per step and "step" its event time per step: step −
-kernels is the GPU's idle time between them.
+(as bench_bwd.py; cuDNN takes GQA through enable_gqa). JSON (design §5):
+rows {"case": {..., "mode", "part": "step" | "kernels" | "kernel", "kernel": name}, "metric":
+"us", IMPL: µs a step}: "kernels" is the sum of the step's profiled kernel times, "step" its
+CUDA-event time (from the host's first launch, so it includes the host's head start).
 """
 
 import argparse
@@ -65,16 +66,23 @@ def main():
     a = p.parse_args()
     h = a.heads or 2048 // a.hdim
     h_kv = a.kv_heads or h
-    result = {"impl": a.impl, "batch": a.batch, "seqlen": a.seqlen, "hdim": a.hdim,
-              "heads_q": h, "heads_kv": h_kv, "causal": a.causal,
-              "commit": benchlib.git_commit(), "device": torch.cuda.get_device_name(),
-              "modes": {}}
+    a.dtype, a.tokens, a.head_budget = "bf16", a.batch * a.seqlen, h * a.hdim
+    a.warmup, a.rep = 3, STEPS  # new_result's do_bench entry: calls here, not ms
+    result = benchlib.new_result(
+        "profile-fwdbwd", benchlib.utc_now(), a, accuracy="none (a profile)",
+        timing=f"torch.profiler CUDA kernel time and CUDA-event step time, per step, over "
+               f"{STEPS} steps after 3")
+    base = {"batch": a.batch, "seqlen_q": a.seqlen, "seqlen_k": a.seqlen, "heads_q": h,
+            "heads_kv": h_kv, "hdim": a.hdim, "causal": a.causal, "dtype": "bf16"}
     steps = modes(a.impl, a.batch, a.seqlen, a.hdim, h, h_kv, a.causal)
     for mode in a.modes:
         kernels = benchlib.kernel_profile(steps[mode], STEPS)
         step_us = benchlib.event_seconds(steps[mode], warmup=3, reps=STEPS) * 1e6
-        result["modes"][mode] = {"step_us": step_us, "kernels_us": sum(kernels.values()),
-                                 "per_kernel_us": kernels}
+        parts = [("step", None, step_us), ("kernels", None, sum(kernels.values()))]
+        parts += [("kernel", name, us) for name, us in kernels.items()]
+        for part, name, us in parts:
+            case = {**base, "mode": mode, "part": part, **({"kernel": name} if name else {})}
+            result["rows"].append({"case": case, "metric": "us", a.impl: us})
         benchlib.print_kernel_profile(
             f"{a.impl} b{a.batch} s{a.seqlen} h{h}/{h_kv} d{a.hdim} "
             f"{'causal' if a.causal else 'full'} {mode}, step {step_us:.0f} µs", kernels)
