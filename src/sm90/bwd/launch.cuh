@@ -32,12 +32,14 @@ inline Status check_alignment(const char* name, const void* data, const detail::
   return Status::ok();
 }
 
-// Backward tiles are ordered within sections of (batch, kv head) pairs whose Q, dO and dQ
-// accumulator fit in half the L2 together.
-inline int kv_heads_per_section(const detail::ForwardProblem& p, std::size_t l2_bytes) {
+// Backward tiles are ordered within sections of (batch, kv head) pairs (pairs_per_section)
+// whose Q, dO and dQ accumulator share the L2.
+inline int kv_heads_per_section(const detail::ForwardProblem& p, int n_blocks,
+                                const LaunchContext& context) {
   const std::size_t per_kv_head = std::size_t(p.seqlen_q) * (p.heads_q / p.heads_kv) *
                                   ((p.hdim_qk + p.hdim_v) * 2 + p.hdim_qk * sizeof(float));
-  return int(std::max<std::size_t>(1, l2_bytes / 2 / std::max<std::size_t>(1, per_kv_head)));
+  return pairs_per_section(p.heads_kv * p.batch, n_blocks, per_kv_head, context.l2_bytes,
+                           context.sm_count);
 }
 
 template <typename Config, typename Element>
@@ -116,7 +118,7 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
   params.num_m_blocks = (f.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
   params.num_n_blocks = (f.seqlen_k + Config::kBlockN - 1) / Config::kBlockN;
   params.num_tiles = params.num_n_blocks * f.heads_kv * f.batch;
-  params.kv_heads_per_section = kv_heads_per_section(f, context.l2_bytes);
+  params.kv_heads_per_section = kv_heads_per_section(f, params.num_n_blocks, context);
 
   const auto stream = static_cast<cudaStream_t>(f.stream);
   const dim3 row_grid(params.num_m_blocks, f.heads_q, f.batch);

@@ -74,6 +74,25 @@ void fill_shared_fields(Params& params, const detail::ForwardProblem& problem) {
   params.scale_log2 = (softcapped ? problem.softcap : problem.softmax_scale) * kLog2e;
 }
 
+// Pairs per section of the sectioned tile order (tile_order.cuh): as many as share half the L2
+// (`bytes_per_pair` of operands each), but at least one wave of tiles, then evened out so that
+// the last section is not a short one. A section of fewer tiles than CTAs gains no L2 locality
+// (the CTAs running at once span several sections anyway) and costs a tail: each section's
+// longest tiles start only as the section before drains, so the last section's start near the
+// end. Measured (backward, GQA 32/8 heads, 8k causal, hdim 128: 64 tiles a pair): one pair a
+// section 2860 µs, two 2404, four 2454, all eight 2483; one section of every pair loses 10-40 %
+// below 4k tokens, where L2 locality decides (bench/results, "Session 9").
+inline int pairs_per_section(int pairs, int tiles_per_pair, std::size_t bytes_per_pair,
+                             std::size_t l2_bytes, int concurrent_ctas) {
+  const auto ceil_div = [](int64_t a, int64_t b) { return int((a + b - 1) / b); };
+  pairs = std::max(1, pairs);
+  const std::size_t fit_in_l2 = l2_bytes / 2 / std::max<std::size_t>(1, bytes_per_pair);
+  const int one_wave = ceil_div(concurrent_ctas, std::max(1, tiles_per_pair));
+  const int at_least =
+      std::clamp(std::max(int(std::min<std::size_t>(fit_in_l2, pairs)), one_wave), 1, pairs);
+  return ceil_div(pairs, pairs / at_least);
+}
+
 // A kernel that takes more than 48 KB of shared memory must opt in, once per device.
 template <auto kKernel>
 Status reserve_shared_memory(const char* family, int bytes, int device) {

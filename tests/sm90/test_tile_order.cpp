@@ -1,0 +1,55 @@
+// How many (batch, head) pairs a section of the sectioned tile order holds (pairs_per_section,
+// sm90/common/launch.hpp): host arithmetic, so it runs everywhere, GPU or not.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "sm90/common/launch.hpp"
+
+namespace hfa::sm90 {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t(1) << 20;
+constexpr int kSms = 132;
+
+// The shape whose tail it was written for: the backward of GQA 32/8 heads at 8k, hdim 128
+// (64 key blocks a kv head, 32 MiB of Q, dO and dQ accumulator each): one pair fits half the
+// L2, but 64 tiles are half a wave, so sections take two waves' worth: four of the eight pairs.
+TEST(PairsPerSection, AtLeastOneWave) {
+  EXPECT_EQ(pairs_per_section(8, 64, 32 * kMiB, 50 * kMiB, kSms), 4);
+}
+
+// Many short pairs: the L2 decides (25 MiB / 0.25 MiB = 100), evened out to 10 sections of 103
+// rather than 10 of 100 and a short one of 24.
+TEST(PairsPerSection, L2FitEvenedOut) {
+  EXPECT_EQ(pairs_per_section(1024, 4, kMiB / 4, 50 * kMiB, kSms), 103);
+}
+
+TEST(PairsPerSection, NeverMorePairsThanThereAre) {
+  EXPECT_EQ(pairs_per_section(3, 1000, 1, 50 * kMiB, kSms), 3);
+  EXPECT_EQ(pairs_per_section(1, 1, 50 * kMiB, 50 * kMiB, kSms), 1);
+  EXPECT_EQ(pairs_per_section(0, 0, 0, 0, 1), 1);  // no pairs, no tiles: still a valid divisor
+}
+
+// Over a sweep: within [1, pairs]; at least the L2's share and a wave of tiles where the pairs
+// allow; and a last section at most (sections − 1) pairs shorter than the others.
+TEST(PairsPerSection, Sweep) {
+  for (int pairs = 1; pairs <= 300; pairs += 7) {
+    for (int tiles = 1; tiles <= 300; tiles += 11) {
+      for (std::size_t bytes : {kMiB / 8, 2 * kMiB, 9 * kMiB, 40 * kMiB}) {
+        const int n = pairs_per_section(pairs, tiles, bytes, 50 * kMiB, kSms);
+        ASSERT_GE(n, 1);
+        ASSERT_LE(n, pairs);
+        const int fit = int(std::min<std::size_t>(25 * kMiB / bytes, pairs));
+        EXPECT_GE(n, fit) << pairs << " pairs, " << tiles << " tiles, " << bytes << " bytes";
+        EXPECT_GE(int64_t(n) * tiles, std::min<int64_t>(int64_t(pairs) * tiles, kSms));
+        const int sections = (pairs + n - 1) / n;
+        const int last = pairs - (sections - 1) * n;
+        EXPECT_GE(last, n - (sections - 1)) << pairs << " pairs in sections of " << n;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hfa::sm90
