@@ -5,7 +5,8 @@
 #ifndef HFA_SM90_D64_BLOCK_M
 #define HFA_SM90_D64_BLOCK_M 192
 #endif
-// Rows of hdim 64's short-rows tile: 128 (two consumer warpgroups) or 64 (one, two CTAs an SM).
+// Rows of hdim 64's short-rows tile: 128 (two consumer warpgroups) or 64 (one, two CTAs an SM;
+// measured 5-10 % slower on the short causal shapes: bench/results, "Session 9").
 #ifndef HFA_SM90_D64_SHORT_BLOCK_M
 #define HFA_SM90_D64_SHORT_BLOCK_M 128
 #endif
@@ -19,7 +20,9 @@
 #define HFA_SM90_D128_CAUSAL_BLOCK_N 128
 #endif
 // 1: windowed problems of at most kShortRowsMaxKeys keys at hdim 128 run on 64-row tiles, two
-// CTAs an SM (issue 13's lever for short causal sequences). Built, not yet measured: off.
+// CTAs an SM (issue 13's lever for short causal sequences). Measured slower, so off: CUDA-graph
+// replay, 64 × 128 tokens 3 % faster, but 8 × 512 5 %, 32 × 512 7 % and 16 × 1024 12 % slower
+// (bench/results, "Session 9"; not profiled: each K/V block now serves 64 rows, not 128).
 #ifndef HFA_SM90_D128_SHORT_ROWS
 #define HFA_SM90_D128_SHORT_ROWS 0
 #endif
