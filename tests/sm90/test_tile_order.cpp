@@ -13,8 +13,9 @@ constexpr std::size_t kMiB = std::size_t(1) << 20;
 constexpr int kSms = 132;
 
 // The shape whose tail it was written for: the backward of GQA 32/8 heads at 8k, hdim 128
-// (64 key blocks a kv head, 32 MiB of Q, dO and dQ accumulator each): one pair fits half the
-// L2, but 64 tiles are half a wave, so sections take two waves' worth: four of the eight pairs.
+// (64 key blocks a kv head, 32 MiB of Q, dO and dQ accumulator each): not one pair fits half
+// the L2, and a pair's 64 tiles are half a wave; three pairs make a wave, and the eight even out
+// to two sections of four.
 TEST(PairsPerSection, AtLeastOneWave) {
   EXPECT_EQ(pairs_per_section(8, 64, 32 * kMiB, 50 * kMiB, kSms), 4);
 }
