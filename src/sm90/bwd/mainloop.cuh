@@ -70,15 +70,17 @@ struct ConsumerMainloop {
   __device__ __forceinline__ void issue_transposed_scores(float (&acc)[kSAcc], const RowTile& rows,
                                                           const ColumnTile& columns) {
     static_assert(RowTile::kSlabs == ColumnTile::kSlabs);
-    const uint32_t a_base = ptx::smem_address(rows.data) + kRole.key_row0 * ptx::kSwizzleBytes;
-    const uint32_t b_base = ptx::smem_address(columns.data) + kRole.query_col0 * ptx::kSwizzleBytes;
+    const uint64_t a0 = ptx::kmajor_descriptor(ptx::smem_address(rows.data) +
+                                               kRole.key_row0 * ptx::kSwizzleBytes);
+    const uint64_t b0 = ptx::kmajor_descriptor(ptx::smem_address(columns.data) +
+                                               kRole.query_col0 * ptx::kSwizzleBytes);
 #pragma unroll
     for (int slab = 0; slab < RowTile::kSlabs; ++slab) {
 #pragma unroll
       for (int step = 0; step < kKSteps; ++step) {
         const uint32_t offset = step * kKStepBytes;
-        const uint64_t a = ptx::kmajor_descriptor(a_base + slab * RowTile::kSlabBytes + offset);
-        const uint64_t b = ptx::kmajor_descriptor(b_base + slab * ColumnTile::kSlabBytes + offset);
+        const uint64_t a = ptx::advance(a0, slab * RowTile::kSlabBytes + offset);
+        const uint64_t b = ptx::advance(b0, slab * ColumnTile::kSlabBytes + offset);
         ptx::mma_ss<Config::kScoreColumns, Element>(acc, a, b, slab > 0 || step > 0);
       }
     }
@@ -92,19 +94,21 @@ struct ConsumerMainloop {
                                                      const typename Storage::ScoresTile& shared,
                                                      const OperandTile& operand, int first_slab) {
     static_assert(kAcc == kSlabCount * kSlabColumns / 2);
-    const uint32_t b_base = ptx::smem_address(operand.data) + first_slab * OperandTile::kSlabBytes;
-    const uint32_t a_base = ptx::smem_address(shared.data) + kRole.key_row0 * ptx::kSwizzleBytes;
+    const uint64_t b0 = ptx::mnmajor_descriptor(
+        ptx::smem_address(operand.data) + first_slab * OperandTile::kSlabBytes, OperandTile::kSlabBytes);
+    const uint64_t a0 = ptx::kmajor_descriptor(ptx::smem_address(shared.data) +
+                                               kRole.key_row0 * ptx::kSwizzleBytes);
 #pragma unroll
     for (int step = 0; step < Config::kBlockM / kMmaK; ++step) {
-      const uint64_t b = ptx::mnmajor_descriptor(b_base + step * kRowStepBytes, OperandTile::kSlabBytes);
+      const uint64_t b = ptx::advance(b0, step * kRowStepBytes);
       if constexpr (kScoresInRegisters) {
         const uint32_t a[4] = {scores[4 * step], scores[4 * step + 1], scores[4 * step + 2],
                                scores[4 * step + 3]};
         ptx::mma_rs<kSlabCount * kSlabColumns, Element>(acc, a, b, true);
       } else {
         const uint32_t slab = step / kKSteps, in_slab = step % kKSteps;
-        const uint64_t a = ptx::kmajor_descriptor(
-            a_base + slab * Storage::ScoresTile::kSlabBytes + in_slab * kKStepBytes);
+        const uint64_t a =
+            ptx::advance(a0, slab * Storage::ScoresTile::kSlabBytes + in_slab * kKStepBytes);
         ptx::mma_ss<kSlabCount * kSlabColumns, Element, ptx::Major::k, ptx::Major::mn>(acc, a, b, true);
       }
     }
@@ -114,13 +118,15 @@ struct ConsumerMainloop {
   // query columns make it MN-major, as K is (keys are its rows).
   __device__ __forceinline__ void issue_dq(float (&dq)[kDqAcc], const typename Storage::ScoresTile& ds,
                                            int slab) {
-    const uint32_t a_base = ptx::smem_address(ds.data) +
-                            kRole.dq_row0 / kSlabColumns * Storage::ScoresTile::kSlabBytes;
-    const uint32_t b_base = ptx::smem_address(smem.k.data) + slab * Storage::KTile::kSlabBytes;
+    const uint64_t a0 = ptx::mnmajor_descriptor(
+        ptx::smem_address(ds.data) + kRole.dq_row0 / kSlabColumns * Storage::ScoresTile::kSlabBytes,
+        Storage::ScoresTile::kSlabBytes);
+    const uint64_t b0 = ptx::mnmajor_descriptor(
+        ptx::smem_address(smem.k.data) + slab * Storage::KTile::kSlabBytes, Storage::KTile::kSlabBytes);
 #pragma unroll
     for (int step = 0; step < Config::kBlockN / kMmaK; ++step) {
-      const uint64_t a = ptx::mnmajor_descriptor(a_base + step * kRowStepBytes, Storage::ScoresTile::kSlabBytes);
-      const uint64_t b = ptx::mnmajor_descriptor(b_base + step * kRowStepBytes, Storage::KTile::kSlabBytes);
+      const uint64_t a = ptx::advance(a0, step * kRowStepBytes);
+      const uint64_t b = ptx::advance(b0, step * kRowStepBytes);
       ptx::mma_ss<kSlabColumns, Element, ptx::Major::mn, ptx::Major::mn>(dq, a, b, step > 0);
     }
   }

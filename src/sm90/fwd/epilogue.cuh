@@ -46,7 +46,8 @@ struct Epilogue {
       sink_log2[half] = p.sinks != nullptr ? p.sinks[head[half]] * kLog2e : -INFINITY;
     }
     float normalizer[2], lse[2];
-    softmax.finalize<Config::kMaxOffset>(scale_log2, sink_log2, normalizer, lse);
+    softmax.finalize<Config::kMaxOffset, Config::kRowSumsByMma>(scale_log2, sink_log2,
+                                                                 normalizer, lse);
     if constexpr (Config::kFp8) {
       normalizer[0] *= value_scale;
       normalizer[1] *= value_scale;

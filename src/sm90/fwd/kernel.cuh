@@ -17,7 +17,10 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kCtasPerSm)
   extern __shared__ uint8_t dynamic_smem[];
   Storage& smem = shared_storage<Storage>(dynamic_smem);
 
-  const int warpgroup = threadIdx.x / kThreadsPerWarpgroup;
+  // Shuffled from lane 0 so that the compiler knows it is one value a warp: what derives from
+  // it (the consumers' Q descriptors) then lives in uniform registers (SASS: two R2UR a Q·Kᵀ
+  // wgmma otherwise).
+  const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / kThreadsPerWarpgroup, 0);
   const int thread = threadIdx.x % kThreadsPerWarpgroup;
   constexpr int kWarpsPerConsumerGroup = kThreadsPerWarpgroup / 32;
   constexpr int kConsumers = Config::kConsumerWarpgroups;
@@ -40,6 +43,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kCtasPerSm)
     ptx::prefetch_tensor_map(&p.k_map);
     ptx::prefetch_tensor_map(&p.v_map);
   }
+  fill_ones(smem);
   __syncthreads();
 
   if (warpgroup == 0) {

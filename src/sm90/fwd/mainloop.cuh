@@ -31,6 +31,8 @@ struct ConsumerMainloop {
   static constexpr int kMmaK = Config::kMmaK;
   static constexpr int kSAcc = Config::kBlockN / 2;   // S: 64 × kBlockN fp32 over 128 threads
   static constexpr int kOAcc = Config::kHeadDimV / 2;  // O: 64 × kHeadDimV fp32
+  // P·1 (Config::kRowSumsByMma): 64 × 8 fp32, each column a whole row's sum over one block
+  static constexpr int kSumAcc = kRowSumColumns / 2;
   // P: 64 × kBlockN elements, two 16-bit or four e4m3 a register
   static constexpr int kPRegs = Config::kBlockN * int(sizeof(Element)) / 8;
   static constexpr int kKSteps = Config::kSlabColumns / kMmaK;  // k-steps inside one slab
@@ -82,9 +84,9 @@ struct ConsumerMainloop {
   }
 
   __device__ __forceinline__ void issue_qk(float (&s)[kSAcc], int stage) {
-    const uint32_t q_base = ptx::smem_address(smem.q.data) +
-                            warpgroup * kRowsPerWarpgroup * ptx::kSwizzleBytes;
-    const uint32_t k_base = ptx::smem_address(smem.k[stage].data);
+    const uint64_t q = ptx::kmajor_descriptor(ptx::smem_address(smem.q.data) +
+                                              warpgroup * kRowsPerWarpgroup * ptx::kSwizzleBytes);
+    const uint64_t k = ptx::kmajor_descriptor(ptx::smem_address(smem.k[stage].data));
     ptx::fence_operands(s);
     ptx::fence();
 #pragma unroll
@@ -92,34 +94,59 @@ struct ConsumerMainloop {
 #pragma unroll
       for (int step = 0; step < kKSteps; ++step) {
         const uint32_t offset = step * kKStepBytes;
-        const uint64_t a = ptx::kmajor_descriptor(q_base + slab * Storage::QTile::kSlabBytes + offset);
-        const uint64_t b = ptx::kmajor_descriptor(k_base + slab * Storage::KTile::kSlabBytes + offset);
+        const uint64_t a = ptx::advance(q, slab * Storage::QTile::kSlabBytes + offset);
+        const uint64_t b = ptx::advance(k, slab * Storage::KTile::kSlabBytes + offset);
         ptx::mma_ss<Config::kBlockN, Element>(s, a, b, slab > 0 || step > 0);
       }
     }
     ptx::commit_group();
   }
 
-  // V's descriptor for k-step `step` of P·V: MN-major rows of V, or K-major transposed V (FP8).
-  __device__ __forceinline__ static uint64_t v_operand(uint32_t v_base, int step) {
+  // V's descriptor at the tile's start: MN-major rows of V, or K-major transposed V (FP8); and
+  // the byte offset of k-step `step` of P·V from there.
+  __device__ __forceinline__ static uint64_t v_descriptor(uint32_t v_base) {
     if constexpr (Config::kFp8) {
-      return ptx::kmajor_descriptor(v_base + step / kKSteps * Storage::VTile::kSlabBytes +
-                                    step % kKSteps * kKStepBytes);
+      return ptx::kmajor_descriptor(v_base);
     } else {
-      return ptx::mnmajor_descriptor(v_base + step * kVStepBytes, Storage::VTile::kSlabBytes);
+      return ptx::mnmajor_descriptor(v_base, Storage::VTile::kSlabBytes);
     }
   }
+  __device__ __forceinline__ static constexpr uint32_t v_step_offset(int step) {
+    if constexpr (Config::kFp8) {
+      return kmajor_step_offset<typename Storage::VTile>(step);
+    } else {
+      return step * kVStepBytes;
+    }
+  }
+  // The byte offset of k-step `step` from the start of a K-major tile of whole slabs.
+  template <typename Tile>
+  __device__ __forceinline__ static constexpr uint32_t kmajor_step_offset(int step) {
+    return step / kKSteps * Tile::kSlabBytes + step % kKSteps * kKStepBytes;
+  }
 
-  __device__ __forceinline__ void issue_pv(float (&o)[kOAcc], uint32_t (&pm)[kPRegs], int stage) {
-    const uint32_t v_base = ptx::smem_address(smem.v[stage].data);
+  // O += P·V and, with kRowSumsByMma, sums = P·1 (one block's: softmax.add_block_sums carries
+  // the sums across blocks in fp32), as one batch.
+  __device__ __forceinline__ void issue_pv(float (&o)[kOAcc], float (&sums)[kSumAcc],
+                                           uint32_t (&pm)[kPRegs], int stage) {
+    const uint64_t v = v_descriptor(ptx::smem_address(smem.v[stage].data));
     ptx::fence_operands(o);
+    ptx::fence_operands(sums);
     ptx::fence_operands(pm);
     ptx::fence();
 #pragma unroll
     for (int step = 0; step < Config::kBlockN / kMmaK; ++step) {
-      const uint64_t b = v_operand(v_base, step);
+      const uint64_t b = ptx::advance(v, v_step_offset(step));
       ptx::mma_rs<Config::kHeadDimV, Element>(
           o, *reinterpret_cast<const uint32_t(*)[4]>(&pm[4 * step]), b, true);
+    }
+    if constexpr (Config::kRowSumsByMma) {
+      const uint64_t ones = ptx::kmajor_descriptor(ptx::smem_address(smem.ones.data));
+#pragma unroll
+      for (int step = 0; step < Config::kBlockN / kMmaK; ++step) {
+        const uint64_t b = ptx::advance(ones, kmajor_step_offset<typename Storage::OnesTile>(step));
+        ptx::mma_rs<kRowSumColumns, Element>(
+            sums, *reinterpret_cast<const uint32_t(*)[4]>(&pm[4 * step]), b, step > 0);
+      }
     }
     ptx::commit_group();
   }
@@ -204,12 +231,13 @@ struct ConsumerMainloop {
     }
     if constexpr (Config::kSoftcap) apply_softcap(s, softcap_prescale());
     constexpr int kOffset = Config::kMaxOffset;
+    constexpr bool kSumRows = !Config::kRowSumsByMma;
     if (block_needs_mask<Config>(p, tile, n_block)) {
       const int row0 = tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup + at.row0;
       apply_mask<Config::kWindowed>(s, row0, n_block * Config::kBlockN + at.column_pair, tile.seq, p);
-      softmax.update<Config::kRescaleThreshold, 0, kOffset>(s, scale_log2(), rescale);
+      softmax.update<Config::kRescaleThreshold, 0, kOffset, kSumRows>(s, scale_log2(), rescale);
     } else {
-      softmax.update<Config::kRescaleThreshold, Config::kExp2EmulateEvery, kOffset>(
+      softmax.update<Config::kRescaleThreshold, Config::kExp2EmulateEvery, kOffset, kSumRows>(
           s, scale_log2(), rescale);
     }
   }
@@ -246,6 +274,9 @@ struct ConsumerMainloop {
     }
 #pragma unroll
     for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
+    float sums[kSumAcc];
+#pragma unroll
+    for (int i = 0; i < kSumAcc; ++i) sums[i] = 0.0f;
     if (blocks.count() == 0) {
       release(smem.q_empty);
       return;
@@ -281,7 +312,7 @@ struct ConsumerMainloop {
       wait_turn();
       issue_qk(s, k_ring.stage);
       smem.v_full[v_ring.stage].wait(v_ring.phase);
-      issue_pv(o, pm, v_ring.stage);
+      issue_pv(o, sums, pm, v_ring.stage);
       pass_turn();
       ptx::wait_group<1>();  // S is ready; P·V may still run
       ptx::fence_operands(s);
@@ -291,20 +322,26 @@ struct ConsumerMainloop {
       softmax_step(s, softmax, rescale, tile, n, at, block);
       ptx::wait_group<0>();
       ptx::fence_operands(o);
+      ptx::fence_operands(sums);
       ptx::fence_operands(pm);
       release(smem.v_empty[v_ring.stage]);
       v_ring.advance();
+      if constexpr (Config::kRowSumsByMma) softmax.add_block_sums(sums, rescale);
       change_value_units(rescale, previous, block);
-      if (Config::kRescaleThreshold == 0 || any_rescale(rescale)) scale_rows(o, rescale);
+      // Once a row's max has settled its factor is exactly 1: a warp whose rows all kept theirs
+      // skips O's rescale (SASS: 64 FMULs a block at hdim 128, an instruction a score for FP8).
+      if (any_rescale(rescale)) scale_rows(o, rescale);
       ptx::accumulator_to_operand<Element>(s, pm);
     }
 
     smem.v_full[v_ring.stage].wait(v_ring.phase);
-    issue_pv(o, pm, v_ring.stage);
+    issue_pv(o, sums, pm, v_ring.stage);
     ptx::wait_group<0>();
     ptx::fence_operands(o);
+    ptx::fence_operands(sums);
     release(smem.v_empty[v_ring.stage]);
     v_ring.advance();
+    if constexpr (Config::kRowSumsByMma) softmax.add_block_sums(sums, {1.0f, 1.0f});
   }
 };
 

@@ -7,8 +7,25 @@
 #include "sm90/common/swizzled_tile.cuh"
 #include "sm90/fwd/tile_config.hpp"
 #include "sm90/ptx/mbarrier.cuh"
+#include "sm90/ptx/tma.cuh"
 
 namespace hfa::sm90::fwd {
+
+// The N of the row sums' GEMM: wgmma's narrowest.
+inline constexpr int kRowSumColumns = 8;
+
+// Every byte of the ones tile is e4m3's 1.0, so the swizzle does not matter. All threads of the
+// CTA write it before the barrier that follows barrier init; fenced for wgmma's async proxy.
+template <typename Storage>
+__device__ __forceinline__ void fill_ones(Storage& smem) {
+  if constexpr (!std::is_empty_v<typename Storage::OnesTile>) {
+    constexpr uint32_t kOnes = 0x38383838u;  // four e4m3 1.0
+    constexpr int kWords = int(Storage::OnesTile::kBytes / sizeof(uint32_t));
+    uint32_t* words = reinterpret_cast<uint32_t*>(smem.ones.data);
+    for (int i = threadIdx.x; i < kWords; i += blockDim.x) words[i] = kOnes;
+    ptx::fence_proxy_async_smem();
+  }
+}
 
 template <typename Config>
 struct SharedStorage {
@@ -21,10 +38,17 @@ struct SharedStorage {
       std::conditional_t<Config::kFp8, SwizzledTile<Element, Config::kHeadDimV, Config::kBlockN>,
                          SwizzledTile<Element, Config::kBlockN, Config::kHeadDimV>>;
 
+  // The B operand of the row sums' P·1 (tile_config.hpp, kRowSumsByMma): 8 rows of kBlockN
+  // e4m3 ones, K-major, written once at kernel start (fill_ones).
+  struct NoTile {};
+  using OnesTile = std::conditional_t<Config::kRowSumsByMma,
+                                      SwizzledTile<Element, kRowSumColumns, Config::kBlockN>, NoTile>;
+
   // Q of the current tile; freed (q_empty) as soon as the tile's last Q·Kᵀ has read it.
   QTile q;
   KTile k[Config::kStages];
   VTile v[Config::kStages];
+  [[no_unique_address]] OnesTile ones;
 
   ptx::Mbarrier q_full;   // TMA bytes of Q landed
   ptx::Mbarrier q_empty;  // every consumer warp is past the tile's last Q·Kᵀ

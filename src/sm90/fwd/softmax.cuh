@@ -38,7 +38,9 @@ struct OnlineSoftmax {
   //     pipes (exp2_polynomial) instead of MUFU. Only for unmasked tiles: no −inf inputs.
   //   kMaxOffset (log2 units): exponentials are taken against max − offset, so they reach
   //     2^offset (FP8's P, see tile_config.hpp); finalize takes the offset out again.
-  template <int kRescaleThreshold, int kEmulateEvery, int kMaxOffset, int kAcc>
+  //   kSumRows: false where the caller sums the rows itself (FP8's P·1, tile_config.hpp) and
+  //     hands finalize the sums.
+  template <int kRescaleThreshold, int kEmulateEvery, int kMaxOffset, bool kSumRows, int kAcc>
   __device__ __forceinline__ void update(float (&s)[kAcc], float scale_log2, float (&rescale)[2]) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -55,7 +57,10 @@ struct OnlineSoftmax {
       // A row that has seen only masked keys keeps max −inf; subtracting 0 instead keeps
       // exp2(−inf − max) = 0 rather than NaN.
       const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2 - kMaxOffset;
-      rescale[half] = exp2f(row_max[half] * scale_log2 - kMaxOffset - max_scaled);
+      // Exactly 1 where the max stayed, so that the caller can skip O's rescale (any_rescale).
+      rescale[half] = new_max == row_max[half]
+                          ? 1.0f
+                          : exp2f(row_max[half] * scale_log2 - kMaxOffset - max_scaled);
       row_max[half] = new_max;
       float sum = 0.0f;
 #pragma unroll
@@ -68,22 +73,33 @@ struct OnlineSoftmax {
           } else {
             s[i] = exp2f(x);
           }
-          sum += s[i];
+          if constexpr (kSumRows) sum += s[i];
         }
       }
-      row_sum[half] = fmaf(row_sum[half], rescale[half], sum);
+      if constexpr (kSumRows) row_sum[half] = fmaf(row_sum[half], rescale[half], sum);
     }
+  }
+
+  // The row sums of a block from P·1 (Config::kRowSumsByMma; m64n8 fragment: columns 0-1 of row
+  // r, 2-3 of row r + 8, each the whole row's sum): added, then scaled by the next block's
+  // factors, as O is. Per block and not in the wgmma accumulator across blocks: e4m3 wgmma adds
+  // into its accumulator with fewer bits than fp32, and over 16k keys the sums fell 1.7 % short
+  // (the LSE failed its test bound) while P·V's bias cancelled in out.
+  __device__ __forceinline__ void add_block_sums(const float (&sums)[4], const float (&factor)[2]) {
+    row_sum[0] = (row_sum[0] + sums[0]) * factor[0];
+    row_sum[1] = (row_sum[1] + sums[2]) * factor[1];
   }
 
   // Per row: the factor that normalizes O and the natural-log LSE. sink_log2: each row's sink
   // logit in log2 units (−inf: none), one more term of the denominator with no value row. A
   // row that saw no key gets factor 0 and LSE −inf, or its sink's logit. kMaxOffset: update's.
-  template <int kMaxOffset>
+  // kWholeSums: row_sum holds whole rows' sums (P·1), not the thread's share of them.
+  template <int kMaxOffset, bool kWholeSums>
   __device__ __forceinline__ void finalize(float scale_log2, const float (&sink_log2)[2],
                                            float (&normalizer)[2], float (&lse)[2]) const {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const float sum = quad_sum(row_sum[half]);
+      const float sum = kWholeSums ? row_sum[half] : quad_sum(row_sum[half]);
       // The point the sums were taken against: exp2(x − row_top) summed.
       const float row_top =
           row_max[half] == -INFINITY ? -INFINITY : row_max[half] * scale_log2 - kMaxOffset;

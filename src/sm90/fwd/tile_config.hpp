@@ -35,6 +35,9 @@
 #ifndef HFA_SM90_EXP2_EMULATE_EVERY_FP8
 #define HFA_SM90_EXP2_EMULATE_EVERY_FP8 0
 #endif
+#ifndef HFA_SM90_FP8_ROW_SUMS_BY_MMA
+#define HFA_SM90_FP8_ROW_SUMS_BY_MMA 1
+#endif
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -149,6 +152,9 @@ struct TileConfig {
   //     before rounding to 16 bits, which tripled the worst error on peaked rows (an hdim 128
   //     test failed its 2x-peer bound);
   //   exp2 on the FMA pipes: 5-8 % slower at hdim 64, whose FMA pipes are not idle.
+  // Always on, being exact: O's rescale is skipped by a warp whose rows all kept their max
+  // (mainloop.cuh; measured +2-3 % on the FP8 grid at hdim 128 and 256, bench/results,
+  // "Session 10").
   static constexpr int kRescaleThreshold = HFA_SM90_RESCALE_THRESHOLD;
   static constexpr int kExp2EmulateEvery = kFp8               ? HFA_SM90_EXP2_EMULATE_EVERY_FP8
                                            : kHeadDimQK == 64 ? HFA_SM90_EXP2_EMULATE_EVERY_D64
@@ -157,6 +163,12 @@ struct TileConfig {
   // small ones keep more bits before underflow (FlashAttention-3's max offset); the 2⁸ cancels
   // in O's normalization and is taken out of the LSE.
   static constexpr int kMaxOffset = kFp8 ? 8 : 0;
+  // FP8: the softmax's row sums as one more GEMM beside P·V, P·1 (m64n8k32 against a tile of
+  // ones), instead of an FADD a score. At hdim 128 the exponentials, the GEMMs and the issue
+  // slots each take about 1/16 clock a score (SASS: 8.2 instructions a score, MUFU 16 a clock
+  // an SM), so an instruction a score is worth moving to the tensor cores (6 % more P·V work).
+  // The sums are then of P as rounded to e4m3, the P that P·V multiplies.
+  static constexpr bool kRowSumsByMma = kFp8 && HFA_SM90_FP8_ROW_SUMS_BY_MMA;
 
   static constexpr int kSlabColumns = kSlabColumnsOf<Element>;
   static constexpr int kMmaK = kMmaKOf<Element>;

@@ -11,9 +11,10 @@ be produced by templates; this script writes it once. Run it after changing WIDT
 # the head dims for dK, dV, dQ (64, 128, 192).
 WIDTHS = [32, 64, 80, 96, 112, 128, 144, 160, 176, 192, 256]
 DTYPES = {"bf16": "bf16", "f16": "f16"}
-# m64nNk32 e4m3 shapes of the FP8 forward: its kBlockN (Q·Kᵀ, ss) and head dims (P·V, rs).
-# 8-bit operands have no transpose: both are K-major, so the forward transposes V first.
-FP8_WIDTHS = [128, 256]
+# m64nNk32 e4m3 shapes of the FP8 forward: its kBlockN (Q·Kᵀ, ss) and head dims (P·V, rs), and
+# 8 for its row sums (P·1, rs). 8-bit operands have no transpose: both are K-major, so the
+# forward transposes V first.
+FP8_WIDTHS = [8, 128, 256]
 
 
 def regs(first, count):
