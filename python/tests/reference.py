@@ -43,10 +43,12 @@ def visible(seqlen_q, seqlen_k, causal=False, window=(-1, -1)):
     return m
 
 
-def _head(q, k, v, do, scale, softcap, mask, compute, lowp, sink=None, p_rounding=None):
+def _head(q, k, v, do, scale, softcap, mask, compute, lowp, sink=None, p_rounding=None,
+          rounded_sums=False):
     """One (sequence, head): q (sq, d), k (sk, d), v (sk, dv), do (sq, dv) or None. sink: the
     head's sink logit (one more term of the denominator, with no value), or None. p_rounding:
-    what the unnormalized P goes through before P·V (default: rounding to lowp)."""
+    what the unnormalized P goes through before P·V (default: rounding to lowp). rounded_sums:
+    the denominator (and the LSE) sums the rounded P, as the FP8 forward's P·1 does."""
     s = (q @ k.T) * compute(scale)
     t = softcap * np.tanh(s / softcap) if softcap > 0 else s
     t = np.where(mask, t, -np.inf)
@@ -58,13 +60,13 @@ def _head(q, k, v, do, scale, softcap, mask, compute, lowp, sink=None, p_roundin
         seen = np.ones_like(seen)
     m = np.where(seen, m, 0)
     p = np.where(mask, np.exp(t - m[:, None]), 0).astype(compute)
-    l = p.sum(axis=1)
+    # A kernel multiplies the unnormalized P (rounded to the input dtype) by V, divides at the end.
+    rounded_p = round_to(p, lowp) if p_rounding is None else p_rounding(p).astype(compute)
+    l = (rounded_p if rounded_sums else p).sum(axis=1)
     if sink is not None:
         l = l + np.exp(compute(sink) - m)
     l_safe = np.where(seen, l, 1)
     lse = np.where(seen, m + np.log(l_safe), -np.inf)
-    # A kernel multiplies the unnormalized P (rounded to the input dtype) by V, divides at the end.
-    rounded_p = round_to(p, lowp) if p_rounding is None else p_rounding(p).astype(compute)
     o = (rounded_p @ v) / l_safe[:, None]
     res = {"out": o, "lse": lse}
     if do is not None:
@@ -88,13 +90,14 @@ def _head(q, k, v, do, scale, softcap, mask, compute, lowp, sink=None, p_roundin
 
 def attention(q, k, v, dout=None, *, cu_seqlens_q=None, cu_seqlens_k=None, softmax_scale=None,
               causal=False, window=(-1, -1), softcap=0.0, compute=np.float64, lowp=None,
-              sinks=None, seqused_q=None, seqused_k=None, p_rounding=None):
+              sinks=None, seqused_q=None, seqused_k=None, p_rounding=None, rounded_sums=False):
     """dict with out, lse (and dq, dk, dv when dout is given, plus dsink with sinks), in
     `compute` precision, with out/dq/dk/dv rounded through `lowp`. lse is (batch, heads_q,
     seqlen_q) / (heads_q, total). sinks: (heads_q,) logits. seqused_q/k: used lengths per
     sequence; the rows beyond get out 0, lse -inf and zero gradients (what the package's
     wrappers return there). p_rounding: a function the unnormalized probabilities go through
-    before P·V, for peers that feed them in another precision (FP8 kernels: e4m3)."""
+    before P·V, for peers that feed them in another precision (FP8 kernels: e4m3), and
+    rounded_sums whether the peer's denominator sums them as rounded (the FP8 forward's)."""
     varlen = cu_seqlens_q is not None
     if not varlen:  # treat a fixed batch as varlen over flattened rows
         b, sq, hq, d = q.shape
@@ -129,7 +132,7 @@ def attention(q, k, v, dout=None, *, cu_seqlens_q=None, cu_seqlens_k=None, softm
             hk_ = h // group
             r = _head(q[qs:qe, h], k[ks:ke, hk_], v[ks:ke, hk_],
                       dout[qs:qe, h] if grads else None, scale, softcap, mask, compute, lowp,
-                      None if sinks is None else sinks[h], p_rounding)
+                      None if sinks is None else sinks[h], p_rounding, rounded_sums)
             out[qs:qe, h] = r["out"]
             lse[h, qs:qe] = r["lse"]
             if grads:

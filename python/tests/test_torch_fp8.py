@@ -108,7 +108,8 @@ def check_against_float64(device, got_out, got_lse, values, out_dtype, **referen
     q, k, v = (t.double().numpy() for t in values)
     oracle = attention(q, k, v, **reference_args)
     p_rounding = fp8_p if device == "cuda" else None
-    peer = attention(q, k, v, compute=np.float32, p_rounding=p_rounding, **reference_args)
+    peer = attention(q, k, v, compute=np.float32, p_rounding=p_rounding,
+                     rounded_sums=p_rounding is not None, **reference_args)
     peer_out = round_to(peer["out"].astype(np.float32), str(out_dtype).split(".")[-1])
     out = got_out.float().cpu().numpy()
     assert not np.isnan(out).any(), "an out element was left unwritten (NaN)"

@@ -129,20 +129,30 @@ struct HeadAttention {
   }
 };
 
-// prob as the peer's tensor cores would see it (reference_forward_f32's rounding).
+// prob as the peer's tensor cores would see it (reference_forward_f32's rounding). Returns what
+// the rounding adds to the row's LSE: e4m3 weights are also their own denominator (the FP8
+// forward sums the probabilities it rounded, P·1 on its tensor cores), so they are renormalized,
+// the sink's share (1 − Σ prob) kept as it was.
 template <class Real>
-void round_probabilities(std::vector<Real>& prob, DType dtype, ProbabilityRounding rounding) {
+Real round_probabilities(std::vector<Real>& prob, DType dtype, ProbabilityRounding rounding) {
   if (rounding == ProbabilityRounding::input_dtype) {
     for (Real& x : prob) x = static_cast<Real>(round_to_dtype(dtype, static_cast<float>(x)));
   } else if (rounding == ProbabilityRounding::e4m3 && !prob.empty()) {
     const Real largest = *std::max_element(prob.begin(), prob.end());
-    if (!(largest > 0)) return;
+    if (!(largest > 0)) return Real{0};
     const Real to_range = Real{256} / largest;
+    Real exact = 0, kept = 0;
     for (Real& x : prob) {
+      exact += x;
       x = static_cast<Real>(quant::e4m3_decode(quant::e4m3_encode(static_cast<float>(x * to_range)))) /
           to_range;
+      kept += x;
     }
+    const Real total = kept + (Real{1} - exact);
+    for (Real& x : prob) x /= total;
+    return std::log(total);
   }
+  return Real{0};
 }
 
 template <class Real>
@@ -153,8 +163,8 @@ void forward(const ForwardProblem& p, Real* out, Real* lse,
     const HeadAttention<Real> head(p, b, h);
     std::vector<Real> prob, tanh;
     for (int64_t i = 0; i < head.seq.seqlen_q; ++i) {
-      const Real row_lse = head.probabilities(i, prob, tanh);
-      round_probabilities(prob, p.dtype, rounding);
+      Real row_lse = head.probabilities(i, prob, tanh);
+      row_lse += round_probabilities(prob, p.dtype, rounding);
       const int64_t token = token_index(p, b, p.seqlen_q, head.seq.q_begin, i);
       Real* out_row = out + (token * p.heads_q + h) * p.hdim_v;
       for (int64_t c = 0; c < p.hdim_v; ++c) {

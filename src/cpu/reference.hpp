@@ -31,7 +31,9 @@ void reference_backward(const detail::BackwardProblem& p, double* dq, double* dk
 // from the out the problem gives (p.fwd.out, as the backward under test does).
 // round_probabilities rounds them to the input dtype; ProbabilityRounding::e4m3 instead as the
 // FP8 forward feeds its tensor cores: scaled so that the row's largest is 2^8 (the kernels' max
-// offset), rounded to e4m3, scaled back (p.dtype is then the f32 of the dequantized inputs).
+// offset), rounded to e4m3, scaled back (p.dtype is then the f32 of the dequantized inputs),
+// and, as the FP8 forward sums the rounded probabilities, renormalized by their sum, which the
+// LSE takes in.
 enum class ProbabilityRounding { none, input_dtype, e4m3 };
 void reference_forward_f32(const detail::ForwardProblem& p, float* out, float* lse,
                            ProbabilityRounding rounding);
