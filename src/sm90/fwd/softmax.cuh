@@ -83,8 +83,8 @@ struct OnlineSoftmax {
   // The row sums of a block from P·1 (Config::kRowSumsByMma; m64n8 fragment: columns 0-1 of row
   // r, 2-3 of row r + 8, each the whole row's sum): added, then scaled by the next block's
   // factors, as O is. Per block and not in the wgmma accumulator across blocks: e4m3 wgmma adds
-  // into its accumulator with fewer bits than fp32, and over 16k keys the sums fell 1.7 % short
-  // (the LSE failed its test bound) while P·V's bias cancelled in out.
+  // into its accumulator with fewer bits than fp32, and there the sums of 1500 keys fell 1.7 %
+  // short (the LSE failed its test bound; out erred 10x more at 16k keys).
   __device__ __forceinline__ void add_block_sums(const float (&sums)[4], const float (&factor)[2]) {
     row_sum[0] = (row_sum[0] + sums[0]) * factor[0];
     row_sum[1] = (row_sum[1] + sums[2]) * factor[1];
