@@ -106,9 +106,7 @@ struct ConsumerMainloop {
                                scores[4 * step + 3]};
         ptx::mma_rs<kSlabCount * kSlabColumns, Element>(acc, a, b, true);
       } else {
-        const uint32_t slab = step / kKSteps, in_slab = step % kKSteps;
-        const uint64_t a =
-            ptx::advance(a0, slab * Storage::ScoresTile::kSlabBytes + in_slab * kKStepBytes);
+        const uint64_t a = ptx::advance(a0, Storage::ScoresTile::kmajor_step_offset(step));
         ptx::mma_ss<kSlabCount * kSlabColumns, Element, ptx::Major::k, ptx::Major::mn>(acc, a, b, true);
       }
     }

@@ -32,6 +32,13 @@ struct SwizzledTile {
     return slab * kSlabBytes + uint32_t(row) * ptx::kSwizzleBytes + chunk * 16 + in_row % 16;
   }
 
+  // The byte offset of wgmma k-step `step` (kMmaKBytes of each row) from the tile's start, its
+  // columns read as K: the steps of one slab, then those of the next.
+  __device__ __forceinline__ static constexpr uint32_t kmajor_step_offset(int step) {
+    constexpr int kStepsPerSlab = ptx::kSwizzleBytes / kMmaKBytes;
+    return step / kStepsPerSlab * kSlabBytes + step % kStepsPerSlab * kMmaKBytes;
+  }
+
 };
 
 // Rows [first_row, kRows) of a tile to zeros (whole rows: the swizzle permutes only within a

@@ -113,15 +113,10 @@ struct ConsumerMainloop {
   }
   __device__ __forceinline__ static constexpr uint32_t v_step_offset(int step) {
     if constexpr (Config::kFp8) {
-      return kmajor_step_offset<typename Storage::VTile>(step);
+      return Storage::VTile::kmajor_step_offset(step);
     } else {
       return step * kVStepBytes;
     }
-  }
-  // The byte offset of k-step `step` from the start of a K-major tile of whole slabs.
-  template <typename Tile>
-  __device__ __forceinline__ static constexpr uint32_t kmajor_step_offset(int step) {
-    return step / kKSteps * Tile::kSlabBytes + step % kKSteps * kKStepBytes;
   }
 
   // O += P·V and, with kRowSumsByMma, sums = P·1 (one block's: softmax.add_block_sums carries
@@ -143,7 +138,7 @@ struct ConsumerMainloop {
       const uint64_t ones = ptx::kmajor_descriptor(ptx::smem_address(smem.ones.data));
 #pragma unroll
       for (int step = 0; step < Config::kBlockN / kMmaK; ++step) {
-        const uint64_t b = ptx::advance(ones, kmajor_step_offset<typename Storage::OnesTile>(step));
+        const uint64_t b = ptx::advance(ones, Storage::OnesTile::kmajor_step_offset(step));
         ptx::mma_rs<kRowSumColumns, Element>(
             sums, *reinterpret_cast<const uint32_t(*)[4]>(&pm[4 * step]), b, step > 0);
       }
