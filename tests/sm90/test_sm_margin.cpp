@@ -21,11 +21,13 @@ int sm_count() {
   return count;
 }
 
-// Enough tiles (batch · heads · 128-row blocks) to fill every SM more than once.
-AttentionCase many_tiles(bool causal) {
+// Enough tiles (batch · heads · 128-row blocks) to fill every SM more than once. With a margin
+// of all SMs but one, one CTA walks every tile: its double-buffered Q (hdim 64, hdim 128
+// causal) goes round its ring many times.
+AttentionCase many_tiles(bool causal, int hdim = 128) {
   AttentionCase c;
   c.dtype = DType::bf16;
-  c.hdim_qk = c.hdim_v = 128;
+  c.hdim_qk = c.hdim_v = hdim;
   c.batch = 2;
   c.heads_q = 16;
   c.heads_kv = 4;
@@ -58,19 +60,21 @@ void run_with_margin(const AttentionCase& c, int32_t margin, Outputs* result) {
 TEST(SmMargin, SameBytesWithAnyMargin) {
   HFA_REQUIRE_HOPPER();
   const int sms = sm_count();
-  for (bool causal : {false, true}) {
-    SCOPED_TRACE(causal ? "causal" : "full");
-    Outputs plain;
-    ASSERT_NO_FATAL_FAILURE(run_with_margin(many_tiles(causal), 0, &plain));
-    for (int32_t margin : {1, 8, sms / 2, sms - 1}) {
-      SCOPED_TRACE("sm_margin " + std::to_string(margin));
-      Outputs with_margin;
-      ASSERT_NO_FATAL_FAILURE(run_with_margin(many_tiles(causal), margin, &with_margin));
-      EXPECT_TRUE(with_margin.out == plain.out);
-      EXPECT_TRUE(with_margin.lse == plain.lse);
-      EXPECT_TRUE(with_margin.dq == plain.dq);
-      EXPECT_TRUE(with_margin.dk == plain.dk);
-      EXPECT_TRUE(with_margin.dv == plain.dv);
+  for (int hdim : {64, 128}) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(std::string(causal ? "causal" : "full") + " hdim " + std::to_string(hdim));
+      Outputs plain;
+      ASSERT_NO_FATAL_FAILURE(run_with_margin(many_tiles(causal, hdim), 0, &plain));
+      for (int32_t margin : {1, 8, sms / 2, sms - 1}) {
+        SCOPED_TRACE("sm_margin " + std::to_string(margin));
+        Outputs with_margin;
+        ASSERT_NO_FATAL_FAILURE(run_with_margin(many_tiles(causal, hdim), margin, &with_margin));
+        EXPECT_TRUE(with_margin.out == plain.out);
+        EXPECT_TRUE(with_margin.lse == plain.lse);
+        EXPECT_TRUE(with_margin.dq == plain.dq);
+        EXPECT_TRUE(with_margin.dk == plain.dk);
+        EXPECT_TRUE(with_margin.dv == plain.dv);
+      }
     }
   }
 }

@@ -26,8 +26,10 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kCtasPerSm)
   constexpr int kConsumers = Config::kConsumerWarpgroups;
 
   if (threadIdx.x == 0) {
-    smem.q_full.init(1);
-    smem.q_empty.init(kConsumers * kWarpsPerConsumerGroup);
+    for (int stage = 0; stage < Storage::kQStages; ++stage) {
+      smem.q_full[stage].init(1);
+      smem.q_empty[stage].init(kConsumers * kWarpsPerConsumerGroup);
+    }
     for (int stage = 0; stage < Config::kStages; ++stage) {
       smem.k_full[stage].init(1);
       smem.v_full[stage].init(1);

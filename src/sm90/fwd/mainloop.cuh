@@ -47,7 +47,8 @@ struct ConsumerMainloop {
   int thread;     // within the warpgroup
   Ring k_ring;
   Ring v_ring;
-  uint32_t q_phase = 0;
+  ptx::RingPosition<Storage::kQStages> q_ring;
+  uint32_t q_address = 0;  // the warpgroup's rows of the tile's Q buffer
   // FP8 only (fp8_scales.cuh): the tile's softmax scales, its kv head, and the q scales of the
   // thread's two rows when S carries them (Params::fp8_row_scales).
   ScoreScales scales{};
@@ -82,10 +83,23 @@ struct ConsumerMainloop {
   __device__ __forceinline__ void release(ptx::Mbarrier& empty) {
     if (thread % 32 == 0) empty.arrive();
   }
+  // After the tile's last Q·Kᵀ: its Q buffer may take a later tile's Q.
+  __device__ __forceinline__ void release_q() {
+    release(smem.q_empty[q_ring.stage]);
+    q_ring.advance();
+  }
+
+  // Where the tile's Q is, as one value a warp: the stage is shuffled from lane 0, so that the
+  // Q descriptors derived from it live in uniform registers (as the warpgroup index does,
+  // kernel.cuh).
+  __device__ __forceinline__ uint32_t tile_q_address() const {
+    const int stage = Storage::kQStages == 1 ? 0 : __shfl_sync(0xffffffffu, q_ring.stage, 0);
+    return ptx::smem_address(smem.q[stage].data) +
+           warpgroup * kRowsPerWarpgroup * ptx::kSwizzleBytes;
+  }
 
   __device__ __forceinline__ void issue_qk(float (&s)[kSAcc], int stage) {
-    const uint64_t q = ptx::kmajor_descriptor(ptx::smem_address(smem.q.data) +
-                                              warpgroup * kRowsPerWarpgroup * ptx::kSwizzleBytes);
+    const uint64_t q = ptx::kmajor_descriptor(q_address);
     const uint64_t k = ptx::kmajor_descriptor(ptx::smem_address(smem.k[stage].data));
     ptx::fence_operands(s);
     ptx::fence();
@@ -256,8 +270,8 @@ struct ConsumerMainloop {
                       OnlineSoftmax& softmax) {
     softmax.reset();
     if constexpr (Config::kFp8) start_tile(tile);
-    smem.q_full.wait(q_phase);
-    q_phase ^= 1;
+    smem.q_full[q_ring.stage].wait(q_ring.phase);
+    q_address = tile_q_address();
     // With seqused_k, the first V block (the sequence's last keys) is made safe before the
     // walk, while no accumulator is live: in the main loop it cost registers (spills at hdim
     // 256).
@@ -273,7 +287,7 @@ struct ConsumerMainloop {
 #pragma unroll
     for (int i = 0; i < kSumAcc; ++i) sums[i] = 0.0f;
     if (blocks.count() == 0) {
-      release(smem.q_empty);
+      release_q();
       return;
     }
 
@@ -296,7 +310,7 @@ struct ConsumerMainloop {
     ptx::fence_operands(s);
     release(smem.k_empty[k_ring.stage]);
     k_ring.advance();
-    if (blocks.count() == 1) release(smem.q_empty);  // that was the tile's last Q·Kᵀ
+    if (blocks.count() == 1) release_q();  // that was the tile's last Q·Kᵀ
     softmax_step(s, softmax, rescale, tile, n, at, block);
     ptx::accumulator_to_operand<Element>(s, pm);
 
@@ -313,7 +327,7 @@ struct ConsumerMainloop {
       ptx::fence_operands(s);
       release(smem.k_empty[k_ring.stage]);
       k_ring.advance();
-      if (n == blocks.begin) release(smem.q_empty);  // the next tile's Q may load now
+      if (n == blocks.begin) release_q();  // a later tile's Q may load now
       softmax_step(s, softmax, rescale, tile, n, at, block);
       ptx::wait_group<0>();
       ptx::fence_operands(o);

@@ -24,18 +24,20 @@ struct Producer {
   Storage& smem;
   Ring k_ring;
   Ring v_ring;
-  uint32_t q_phase = 0;
+  ptx::RingPosition<Storage::kQStages> q_ring;
 
   __device__ __forceinline__ void load_q(const WorkTile& tile) {
-    smem.q_empty.wait(q_phase ^ 1);  // the previous tile's last Q·Kᵀ is done with it
-    smem.q_full.arrive_expect_tx(Storage::QTile::kBytes);
+    // The last Q·Kᵀ of the tile that used this buffer before is done with it.
+    smem.q_empty[q_ring.stage].wait(q_ring.phase ^ 1);
+    ptx::Mbarrier& full = smem.q_full[q_ring.stage];
+    full.arrive_expect_tx(Storage::QTile::kBytes);
 #pragma unroll
     for (int slab = 0; slab < Config::kSlabsQK; ++slab) {
-      ptx::load_5d(smem.q.data + slab * kQSlabElements, &p.q_map, &smem.q_full, slab * kSlabColumns,
-                   0, tile.seq.q_offset + first_query<Config>(p, tile), tile.head,
-                   tile.seq.map_batch, ptx::CacheHint::evict_first);
+      ptx::load_5d(smem.q[q_ring.stage].data + slab * kQSlabElements, &p.q_map, &full,
+                   slab * kSlabColumns, 0, tile.seq.q_offset + first_query<Config>(p, tile),
+                   tile.head, tile.seq.map_batch, ptx::CacheHint::evict_first);
     }
-    q_phase ^= 1;
+    q_ring.advance();
   }
 
   template <typename Tile>
@@ -107,8 +109,8 @@ struct Producer {
       const WorkTile tile = decode_tile<Config>(p, index);
       const BlockRange blocks = block_range<Config>(p, tile);
       const int kv_head = (tile.head << p.pack_shift) / p.heads_per_kv;
-      // The first K of the tile goes before Q: Q waits until the previous tile's last Q·Kᵀ
-      // is done, and this K load need not wait with it.
+      // The first K of the tile goes before Q: Q may wait for an earlier tile's last Q·Kᵀ
+      // (single-buffered: the previous tile's), and this K load need not wait with it.
       if (blocks.count() > 0) load_k(blocks.end - 1, kv_head, tile.seq);
       load_q(tile);
       if (blocks.count() == 0) continue;
