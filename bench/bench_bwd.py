@@ -36,8 +36,8 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (accuracy_of, announce, case_cells, check_grid_args,  # noqa: E402
                       conclude, flops, fmt, grid, grid_parser, markdown, nan_filled_empty,
-                      new_result, ratio, record_cell, skip_reason, under, utc_now, verdict,
-                      worst, write_plot, write_results)
+                      new_result, ratio, record_cell, skip_reason, timed_ms, under, utc_now,
+                      verdict, worst, write_plot, write_results)
 
 IMPLS = ["hfa", "hfa_det", "cudnn", "fa2"]  # column order
 MODES = ["bwd", "fwdbwd"]
@@ -145,20 +145,18 @@ def probe(args, setups):
 
 def time_modes(args, case, steps):
     """One row per mode: TFLOP/s from the do_bench median of each step that ran."""
-    import triton.testing
     f = flops(case["batch"], case["heads"], case["seqlen_q"], case["seqlen_k"], case["hdim"],
               case["hdim"], case["causal"])
     rows = []
     for mode in args.modes:
-        row = {"case": {**case, "mode": mode}, "metric": "tflops"}
+        row = {"case": {**case, "mode": mode}, "metric": "tflops", "gpu": {}}
         for impl in args.impls:
             step = steps.get((impl, mode))
             if step is None:
                 row[impl] = None
                 continue
             with under(sdpa_backend(impl)):
-                t = triton.testing.do_bench(step, warmup=args.warmup, rep=args.rep,
-                                            return_mode="median")
+                t, row["gpu"][impl] = timed_ms(step, args)
             row[impl] = round(FLOP_FACTOR[mode] * f / (t * 1e-3) / 1e12, 2)
         rows.append(row)
     return rows

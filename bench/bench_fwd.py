@@ -25,9 +25,9 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (accuracy_of, announce, case_cells, check_grid_args,  # noqa: E402
-                      conclude, flops, fmt, forward_verdict, grid, grid_parser, markdown,
+                      clocks, conclude, flops, fmt, forward_verdict, grid, grid_parser, markdown,
                       nan_filled_empty, new_result, ratio, record_cell, sci, skip_reason,
-                      under, utc_now, verdict, write_plot, write_results)
+                      timed_ms, under, utc_now, verdict, write_plot, write_results)
 
 # Implementations in column order; the first three are the design's headline columns.
 IMPLS = ["hfa", "cudnn", "fa2", "cudnn_bshd", "fa2_bshd"]
@@ -105,7 +105,6 @@ def run_cell(args, case, dtype, gen, cpu_gen):
     """([row], accuracy entry, skipped entries) of one cell (benchlib.record_cell's run)."""
     import torch
     import torch.nn.functional as F
-    import triton.testing
     from torch.nn.attention import SDPBackend
 
     import hfa
@@ -161,7 +160,7 @@ def run_cell(args, case, dtype, gen, cpu_gen):
     del outs, hfa_lse
 
     # Timing: median of do_bench, per implementation that ran.
-    row = {"case": case, "metric": "tflops"}
+    row = {"case": case, "metric": "tflops", "gpu": {}}
     f = flops(batch, heads, seqlen, seqlen, hdim, hdim_v, causal)
     for impl in args.impls:
         if impl in notes:
@@ -169,8 +168,7 @@ def run_cell(args, case, dtype, gen, cpu_gen):
             continue
         backend, fn = fns[impl]
         with under(backend):
-            t = triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep,
-                                        return_mode="median")
+            t, row["gpu"][impl] = timed_ms(fn, args)
         row[impl] = round(f / (t * 1e-3) / 1e12, 2)
     skipped = [{"case": case, "impl": impl, "reason": r} for impl, r in notes.items()]
     return [row], acc, skipped
@@ -180,13 +178,15 @@ def run_cell(args, case, dtype, gen, cpu_gen):
 
 def fwd_markdown(result, impls):
     head = ["hdim", "causal", "seqlen", "batch×heads"] + [f"{i} TFLOP/s" for i in impls]
-    head += ["hfa/cudnn", "hfa/fa2", "hfa err", "cudnn err", "accuracy"]
+    head += ["hfa/cudnn", "hfa/fa2", "MHz " + "/".join(impls), "hfa err", "cudnn err",
+             "accuracy"]
     acc_of = accuracy_of(result)
     body = []
     for r in result["rows"]:
         a = acc_of(r["case"])
         cells = case_cells(r["case"]) + [fmt(r.get(i)) for i in impls]
-        cells += [ratio(r.get("hfa"), r.get("cudnn")), ratio(r.get("hfa"), r.get("fa2"))]
+        cells += [ratio(r.get("hfa"), r.get("cudnn")), ratio(r.get("hfa"), r.get("fa2")),
+                  clocks(r, impls)]
         cells += [sci(a.get("hfa_max_err")), sci(a.get("cudnn_max_err")), verdict(a)]
         body.append(cells)
     return markdown("Forward: hfa vs PyTorch SDPA", result, head, body)

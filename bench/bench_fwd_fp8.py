@@ -40,7 +40,8 @@ from bench_fwd import cell_case, reference_rows, sample  # noqa: E402
 from benchlib import (accuracy_of, announce, case_cells, check_grid_args,  # noqa: E402
                       conclude, first_line, flops, fmt, grid, grid_parser, markdown,
                       nan_filled_empty, new_result, ratio, record_cell, sci, skip_reason,
-                      table, under, utc_now, verdict, worst, write_plot, write_results)
+                      table, timed_ms, under, utc_now, verdict, worst, write_plot,
+                      write_results)
 
 IMPLS = ["hfa", "hfa_bf16", "cudnn", "fa3"]  # column order
 OWN = ("hfa", "hfa_bf16")
@@ -141,8 +142,7 @@ def fa3_function():
 
 
 def median_ms(fn, args):
-    import triton.testing
-    return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
+    return timed_ms(fn, args)[0]
 
 
 def tflops_of(f, ms):
@@ -243,7 +243,7 @@ def run_cell(args, case, fa3, gen, cpu_gen):
     acc = fp8_accuracy(case, errs, lse_errs, outs, lses)
     del outs, lses
 
-    row = {"case": case, "metric": "tflops"}
+    row = {"case": case, "metric": "tflops", "gpu": {}}
     f = flops(case["batch"], case["heads"], case["seqlen_q"], case["seqlen_k"], case["hdim"],
               case["hdim"], causal)
     for impl in args.impls:
@@ -251,7 +251,8 @@ def run_cell(args, case, fa3, gen, cpu_gen):
         row[impl] = None
         if impl not in notes:
             with under(backend):
-                row[impl] = tflops_of(f, median_ms(fn, args))
+                ms, row["gpu"][impl] = timed_ms(fn, args)
+            row[impl] = tflops_of(f, ms)
     skipped = [{"case": case, "impl": impl, "reason": r} for impl, r in notes.items() if r]
     return [row], acc, skipped
 

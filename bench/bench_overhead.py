@@ -13,6 +13,9 @@ synchronize ends it; the median over --reps loops, in microseconds per call. Mod
     padded batch (no varlen API: its row says what a user of it pays)
   - flash_attn_with_kvcache: batch 8, one query each, a paged 4k-token cache (page 64), d=128,
     32 / 8 heads; SDPA attends over the contiguous cache
+  - one_pointwise_op (and its backward): torch's cheapest call, x * 2 on a (1, 128, 8, 128)
+    bf16 tensor, in each mode: what any implementation pays there before its own work (key
+    "torch"), the floor under the targets
 
 JSON (design §5): {"what": "overhead", ..., "rows": [{"case": {"call", "mode"}, "metric": "us",
 "hfa": x, "sdpa_flash": y, "sdpa_cudnn": z}]}, null where an implementation cannot run.
@@ -98,6 +101,16 @@ def problems(torch, hfa):
             "flash_attn_varlen_func": varlen, "flash_attn_with_kvcache": decode}
 
 
+def floors(torch):
+    """The floor rows' calls: x * 2 and the autograd backward of it (key "torch")."""
+    x = torch.randn(1, 128, 8, 128, device="cuda", dtype=torch.bfloat16)
+    xg = x.clone().requires_grad_(True)
+    y = xg * 2
+    g = torch.randn_like(y)
+    return {"one_pointwise_op": lambda: x * 2,
+            "one_pointwise_op_backward": lambda: y.backward(g, retain_graph=True)}
+
+
 def in_graph(torch, fn):
     """A CUDA graph of one call of fn, and its replay."""
     stream = torch.cuda.Stream()
@@ -167,9 +180,17 @@ def main():
             print(f"bench: {call:26s} {mode:8s} hfa {benchlib.fmt(row['hfa'])} us, flash "
                   f"{benchlib.fmt(row['sdpa_flash'])}, cudnn {benchlib.fmt(row['sdpa_cudnn'])}",
                   flush=True)
-    head = ["call", "mode", "hfa µs", "SDPA flash µs", "SDPA cuDNN µs"]
-    body = [[r["case"]["call"], r["case"]["mode"]] + [benchlib.fmt(r[k]) for k in
-                                                      ("hfa", "sdpa_flash", "sdpa_cudnn")]
+    for call, fn in floors(torch).items():
+        for mode in a.modes:
+            if call.endswith("_backward") and mode != "eager":
+                continue
+            row = {"case": {"call": call, "mode": mode}, "metric": "us",
+                   "torch": measure(torch, fn, mode, a.calls, a.reps)}
+            result["rows"].append(row)
+            print(f"bench: {call:26s} {mode:8s} torch {benchlib.fmt(row['torch'])} us", flush=True)
+    head = ["call", "mode", "hfa µs", "SDPA flash µs", "SDPA cuDNN µs", "torch, one op µs"]
+    body = [[r["case"]["call"], r["case"]["mode"]] +
+            [benchlib.fmt(r.get(k)) for k in ("hfa", "sdpa_flash", "sdpa_cudnn", "torch")]
             for r in result["rows"]]
     md = benchlib.markdown("Host time per call", result, head, body)
     stem = os.path.join(a.out, f"{now:%Y-%m-%d}-overhead")

@@ -89,6 +89,73 @@ def skip_reason(e):
     return f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
 
 
+class GpuState:
+    """The SM clock and the board's power while a block of GPU work runs: NVML read every 5 ms
+    from a thread, averaged (None where NVML cannot be read). Why it is recorded beside every
+    timing: the H200 draws its 700 W limit within a few hundred milliseconds of sustained
+    attention and then lowers its clock, 1980 MHz to 1500-1750 (bench/results, "Session 11"),
+    so one cell's speed moves by up to 25 % with what ran before it, and a ratio of two
+    implementations is only a ratio of kernels where both ran at the same clock."""
+
+    def __init__(self):
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self._nv, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:  # noqa: BLE001 - the state is a note beside the time, not a requirement
+            self._nv = None
+        self.sm_mhz = self.watts = None
+
+    def _read(self):
+        return (self._nv.nvmlDeviceGetClockInfo(self._handle, self._nv.NVML_CLOCK_SM),
+                self._nv.nvmlDeviceGetPowerUsage(self._handle) / 1000.0)
+
+    def __enter__(self):
+        import threading
+        self._samples, self._stop = [], threading.Event()
+        if self._nv is not None:
+            def sample():
+                while not self._stop.wait(0.005):
+                    self._samples.append(self._read())
+            self._thread = threading.Thread(target=sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._nv is not None:
+            self._thread.join()
+        if self._samples:
+            self.sm_mhz = round(sum(c for c, _ in self._samples) / len(self._samples))
+            self.watts = round(sum(w for _, w in self._samples) / len(self._samples), 1)
+        return False
+
+    def as_dict(self):
+        return {"sm_mhz": self.sm_mhz, "watts": self.watts}
+
+
+def timed_ms(fn, args):
+    """do_bench's median ms of fn (args.warmup, args.rep) and the GPU's state meanwhile
+    (GpuState.as_dict). With args.cool > 0 the GPU first idles that many seconds, so that the
+    timing starts below the power limit and, if short (about 100 ms), ends there too: the
+    kernels' speed at the full clock. Without it a cell runs in whatever state the cells before
+    left: at long sequences the power-limited speed that sustained work sees."""
+    import torch
+    import triton.testing
+    if getattr(args, "cool", 0) > 0:
+        torch.cuda.synchronize()
+        time.sleep(args.cool)
+    with GpuState() as state:
+        ms = triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
+    return ms, state.as_dict()
+
+
+def clocks(row, impls):
+    """A row's SM clocks while each implementation ran, "1650/1710" (MHz; "–" where unknown)."""
+    gpu = row.get("gpu", {})
+    return "/".join(str(gpu.get(i, {}).get("sm_mhz") or "–") for i in impls)
+
+
 def grid_parser(doc, impls, tag_default="the dtype"):
     """The argument parser of a grid benchmark (described by its module docstring `doc`) with
     the options every grid takes; the benchmark adds its own and hands the parsed arguments to
@@ -105,6 +172,10 @@ def grid_parser(doc, impls, tag_default="the dtype"):
     p.add_argument("--tag", default=None, help=f"file name tag (default: {tag_default})")
     p.add_argument("--warmup", type=float, default=25, help="do_bench warmup, ms")
     p.add_argument("--rep", type=float, default=100, help="do_bench repetitions, ms")
+    p.add_argument("--cool", type=float, default=0.0,
+                   help="seconds of idle GPU before each timing: 0 (default) times each cell in "
+                        "the power state the cells before left; ~1.5 starts every timing at the "
+                        "full clock (benchlib.timed_ms)")
     p.add_argument("--no-plot", action="store_true")
     return p
 
@@ -149,6 +220,7 @@ def new_result(what, now, args, accuracy, **settings):
                      "hfa": hfa.version()},
         "settings": {"dtype": args.dtype, "tokens": args.tokens, "head_budget": args.head_budget,
                      "do_bench": f"median, warmup {args.warmup} ms, rep {args.rep} ms",
+                     "cool_s": getattr(args, "cool", 0.0),
                      "accuracy": accuracy, **settings},
         "rows": [], "accuracy": [], "skipped": [],
     }
@@ -191,6 +263,8 @@ def record_cell(result, run, case, impls, t0, variants=({},), checks=("pass",), 
         label = " ".join([cell_label(c["hdim"], c["causal"], c["seqlen_q"])]
                          + [str(c[k]) for k in VARIANT_KEYS if k in c])
         summary = "  ".join(f"{i} {fmt(row.get(i))}" for i in impls)
+        if row.get("gpu"):
+            summary += f"  MHz {clocks(row, impls)}"
         print(f"{label}: {summary}  acc {acc.get('pass')}  [{time.time() - t0:.0f}s]",
               flush=True)
     import torch
