@@ -4,15 +4,16 @@
 The grid (bench_fwd.py) times each cell once, hfa then cuDNN. Between grids the same hfa cell
 has read 623-726 TFLOP/s (hdim 128, 16k, non-causal) while cuDNN's stayed within 594-622. This
 benchmark times the cells it is given --rounds times, alternating hfa and cuDNN on the same
-inputs, each time with do_bench (median) and the SM clock and power NVML reads right after, so
-that a slow round can be told from a slow clock. With --fresh every round draws new inputs at new
+inputs, each time with do_bench (median) and the SM clock and power while it ran
+(benchlib.timed_ms), so that a slow round can be told from a slow clock. (Session 11's run read
+the clock once right after each timing; the sampling during it came after.) With --fresh every round draws new inputs at new
 addresses (a spacer of a random size is allocated before them), so that a speed that depends on
 where the tensors lie shows as spread between rounds. Run it twice to see the spread between
 processes.
 
 JSON (design §5): {"what": "fwd-spread", ..., "rows": [{"case": {"hdim", "causal", "seqlen_q",
 "seqlen_k", "batch", "heads", "dtype", "round"}, "metric": "tflops", "hfa": x, "cudnn": y,
-"sm_mhz": {"hfa": ..., "cudnn": ...}, "watts": {"hfa": ..., "cudnn": ...}}]}
+"gpu": {"hfa": {"sm_mhz", "watts"}, "cudnn": {...}}}]}
 
     HFA_LIBRARY=.device/libhfa.so PYTHONPATH=python python3 bench/fwd_spread.py --out DIR
         [--cells 128:0:16384 128:0:2048] [--rounds 6] [--tag NAME]
@@ -43,39 +44,19 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-class Nvml:
-    """The SM clock (MHz) and power (W) of device 0, or None where NVML cannot be read."""
-
-    def __init__(self):
-        try:
-            import pynvml
-            pynvml.nvmlInit()
-            self.nv, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
-        except Exception:  # noqa: BLE001 - a reading is a bonus, not a requirement
-            self.nv = None
-
-    def read(self):
-        if self.nv is None:
-            return None, None
-        return (self.nv.nvmlDeviceGetClockInfo(self.handle, self.nv.NVML_CLOCK_SM),
-                self.nv.nvmlDeviceGetPowerUsage(self.handle) / 1000.0)
-
-
 def main(argv=None):
     a = parse_args(argv)
     import torch
     import torch.nn.functional as F
-    import triton.testing
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import hfa
 
     now = benchlib.utc_now()
-    a.dtype = "bf16"
+    a.dtype, a.cool = "bf16", 0.0
     result = benchlib.new_result("fwd-spread", now, a, "none (timing only; bench_fwd.py checks)",
                                  rounds=a.rounds)
     benchlib.announce(result)
-    nvml = Nvml()
     gen = torch.Generator(device="cuda").manual_seed(0)
     spacers = []
     for cell in a.cells:
@@ -106,16 +87,16 @@ def main(argv=None):
         for r in range(a.rounds):
             if a.fresh and r > 0:
                 draw()
-            row = {"case": {**case, "round": r}, "metric": "tflops", "sm_mhz": {}, "watts": {}}
+            row = {"case": {**case, "round": r}, "metric": "tflops", "gpu": {}}
             for impl, fn in fns.items():
-                t = triton.testing.do_bench(fn, warmup=a.warmup, rep=a.rep, return_mode="median")
+                t, row["gpu"][impl] = benchlib.timed_ms(fn, a)
                 row[impl] = round(f / (t * 1e-3) / 1e12, 2)
-                row["sm_mhz"][impl], row["watts"][impl] = nvml.read()
                 series[impl].append(row[impl])
             result["rows"].append(row)
+            gpu = row["gpu"]
             print(f"hdim {hdim} causal {int(causal)} seqlen {seqlen} round {r}: hfa {row['hfa']}"
-                  f" ({row['sm_mhz']['hfa']} MHz, {row['watts']['hfa']} W)  cudnn {row['cudnn']}"
-                  f" ({row['sm_mhz']['cudnn']} MHz, {row['watts']['cudnn']} W)", flush=True)
+                  f" ({gpu['hfa']['sm_mhz']} MHz, {gpu['hfa']['watts']} W)  cudnn {row['cudnn']}"
+                  f" ({gpu['cudnn']['sm_mhz']} MHz, {gpu['cudnn']['watts']} W)", flush=True)
         for impl, xs in series.items():
             print(f"  {impl}: min {min(xs):.1f} median {statistics.median(xs):.1f} "
                   f"max {max(xs):.1f} (spread {max(xs) / min(xs) - 1:.1%})", flush=True)
