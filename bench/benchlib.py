@@ -94,8 +94,9 @@ class GpuState:
     from a thread, averaged (None where NVML cannot be read). Why it is recorded beside every
     timing: the H200 draws its 700 W limit within a few hundred milliseconds of sustained
     attention and then lowers its clock, 1980 MHz to 1500-1750 (bench/results, "Session 11"),
-    so one cell's speed moves by up to 25 % with what ran before it, and a ratio of two
-    implementations is only a ratio of kernels where both ran at the same clock."""
+    so one cell's speed moved by a quarter with what ran before it, and a ratio of two
+    implementations is a ratio of kernels only where both ran at the same clock. NVML's power
+    is a one-second average and lags; the clock is the reading to use."""
 
     def __init__(self):
         try:
@@ -137,9 +138,10 @@ class GpuState:
 def timed_ms(fn, args):
     """do_bench's median ms of fn (args.warmup, args.rep) and the GPU's state meanwhile
     (GpuState.as_dict). With args.cool > 0 the GPU first idles that many seconds, so that the
-    timing starts below the power limit and, if short (about 100 ms), ends there too: the
-    kernels' speed at the full clock. Without it a cell runs in whatever state the cells before
-    left: at long sequences the power-limited speed that sustained work sees."""
+    timing starts below the power limit and, if short, ends there too (1 s and --rep 50 held
+    1980 MHz in nearly every cell of session 11's grids): the kernels' speed at the full clock.
+    Without it a cell runs in whatever state the cells before left: at long sequences the
+    power-limited speed that sustained work sees."""
     import torch
     import triton.testing
     if getattr(args, "cool", 0) > 0:
@@ -174,7 +176,7 @@ def grid_parser(doc, impls, tag_default="the dtype"):
     p.add_argument("--rep", type=float, default=100, help="do_bench repetitions, ms")
     p.add_argument("--cool", type=float, default=0.0,
                    help="seconds of idle GPU before each timing: 0 (default) times each cell in "
-                        "the power state the cells before left; ~1.5 starts every timing at the "
+                        "the power state the cells before left; 1 with --rep 50 times it at the "
                         "full clock (benchlib.timed_ms)")
     p.add_argument("--no-plot", action="store_true")
     return p
