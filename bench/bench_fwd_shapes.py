@@ -28,9 +28,10 @@ Shapes (--list-shapes prints their names; --shapes takes names, fnmatch patterns
 
 JSON (design §5): {"what": "fwd-shapes", ..., "rows": [{"case": {"batch", "seqlen_q",
 "seqlen_k", "heads_q", "heads_kv", "hdim", "causal", "dtype", "timing": "graph" | "do_bench"},
-"metric": "us", "hfa": x, "cudnn": y, "fa2": z, "shape": name, "flops": f}]}: microseconds per
-call, null where an implementation cannot run (the reason in "skipped"); "flops" is design §5's
-count (TFLOP/s = flops / us / 1e6). The markdown has one line per shape: graph µs of each
+"metric": "us", "hfa": x, "cudnn": y, "fa2": z, "shape": name, "flops": f, "gpu": {impl:
+{"sm_mhz", "watts"}}}]}: microseconds per call, null where an implementation cannot run (the
+reason in "skipped"); "flops" is design §5's count (TFLOP/s = flops / us / 1e6); "gpu" the SM
+clock and power while each was timed (benchlib.GpuState). The markdown has one line per shape: graph µs of each
 implementation, hfa÷cudnn and hfa÷fa2 (speed ratios, the peer's time over hfa's: above 1, hfa
 is faster, bench_fwd.py's hfa/cudnn of TFLOP/s), the do_bench µs, hfa's TFLOP/s and accuracy.
 
@@ -61,9 +62,10 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_fwd import max_errors, sample  # noqa: E402
 from bench_overhead import in_graph  # noqa: E402
-from benchlib import (announce, conclude, event_seconds, first_line, flops, fmt,  # noqa: E402
-                      forward_verdict, markdown, nan_filled_empty, new_result, ratio, record_cell, sci,
-                      skip_reason, under, utc_now, verdict, write_results)
+from benchlib import (GpuState, announce, conclude, event_seconds, first_line,  # noqa: E402
+                      flops, fmt, forward_verdict, markdown, nan_filled_empty, new_result, ratio,
+                      record_cell, sci, skip_reason, timed_ms, under, utc_now, verdict,
+                      write_results)
 
 IMPLS = ["hfa", "cudnn", "fa2"]  # column order
 TIMINGS = ["graph", "do_bench"]  # row order; "graph" is the headline
@@ -202,7 +204,6 @@ def run_shape(args, name, case, dtype, gen, cpu_gen):
     """(rows, accuracy entry, skipped entries) of one shape (benchlib.record_cell's run)."""
     import torch
     import torch.nn.functional as F
-    import triton.testing
     from torch.nn.attention import SDPBackend
 
     import hfa
@@ -269,7 +270,7 @@ def run_shape(args, name, case, dtype, gen, cpu_gen):
     skipped = [{"case": case, "impl": impl, "reason": r} for impl, r in notes.items()]
     out_rows = []
     for timing in args.timings:
-        row = {"case": {**case, "timing": timing}, "metric": "us"}
+        row = {"case": {**case, "timing": timing}, "metric": "us", "gpu": {}}
         for impl in args.impls:
             row[impl] = None
             if impl in notes:
@@ -277,10 +278,12 @@ def run_shape(args, name, case, dtype, gen, cpu_gen):
             try:
                 with under(backends[impl]):
                     if timing == "graph":
-                        us = graph_us(args, fns[impl])
+                        with GpuState() as state:
+                            us = graph_us(args, fns[impl])
+                        row["gpu"][impl] = state.as_dict()
                     else:
-                        us = 1e3 * triton.testing.do_bench(fns[impl], warmup=args.warmup,
-                                                           rep=args.rep, return_mode="median")
+                        ms, row["gpu"][impl] = timed_ms(fns[impl], args)
+                        us = 1e3 * ms
                 row[impl] = round(us, 2)
             except RuntimeError as e:  # e.g. a capture the backend does not allow
                 skipped.append({"case": row["case"], "impl": impl,
