@@ -31,9 +31,10 @@ JSON (design §5): {"what": "fwd-shapes", ..., "rows": [{"case": {"batch", "seql
 "metric": "us", "hfa": x, "cudnn": y, "fa2": z, "shape": name, "flops": f, "gpu": {impl:
 {"sm_mhz", "watts"}}}]}: microseconds per call, null where an implementation cannot run (the
 reason in "skipped"); "flops" is design §5's count (TFLOP/s = flops / us / 1e6); "gpu" the SM
-clock and power while each was timed (benchlib.GpuState). The markdown has one line per shape: graph µs of each
-implementation, hfa÷cudnn and hfa÷fa2 (speed ratios, the peer's time over hfa's: above 1, hfa
-is faster, bench_fwd.py's hfa/cudnn of TFLOP/s), the do_bench µs, hfa's TFLOP/s and accuracy.
+clock and power while each was timed (benchlib.GpuState). The markdown has one line per shape:
+graph µs of each implementation, hfa÷cudnn and hfa÷fa2 (speed ratios, the peer's time over
+hfa's: above 1, hfa is faster, bench_fwd.py's hfa/cudnn of TFLOP/s), the do_bench µs, hfa's
+TFLOP/s and accuracy.
 
 Variants of libhfa.so (bench/build_variants.sh): the package loads one library per process
 (ctypes, HFA_LIBRARY), so one run times one library; run once per build, each with its --tag.

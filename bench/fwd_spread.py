@@ -6,10 +6,10 @@ has read 623-726 TFLOP/s (hdim 128, 16k, non-causal) while cuDNN's stayed within
 benchmark times the cells it is given --rounds times, alternating hfa and cuDNN on the same
 inputs, each time with do_bench (median) and the SM clock and power while it ran
 (benchlib.timed_ms), so that a slow round can be told from a slow clock. (Session 11's run read
-the clock once right after each timing; the sampling during it came after.) With --fresh every round draws new inputs at new
-addresses (a spacer of a random size is allocated before them), so that a speed that depends on
-where the tensors lie shows as spread between rounds. Run it twice to see the spread between
-processes.
+the clock once right after each timing; the sampling during it came after.) With --fresh every
+round draws new inputs at new addresses (a spacer of a random size is allocated before them),
+so that a speed that depends on where the tensors lie shows as spread between rounds. Run it
+twice to see the spread between processes. Writes <out>/<date>-fwd-spread-<tag>.{json,md}.
 
 JSON (design §5): {"what": "fwd-spread", ..., "rows": [{"case": {"hdim", "causal", "seqlen_q",
 "seqlen_k", "batch", "heads", "dtype", "round"}, "metric": "tflops", "hfa": x, "cudnn": y,
@@ -20,10 +20,10 @@ JSON (design §5): {"what": "fwd-spread", ..., "rows": [{"case": {"hdim", "causa
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
@@ -52,8 +52,8 @@ def main(argv=None):
 
     import hfa
 
-    now = benchlib.utc_now()
-    a.dtype, a.cool = "bf16", 0.0
+    now, t0 = benchlib.utc_now(), time.time()
+    a.dtype = "bf16"
     result = benchlib.new_result("fwd-spread", now, a, "none (timing only; bench_fwd.py checks)",
                                  rounds=a.rounds)
     benchlib.announce(result)
@@ -103,12 +103,17 @@ def main(argv=None):
         inputs.clear()
         spacers.clear()
         torch.cuda.empty_cache()
+    head = ["hdim", "causal", "seqlen", "round", "hfa TFLOP/s", "cudnn TFLOP/s", "hfa/cudnn",
+            "MHz hfa/cudnn"]
+    body = [[str(r["case"][k]) for k in ("hdim", "causal", "seqlen_q", "round")] +
+            [benchlib.fmt(r["hfa"]), benchlib.fmt(r["cudnn"]), benchlib.ratio(r["hfa"], r["cudnn"]),
+             benchlib.clocks(r, ["hfa", "cudnn"])] for r in result["rows"]]
+    md = benchlib.markdown("Forward: one cell timed again and again", result, head, body)
     os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, f"{now.strftime('%Y-%m-%d')}-fwd-spread-{a.tag}.json")
-    with open(path, "w") as fh:
-        json.dump(result, fh, indent=1)
-    print(f"wrote {path}")
+    stem = os.path.join(a.out, f"{now:%Y-%m-%d}-fwd-spread-{a.tag}")
+    written = benchlib.write_results(stem, result, md)
+    return benchlib.conclude(result, written, t0, 0, False)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
