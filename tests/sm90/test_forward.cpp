@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "common/half_float.hpp"
@@ -24,13 +25,17 @@ struct Case {
   bool causal;
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k;
   bool heads_major = false;  // stored (batch, head, seq, dim), viewed through strides
+  // Elements between out's rows (seq-major): a row stride TMA cannot take, so O is stored from
+  // registers where it would go out through shared memory.
+  int out_row_pad = 0;
 };
 
 std::string case_name(const Case& c) {
   std::ostringstream s;
   s << "d" << c.hdim << "_" << dtype_name(c.dtype) << (c.causal ? "_causal" : "_full") << "_b"
     << c.batch << "_h" << c.heads_q << "_kv" << c.heads_kv << "_q" << c.seqlen_q << "_k"
-    << c.seqlen_k << (c.heads_major ? "_bhsd" : "");
+    << c.seqlen_k << (c.heads_major ? "_bhsd" : "")
+    << (c.out_row_pad > 0 ? "_outpad" + std::to_string(c.out_row_pad) : "");
   return s.str();
 }
 
@@ -48,13 +53,14 @@ struct HostTensor {
   int64_t shape[4];
   int64_t stride[4];
 
-  HostTensor(int b, int s, int h, int d, bool heads_major) : shape{b, s, h, d} {
-    bits.resize(size_t(b) * s * h * d);
+  HostTensor(int b, int s, int h, int d, bool heads_major, int row_pad = 0) : shape{b, s, h, d} {
     if (heads_major) {
       stride[0] = int64_t(h) * s * d, stride[1] = d, stride[2] = int64_t(s) * d, stride[3] = 1;
     } else {
-      stride[0] = int64_t(s) * h * d, stride[1] = int64_t(h) * d, stride[2] = d, stride[3] = 1;
+      const int64_t row = int64_t(h) * d + row_pad;
+      stride[0] = s * row, stride[1] = row, stride[2] = d, stride[3] = 1;
     }
+    bits.resize(size_t(b) * stride[0]);
   }
   size_t index(int b, int s, int h, int d) const {
     return b * stride[0] + s * stride[1] + h * stride[2] + d;
@@ -138,7 +144,7 @@ TEST_P(ForwardSm90, MatchesFloat64Reference) {
   const HostTensor q = random_tensor(c.batch, c.seqlen_q, c.heads_q, c.hdim, c, rng);
   const HostTensor k = random_tensor(c.batch, c.seqlen_k, c.heads_kv, c.hdim, c, rng);
   const HostTensor v = random_tensor(c.batch, c.seqlen_k, c.heads_kv, c.hdim, c, rng);
-  HostTensor out(c.batch, c.seqlen_q, c.heads_q, c.hdim, c.heads_major);
+  HostTensor out(c.batch, c.seqlen_q, c.heads_q, c.hdim, c.heads_major, c.out_row_pad);
   std::fill(out.bits.begin(), out.bits.end(), kNaNBits);
   std::vector<float> lse(size_t(c.batch) * c.heads_q * c.seqlen_q, NAN);
 
@@ -218,6 +224,7 @@ std::vector<Case> forward_cases() {
     for (bool causal : {false, true}) {
       cases.push_back({hdim, DType::bf16, causal, 1, 2, 1, 4097, 4097});
       cases.push_back({hdim, DType::f16, causal, 2, 3, 3, 300, 513, true});
+      cases.push_back({hdim, DType::bf16, causal, 2, 4, 2, 300, 300, false, 4});
     }
   return cases;
 }

@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kCtasPerSm)
     ptx::prefetch_tensor_map(&p.q_map);
     ptx::prefetch_tensor_map(&p.k_map);
     ptx::prefetch_tensor_map(&p.v_map);
+    if constexpr (Storage::kStagesOut) ptx::prefetch_tensor_map(&p.out_map);
   }
   fill_ones(smem);
   __syncthreads();
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kCtasPerSm)
 
   ptx::claim_registers<Config::kConsumerRegisters>();
   ConsumerMainloop<Config> mainloop{p, smem, warpgroup - 1, thread};
-  Epilogue<Config> epilogue{p, warpgroup - 1, thread};
+  Epilogue<Config> epilogue{p, smem, warpgroup - 1, thread};
   mainloop.start_ping_pong();
   float o[ConsumerMainloop<Config>::kOAcc];
   OnlineSoftmax softmax;
@@ -70,6 +71,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kCtasPerSm)
     mainloop.run(tile, blocks, o, softmax);
     epilogue.store(tile, o, softmax, mainloop.scale_log2(), mainloop.value_scale(tile, blocks));
   }
+  epilogue.finish();
 }
 
 }  // namespace hfa::sm90::fwd

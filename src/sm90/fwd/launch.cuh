@@ -128,6 +128,17 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
     HFA_RETURN_IF_ERROR(make_tile_map(&params.v_map, v_map, kDtype));
   }
 
+  if constexpr (Storage::kStagesOut) {
+    // out as q is seen (rank 5, PackGQA's groups), boxes of a warpgroup's rows. Where TMA cannot
+    // take it (alignment, strides) or a box cannot hold whole groups, O goes from registers.
+    TileMapShape out_map = tile_map_shape<typename Config::Out>(
+        problem.out, problem.hdim_v, q_rows, problem.heads_q, map_batches, problem.out_stride,
+        varlen, kRowsPerWarpgroup);
+    out_map.heads_per_row = 1u << pack_shift;
+    params.out_by_tma = kRowsPerWarpgroup % out_map.heads_per_row == 0 &&
+                        make_tile_map(&params.out_map, out_map, tma_dtype<typename Config::Out>());
+    params.out_map_ends_sequences = !varlen && problem.seqused_q == nullptr;
+  }
   params.out = problem.out;
   params.out_stride = {problem.out_stride.batch, problem.out_stride.row, problem.out_stride.head};
   params.lse = problem.lse;

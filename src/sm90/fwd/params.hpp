@@ -17,8 +17,15 @@ struct Params {
   CUtensorMap q_map;
   CUtensorMap k_map;
   CUtensorMap v_map;
+  // out as q's rank-5 map, in boxes of one consumer warpgroup's 64 rows, where the configuration
+  // stages O in shared memory (epilogue.cuh) and out suits TMA (out_by_tma).
+  CUtensorMap out_map;
+  int32_t out_by_tma;
+  // 1: the map's rows end where every sequence's used rows do (fixed length, no seqused_q), so
+  // its bounds clip a tile that runs past them; otherwise such a tile is stored from registers.
+  int32_t out_map_ends_sequences;
 
-  void* out;  // written from registers (epilogue.cuh)
+  void* out;
   struct {
     int64_t batch, row, head;  // elements
   } out_stride;

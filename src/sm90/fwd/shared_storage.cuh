@@ -27,10 +27,12 @@ __device__ __forceinline__ void fill_ones(Storage& smem) {
   }
 }
 
-// kQStages: Q single- or double-buffered (SharedStorage below picks).
-template <typename Config, int kQStages_>
+// kQStages: Q single- or double-buffered; kStagesOut: O leaves through a buffer of its own and a
+// TMA store (epilogue.cuh). SharedStorage below picks both.
+template <typename Config, int kQStages_, bool kStagesOut_>
 struct SharedStorageWith {
   static constexpr int kQStages = kQStages_;
+  static constexpr bool kStagesOut = kStagesOut_;
   using Element = typename Config::Element;
   using QTile = SwizzledTile<Element, Config::kBlockM, Config::kHeadDimQK>;
   using KTile = SwizzledTile<Element, Config::kBlockN, Config::kHeadDimQK>;
@@ -45,6 +47,12 @@ struct SharedStorageWith {
   struct NoTile {};
   using OnesTile = std::conditional_t<Config::kRowSumsByMma,
                                       SwizzledTile<Element, kRowSumColumns, Config::kBlockN>, NoTile>;
+  // The tile's normalized O in out's type, each consumer warpgroup's 64 rows stored by one TMA
+  // store of its own.
+  using OutTile = std::conditional_t<kStagesOut,
+                                     SwizzledTile<typename Config::Out, Config::kBlockM,
+                                                  Config::kHeadDimV>,
+                                     NoTile>;
 
   // Q of the current tile (and of the next, double-buffered); a buffer is freed (q_empty) as
   // soon as its tile's last Q·Kᵀ has read it.
@@ -52,6 +60,7 @@ struct SharedStorageWith {
   KTile k[Config::kStages];
   VTile v[Config::kStages];
   [[no_unique_address]] OnesTile ones;
+  [[no_unique_address]] OutTile out;
 
   ptx::Mbarrier q_full[kQStages];   // TMA bytes of Q landed
   ptx::Mbarrier q_empty[kQStages];  // every consumer warp is past the tile's last Q·Kᵀ
@@ -74,9 +83,14 @@ struct SharedStorageWith {
 // (bench/results, "Session 11"): +2-5 % on hdim 128 causal at 4k and 16k tokens and on FP8 hdim
 // 128 causal, within noise elsewhere, the short batched shapes included. Where it does not fit
 // (hdim 128 non-causal with 176-key blocks, 192, 256) Q stays single.
+// O gets a buffer of its own where it fits beside two Q buffers (hdim 64, hdim 128 windowed,
+// FP8 hdim 128; a partial f32 out is merged from registers): see epilogue.cuh.
 template <typename Config>
-using SharedStorage =
-    std::conditional_t<shared_memory_fits<SharedStorageWith<Config, 2>>(Config::kCtasPerSm),
-                       SharedStorageWith<Config, 2>, SharedStorageWith<Config, 1>>;
+using SharedStorage = std::conditional_t<
+    shared_memory_fits<SharedStorageWith<Config, 2, true>>(Config::kCtasPerSm) &&
+        !Config::kPartialOut,
+    SharedStorageWith<Config, 2, true>,
+    std::conditional_t<shared_memory_fits<SharedStorageWith<Config, 2, false>>(Config::kCtasPerSm),
+                       SharedStorageWith<Config, 2, false>, SharedStorageWith<Config, 1, false>>>;
 
 }  // namespace hfa::sm90::fwd

@@ -1,5 +1,5 @@
-// ldmatrix / movmatrix: 8×8 tiles of 16-bit values moved between shared memory (or another
-// thread's registers) and the mma fragment layout (lane l: row l / 4, columns 2·(l % 4), +1).
+// ldmatrix / stmatrix / movmatrix: 8×8 tiles of 16-bit values moved between shared memory (or
+// another thread's registers) and the mma fragment layout (lane l: row l / 4, columns 2·(l % 4), +1).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t address, uint32_t (&r
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
+}
+
+// Stores four 8×8 matrices, register i of each lane holding matrix i's fragment; lanes 8i..8i+7
+// give the shared-memory addresses of matrix i's rows (16 bytes each).
+__device__ __forceinline__ void stmatrix_x4(uint32_t address, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 
 // The transpose of an 8x8 b16 matrix held as an mma fragment: an accumulator tile's rows

@@ -12,7 +12,8 @@ enum class NamedBarrier : uint32_t {
   scores_shared = 4,     // backward: both consumer warpgroups' Pᵀ/dSᵀ tiles are in shared memory
   padding_zeroed = 5,    // backward: the tile rows past a sequence's used length are zeros
   v_padding_zeroed = 6,  // 6..8: forward, consumer warpgroup 0..2 zeroed V's rows past seqused_k
-  count = 9,
+  out_staged = 9,        // 9..11: forward, consumer warpgroup 0..2's O buffer (free, then written)
+  count = 12,
 };
 
 inline constexpr uint32_t kWarpgroupThreads = 128;

@@ -77,6 +77,17 @@ __device__ __forceinline__ void store_4d(const CUtensorMap* map, const void* sme
       : "memory");
 }
 
+// Stores a shared-memory box to global memory at coordinates (c0 innermost .. c4) of a rank-5
+// map, as store_4d.
+__device__ __forceinline__ void store_5d(const CUtensorMap* map, const void* smem_src, int32_t c0,
+                                         int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(smem_address(smem_src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+}
+
 __device__ __forceinline__ void store_commit_group() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
