@@ -5,9 +5,10 @@
 // (stores_by_tma): the warpgroup is free for its next tile as soon as stmatrix has written the
 // buffer, and the copy engine writes whole 128-byte rows while the next tile's GEMMs run.
 // Elsewhere O is stored straight from registers, each quad 16 contiguous bytes of a row.
+// Where only one 128-byte slab of O's columns fits, the slabs take turns in it.
 // Measured (CUDA-graph replay, bench/results "Session 12"): 64 × 128 tokens at hdim 128 causal
 // 46.9 → 34.5 µs, the other short causal shapes 5-18 % faster, FP8 hdim 128 causal 2k +31 %;
-// the configurations without the buffer unchanged.
+// one slab at a time: hdim 128 non-causal 512 and 1k tokens +8 / +5 %, FP8 hdim 256 +1-11 %.
 // (Not Q's buffer: while O sat there the next tile's Q could not load, and every tile boundary
 // waited for the store to drain, then for Q. Measured, bench/results/README.md: storing from
 // registers instead was +8 % to +39 % at seqlen 512.)
@@ -112,37 +113,43 @@ struct Epilogue {
 
   // O into the warpgroup's rows of the buffer (stmatrix: per 16 columns, the 8×8 matrices of
   // rows 0-7 and 8-15 of each 8-column group, as the fragment holds them), then one TMA store a
-  // slab. The buffer is free once the warpgroup's previous store has read it.
+  // slab; in passes of the buffer's columns where it holds fewer than O has. The buffer is free
+  // once the warpgroup's previous store has read it.
   __device__ void store_by_tma(const WorkTile& tile, const float (&o)[kOAcc]) {
     using OutTile = typename Storage::OutTile;
+    constexpr int kColumns = Storage::kOutColumns;
+    constexpr int kSlabElements = OutTile::kSlabBytes / sizeof(Out);
     const uint32_t barrier = ptx::barrier_id(ptx::NamedBarrier::out_staged, warpgroup);
-    if (thread == 0) ptx::store_wait_read();
-    ptx::named_barrier_sync(barrier, kThreadsPerWarpgroup);
     const int lane = thread % 32, matrix = lane / 8;
     const int row = warpgroup * kRowsPerWarpgroup + thread / 32 * 16 + matrix % 2 * 8 + lane % 8;
     const uint32_t buffer = ptx::smem_address(smem.out.data);
+    const int first_query = query_of_row(p, warpgroup_first_row(tile));
 #pragma unroll
-    for (int k = 0; k < kOAcc / 8; ++k) {
-      const uint32_t pairs[4] = {ptx::pack_pair<Out>(o[8 * k], o[8 * k + 1]),
-                                 ptx::pack_pair<Out>(o[8 * k + 2], o[8 * k + 3]),
-                                 ptx::pack_pair<Out>(o[8 * k + 4], o[8 * k + 5]),
-                                 ptx::pack_pair<Out>(o[8 * k + 6], o[8 * k + 7])};
-      ptx::stmatrix_x4(buffer + OutTile::offset(row, 16 * k + matrix / 2 * 8), pairs);
-    }
-    ptx::fence_proxy_async_smem();
-    ptx::named_barrier_sync(barrier, kThreadsPerWarpgroup);
-    if (thread == 0) {
-      constexpr int kSlabElements = OutTile::kSlabBytes / sizeof(Out);
-      const int first_query = query_of_row(p, warpgroup_first_row(tile));
+    for (int pass = 0; pass < Config::kHeadDimV / kColumns; ++pass) {
+      if (thread == 0) ptx::store_wait_read();
+      ptx::named_barrier_sync(barrier, kThreadsPerWarpgroup);
 #pragma unroll
-      for (int slab = 0; slab < OutTile::kSlabs; ++slab) {
-        ptx::store_5d(&p.out_map,
-                      smem.out.data + slab * kSlabElements +
-                          warpgroup * kRowsPerWarpgroup * OutTile::kSlabColumns,
-                      slab * OutTile::kSlabColumns, 0, tile.seq.q_offset + first_query, tile.head,
-                      tile.seq.map_batch);
+      for (int k = pass * kColumns / 16; k < (pass + 1) * kColumns / 16; ++k) {
+        const uint32_t pairs[4] = {ptx::pack_pair<Out>(o[8 * k], o[8 * k + 1]),
+                                   ptx::pack_pair<Out>(o[8 * k + 2], o[8 * k + 3]),
+                                   ptx::pack_pair<Out>(o[8 * k + 4], o[8 * k + 5]),
+                                   ptx::pack_pair<Out>(o[8 * k + 6], o[8 * k + 7])};
+        const int column = 16 * k - pass * kColumns + matrix / 2 * 8;
+        ptx::stmatrix_x4(buffer + OutTile::offset(row, column), pairs);
       }
-      ptx::store_commit_group();
+      ptx::fence_proxy_async_smem();
+      ptx::named_barrier_sync(barrier, kThreadsPerWarpgroup);
+      if (thread == 0) {
+#pragma unroll
+        for (int slab = 0; slab < OutTile::kSlabs; ++slab) {
+          ptx::store_5d(&p.out_map,
+                        smem.out.data + slab * kSlabElements +
+                            warpgroup * kRowsPerWarpgroup * OutTile::kSlabColumns,
+                        pass * kColumns + slab * OutTile::kSlabColumns, 0,
+                        tile.seq.q_offset + first_query, tile.head, tile.seq.map_batch);
+        }
+        ptx::store_commit_group();
+      }
     }
   }
 

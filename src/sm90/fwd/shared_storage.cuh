@@ -27,12 +27,14 @@ __device__ __forceinline__ void fill_ones(Storage& smem) {
   }
 }
 
-// kQStages: Q single- or double-buffered; kStagesOut: O leaves through a buffer of its own and a
-// TMA store (epilogue.cuh). SharedStorage below picks both.
-template <typename Config, int kQStages_, bool kStagesOut_>
+// kQStages: Q single- or double-buffered; kOutColumns: O leaves through a buffer of its own and
+// TMA stores, this many columns at a time (all of them, or one 128-byte slab; 0: no buffer, O is
+// stored from registers; epilogue.cuh). SharedStorage below picks both.
+template <typename Config, int kQStages_, int kOutColumns_>
 struct SharedStorageWith {
   static constexpr int kQStages = kQStages_;
-  static constexpr bool kStagesOut = kStagesOut_;
+  static constexpr int kOutColumns = kOutColumns_;
+  static constexpr bool kStagesOut = kOutColumns > 0;
   using Element = typename Config::Element;
   using QTile = SwizzledTile<Element, Config::kBlockM, Config::kHeadDimQK>;
   using KTile = SwizzledTile<Element, Config::kBlockN, Config::kHeadDimQK>;
@@ -47,12 +49,10 @@ struct SharedStorageWith {
   struct NoTile {};
   using OnesTile = std::conditional_t<Config::kRowSumsByMma,
                                       SwizzledTile<Element, kRowSumColumns, Config::kBlockN>, NoTile>;
-  // The tile's normalized O in out's type, each consumer warpgroup's 64 rows stored by one TMA
-  // store of its own.
-  using OutTile = std::conditional_t<kStagesOut,
-                                     SwizzledTile<typename Config::Out, Config::kBlockM,
-                                                  Config::kHeadDimV>,
-                                     NoTile>;
+  // The tile's normalized O in out's type (kOutColumns of it at a time), each consumer
+  // warpgroup's 64 rows stored by TMA stores of its own.
+  using OutTile = std::conditional_t<
+      kStagesOut, SwizzledTile<typename Config::Out, Config::kBlockM, kOutColumns>, NoTile>;
 
   // Q of the current tile (and of the next, double-buffered); a buffer is freed (q_empty) as
   // soon as its tile's last Q·Kᵀ has read it.
@@ -77,20 +77,35 @@ struct SharedStorageWith {
   ptx::Mbarrier tile_empty[kTileSlots];
 };
 
+// The first of the layouts that fits the configuration's CTAs on an SM.
+template <int kCtasPerSm, typename Layout, typename... Fallbacks>
+struct FirstFitting {
+  using type = Layout;
+};
+template <int kCtasPerSm, typename Layout, typename Next, typename... Rest>
+struct FirstFitting<kCtasPerSm, Layout, Next, Rest...> {
+  using type = std::conditional_t<shared_memory_fits<Layout>(kCtasPerSm), Layout,
+                                  typename FirstFitting<kCtasPerSm, Next, Rest...>::type>;
+};
+
 // Q double-buffered wherever the second buffer fits beside the K/V stages (hdim 64, hdim 128
 // windowed, FP8): the producer then loads a tile's Q while the tile before it still runs, not
 // only once that tile's last Q·Kᵀ is done, so no tile starts by waiting for its Q. Measured
 // (bench/results, "Session 11"): +2-5 % on hdim 128 causal at 4k and 16k tokens and on FP8 hdim
 // 128 causal, within noise elsewhere, the short batched shapes included. Where it does not fit
 // (hdim 128 non-causal with 176-key blocks, 192, 256) Q stays single.
-// O gets a buffer of its own where it fits beside two Q buffers (hdim 64, hdim 128 windowed,
-// FP8 hdim 128; a partial f32 out is merged from registers): see epilogue.cuh.
+// O gets a buffer of its own, all of O where it fits (hdim 64, hdim 128 windowed, FP8 hdim 128),
+// else one slab of it (hdim 128 non-causal, 192/128, FP8 hdim 256), else none (hdim 192, 256; a
+// partial f32 out is merged from registers): see epilogue.cuh.
 template <typename Config>
-using SharedStorage = std::conditional_t<
-    shared_memory_fits<SharedStorageWith<Config, 2, true>>(Config::kCtasPerSm) &&
-        !Config::kPartialOut,
-    SharedStorageWith<Config, 2, true>,
-    std::conditional_t<shared_memory_fits<SharedStorageWith<Config, 2, false>>(Config::kCtasPerSm),
-                       SharedStorageWith<Config, 2, false>, SharedStorageWith<Config, 1, false>>>;
+inline constexpr int kWholeOut = Config::kPartialOut ? 0 : Config::kHeadDimV;
+template <typename Config>
+inline constexpr int kOutSlab = Config::kPartialOut ? 0 : kSlabColumnsOf<typename Config::Out>;
+
+template <typename Config>
+using SharedStorage = typename FirstFitting<
+    Config::kCtasPerSm, SharedStorageWith<Config, 2, kWholeOut<Config>>,
+    SharedStorageWith<Config, 2, kOutSlab<Config>>, SharedStorageWith<Config, 1, kWholeOut<Config>>,
+    SharedStorageWith<Config, 1, kOutSlab<Config>>, SharedStorageWith<Config, 1, 0>>::type;
 
 }  // namespace hfa::sm90::fwd
