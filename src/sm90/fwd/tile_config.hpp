@@ -6,12 +6,21 @@
 #define HFA_SM90_D64_BLOCK_M 192
 #endif
 // Rows of hdim 64's short-rows tile: 128 (two consumer warpgroups) or 64 (one, two CTAs an SM;
-// measured 5-10 % slower on the short causal shapes: bench/results, "Session 9").
+// measured 5-10 % slower on the short causal shapes: bench/results, "Session 9"; with O staged
+// in shared memory again 3-8 % slower, "Session 12").
 #ifndef HFA_SM90_D64_SHORT_BLOCK_M
 #define HFA_SM90_D64_SHORT_BLOCK_M 128
 #endif
 #ifndef HFA_SM90_D64_BLOCK_N
 #define HFA_SM90_D64_BLOCK_N 128
+#endif
+// K/V stages at hdim 64, whose blocks are short next to a load's latency (a block's two GEMMs
+// are a quarter of hdim 256's): 2 (every other head dim's) to 4 fit beside two Q buffers and O.
+// Measured (bench/results, "Session 12"): 3 stages +0.3 … +3.2 % on the hdim 64 shapes by graph
+// replay, grid cells +3 % on geometric mean (4 stages no better). Not yet the default: that
+// build's kernels passed the benchmarks' float64 checks but have not run the GPU test suites.
+#ifndef HFA_SM90_D64_STAGES
+#define HFA_SM90_D64_STAGES 2
 #endif
 #ifndef HFA_SM90_D128_BLOCK_N
 #define HFA_SM90_D128_BLOCK_N 176
@@ -22,7 +31,8 @@
 // 1: windowed problems of at most kShortRowsMaxKeys keys at hdim 128 run on 64-row tiles, two
 // CTAs an SM (issue 13's lever for short causal sequences). Measured slower, so off: CUDA-graph
 // replay, 64 × 128 tokens 3 % faster, but 8 × 512 5 %, 32 × 512 7 % and 16 × 1024 12 % slower
-// (bench/results, "Session 9"; not profiled: each K/V block now serves 64 rows, not 128).
+// (bench/results, "Session 9"; not profiled: each K/V block now serves 64 rows, not 128); with
+// O staged in shared memory 11-17 % slower on every short causal shape ("Session 12").
 #ifndef HFA_SM90_D128_SHORT_ROWS
 #define HFA_SM90_D128_SHORT_ROWS 0
 #endif
@@ -117,7 +127,8 @@ struct TileConfig {
                                                      : 0;
   static_assert(kBlockN > 0, "no forward tile for this head dim: add one here");
   static_assert(!kFp8 || kHeadDimQK >= 128, "FP8 rows of codes are whole 128-byte slabs");
-  static constexpr int kStages = 2;  // K and V each double-buffered: load tile j+1 during tile j
+  // K and V each double-buffered (load block j+1 during block j), or deeper at hdim 64.
+  static constexpr int kStages = kHeadDimQK == 64 && !kFp8 ? HFA_SM90_D64_STAGES : 2;
 
   static constexpr int kConsumerWarpgroups = kBlockM / kRowsPerWarpgroup;
   static constexpr int kThreads = kThreadsPerWarpgroup * (kConsumerWarpgroups + 1);
