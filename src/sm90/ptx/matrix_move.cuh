@@ -1,5 +1,6 @@
 // ldmatrix / stmatrix / movmatrix: 8×8 tiles of 16-bit values moved between shared memory (or
-// another thread's registers) and the mma fragment layout (lane l: row l / 4, columns 2·(l % 4), +1).
+// another thread's registers) and the mma fragment layout (lane l: row l / 4, columns
+// 2·(l % 4), +1).
 #pragma once
 
 #include <cstdint>
