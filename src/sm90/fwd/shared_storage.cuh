@@ -95,7 +95,7 @@ struct FirstFitting<kCtasPerSm, Layout, Next, Rest...> {
 // 128 causal, within noise elsewhere, the short batched shapes included. Where it does not fit
 // (hdim 128 non-causal with 176-key blocks, 192, 256) Q stays single.
 // O gets a buffer of its own, all of O where it fits (hdim 64, hdim 128 windowed, FP8 hdim 128),
-// else one slab of it (hdim 128 non-causal, 192/128, FP8 hdim 256), else none (hdim 192, 256; a
+// else one slab of it (hdim 128 non-causal, 192/128, 256, FP8 hdim 256), else none (hdim 192; a
 // partial f32 out is merged from registers): see epilogue.cuh.
 template <typename Config>
 inline constexpr int kWholeOut = Config::kPartialOut ? 0 : Config::kHeadDimV;

@@ -17,16 +17,22 @@
 // K/V stages at hdim 64, whose blocks are short next to a load's latency (a block's two GEMMs
 // are a quarter of hdim 256's): 2 (every other head dim's) to 4 fit beside two Q buffers and O.
 // Measured (bench/results, "Session 12"): 3 stages +0.3 … +3.2 % on the hdim 64 shapes by graph
-// replay, grid cells +3 % on geometric mean (4 stages no better). Not yet the default: that
-// build's kernels passed the benchmarks' float64 checks but have not run the GPU test suites.
+// replay, grid cells +3 % on geometric mean (4 stages no better); the default since session 13,
+// whose GPU test suites ran on it.
 #ifndef HFA_SM90_D64_STAGES
-#define HFA_SM90_D64_STAGES 2
+#define HFA_SM90_D64_STAGES 3
 #endif
 #ifndef HFA_SM90_D128_BLOCK_N
 #define HFA_SM90_D128_BLOCK_N 176
 #endif
 #ifndef HFA_SM90_D128_CAUSAL_BLOCK_N
 #define HFA_SM90_D128_CAUSAL_BLOCK_N 128
+#endif
+// Keys per K/V tile at hdim 256: 64, which leaves room for one slab of O (kBlockN below); 80
+// (the most that fits, no O buffer) measured 1.07-1.28x slower on the hdim 256 shapes and
+// within noise from 4k tokens on (bench/results, "Session 13").
+#ifndef HFA_SM90_D256_BLOCK_N
+#define HFA_SM90_D256_BLOCK_N 64
 #endif
 // 1: windowed problems of at most kShortRowsMaxKeys keys at hdim 128 run on 64-row tiles, two
 // CTAs an SM (issue 13's lever for short causal sequences). Measured slower, so off: CUDA-graph
@@ -114,7 +120,8 @@ struct TileConfig {
   // Keys per K/V tile: as wide as registers (S and O accumulators plus P) and shared memory
   // (Q + 2 stages of K and V, ≤ 227 KB) allow. hdim 128 non-causal: 176 (S 88 + O 64 + P 44
   // registers; 208 KB). Windowed keeps 128 so the diagonal tiles waste less. hdim 192: 112
-  // (220 KB); 192/128 (DeepSeek's): 128 (210 KB). hdim 256: 80 fills shared memory (224 KB).
+  // (220 KB); 192/128 (DeepSeek's): 128 (210 KB). hdim 256: 64 (192 KB, and 16 KB for a slab
+  // of O; 80 would fill shared memory without it).
   // Two CTAs an SM (short rows at hdim 128): 64, so that two of them fit (16 + 2·(16 + 16) =
   // 80 KB each).
   static constexpr int kBlockN = kFp8                 ? detail::kFp8KeyBlock
@@ -123,7 +130,7 @@ struct TileConfig {
                                  : kHeadDimQK == 128 ? (kWindowed ? HFA_SM90_D128_CAUSAL_BLOCK_N
                                                                   : HFA_SM90_D128_BLOCK_N)
                                  : kHeadDimQK == 192 ? (kHeadDimV == 128 ? 128 : 112)
-                                 : kHeadDimQK == 256 ? 80
+                                 : kHeadDimQK == 256 ? HFA_SM90_D256_BLOCK_N
                                                      : 0;
   static_assert(kBlockN > 0, "no forward tile for this head dim: add one here");
   static_assert(!kFp8 || kHeadDimQK >= 128, "FP8 rows of codes are whole 128-byte slabs");
