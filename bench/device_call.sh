@@ -1,0 +1,52 @@
+# Helpers for the script of one call on the GPU machine (bench/results/<date>-calls/runNNx.sh),
+# sourced by it after `cd` to the repository root:
+#
+#   source bench/device_call.sh
+#   unpack .device/base .device/new             # binaries built here, carried xz-packed
+#   results r14a                                # $R: where this call's files go
+#   bench_with new bench_fwd_shapes.py shapes-new1 --impls hfa --timings graph
+#   pack                                        # one tarball in $OUT
+#
+# The machine hands back at most 8 files from $OUT (README of the device tool), so a call's files
+# leave as one tarball; `pack` also strips this tree's absolute path from them.
+
+# Decompresses every *.xz in each folder, makes its test binaries executable and links the
+# library's soname chain (libhfa.so -> libhfa.so.0.1 -> libhfa.so.0.1.0).
+unpack() {
+  local dir f
+  for dir in "$@"; do
+    for f in "$dir"/*.xz "$dir"/*/*.xz; do [ -e "$f" ] && xz -d -T8 -f "$f" & done
+  done
+  wait
+  for dir in "$@"; do
+    chmod +x "$dir"/test_* "$dir"/hfa 2>/dev/null
+    if [ -e "$dir/libhfa.so.0.1.0" ]; then
+      ln -sf libhfa.so.0.1.0 "$dir/libhfa.so.0.1"
+      ln -sf libhfa.so.0.1 "$dir/libhfa.so"
+    fi
+  done
+}
+
+# R=/tmp/NAME, created; the benchmarks' environment.
+results() {
+  CALL_NAME=$1
+  R=/tmp/$CALL_NAME
+  mkdir -p "$R"
+  export HFA_COMMIT=${HFA_COMMIT:-unknown} PYTHONPATH=python PYTHONUNBUFFERED=1
+}
+
+# bench_with LIB BENCH TAG ARGS...: bench/BENCH over .device/LIB's library, its output in
+# $R/TAG.txt, one line of summary on the call's output. BENCH_TIMEOUT seconds at most (90).
+bench_with() {
+  local lib=$1 bench=$2 tag=$3
+  shift 3
+  HFA_LIBRARY=$PWD/.device/$lib/libhfa.so timeout "${BENCH_TIMEOUT:-90}" \
+    python3 "bench/$bench" --out "$R" --tag "$tag" "$@" > "$R/$tag.txt" 2>&1
+  echo "$tag rc=$? $(tail -1 "$R/$tag.txt" | cut -c1-70)"
+}
+
+# Strips the tree's path from the text files and packs $R into $OUT/NAME.tar.gz.
+pack() {
+  sed -i -e "s#$PWD/#./#g" -e "s#$R/#./#g" "$R"/*.txt "$R"/*.json "$R"/*.md "$R"/*.log 2>/dev/null
+  tar -C /tmp -czf "$OUT/$CALL_NAME.tar.gz" "$CALL_NAME"
+}
