@@ -29,8 +29,10 @@
 //     codes are exact; each step's sum is taken exactly here). Per-block scales: S times
 //     fp32(q row scale · k block scale); per tensor or head, q·k's scale folded into scale_log2.
 //   - Online softmax per tile of 128 keys, walked from the last tile to the first: P =
-//     exp2(S·scale_log2 − (max·scale_log2 − 8)), so P reaches 2^8 (kMaxOffset); the row sum adds
-//     the fp32 P, and P is then rounded to e4m3 (RNE, saturating) for P·V.
+//     exp2(S·scale_log2 − (max·scale_log2 − 8)), so P reaches 2^8 (kMaxOffset), rounded to e4m3
+//     (RNE, saturating) for P·V; the row sum adds P as rounded (the kernel's P·1 on the tensor
+//     cores, tile_config.hpp's kRowSumsByMma; each tile's sum exact here, then added in fp32).
+//     The remedy "sums-of-unrounded-p" is the kernel before that change: the sum of fp32 P.
 //   - O += P codes · V codes in fp32, kept in units of the current tile's v scale: the factor
 //     that rescales O for a new max also carries the ratio of consecutive tiles' v scales. At the
 //     end O · (v scale / row sum), rounded to bf16.
@@ -261,6 +263,7 @@ struct Pipeline {
   int tile;   // keys per K/V tile (the online softmax's step)
   int mma_k;  // keys per wgmma step of P·V
   Accumulator acc;
+  bool sums_rounded_p = false;  // the row sums add P as rounded for P·V (else the fp32 P)
 };
 
 // The k of one wgmma: 32 for e4m3 operands, 16 for 16-bit ones (both GEMMs).
@@ -268,7 +271,7 @@ constexpr int kFp8MmaK = 32;
 constexpr int kBf16MmaK = 16;
 // The FP8 forward at hdim 128 (tile_config.hpp: kFp8KeyBlock 128, kMaxOffset 8) and the bf16
 // forward at hdim 128, non-causal (kBlockN 176, no offset).
-constexpr Pipeline kFp8Kernel{POperand::e4m3, 8, 128, kFp8MmaK, Accumulator::fp32};
+constexpr Pipeline kFp8Kernel{POperand::e4m3, 8, 128, kFp8MmaK, Accumulator::fp32, true};
 constexpr Pipeline kBf16Kernel{POperand::bf16, 0, 176, kBf16MmaK, Accumulator::fp32};
 
 // One thread's buffers for one row.
@@ -396,13 +399,15 @@ void kernel_softmax_pv(const float* s, float scale_log2, const Operand& v, int k
     const float max_scaled = std::fma(new_max, scale_log2, -offset);
     float rescale = std::exp2(std::fma(row_max, scale_log2, -offset) - max_scaled);  // first: 0
     row_max = new_max;
-    float sum = 0.0f;
+    double sum = 0.0;  // exact for rounded P (P·1's k32 steps of e4m3 codes); else summed as fp32
+    float sum_fp32 = 0.0f;
     for (int j = begin; j < end; ++j) {
       const float p = std::exp2(std::fma(s[j], scale_log2, -max_scaled));
-      sum += p;  // the row sum takes P before its rounding
       w.p[j] = pipe.p == POperand::e4m3 ? e4m3(p) : pipe.p == POperand::bf16 ? bf16(p) : p;
+      sum += w.p[j];
+      sum_fp32 += p;
     }
-    row_sum = std::fma(row_sum, rescale, sum);
+    row_sum = std::fma(row_sum, rescale, pipe.sums_rounded_p ? float(sum) : sum_fp32);
     if (tile != tiles - 1) {
       // The previous tile's P·V lands in O before O is rescaled (mainloop.cuh's steady state).
       pv(tile + 1);
@@ -510,6 +515,10 @@ std::vector<Variant> variants() {
     list.push_back(
         {"kernel", "block", true, "max-offset-" + std::to_string(offset), base, base_v, false, p});
   }
+  Pipeline unrounded_sums = kFp8Kernel;
+  unrounded_sums.sums_rounded_p = false;
+  list.push_back({"kernel", "block", true, "sums-of-unrounded-p", base, base_v, false,
+                  unrounded_sums});
   Variant rotated{"kernel", "block", true, "v-hadamard", base, kValueFp8Rotated, false, kFp8Kernel};
   rotated.v_rotated = true;
   list.push_back(rotated);
@@ -840,7 +849,8 @@ std::string case_json(const Variant& x) {
   if (!x.floor) {
     c += ", \"p\": " + quoted(p_name(x.pipe.p)) +
          ", \"max_offset\": " + std::to_string(x.pipe.max_offset) +
-         ", \"tile\": " + std::to_string(x.pipe.tile);
+         ", \"tile\": " + std::to_string(x.pipe.tile) +
+         ", \"row_sums\": " + quoted(x.pipe.sums_rounded_p ? "rounded-p" : "fp32-p");
   }
   return c + "}";
 }
@@ -1000,6 +1010,8 @@ struct Report {
         {"v-block-32", "v scales per 32 keys", "idem"},
         {"max-offset-0", "max offset 0 (P ≤ 1)", "a constant"},
         {"max-offset-4", "max offset 4 (P ≤ 16)", "a constant"},
+        {"sums-of-unrounded-p", "row sums of the fp32 P (the kernel before P·1, session 10)",
+         "an FADD a score instead of the P·1 GEMM"},
         {"v-hadamard", "Hadamard on v too, O rotated back after the normalization",
          "the quantizer rotates v; the epilogue (or a pass) rotates O back"},
         {"pv-bf16", "P·V in bf16 (P and v bf16), Q·Kᵀ e4m3",
