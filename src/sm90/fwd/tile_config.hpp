@@ -29,7 +29,7 @@
 #define HFA_SM90_D128_CAUSAL_BLOCK_N 128
 #endif
 // Keys per K/V tile at hdim 256: 64, which leaves room for one slab of O (kBlockN below); 80
-// (the most that fits, no O buffer) measured 1.07-1.28x slower on the hdim 256 shapes and
+// (the most that fits, no O buffer) measured 1.07-1.25x slower on the hdim 256 shapes and
 // within noise from 4k tokens on (bench/results, "Session 13").
 #ifndef HFA_SM90_D256_BLOCK_N
 #define HFA_SM90_D256_BLOCK_N 64
