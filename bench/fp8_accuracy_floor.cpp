@@ -399,15 +399,19 @@ void kernel_softmax_pv(const float* s, float scale_log2, const Operand& v, int k
     const float max_scaled = std::fma(new_max, scale_log2, -offset);
     float rescale = std::exp2(std::fma(row_max, scale_log2, -offset) - max_scaled);  // first: 0
     row_max = new_max;
-    double sum = 0.0;  // exact for rounded P (P·1's k32 steps of e4m3 codes); else summed as fp32
-    float sum_fp32 = 0.0f;
+    double rounded_sum = 0.0;  // of rounded P: exact (P·1's k32 steps of e4m3 codes)
+    float sum = 0.0f;          // of the fp32 P, in fp32
     for (int j = begin; j < end; ++j) {
       const float p = std::exp2(std::fma(s[j], scale_log2, -max_scaled));
       w.p[j] = pipe.p == POperand::e4m3 ? e4m3(p) : pipe.p == POperand::bf16 ? bf16(p) : p;
-      sum += w.p[j];
-      sum_fp32 += p;
+      if (pipe.sums_rounded_p) {
+        rounded_sum += w.p[j];
+      } else {
+        sum += p;
+      }
     }
-    row_sum = std::fma(row_sum, rescale, pipe.sums_rounded_p ? float(sum) : sum_fp32);
+    if (pipe.sums_rounded_p) sum = float(rounded_sum);
+    row_sum = std::fma(row_sum, rescale, sum);
     if (tile != tiles - 1) {
       // The previous tile's P·V lands in O before O is rescaled (mainloop.cuh's steady state).
       pv(tile + 1);
