@@ -2,10 +2,11 @@
 """One forward call of hfa or of SDPA's cuDNN backend between cudaProfilerStart/Stop, for
 `ncu --profile-from-start off` on a short-sequence shape of bench_fwd_shapes.py: bf16,
 BATCH sequences of SEQLEN tokens, HEADS / KV_HEADS heads of HDIM, after three warm-up calls.
+hfa_fp8: hfa's FP8 forward on the same inputs as e4m3 codes with per-tensor descales.
 
     ncu --profile-from-start off --section SpeedOfLight --section Occupancy \\
         --section WarpStateStats --section MemoryWorkloadAnalysis \\
-        python3 bench/profile_fwd_shape.py {hfa,cudnn} BATCH SEQLEN HEADS KV_HEADS HDIM [causal]
+        python3 bench/profile_fwd_shape.py {hfa,hfa_fp8,cudnn} BATCH SEQLEN HEADS KV_HEADS HDIM [causal]
 """
 
 import os
@@ -25,7 +26,16 @@ def main(impl, b, s, h, h_kv, d, causal):
     q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(b, s, h_kv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
 
+    if impl == "hfa_fp8":
+        descales = [(x.float().abs().amax() / 448).reshape(1, 1).expand(b, x.shape[2])
+                    for x in (q, k, v)]
+        q, k, v = ((x.float() / scale[0, 0]).to(torch.float8_e4m3fn)
+                   for x, scale in zip((q, k, v), descales))
+
     def call():
+        if impl == "hfa_fp8":
+            return hfa.flash_attn_func(q, k, v, causal=causal, q_descale=descales[0],
+                                       k_descale=descales[1], v_descale=descales[2])
         if impl == "hfa":
             return hfa.flash_attn_func(q, k, v, causal=causal)
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -36,6 +46,6 @@ def main(impl, b, s, h, h_kv, d, causal):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (7, 8) or sys.argv[1] not in ("hfa", "cudnn"):
+    if len(sys.argv) not in (7, 8) or sys.argv[1] not in ("hfa", "hfa_fp8", "cudnn"):
         sys.exit(__doc__)
     main(sys.argv[1], *map(int, sys.argv[2:7]), len(sys.argv) == 8 and sys.argv[7] == "causal")

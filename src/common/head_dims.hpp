@@ -24,8 +24,9 @@ inline constexpr HeadDims kCompiledHeadDims[] = {
 };
 
 // The FP8 forward's pairs (e4m3 q, k, v): smaller head dims run zero-padded on the first that
-// holds them, as above. Every FP8 kernel takes kFp8KeyBlock keys a tile, so per-block k and v
-// scales come in blocks of a multiple of it (ForwardProblem::k_descale).
+// holds them, as above. Per-block k and v scales come in blocks of a multiple of kFp8KeyBlock
+// keys, and the FP8 kernels that take them walk tiles of that many keys (ForwardProblem::
+// k_descale; the others may take wider tiles, sm90/fwd/tile_config.hpp).
 inline constexpr HeadDims kCompiledFp8HeadDims[] = {
 #define HFA_KERNEL_FP8_HEAD_DIMS(qk, v) {qk, v},
 #include "common/kernel_list.def"

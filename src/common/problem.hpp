@@ -58,7 +58,8 @@ struct ForwardProblem {
   const int32_t* seqused_k = nullptr;
 
   // FP8 descales (dtype e4m3 only; out is bf16 or f16). On a GPU, k and v block_rows are
-  // multiples of kFp8KeyBlock, the FP8 kernels' keys per tile, so a tile of keys has one scale.
+  // multiples of kFp8KeyBlock, the keys per tile of the FP8 kernels that take them, so a tile
+  // of keys has one scale.
   ScaleView q_descale, k_descale, v_descale;
 
   float softmax_scale = 0.0f;  // resolved (never the "default" marker)

@@ -147,7 +147,8 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, ForwardSm90Fp8,
                          });
 
 // Long sequences: many key blocks per tile (the descales' per-block units change block after
-// block), a varlen batch of long and short sequences, causal with seqlen_q != seqlen_k.
+// block; without per-block k and v scales, the wider tiles of hdim 128), a varlen batch of long
+// and short sequences, causal with seqlen_q != seqlen_k.
 TEST(ForwardSm90Fp8Long, ManyBlocks) {
   HFA_REQUIRE_HOPPER();
   int index = 0;
@@ -164,7 +165,8 @@ TEST(ForwardSm90Fp8Long, ManyBlocks) {
     varlen.varlen_k = {1000, 900, 700, 1};
     for (const AttentionCase& base : {fixed, varlen})
       for (const Fp8Spec& spec : {Fp8Spec{Form::per_block, Form::per_block, 64, 128},
-                                  Fp8Spec{Form::per_kv_head, Form::per_block, 0, 384}}) {
+                                  Fp8Spec{Form::per_kv_head, Form::per_block, 0, 384},
+                                  Fp8Spec{Form::per_tensor, Form::per_kv_head}}) {
         AttentionCase c = base;
         c.seed = 7900 + index++;
         SCOPED_TRACE(c.name());

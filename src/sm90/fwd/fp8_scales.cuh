@@ -43,7 +43,8 @@ __device__ __forceinline__ float q_row_scale(const Params& p, const WorkTile& ti
   return detail::scale_at(p.q_descale, tile.batch, query_of_row(p, row), head);
 }
 
-// k's or v's scale of key block n (block_rows is a multiple of kBlockN, so one for the block).
+// k's or v's scale of key block n: per block, block_rows is a multiple of kBlockN (the tiles of
+// TileConfig::kKeyBlockScales), so one for the block.
 template <typename Config>
 __device__ __forceinline__ float key_block_scale(const detail::ScaleView& view,
                                                  const WorkTile& tile, int n_block, int kv_head) {

@@ -44,7 +44,9 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kCtasPerSm)
     ptx::prefetch_tensor_map(&p.q_map);
     ptx::prefetch_tensor_map(&p.k_map);
     ptx::prefetch_tensor_map(&p.v_map);
-    if constexpr (Storage::kStagesOut) ptx::prefetch_tensor_map(&p.out_map);
+    if constexpr (Storage::kStagesOut) {
+      if (p.out_by_tma) ptx::prefetch_tensor_map(&p.out_map);
+    }
   }
   fill_ones(smem);
   __syncthreads();

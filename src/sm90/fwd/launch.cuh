@@ -96,6 +96,13 @@ template <typename Config>
 Status launch(const detail::ForwardProblem& problem, const LaunchContext& context) {
   using Element = typename Config::Element;
   using Storage = SharedStorage<Config>;
+  if constexpr (Config::kFp8 && Config::kBlockN != detail::kFp8KeyBlock) {
+    // run_forward_fp8 sends k and v scaled per block to tiles of one block scale each.
+    if (problem.k_descale.block_rows > 0 || problem.v_descale.block_rows > 0) {
+      return {Code::internal, std::string(kFamily) + ": per-block k or v scales on tiles of " +
+                                  std::to_string(Config::kBlockN) + " keys"};
+    }
+  }
   constexpr auto kDtype = tma_dtype<Element>();
   Params params{};
   // Varlen tensors are (total, head, dim): the maps see them as one batch of `total` rows.
@@ -182,10 +189,12 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
 }
 
 template <int kHeadDimQK, int kHeadDimV, bool kWindowed, typename Element, typename Out,
-          bool kShortRows = false>
+          bool kShortRows = false, bool kKeyBlockScales = false>
 Status launch_softcap_or_not(const detail::ForwardProblem& problem, const LaunchContext& context) {
-  using Plain = TileConfig<kHeadDimQK, kHeadDimV, kWindowed, false, Element, Out, kShortRows>;
-  using Softcapped = TileConfig<kHeadDimQK, kHeadDimV, kWindowed, true, Element, Out, kShortRows>;
+  using Plain = TileConfigFor<kHeadDimQK, kHeadDimV, kWindowed, false, Element, Out, kShortRows,
+                              kKeyBlockScales>;
+  using Softcapped = TileConfigFor<kHeadDimQK, kHeadDimV, kWindowed, true, Element, Out,
+                                   kShortRows, kKeyBlockScales>;
   return problem.softcap > 0.0f ? launch<Softcapped>(problem, context)
                                 : launch<Plain>(problem, context);
 }
@@ -197,7 +206,8 @@ Status launch_softcap_or_not(const detail::ForwardProblem& problem, const Launch
 // sm_margin: the SMs the margin leaves would get CTAs too.
 inline constexpr int kShortRowsMaxKeys = 1024;
 
-template <int kHeadDimQK, int kHeadDimV, typename Element, typename Out>
+template <int kHeadDimQK, int kHeadDimV, typename Element, typename Out,
+          bool kKeyBlockScales = false>
 Status run_forward_with(const detail::ForwardProblem& problem, const LaunchContext& context) {
   if (uses_window(problem)) {
     if constexpr (has_short_rows_tile<kHeadDimQK, Element>) {
@@ -208,9 +218,11 @@ Status run_forward_with(const detail::ForwardProblem& problem, const LaunchConte
                                                                                      context);
       }
     }
-    return launch_softcap_or_not<kHeadDimQK, kHeadDimV, true, Element, Out>(problem, context);
+    return launch_softcap_or_not<kHeadDimQK, kHeadDimV, true, Element, Out, false,
+                                 kKeyBlockScales>(problem, context);
   }
-  return launch_softcap_or_not<kHeadDimQK, kHeadDimV, false, Element, Out>(problem, context);
+  return launch_softcap_or_not<kHeadDimQK, kHeadDimV, false, Element, Out, false,
+                               kKeyBlockScales>(problem, context);
 }
 
 template <int kHeadDimQK, int kHeadDimV, typename Element>
@@ -225,8 +237,13 @@ Status run_forward_partial(const detail::ForwardProblem& problem, const LaunchCo
   return uses_window(problem) ? launch<Windowed>(problem, context) : launch<Full>(problem, context);
 }
 
+// FP8: k or v scaled per block of keys takes the tiles of one block scale each
+// (TileConfig::kKeyBlockScales).
 template <int kHeadDimQK, int kHeadDimV, typename Out>
 Status run_forward_fp8(const detail::ForwardProblem& problem, const LaunchContext& context) {
+  if (problem.k_descale.block_rows > 0 || problem.v_descale.block_rows > 0) {
+    return run_forward_with<kHeadDimQK, kHeadDimV, __nv_fp8_e4m3, Out, true>(problem, context);
+  }
   return run_forward_with<kHeadDimQK, kHeadDimV, __nv_fp8_e4m3, Out>(problem, context);
 }
 

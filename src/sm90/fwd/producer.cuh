@@ -60,7 +60,8 @@ struct Producer {
   __device__ __forceinline__ void load_k(int n_block, int kv_head, const Sequence& seq) {
     load_kv(smem.k, smem.k_full, smem.k_empty, k_ring, &p.k_map, n_block, kv_head, seq);
   }
-  // A slab of transposed V is the head dims × 128 keys.
+  // A slab of transposed V is the head dims × 128 keys; the tile's last slab may run past its
+  // keys (TileConfig::kBlockNSlabbed).
   __device__ __forceinline__ void load_vt(int n_block, int kv_head, int64_t vt_first_key) {
     smem.v_empty[v_ring.stage].wait(v_ring.phase ^ 1);
     smem.v_full[v_ring.stage].arrive_expect_tx(Storage::VTile::kBytes);

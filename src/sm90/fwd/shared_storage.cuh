@@ -41,14 +41,16 @@ struct SharedStorageWith {
   // V as stored (keys × dims, the MN-major B of P·V) or, for e4m3 whose wgmma takes K-major
   // operands only, transposed (dims × keys, from the transposed copy launch.cuh makes).
   using VTile =
-      std::conditional_t<Config::kFp8, SwizzledTile<Element, Config::kHeadDimV, Config::kBlockN>,
+      std::conditional_t<Config::kFp8,
+                         SwizzledTile<Element, Config::kHeadDimV, Config::kBlockNSlabbed>,
                          SwizzledTile<Element, Config::kBlockN, Config::kHeadDimV>>;
 
   // The B operand of the row sums' P·1 (tile_config.hpp, kRowSumsByMma): 8 rows of kBlockN
-  // e4m3 ones, K-major, written once at kernel start (fill_ones).
+  // e4m3 ones (in whole slabs), K-major, written once at kernel start (fill_ones).
   struct NoTile {};
-  using OnesTile = std::conditional_t<Config::kRowSumsByMma,
-                                      SwizzledTile<Element, kRowSumColumns, Config::kBlockN>, NoTile>;
+  using OnesTile =
+      std::conditional_t<Config::kRowSumsByMma,
+                         SwizzledTile<Element, kRowSumColumns, Config::kBlockNSlabbed>, NoTile>;
   // The tile's normalized O in out's type (kOutColumns of it at a time), each consumer
   // warpgroup's 64 rows stored by TMA stores of its own.
   using OutTile = std::conditional_t<

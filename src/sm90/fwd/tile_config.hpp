@@ -51,6 +51,12 @@
 #ifndef HFA_SM90_EXP2_EMULATE_EVERY_FP8
 #define HFA_SM90_EXP2_EMULATE_EVERY_FP8 0
 #endif
+// Keys per K/V tile of FP8 at hdim 128 (per-tensor or per-head k and v scales, no softcap):
+// 224, FlashAttention-3's (see kBlockN). Measured against 128 (bench/results, "Session 14"):
+// non-causal +1 / +8 / +7 % at 2k / 8k / 16k, causal −2 / −1 / +5 %; 192 about the same.
+#ifndef HFA_SM90_FP8_D128_BLOCK_N
+#define HFA_SM90_FP8_D128_BLOCK_N 224
+#endif
 #ifndef HFA_SM90_FP8_ROW_SUMS_BY_MMA
 #define HFA_SM90_FP8_ROW_SUMS_BY_MMA 1
 #endif
@@ -78,8 +84,11 @@ namespace hfa::sm90::fwd {
 // kShortRows_: a configuration for windowed problems whose rows see few keys (short causal
 // sequences, launch.cuh's kShortRowsMaxKeys): a tile of fewer rows where the standard one is
 // larger (has_short_rows_tile).
+// kKeyBlockScales_ (FP8): k or v carries a scale per block of keys (a multiple of
+// detail::kFp8KeyBlock, the API's granularity), so a tile holds exactly kFp8KeyBlock keys and
+// takes one scale of each (fp8_scales.cuh). TileConfigFor sets it only where it changes the tile.
 template <int kHeadDimQK_, int kHeadDimV_, bool kWindowed_, bool kSoftcap_, typename Element_,
-          typename Out_ = Element_, bool kShortRows_ = false>
+          typename Out_ = Element_, bool kShortRows_ = false, bool kKeyBlockScales_ = false>
 struct TileConfig {
   using Element = Element_;
   using Out = Out_;
@@ -89,6 +98,7 @@ struct TileConfig {
   static constexpr bool kSoftcap = kSoftcap_;
   static constexpr bool kFp8 = std::is_same_v<Element, __nv_fp8_e4m3>;
   static constexpr bool kShortRows = kShortRows_;
+  static constexpr bool kKeyBlockScales = kKeyBlockScales_;
   // An f32 out is a partial result (accumulate): its configurations keep the standard tiles.
   // ptxas: no spills at hdim 64, 128, 192; 8 bytes at hdim 256 (the merge's loads of the running
   // out, once a tile).
@@ -98,12 +108,14 @@ struct TileConfig {
   static_assert(!kPartialOut || (!kFp8 && !kShortRows && !kSoftcap),
                 "an f32 out: 16-bit inputs, standard tiles, no softcap (kernel_list.def)");
   static_assert(!kShortRows || kWindowed, "short rows: a causal or windowed configuration");
+  static_assert(!kKeyBlockScales || kFp8, "key block scales: an FP8 configuration");
 
   // Rows of Q per CTA. hdim 64 has cheap GEMMs per exponential, so a third consumer warpgroup
   // keeps the tensor cores fed while the other two compute softmax.
-  // FP8 (hdim 128 and 256): 128 × 128 tiles. e4m3 halves the bytes of a tile, so shared memory
-  // is no limit (Q + 2 stages of K and transposed V: 80 KB at 128, 160 KB at 256); registers
-  // are (S 64 + P 16 + O 128 at hdim 256), and 128 keys are one 128-byte slab of transposed V.
+  // FP8 (hdim 128 and 256): 128 rows, by 128 keys (224 at hdim 128, kBlockN). e4m3 halves the
+  // bytes of a tile, so shared memory is no limit (Q + 2 stages of K and transposed V: 80 KB at
+  // 128 × 128, 160 KB at 256); registers are (S 64 + P 16 + O 128 at hdim 256), and 128 keys are
+  // one 128-byte slab of transposed V.
   // Short rows (16-bit): 128 rows at hdim 64. A causal row of a short sequence sees few key
   // blocks, and a 192-row tile pays its first Q·Kᵀ, last P·V and diagonal mask over more rows
   // and leaves fewer tiles to balance (measured, CUDA-graph replay: 32 × 512 tokens 179 → 165
@@ -124,7 +136,13 @@ struct TileConfig {
   // of O; 80 would fill shared memory without it).
   // Two CTAs an SM (short rows at hdim 128): 64, so that two of them fit (16 + 2·(16 + 16) =
   // 80 KB each).
-  static constexpr int kBlockN = kFp8                 ? detail::kFp8KeyBlock
+  // FP8: 128 (kFp8KeyBlock), but 224 at hdim 128 where the tile's scales allow it (above) and no
+  // softcap: a tile's fixed work (row max reductions, the turn barriers, the GEMMs' issue and
+  // waits) is then spread over 224 keys. S 112 + P 28 + O 64 registers, FlashAttention-3's tile;
+  // at 256 keys ptxas spilled 192 bytes, with the softcap at 224 352 bytes.
+  static constexpr bool kWideFp8Keys = kFp8 && kHeadDimQK == 128 && !kSoftcap && !kKeyBlockScales;
+  static constexpr int kBlockN = kWideFp8Keys   ? HFA_SM90_FP8_D128_BLOCK_N
+                                 : kFp8         ? detail::kFp8KeyBlock
                                  : kBlockM == kRowsPerWarpgroup ? kRowsPerWarpgroup
                                  : kHeadDimQK == 64    ? HFA_SM90_D64_BLOCK_N
                                  : kHeadDimQK == 128 ? (kWindowed ? HFA_SM90_D128_CAUSAL_BLOCK_N
@@ -153,10 +171,12 @@ struct TileConfig {
   // FP8 at hdim 256 holds S 64 + P 16 + O 128: at 232 ptxas serialized its wgmmas (C7512) and
   // spilled 60 bytes, so it takes FlashAttention-3's 24/240 split, 128·(168 − 24) =
   // 256·(240 − 168). It still spills 32-192 bytes (the softcap kernels most), measured 1189
-  // TFLOP/s at 16k non-causal all the same.
+  // TFLOP/s at 16k non-causal all the same. FP8 at hdim 128 on 224-key tiles (S 112 + P 28 + O
+  // 64) takes the same split: its 32 bytes of spills (68 windowed) are the producer's, at 24
+  // registers, one 8-byte store and load a K/V block and a few a tile (executed SASS under ncu).
   // One consumer warpgroup, two CTAs an SM: 128 registers a thread at launch (256 threads
   // twice), 128·(128 − 40) = 128·(216 − 128); S 32 + P 16 + O 64 live at hdim 128.
-  static constexpr bool kWideFp8 = kFp8 && kHeadDimV > 128;
+  static constexpr bool kWideFp8 = kFp8 && (kHeadDimV > 128 || kBlockN > 128);
   static constexpr int kProducerRegisters = kWideFp8 ? 24 : kConsumerWarpgroups <= 2 ? 40 : 32;
   static constexpr int kConsumerRegisters = kWideFp8                    ? 240
                                             : kConsumerWarpgroups == 1 ? 216
@@ -193,11 +213,23 @@ struct TileConfig {
   static constexpr int kSlabsQK = kHeadDimQK / kSlabColumns;
   static_assert(kHeadDimQK % kSlabColumns == 0 && kHeadDimV % kSlabColumns == 0);
   static_assert(kBlockN % kMmaK == 0 && kBlockN % 8 == 0);
-  static_assert(!kFp8 || kBlockN % kSlabColumns == 0, "transposed V: whole slabs of keys");
+  // Transposed V and the ones of P·1 (FP8) are K-major tiles of whole 128-key slabs: a tile of
+  // fewer keys than its slabs hold loads the next tile's first keys into the rest (or zeros past
+  // the end) and leaves them out of P·V.
+  static constexpr int kBlockNSlabbed = (kBlockN + kSlabColumns - 1) / kSlabColumns * kSlabColumns;
   static_assert(register_split_fits(kThreads, kProducerRegisters, kConsumerRegisters,
                                     kConsumerWarpgroups, kCtasPerSm),
                 "setmaxnreg: consumers would claim registers the producer never gave back");
 };
+
+// The configuration, key block scales set only where they change the tile, so that no kernel is
+// compiled twice under two names.
+template <int kHeadDimQK, int kHeadDimV, bool kWindowed, bool kSoftcap, typename Element,
+          typename Out, bool kShortRows, bool kKeyBlockScales>
+using TileConfigFor =
+    TileConfig<kHeadDimQK, kHeadDimV, kWindowed, kSoftcap, Element, Out, kShortRows,
+               kKeyBlockScales && TileConfig<kHeadDimQK, kHeadDimV, kWindowed, kSoftcap, Element,
+                                             Out, kShortRows>::kBlockN != detail::kFp8KeyBlock>;
 
 // Whether a short-rows configuration exists for this head dim and element type (its tile is
 // smaller than the standard one): hdim 64, 16-bit; hdim 128 behind HFA_SM90_D128_SHORT_ROWS.

@@ -14,7 +14,7 @@ DTYPES = {"bf16": "bf16", "f16": "f16"}
 # m64nNk32 e4m3 shapes of the FP8 forward: its kBlockN (Q·Kᵀ, ss) and head dims (P·V, rs), and
 # 8 for its row sums (P·1, rs). 8-bit operands have no transpose: both are K-major, so the
 # forward transposes V first.
-FP8_WIDTHS = [8, 128, 256]
+FP8_WIDTHS = [8, 128, 224, 256]
 
 
 def regs(first, count):
