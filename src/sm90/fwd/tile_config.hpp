@@ -190,7 +190,8 @@ struct TileConfig {
   //     before rounding to 16 bits, which tripled the worst error on peaked rows (an hdim 128
   //     test failed its 2x-peer bound);
   //   exp2 on the FMA pipes: 5-8 % slower at hdim 64, whose FMA pipes are not idle; FP8 hdim
-  //     128 every 8th score 1-3 % slower ("Session 14"): the polynomial takes the same warp's issue slots.
+  //     128 every 8th score 1-3 % slower ("Session 14"): the polynomial takes issue slots of
+  //     the same warp.
   // Always on, being exact: O's rescale is skipped by a warp whose rows all kept their max
   // (mainloop.cuh; measured +2-3 % on the FP8 grid at hdim 128 and 256, bench/results,
   // "Session 10").
