@@ -172,8 +172,9 @@ struct TileConfig {
   // spilled 60 bytes, so it takes FlashAttention-3's 24/240 split, 128·(168 − 24) =
   // 256·(240 − 168). It still spills 32-192 bytes (the softcap kernels most), measured 1189
   // TFLOP/s at 16k non-causal all the same. FP8 at hdim 128 on 224-key tiles (S 112 + P 28 + O
-  // 64) takes the same split: its 32 bytes of spills (68 windowed) are the producer's, at 24
-  // registers, one 8-byte store and load a K/V block and a few a tile (executed SASS under ncu).
+  // 64) takes the same split: its 32 bytes of spills are the producer's, at 24 registers, one
+  // 8-byte store and load a K/V block and a few a tile (executed SASS under ncu); windowed
+  // spills 68 bytes (not located).
   // One consumer warpgroup, two CTAs an SM: 128 registers a thread at launch (256 threads
   // twice), 128·(128 − 40) = 128·(216 − 128); S 32 + P 16 + O 64 live at hdim 128.
   static constexpr bool kWideFp8 = kFp8 && (kHeadDimV > 128 || kBlockN > 128);
