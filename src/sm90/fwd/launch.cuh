@@ -92,13 +92,18 @@ inline void fill_fp8_fields(Params& params, const detail::ForwardProblem& proble
   params.fp8_row_scales = q_differs_in_tile || problem.k_descale.block_rows > 0;
 }
 
+// FP8: whether k or v carries a scale per block of keys (TileConfig::kKeyBlockScales).
+inline bool has_key_block_scales(const detail::ForwardProblem& problem) {
+  return problem.k_descale.block_rows > 0 || problem.v_descale.block_rows > 0;
+}
+
 template <typename Config>
 Status launch(const detail::ForwardProblem& problem, const LaunchContext& context) {
   using Element = typename Config::Element;
   using Storage = SharedStorage<Config>;
   if constexpr (Config::kFp8 && Config::kBlockN != detail::kFp8KeyBlock) {
     // run_forward_fp8 sends k and v scaled per block to tiles of one block scale each.
-    if (problem.k_descale.block_rows > 0 || problem.v_descale.block_rows > 0) {
+    if (has_key_block_scales(problem)) {
       return {Code::internal, std::string(kFamily) + ": per-block k or v scales on tiles of " +
                                   std::to_string(Config::kBlockN) + " keys"};
     }
@@ -241,7 +246,7 @@ Status run_forward_partial(const detail::ForwardProblem& problem, const LaunchCo
 // (TileConfig::kKeyBlockScales).
 template <int kHeadDimQK, int kHeadDimV, typename Out>
 Status run_forward_fp8(const detail::ForwardProblem& problem, const LaunchContext& context) {
-  if (problem.k_descale.block_rows > 0 || problem.v_descale.block_rows > 0) {
+  if (has_key_block_scales(problem)) {
     return run_forward_with<kHeadDimQK, kHeadDimV, __nv_fp8_e4m3, Out, true>(problem, context);
   }
   return run_forward_with<kHeadDimQK, kHeadDimV, __nv_fp8_e4m3, Out>(problem, context);
