@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Forward benchmark: hfa vs PyTorch SDPA (cuDNN and FLASH = FlashAttention-2) on one GPU.
+"""Forward benchmark: hfa vs PyTorch SDPA (cuDNN and FLASH = FlashAttention-2) and
+FlashAttention-3 on one GPU.
 
 Design §5: one process, the same inputs for every implementation, triton.testing.do_bench
 medians, the FA3-paper grid (16k tokens in total, heads = 2048 / hdim), FLOPs 4·b·h·s_q·s_k·d
@@ -10,6 +11,14 @@ max|hfa − ref| ≤ 2·max|cudnn − ref| + 1e-5 and its output is finite every
 SDPA takes (B, H, S, D). It is timed twice: on contiguous BHSD copies made before timing
 ("cudnn", "fa2": the transpose-free variant, the headline numbers) and on transposed views of
 our BSHD tensors ("cudnn_bshd", "fa2_bshd"), which is what a BSHD model would hand it.
+"fa3" is FlashAttention-3's forward op (BSHD, no autograd) from the folder HFA_FA3_DIR names
+(benchlib.fa3_interface): in the default --impls only where that is set; asked for without it,
+or where it does not import, null with the reason once for the run; a cell it was not built for
+(fp16, other head dims) null with its own error. Its error joins the accuracy entry.
+
+Each cell times its implementations twice, in the order of --impls and then in reverse
+(benchlib.in_both_orders: the power limit moves the clock with what ran before); a row's value
+is the mean of the two, "rounds" and "gpu_rounds" keep each round's.
 
 Writes <out>/<date>-fwd-<tag>.{json,md,png}. Cells an implementation cannot run (hfa's
 NotImplementedError, SDPA's "no kernel") are recorded as null with the reason.
@@ -25,12 +34,13 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (accuracy_of, announce, case_cells, check_grid_args,  # noqa: E402
-                      clocks, conclude, flops, fmt, forward_verdict, grid, grid_parser, markdown,
-                      nan_filled_empty, new_result, ratio, record_cell, sci, skip_reason,
-                      timed_ms, under, utc_now, verdict, write_plot, write_results)
+                      clocks, conclude, do_bench_timing, fa3_for_run, fa3_forward, flops, fmt,
+                      forward_verdict, grid, grid_parser, in_both_orders, markdown,
+                      nan_filled_empty, new_result, put_rounds, ratio, record_cell, sci,
+                      skip_reason, under, utc_now, verdict, write_plot, write_results)
 
 # Implementations in column order; the first three are the design's headline columns.
-IMPLS = ["hfa", "cudnn", "fa2", "cudnn_bshd", "fa2_bshd"]
+IMPLS = ["hfa", "cudnn", "fa2", "cudnn_bshd", "fa2_bshd", "fa3"]
 
 
 def parse_args(argv=None):
@@ -101,8 +111,9 @@ def cell_case(args, hdim, causal, seqlen):
     return case
 
 
-def run_cell(args, case, dtype, gen, cpu_gen):
-    """([row], accuracy entry, skipped entries) of one cell (benchlib.record_cell's run)."""
+def run_cell(args, case, dtype, fa3, gen, cpu_gen):
+    """([row], accuracy entry, skipped entries) of one cell (benchlib.record_cell's run).
+    fa3: FlashAttention-3's flash_attn_interface, None where it is not loaded."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend
@@ -130,15 +141,19 @@ def run_cell(args, case, dtype, gen, cpu_gen):
         "fa2": sdpa(SDPBackend.FLASH_ATTENTION, qt, kt, vt),
         "cudnn_bshd": sdpa(SDPBackend.CUDNN_ATTENTION, qv, kv, vv),
         "fa2_bshd": sdpa(SDPBackend.FLASH_ATTENTION, qv, kv, vv),
+        "fa3": (None, fa3 and (lambda: fa3_forward(fa3, q, k, v, causal)[0])),
     }
 
     # First calls: they decide which implementations can run this cell, and give the outputs
-    # the accuracy check reads (BSHD for hfa, BHSD for SDPA).
+    # the accuracy check reads (BSHD for hfa and FA3, BHSD for SDPA).
     outs, notes = {}, {}
     hfa_lse = None
     # cuDNN's output is the accuracy peer (§6): computed even when it is not being timed.
     for impl in args.impls + [i for i in ("cudnn",) if i not in args.impls]:
         backend, fn = fns[impl]
+        if fn is None:  # FA3 not loaded: fa3_for_run recorded why, once for the run
+            notes[impl] = None
+            continue
         try:
             with under(backend):
                 if impl == "hfa":
@@ -146,7 +161,8 @@ def run_cell(args, case, dtype, gen, cpu_gen):
                         outs[impl], hfa_lse = hfa.flash_attn_func(q, k, v, causal=causal,
                                                                   return_attn_probs=True)
                 else:
-                    outs[impl] = fn().transpose(1, 2)
+                    out = fn()
+                    outs[impl] = out if backend is None else out.transpose(1, 2)
             torch.cuda.synchronize()
         except RuntimeError as e:  # NotImplementedError included: it is a RuntimeError
             notes[impl] = skip_reason(e)
@@ -159,37 +175,33 @@ def run_cell(args, case, dtype, gen, cpu_gen):
     forward_verdict(acc, errs, lse_err, outs.get("hfa"), hfa_lse)
     del outs, hfa_lse
 
-    # Timing: median of do_bench, per implementation that ran.
-    row = {"case": case, "metric": "tflops", "gpu": {}}
+    # Timing: median of do_bench, per implementation that ran, in both orders.
+    row = {"case": case, "metric": "tflops", **dict.fromkeys(args.impls)}
     f = flops(batch, heads, seqlen, seqlen, hdim, hdim_v, causal)
-    for impl in args.impls:
-        if impl in notes:
-            row[impl] = None
-            continue
-        backend, fn = fns[impl]
-        with under(backend):
-            t, row["gpu"][impl] = timed_ms(fn, args)
-        row[impl] = round(f / (t * 1e-3) / 1e12, 2)
-    skipped = [{"case": case, "impl": impl, "reason": r} for impl, r in notes.items()]
+    timings = {impl: do_bench_timing(args, *fns[impl]) for impl in args.impls
+               if impl not in notes}
+    put_rounds(row, in_both_orders(timings), lambda ms: round(f / (ms * 1e-3) / 1e12, 2))
+    skipped = [{"case": case, "impl": impl, "reason": r} for impl, r in notes.items() if r]
     return [row], acc, skipped
 
 
 # --- outputs -----------------------------------------------------------------------------------
 
-def fwd_markdown(result, impls):
+def fwd_markdown(result, impls, title):
+    peers = ["cudnn", "fa2"] + [i for i in ("fa3",) if i in impls]  # hfa/peer columns
+    errs = ["hfa", "cudnn"] + [i for i in ("fa3",) if i in impls]  # error columns
     head = ["hdim", "causal", "seqlen", "batch×heads"] + [f"{i} TFLOP/s" for i in impls]
-    head += ["hfa/cudnn", "hfa/fa2", "MHz " + "/".join(impls), "hfa err", "cudnn err",
-             "accuracy"]
+    head += [f"hfa/{p}" for p in peers] + ["MHz " + "/".join(impls)]
+    head += [f"{i} err" for i in errs] + ["accuracy"]
     acc_of = accuracy_of(result)
     body = []
     for r in result["rows"]:
         a = acc_of(r["case"])
         cells = case_cells(r["case"]) + [fmt(r.get(i)) for i in impls]
-        cells += [ratio(r.get("hfa"), r.get("cudnn")), ratio(r.get("hfa"), r.get("fa2")),
-                  clocks(r, impls)]
-        cells += [sci(a.get("hfa_max_err")), sci(a.get("cudnn_max_err")), verdict(a)]
+        cells += [ratio(r.get("hfa"), r.get(p)) for p in peers] + [clocks(r, impls)]
+        cells += [sci(a.get(f"{i}_max_err")) for i in errs] + [verdict(a)]
         body.append(cells)
-    return markdown("Forward: hfa vs PyTorch SDPA", result, head, body)
+    return markdown(title, result, head, body)
 
 
 def main(argv=None):
@@ -205,24 +217,28 @@ def main(argv=None):
     result = new_result("fwd", now, args,
                         f"{args.acc_rows} rows x {args.acc_heads} heads x first/last "
                         "batch vs float64; pass: hfa err <= 2*cudnn err + 1e-5, "
-                        "lse err <= 1e-3, output finite")
+                        "lse err <= 1e-3, output finite",
+                        timing="each cell twice, --impls in order then reversed; value: mean "
+                               "of the two")
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     cpu_gen = torch.Generator()
     cpu_gen.manual_seed(0)
+    fa3 = fa3_for_run(result, args.impls)
     announce(result)
     t0 = time.time()
     bad = 0
     for hdim, causal, seqlen in grid(args):
         case = cell_case(args, hdim, causal, seqlen)
-        bad += record_cell(result, lambda: run_cell(args, case, dtype, gen, cpu_gen), case,
+        bad += record_cell(result, lambda: run_cell(args, case, dtype, fa3, gen, cpu_gen), case,
                            args.impls, t0)
 
     stem = os.path.join(args.out, f"{now.strftime('%Y-%m-%d')}-fwd-{args.tag}")
     plot = None if args.no_plot else (
         lambda path: write_plot(path, result, args.impls, args.hdims,
                                 [{"causal": c} for c in args.causals], "forward"))
-    written = write_results(stem, result, fwd_markdown(result, args.impls), plot)
+    title = "Forward: hfa vs PyTorch SDPA" + (" and FlashAttention-3" if fa3 is not None else "")
+    written = write_results(stem, result, fwd_markdown(result, args.impls, title), plot)
     return conclude(result, written, t0, bad, args.strict)
 
 

@@ -8,7 +8,12 @@ torch.float8_e4m3fn (scale = amax / 448); the descales go in FlashAttention-3's 
 (batch, heads_kv) float32, a stride-0 expansion of the one scale. Rows: "hfa" (FP8, bf16
 output), "hfa_bf16" (hfa's bf16 forward on the unquantized inputs), "cudnn" (PyTorch SDPA's
 cuDNN backend on bf16: SDPA has no FP8 path on this GPU, so it is context, not a peer) and "fa3"
-(FlashAttention-3's flash_attn_interface on the FP8 inputs, when it is installed).
+(FlashAttention-3's forward op on the FP8 inputs and descales, from the folder HFA_FA3_DIR names,
+benchlib.fa3_interface: in the default --impls only where that is set; asked for without it, or
+where it does not import, null with the reason once for the run). Each cell times its
+implementations twice, in the order of --impls and then in reverse (benchlib.in_both_orders:
+the power limit moves the clock with what ran before); a row's value is the mean of the two,
+"rounds" and "gpu_rounds" keep each round's.
 
 Accuracy on every cell (design §6, sampled rows and heads as in bench_fwd.py): max error against
 float64 attention of the dequantized inputs (the kernel's own error) and against float64
@@ -38,10 +43,10 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_fwd import cell_case, reference_rows, sample  # noqa: E402
 from benchlib import (accuracy_of, announce, case_cells, check_grid_args,  # noqa: E402
-                      conclude, first_line, flops, fmt, grid, grid_parser, markdown,
-                      nan_filled_empty, new_result, ratio, record_cell, sci, skip_reason,
-                      table, timed_ms, under, utc_now, verdict, worst, write_plot,
-                      write_results)
+                      conclude, do_bench_timing, fa3_for_run, fa3_forward, first_line, flops,
+                      fmt, grid, grid_parser, in_both_orders, markdown, nan_filled_empty,
+                      new_result, put_rounds, ratio, record_cell, sci, skip_reason, table,
+                      timed_ms, under, utc_now, verdict, worst, write_plot, write_results)
 
 IMPLS = ["hfa", "hfa_bf16", "cudnn", "fa3"]  # column order
 OWN = ("hfa", "hfa_bf16")
@@ -132,15 +137,6 @@ def hfa_fp8(codes, descales, causal, block=None):
     return fn
 
 
-def fa3_function():
-    """(FlashAttention-3's flash_attn_func, None), or (None, why it is not there)."""
-    try:
-        from flash_attn_interface import flash_attn_func
-    except (ImportError, OSError) as e:
-        return None, f"not installed: {first_line(e)}"
-    return flash_attn_func, None
-
-
 def median_ms(fn, args):
     return timed_ms(fn, args)[0]
 
@@ -194,7 +190,7 @@ def fp8_accuracy(case, errs, lse_errs, outs, lses):
 
 def run_cell(args, case, fa3, gen, cpu_gen):
     """([row], accuracy entry, skipped entries) of one cell (benchlib.record_cell's run).
-    fa3: FlashAttention-3's flash_attn_func, None when it is not installed."""
+    fa3: FlashAttention-3's flash_attn_interface, None where it is not loaded."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend
@@ -214,15 +210,16 @@ def run_cell(args, case, fa3, gen, cpu_gen):
         "hfa_bf16": (None, lambda: hfa.flash_attn_func(*bf16, causal=causal)),
         "cudnn": (SDPBackend.CUDNN_ATTENTION,
                   lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)),
-        "fa3": (None, fa3 and (lambda: fa3(*codes, causal=causal, q_descale=descales[0],
-                                            k_descale=descales[1], v_descale=descales[2]))),
+        "fa3": (None, fa3 and (lambda: fa3_forward(fa3, *codes, causal, q_descale=descales[0],
+                                                    k_descale=descales[1],
+                                                    v_descale=descales[2])[0])),
     }
 
     # First calls: which implementations run this cell, and the outputs the accuracy reads.
     outs, lses, notes = {}, {}, {}
     for impl in args.impls:
         backend, fn = fns[impl]
-        if fn is None:  # FA3 not installed: main records that once for the run
+        if fn is None:  # FA3 not loaded: fa3_for_run recorded why, once for the run
             notes[impl] = None
             continue
         try:
@@ -232,7 +229,6 @@ def run_cell(args, case, fa3, gen, cpu_gen):
                         outs[impl], lses[impl] = fn(return_attn_probs=True)
                 else:
                     out = fn()
-                    out = out[0] if isinstance(out, tuple) else out  # FA3: out or (out, lse)
                     outs[impl] = out.transpose(1, 2) if impl == "cudnn" else out
             torch.cuda.synchronize()
         except CANNOT_RUN as e:
@@ -243,16 +239,12 @@ def run_cell(args, case, fa3, gen, cpu_gen):
     acc = fp8_accuracy(case, errs, lse_errs, outs, lses)
     del outs, lses
 
-    row = {"case": case, "metric": "tflops", "gpu": {}}
+    row = {"case": case, "metric": "tflops", **dict.fromkeys(args.impls)}
     f = flops(case["batch"], case["heads"], case["seqlen_q"], case["seqlen_k"], case["hdim"],
               case["hdim"], causal)
-    for impl in args.impls:
-        backend, fn = fns[impl]
-        row[impl] = None
-        if impl not in notes:
-            with under(backend):
-                ms, row["gpu"][impl] = timed_ms(fn, args)
-            row[impl] = tflops_of(f, ms)
+    timings = {impl: do_bench_timing(args, *fns[impl]) for impl in args.impls
+               if impl not in notes}
+    put_rounds(row, in_both_orders(timings), lambda ms: tflops_of(f, ms))
     skipped = [{"case": case, "impl": impl, "reason": r} for impl, r in notes.items() if r]
     return [row], acc, skipped
 
@@ -369,17 +361,21 @@ def target_verdicts(result):
 
 
 def grid_table(result, impls):
+    fa3 = "fa3" in impls
     head = ["hdim", "causal", "seqlen", "batch×heads"] + [f"{i} TFLOP/s" for i in impls]
-    head += ["hfa/hfa_bf16", "hfa/cudnn", "hfa err (deq)", "hfa err (bf16 in)",
-             "hfa_bf16 err (bf16 in)", "accuracy"]
+    head += ["hfa/hfa_bf16", "hfa/cudnn"] + (["hfa/fa3"] if fa3 else [])
+    head += ["hfa err (deq)", "hfa err (bf16 in)"] + (["fa3 err (deq)"] if fa3 else [])
+    head += ["hfa_bf16 err (bf16 in)", "accuracy"]
     acc_of = accuracy_of(result)
     body = []
     for r in result["rows"]:
         a = acc_of(r["case"])
         cells = case_cells(r["case"]) + [fmt(r.get(i)) for i in impls]
         cells += [ratio(r.get("hfa"), r.get("hfa_bf16")), ratio(r.get("hfa"), r.get("cudnn"))]
-        cells += [sci(a.get("hfa_max_err")), sci(a.get("hfa_max_err_unquantized")),
-                  sci(a.get("hfa_bf16_max_err_unquantized")), verdict(a)]
+        cells += [ratio(r.get("hfa"), r.get("fa3"))] if fa3 else []
+        cells += [sci(a.get("hfa_max_err")), sci(a.get("hfa_max_err_unquantized"))]
+        cells += [sci(a.get("fa3_max_err"))] if fa3 else []
+        cells += [sci(a.get("hfa_bf16_max_err_unquantized")), verdict(a)]
         body.append(cells)
     return head, body
 
@@ -443,15 +439,14 @@ def main(argv=None):
         "attention of the dequantized inputs (*_max_err) and of the unquantized bf16 inputs "
         f"(*_max_err_unquantized); pass: hfa err <= {FP8_MAX_ERR}, out and lse finite",
         quantization="N(0, 1) bf16 inputs, per-tensor e4m3 scale amax / 448, descales "
-                     "(batch, heads) float32 with stride 0", impls=args.impls)
+                     "(batch, heads) float32 with stride 0", impls=args.impls,
+        timing="each cell twice, --impls in order then reversed; value: mean of the two")
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     cpu_gen = torch.Generator()
     cpu_gen.manual_seed(0)
+    fa3 = fa3_for_run(result, [] if args.no_grid else args.impls)
     announce(result)
-    fa3, fa3_missing = fa3_function()
-    if fa3_missing and "fa3" in args.impls and not args.no_grid:
-        result["skipped"].append({"case": {"cells": "all"}, "impl": "fa3", "reason": fa3_missing})
     t0 = time.time()
     bad = 0
     for hdim, causal, seqlen in ([] if args.no_grid else grid(args)):

@@ -13,6 +13,9 @@ expanded to heads_q, said in the row's "notes"). Each shape is timed two ways, a
     of back-to-back calls with no host in between; inputs stay warm in L2 across the calls.
   - "do_bench": triton.testing.do_bench's median through Python, as bench_fwd.py times: the
     host's cost per call shows where it exceeds the kernel's (and do_bench clears L2 first).
+Each timing runs twice, the implementations in the order of --impls and then in reverse
+(benchlib.in_both_orders: the power limit moves the clock with what ran before); a row's value
+is the mean of the two.
 Accuracy on every shape (design §6, as bench_fwd.py): max error of hfa and of cuDNN against
 float64 attention on sampled rows and heads of the first and last sequence, on the GPU; hfa
 passes when max|hfa − ref| ≤ 2·max|cudnn − ref| + 1e-5, its LSE is within 1e-3 and its output
@@ -29,9 +32,11 @@ Shapes (--list-shapes prints their names; --shapes takes names, fnmatch patterns
 JSON (design §5): {"what": "fwd-shapes", ..., "rows": [{"case": {"batch", "seqlen_q",
 "seqlen_k", "heads_q", "heads_kv", "hdim", "causal", "dtype", "timing": "graph" | "do_bench"},
 "metric": "us", "hfa": x, "cudnn": y, "fa2": z, "shape": name, "flops": f, "gpu": {impl:
-{"sm_mhz", "watts"}}}]}: microseconds per call, null where an implementation cannot run (the
-reason in "skipped"); "flops" is design §5's count (TFLOP/s = flops / us / 1e6); "gpu" the SM
-clock and power while each was timed (benchlib.GpuState). The markdown has one line per shape:
+{"sm_mhz", "watts"}}, "rounds": {impl: [x1, x2]}, "gpu_rounds": {impl: [state1, state2]},
+"round_order": [impl, ...]}]}: microseconds per call (the mean of the two rounds), null where
+an implementation cannot run (the reason in "skipped"); "flops" is design §5's count (TFLOP/s =
+flops / us / 1e6); "gpu" the mean SM clock and power while each was timed (benchlib.GpuState),
+"gpu_rounds" each round's. The markdown has one line per shape:
 graph µs of each implementation, hfa÷cudnn and hfa÷fa2 (speed ratios, the peer's time over
 hfa's: above 1, hfa is faster, bench_fwd.py's hfa/cudnn of TFLOP/s), the do_bench µs, hfa's
 TFLOP/s and accuracy.
@@ -64,9 +69,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_fwd import max_errors, sample  # noqa: E402
 from bench_overhead import in_graph  # noqa: E402
 from benchlib import (GpuState, announce, conclude, event_seconds, first_line,  # noqa: E402
-                      flops, fmt, forward_verdict, markdown, nan_filled_empty, new_result, ratio,
-                      record_cell, sci, skip_reason, timed_ms, under, utc_now, verdict,
-                      write_results)
+                      flops, fmt, forward_verdict, in_both_orders, markdown, nan_filled_empty,
+                      new_result, put_rounds, ratio, record_cell, sci, skip_reason, timed_ms,
+                      under, utc_now, verdict, write_results)
 
 IMPLS = ["hfa", "cudnn", "fa2"]  # column order
 TIMINGS = ["graph", "do_bench"]  # row order; "graph" is the headline
@@ -201,6 +206,25 @@ def graph_us(args, fn):
     return seconds / args.graph_calls * 1e6
 
 
+def us_timing(args, timing, backend, fn, impl, failed):
+    """A timing for benchlib.in_both_orders: (µs per call of fn, GPU state) by `timing` ("graph"
+    or "do_bench") under the SDPA backend `backend`. A RuntimeError (e.g. a capture the backend
+    does not allow) gives (None, None), its first line kept in failed[impl]."""
+    def measure():
+        try:
+            with under(backend):
+                if timing == "graph":
+                    with GpuState() as state:
+                        us = graph_us(args, fn)
+                    return us, state.as_dict()
+                ms, state = timed_ms(fn, args)
+                return 1e3 * ms, state
+        except RuntimeError as e:
+            failed.setdefault(impl, first_line(e))
+            return None, None
+    return measure
+
+
 def run_shape(args, name, case, dtype, gen, cpu_gen):
     """(rows, accuracy entry, skipped entries) of one shape (benchlib.record_cell's run)."""
     import torch
@@ -271,24 +295,13 @@ def run_shape(args, name, case, dtype, gen, cpu_gen):
     skipped = [{"case": case, "impl": impl, "reason": r} for impl, r in notes.items()]
     out_rows = []
     for timing in args.timings:
-        row = {"case": {**case, "timing": timing}, "metric": "us", "gpu": {}}
-        for impl in args.impls:
-            row[impl] = None
-            if impl in notes:
-                continue
-            try:
-                with under(backends[impl]):
-                    if timing == "graph":
-                        with GpuState() as state:
-                            us = graph_us(args, fns[impl])
-                        row["gpu"][impl] = state.as_dict()
-                    else:
-                        ms, row["gpu"][impl] = timed_ms(fns[impl], args)
-                        us = 1e3 * ms
-                row[impl] = round(us, 2)
-            except RuntimeError as e:  # e.g. a capture the backend does not allow
-                skipped.append({"case": row["case"], "impl": impl,
-                                "reason": f"error: {timing}: {first_line(e)}"})
+        row = {"case": {**case, "timing": timing}, "metric": "us", **dict.fromkeys(args.impls)}
+        failed = {}  # impl -> why its timing raised
+        timings = {impl: us_timing(args, timing, backends[impl], fns[impl], impl, failed)
+                   for impl in args.impls if impl not in notes}
+        put_rounds(row, in_both_orders(timings), lambda us: round(us, 2))
+        skipped += [{"case": row["case"], "impl": impl, "reason": f"error: {timing}: {why}"}
+                    for impl, why in failed.items()]
         row["shape"], row["flops"] = name, f
         if row_notes:
             row["notes"] = dict(row_notes)

@@ -1,6 +1,7 @@
-"""What the grid benchmarks (bench_fwd.py, bench_bwd.py) share, and the house helpers the other
-benchmarks import: the result header, design §5's FLOP count, the per-cell error handling of the
-main loop, and the JSON / markdown / PNG writers.
+"""What the grid benchmarks (bench_fwd.py, bench_bwd.py, bench_fwd_fp8.py) share, and the house
+helpers the other benchmarks import: the result header, design §5's FLOP count, FlashAttention-3
+as a peer (found through HFA_FA3_DIR), the timing of a cell's implementations in two opposite
+orders, the per-cell error handling of the main loop, and the JSON / markdown / PNG writers.
 
 torch, triton and matplotlib are imported inside the functions that need them, so that
 `--help` and the writers work on a machine without them.
@@ -9,6 +10,7 @@ torch, triton and matplotlib are imported inside the functions that need them, s
 import argparse
 import contextlib
 import datetime
+import functools
 import itertools
 import json
 import os
@@ -48,6 +50,70 @@ def flops(batch, heads, seqlen_q, seqlen_k, d_qk, d_v, causal):
     """Design §5: 4·b·h·s_q·s_k·d (d: mean of the head dims), halved for causal at s_q = s_k."""
     f = 4.0 * batch * heads * seqlen_q * seqlen_k * (d_qk + d_v) / 2
     return f / 2 if causal and seqlen_q == seqlen_k else f
+
+
+# --- FlashAttention-3 ---------------------------------------------------------------------------
+# The peer hfa is modelled on. It does not come with PyTorch: the GPU machine has it as a folder
+# (flash_attn_interface.py beside the flash_attn_3 package and its compiled library), which
+# HFA_FA3_DIR names. Its implementations in the benchmarks: "fa3" (and bench_bwd.py's "fa3_det").
+
+FA3_DIR_VARIABLE = "HFA_FA3_DIR"
+
+
+def is_fa3(impl):
+    return impl == "fa3" or impl.startswith("fa3_")
+
+
+def default_impls(impls):
+    """A benchmark's default --impls: FlashAttention-3's only where HFA_FA3_DIR is set, so that a
+    run without it measures what it did before (asked for by name, they record why not)."""
+    return [i for i in impls if not is_fa3(i) or os.environ.get(FA3_DIR_VARIABLE)]
+
+
+@functools.cache
+def fa3_interface():
+    """(FlashAttention-3's flash_attn_interface module, None), or (None, why it cannot be used):
+    the folder HFA_FA3_DIR names goes first on sys.path, and the module is imported once."""
+    folder = os.environ.get(FA3_DIR_VARIABLE)
+    if not folder:
+        return None, f"not available: {FA3_DIR_VARIABLE} is not set (FlashAttention-3's folder)"
+    folder = os.path.abspath(folder)
+    sys.path.insert(0, folder)
+    try:
+        import flash_attn_interface
+    except Exception as e:  # noqa: BLE001 - ImportError, OSError of its library, a torch error
+        # The folder by its variable's name: the reason goes into result files.
+        why = first_line(e).replace(folder, "$" + FA3_DIR_VARIABLE)
+        return None, (f"not available: import flash_attn_interface from {FA3_DIR_VARIABLE} "
+                      f"failed: {type(e).__name__}: {why}")
+    return flash_attn_interface, None
+
+
+def fa3_for_run(result, impls):
+    """FlashAttention-3's module for a run of the implementations `impls`, or None: where none of
+    them is FA3's, or it does not load, and then each FA3 implementation asked for gets one skip
+    entry for the whole run (case {"cells": "all"}), its cells null. Where it loads, its version
+    joins the result's versions."""
+    wanted = [i for i in impls if is_fa3(i)]
+    if not wanted:
+        return None
+    fa3, why = fa3_interface()
+    if fa3 is None:
+        result["skipped"] += [{"case": {"cells": "all"}, "impl": i, "reason": why} for i in wanted]
+        print(f"bench: {', '.join(wanted)}: {why}", flush=True)
+    else:
+        package = sys.modules.get("flash_attn_3")
+        result["versions"]["fa3"] = getattr(package, "__version__", "unknown")
+    return fa3
+
+
+def fa3_forward(fa3, q, k, v, causal, **descales):
+    """(out, lse) of FlashAttention-3's forward on BSHD q, k, v (k, v may have fewer heads: GQA),
+    its op without autograd, softmax scale 1/sqrt(hdim). FP8: e4m3 q, k, v and q_descale,
+    k_descale, v_descale float32 (batch, heads_kv); out is bf16 then."""
+    out, lse, *_ = fa3._flash_attn_forward(q, k, v, softmax_scale=q.shape[-1] ** -0.5,
+                                           causal=causal, **descales)
+    return out, lse
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -152,6 +218,57 @@ def timed_ms(fn, args):
     return ms, state.as_dict()
 
 
+def in_both_orders(timings):
+    """Runs every timing of `timings` (name -> a function that times one implementation and
+    returns (value, GPU state), e.g. do_bench_timing's) twice: in the order given, then in the
+    reverse order. Returns name -> [round 1's (value, state), round 2's]. Why: the H200 reaches
+    its 700 W limit within a few hundred milliseconds of sustained attention and lowers its
+    clock (GpuState), so what ran just before sets an implementation's clock; in two opposite
+    orders each implementation runs once early and once late, and the mean of its two rounds
+    carries the same drift as every other's."""
+    measured = {name: [] for name in timings}
+    for order in (list(timings), list(reversed(timings))):
+        for name in order:
+            measured[name].append(timings[name]())
+    return measured
+
+
+def do_bench_timing(args, backend, fn):
+    """A timing for in_both_orders: timed_ms of fn under the SDPA backend `backend` (None: no
+    backend context, for hfa and FlashAttention-3)."""
+    def timing():
+        with under(backend):
+            return timed_ms(fn, args)
+    return timing
+
+
+def mean_state(states):
+    """The mean of GpuState.as_dict()s; a reading is None where any state lacks it."""
+    mean = {}
+    for key, digits in (("sm_mhz", None), ("watts", 1)):
+        xs = [s.get(key) if s else None for s in states]
+        mean[key] = None if not xs or None in xs else round(sum(xs) / len(xs), digits)
+    return mean
+
+
+def put_rounds(row, measured, value):
+    """Writes in_both_orders's measurements into a row: row[name] the mean over the two rounds
+    of value(x) (x what the timing gave, e.g. ms; value turns it into the row's metric, rounded),
+    row["rounds"][name] each round's value, row["gpu"][name] the mean SM clock and power (the
+    shape every reader knows), row["gpu_rounds"][name] each round's state, and
+    row["round_order"] the first round's order (the second ran in reverse). A round that gave
+    no value (None) leaves the headline None."""
+    row["round_order"] = list(measured)
+    gpu, rounds, gpu_rounds = row.setdefault("gpu", {}), {}, {}
+    for name, timed in measured.items():
+        values = [None if x is None else value(x) for x, _ in timed]
+        rounds[name] = values
+        row[name] = None if None in values else round(sum(values) / len(values), 2)
+        gpu_rounds[name] = [state for _, state in timed]
+        gpu[name] = mean_state(gpu_rounds[name])
+    row["rounds"], row["gpu_rounds"] = rounds, gpu_rounds
+
+
 def clocks(row, impls):
     """A row's SM clocks while each implementation ran, "1650/1710" (MHz; "–" where unknown)."""
     gpu = row.get("gpu", {})
@@ -170,7 +287,8 @@ def grid_parser(doc, impls, tag_default="the dtype"):
     p.add_argument("--causal", choices=["both", "true", "false"], default="both")
     p.add_argument("--tokens", type=int, default=16384, help="batch = tokens / seqlen")
     p.add_argument("--head-budget", type=int, default=2048, help="heads = head_budget / hdim")
-    p.add_argument("--impls", nargs="+", choices=impls, default=impls)
+    p.add_argument("--impls", nargs="+", choices=impls, default=default_impls(impls),
+                   help="default: all, FlashAttention-3's (fa3*) only where HFA_FA3_DIR is set")
     p.add_argument("--tag", default=None, help=f"file name tag (default: {tag_default})")
     p.add_argument("--warmup", type=float, default=25, help="do_bench warmup, ms")
     p.add_argument("--rep", type=float, default=100, help="do_bench repetitions, ms")
@@ -203,6 +321,12 @@ def grid(args):
 
 def cell_label(hdim, causal, seqlen):
     return f"hdim {hdim:3d} causal {int(causal)} seqlen {seqlen:5d}"
+
+
+def gqa_heads(case):
+    """"query/KV" heads of a case with both "heads" and "heads_kv" (bench_bwd.py --gqa), which
+    the grid's (hdim, causal, seqlen) does not tell apart; None for a grid cell."""
+    return f"{case['heads']}/{case['heads_kv']}" if "heads" in case and "heads_kv" in case else None
 
 
 def new_result(what, now, args, accuracy, **settings):
@@ -263,6 +387,7 @@ def record_cell(result, run, case, impls, t0, variants=({},), checks=("pass",), 
     for row in rows:
         c = row["case"]
         label = " ".join([cell_label(c["hdim"], c["causal"], c["seqlen_q"])]
+                         + ([f"b{c['batch']} h{gqa_heads(c)}"] if gqa_heads(c) else [])
                          + [str(c[k]) for k in VARIANT_KEYS if k in c])
         summary = "  ".join(f"{i} {fmt(row.get(i))}" for i in impls)
         if row.get("gpu"):
@@ -391,9 +516,10 @@ def accuracy_of(result):
 
 
 def case_cells(case):
-    """The first columns of a grid table."""
+    """The first columns of a grid table; heads as query/KV heads where the case has heads_kv."""
+    heads = gqa_heads(case) or str(case["heads"])
     return [str(case["hdim"]), "T" if case["causal"] else "F", str(case["seqlen_q"]),
-            f"{case['batch']}×{case['heads']}"]
+            f"{case['batch']}×{heads}"]
 
 
 def table(head, body):
@@ -416,6 +542,8 @@ def markdown(title, result, head, body):
             if "hdim" in c:  # a grid cell
                 where = "".join(f", {k} {c[k]}" for k in VARIANT_KEYS if k in c)
                 at = f"hdim {c['hdim']}, causal {c['causal']}, seqlen {c['seqlen_q']}{where}"
+                if gqa_heads(c):  # a list of shapes: cells that share the above differ here
+                    at += f", batch {c['batch']}, heads {gqa_heads(c)}"
             else:
                 at = ", ".join(f"{k} {v}" for k, v in c.items())
             lines.append(f"- {s['impl']} at {at}: {s['reason']}")
