@@ -118,6 +118,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     deterministic = _args.flag(deterministic, "deterministic")
     return_attn_probs = _args.flag(return_attn_probs, "return_attn_probs")
     sm_margin = _args.sm_margin(sm_margin)
+    descale_block_q = _args.integer(descale_block_q, "descale_block_q")
+    descale_block_kv = _args.integer(descale_block_kv, "descale_block_kv")
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_func(q, k, v, softmax_scale, causal, window_size, softcap,
@@ -126,6 +128,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
                                   descale_block_kv, sm_margin)
     _no_descales_for_numpy(q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
     from . import _kvcache, _numpy
+    _numpy.check_out(out)
     result, lse = _kvcache.into(out, *_numpy.forward(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
         softcap=softcap, learnable_sink=learnable_sink, sm_margin=sm_margin))
@@ -155,6 +158,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     deterministic = _args.flag(deterministic, "deterministic")
     return_attn_probs = _args.flag(return_attn_probs, "return_attn_probs")
     sm_margin = _args.sm_margin(sm_margin)
+    max_seqlen_q = _args.optional_integer(max_seqlen_q, "max_seqlen_q")
+    max_seqlen_k = _args.optional_integer(max_seqlen_k, "max_seqlen_k")
+    num_splits = _args.integer(num_splits, "num_splits")
+    descale_block_q = _args.integer(descale_block_q, "descale_block_q")
+    descale_block_kv = _args.integer(descale_block_kv, "descale_block_kv")
     if s_aux is not None:
         if learnable_sink is not None:
             raise ValueError("s_aux, learnable_sink: give one (they are the same argument)")
@@ -184,6 +192,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                          sm_margin=sm_margin)
     _no_descales_for_numpy(*fp8)
     from . import _kvcache, _numpy
+    _numpy.check_out(out)
     result, lse = _kvcache.into(out, *_numpy.forward(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
         softcap=softcap, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
@@ -208,6 +217,8 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     causal = _args.flag(causal, "causal")
     deterministic = _args.flag(deterministic, "deterministic")
     sm_margin = _args.sm_margin(sm_margin)
+    max_seqlen_q = _args.optional_integer(max_seqlen_q, "max_seqlen_q")
+    max_seqlen_k = _args.optional_integer(max_seqlen_k, "max_seqlen_k")
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_backward(dout, q, k, v, out, lse, softmax_scale, causal,
@@ -244,6 +255,8 @@ def flash_attn_accumulate(q, k, v, out, lse, softmax_scale=None, causal=False,
     window_size = _args.window(window_size)
     causal = _args.flag(causal, "causal")
     sm_margin = _args.sm_margin(sm_margin)
+    max_seqlen_q = _args.optional_integer(max_seqlen_q, "max_seqlen_q")
+    max_seqlen_k = _args.optional_integer(max_seqlen_k, "max_seqlen_k")
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_accumulate(q, k, v, out, lse, softmax_scale, causal, window_size,
@@ -314,6 +327,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     rotary_interleaved = _args.flag(rotary_interleaved, "rotary_interleaved")
     return_softmax_lse = _args.flag(return_softmax_lse, "return_softmax_lse")
     sm_margin = _args.sm_margin(sm_margin)
+    num_splits = _args.integer(num_splits, "num_splits")
+    split_size = _args.integer(split_size, "split_size")
+    max_seqlen_q = _args.optional_integer(max_seqlen_q, "max_seqlen_q")
+    cache_seqlens = _args.lengths(cache_seqlens, "cache_seqlens")
     fe = _frontend(q)
     if (fe is not None and fe.NATIVE
             and not (return_softmax_lse or attention_chunk or split_size or sm_margin)

@@ -274,6 +274,18 @@ def error_for(status: int, message: str) -> Exception:
     return err
 
 
+# The C ABI's names of the arguments whose Python name differs: a message that starts with one
+# names the argument as the caller wrote it.
+_CALLER_NAMES = {"k_new": "k", "v_new": "v", "sinks": "learnable_sink", "block_rows": "block"}
+
+
+def _callers_words(message: str) -> str:
+    argument, colon, rest = message.partition(":")
+    if colon and argument in _CALLER_NAMES:
+        return _CALLER_NAMES[argument] + colon + rest
+    return message
+
+
 def check(status: int) -> None:
     if status == SUCCESS:
         return
@@ -281,7 +293,7 @@ def check(status: int) -> None:
     # hfa_last_error is per thread; ctypes runs the call and this one on the same thread.
     message = (lib.hfa_last_error() or b"").decode("utf-8", "replace")
     name = (lib.hfa_status_name(status) or b"").decode("utf-8", "replace")
-    raise error_for(status, message or f"hfa: {name or 'error'} (status {status})")
+    raise error_for(status, _callers_words(message) or f"hfa: {name or 'error'} (status {status})")
 
 
 # --- calls -------------------------------------------------------------------------------------

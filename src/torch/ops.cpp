@@ -24,6 +24,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <array>
 #include <cmath>
@@ -48,6 +49,9 @@ std::optional<hfa_dtype> dtype_code(at::ScalarType type) {
     case at::kBFloat16: return HFA_BF16;
     case at::kFloat8_e4m3fn: return HFA_E4M3;
     case at::kFloat8_e5m2: return HFA_E5M2;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 7)
+    case at::kFloat8_e8m0fnu: return HFA_UE8M0;
+#endif
     case at::kInt: return HFA_I32;
     default: return std::nullopt;
   }
@@ -489,26 +493,34 @@ struct KVCacheArgs {
   int64_t num_splits, split_size, sm_margin;
 };
 
-// Rotary tables are float32 or q's dtype (the library checks which).
-hfa_dtype rotary_code(const OptTensor& table, hfa_dtype q_code) {
-  return table && table->scalar_type() == at::kFloat ? HFA_F32 : q_code;
+// A KV-cache argument's hfa_dtype: its own, never another argument's (the library trusts the
+// label to size what it reads and writes, and names an argument whose dtype does not fit).
+// uint8 has none: it holds the bytes of FP8 / FP4 codes or their scales, in the byte format
+// python/hfa/_kvcache.py resolved for the call (`bytes`), and nothing else.
+hfa_dtype own_code(const Tensor& t, int64_t bytes, const char* name) {
+  if (t.scalar_type() != at::kByte) return dtype_of(t, name);
+  TORCH_CHECK_TYPE(bytes == HFA_E4M3 || bytes == HFA_UE8M0 || bytes == HFA_FP4_E2M1X2, name,
+                   ": dtype ", t.scalar_type(), " is not supported here (uint8 holds FP8 / FP4 "
+                   "codes and their scales only)");
+  return static_cast<hfa_dtype>(bytes);
+}
+
+OptionalView own_view(const OptTensor& t, int64_t bytes, const char* name) {
+  return t ? OptionalView(t, own_code(*t, bytes, name), name) : OptionalView(t, name);
 }
 
 void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& out, const Tensor* lse, const KVCacheArgs& a) {
   Tensor q = usable_strides(q_in);
   OnDevice on_device(q);
-  hfa_dtype q_code = dtype_of(q, "q");
-  auto cache_code = static_cast<hfa_dtype>(a.cache_code);
-  auto scale_code = static_cast<hfa_dtype>(a.scale_code);
   hfa::Tensor seqlens = view(a.cache_seqlens, "cache_seqlens");
-  OptionalView table(a.block_table, "page_table"), k_scale(a.k_scale, scale_code, "k_scale"),
-      v_scale(a.v_scale, scale_code, "v_scale"),
+  OptionalView table(a.block_table, "page_table"),
+      k_scale = own_view(a.k_scale, a.scale_code, "k_scale"),
+      v_scale = own_view(a.v_scale, a.scale_code, "v_scale"),
       k_global(a.k_global_scale, "k_global_scale"), v_global(a.v_global_scale, "v_global_scale"),
-      k_new(a.k_new, q_code, "k"), v_new(a.v_new, q_code, "v"),
-      cos_table(a.rotary_cos, rotary_code(a.rotary_cos, q_code), "rotary_cos"),
-      sin_table(a.rotary_sin, rotary_code(a.rotary_sin, q_code), "rotary_sin"),
-      cu_q(a.cu_seqlens_q, "cu_seqlens_q"), cu_k_new(a.cu_seqlens_k_new, "cu_seqlens_k_new");
+      k_new(a.k_new, "k"), v_new(a.v_new, "v"), cos_table(a.rotary_cos, "rotary_cos"),
+      sin_table(a.rotary_sin, "rotary_sin"), cu_q(a.cu_seqlens_q, "cu_seqlens_q"),
+      cu_k_new(a.cu_seqlens_k_new, "cu_seqlens_k_new");
   hfa::KVCacheOptions o;
   o.cache_seqlens = &seqlens;
   o.block_table = table.get();
@@ -533,15 +545,16 @@ void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_
   o.max_seqlen_q = static_cast<int32_t>(a.max_seqlen_q);
   o.cu_seqlens_k_new = cu_k_new.get();
   o.sm_margin = to_int32(a.sm_margin, "sm_margin");
-  hfa::Tensor qt = view(q, q_code, "q"), kt = view(k_cache, cache_code, "k_cache"),
-              vt = view(v_cache, cache_code, "v_cache");
+  hfa::Tensor qt = view(q, "q"),
+              kt = view(k_cache, own_code(k_cache, a.cache_code, "k_cache"), "k_cache"),
+              vt = view(v_cache, own_code(v_cache, a.cache_code, "v_cache"), "v_cache");
   std::size_t bytes = 0;
   check(hfa::forward_kvcache_workspace_size(qt, kt, vt, o, &bytes));
   Tensor scratch = workspace(q, bytes, &o.workspace);
   o.workspace_bytes = bytes;
   std::optional<hfa::Tensor> lt;
   if (lse != nullptr) lt = view(*lse, "lse");
-  check(hfa::forward_kvcache(qt, kt, vt, view(out, q_code, "out"), lt ? &*lt : nullptr, o));
+  check(hfa::forward_kvcache(qt, kt, vt, view(out, "out"), lt ? &*lt : nullptr, o));
 }
 
 #define HFA_KVCACHE_PARAMETERS                                                                  \
