@@ -114,6 +114,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     # The scalar arguments checked and normalized (hfa._args), one call each: this is the
     # per-call path, and every microsecond of it shows (bench/overhead_parts.py).
     window_size = _args.window(window_size)
+    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
+    softcap = _args.real(softcap, "softcap")
     causal = _args.flag(causal, "causal")
     deterministic = _args.flag(deterministic, "deterministic")
     return_attn_probs = _args.flag(return_attn_probs, "return_attn_probs")
@@ -154,6 +156,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     FP8 inputs and their descales included (a per-block descale counts the blocks of each
     sequence from its first row), and sm_margin."""
     window_size = _args.window(window_size)
+    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
+    softcap = _args.real(softcap, "softcap")
     causal = _args.flag(causal, "causal")
     deterministic = _args.flag(deterministic, "deterministic")
     return_attn_probs = _args.flag(return_attn_probs, "return_attn_probs")
@@ -214,6 +218,8 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     e.g. for the steps of a context-parallel ring, which share the final out; out is then not
     read. lse may be a slice of a longer one (any strides with a unit last one)."""
     window_size = _args.window(window_size)
+    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
+    softcap = _args.real(softcap, "softcap")
     causal = _args.flag(causal, "causal")
     deterministic = _args.flag(deterministic, "deterministic")
     sm_margin = _args.sm_margin(sm_margin)
@@ -253,6 +259,8 @@ def flash_attn_accumulate(q, k, v, out, lse, softmax_scale=None, causal=False,
     series. Not differentiable (torch: call under torch.no_grad()). On a GPU: f16/bf16 inputs
     with no softcap. Returns (out, lse)."""
     window_size = _args.window(window_size)
+    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
+    softcap = _args.real(softcap, "softcap")
     causal = _args.flag(causal, "causal")
     sm_margin = _args.sm_margin(sm_margin)
     max_seqlen_q = _args.optional_integer(max_seqlen_q, "max_seqlen_q")
@@ -323,6 +331,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     or (heads_q, total_q) for varlen q).
     """
     window_size = _args.window(window_size)
+    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
+    softcap = _args.real(softcap, "softcap")
     causal = _args.flag(causal, "causal")
     rotary_interleaved = _args.flag(rotary_interleaved, "rotary_interleaved")
     return_softmax_lse = _args.flag(return_softmax_lse, "return_softmax_lse")
@@ -339,7 +349,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                           q_descale, k_descale, v_descale, scheduler_metadata, k_scale, v_scale,
                           k_global_scale, v_global_scale, out)
             and (page_table is None or block_table is None)
-            and isinstance(cache_seqlens, fe.Tensor) and k_cache.dtype == q.dtype):
+            and all(isinstance(t, fe.Tensor) for t in (cache_seqlens, k_cache, v_cache))
+            and (page_table is None or isinstance(page_table, fe.Tensor))
+            and k_cache.dtype == q.dtype):
         # The plain call: a 16-bit cache read in place, out alone (hfa::kvcache_attention).
         return fe.kvcache_attention(q, k_cache, v_cache, cache_seqlens,
                                     page_table if page_table is not None else block_table,

@@ -96,9 +96,9 @@ def integer(value, name: str) -> int:
         raise TypeError(f"{name}: expected an integer, got {type(value).__name__} "
                         f"{value!r}") from None
     if not low <= number <= high:
-        raise ValueError(f"{name}: {number} is out of range [{low}, {high}]"
-                         + (" (the C ABI's int32)" if (low, high) == (INT32_MIN, INT32_MAX)
-                            else ""))
+        if (low, high) == (INT32_MIN, INT32_MAX):
+            raise ValueError(f"{name}: {number} does not fit the C ABI's int32")
+        raise ValueError(f"{name}: {number} is out of range [{low}, {high}]")
     return number
 
 
@@ -111,6 +111,17 @@ def sm_margin(value, name: str = "sm_margin") -> int:
 def optional_integer(value, name: str):
     """integer(value, name), or None for None (a length derived when not given)."""
     return None if value is None else integer(value, name)
+
+
+def real(value, name: str, none_ok: bool = False):
+    """A float argument (softmax_scale, softcap) as a float: a Python or numpy real number, not a
+    bool or a string (float("0.5") would take one); None too when none_ok (a default). The
+    library checks the value (finite, the sign) and names the argument."""
+    if type(value) is float or (value is None and none_ok):  # the usual call
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__} {value!r}")
+    return float(value)
 
 
 def lengths(value, name: str):

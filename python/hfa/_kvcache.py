@@ -184,8 +184,10 @@ def run(q, k_cache, v_cache, *, kind_of, view, alloc_out, alloc_lse, full_seqlen
         out = alloc_out((batch, seqlen_q, heads_q, hdim_v))
         lse = alloc_lse((batch, heads_q, seqlen_q))
 
-    # The caches are written when new tokens are appended to them.
+    # New tokens are written into the caches, and so are their scales where each token has its
+    # own (every format but FP8's calibrated scale per kv-head, (heads_kv,)).
     appends = k is not None or v is not None
+    scales_written = appends and k_scale is not None and k_scale.ndim > 1
     qt = tensor(q, "q")
     kt = tensor(k_cache, "k_cache", cache_code, written=appends)
     vt = tensor(v_cache, "v_cache", cache_code, written=appends)
@@ -194,8 +196,8 @@ def run(q, k_cache, v_cache, *, kind_of, view, alloc_out, alloc_lse, full_seqlen
     options = _lib.make_kvcache_options(
         cache_seqlens=tensor(cache_seqlens, "cache_seqlens"),
         block_table=tensor(page_table, "page_table"),
-        k_scale=tensor(k_scale, "k_scale", scale_code),
-        v_scale=tensor(v_scale, "v_scale", scale_code),
+        k_scale=tensor(k_scale, "k_scale", scale_code, written=scales_written),
+        v_scale=tensor(v_scale, "v_scale", scale_code, written=scales_written),
         k_global_scale=tensor(k_global_scale, "k_global_scale"),
         v_global_scale=tensor(v_global_scale, "v_global_scale"),
         softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
@@ -249,6 +251,12 @@ def _numpy_workspace(np, n):
 
 # --- torch -------------------------------------------------------------------------------------
 
+# The keywords of run() that are arrays (cache_seqlens may be an int instead).
+_TENSOR_KEYWORDS = ("cache_seqlens", "page_table", "k_scale", "v_scale", "k_global_scale",
+                    "v_global_scale", "k", "v", "rotary_cos", "rotary_sin", "cu_seqlens_q",
+                    "cu_seqlens_k_new")
+
+
 def torch_forward(q, k_cache, v_cache, out=None, **kw):
     import torch
 
@@ -265,6 +273,8 @@ def torch_forward(q, k_cache, v_cache, out=None, **kw):
             return t, _torch_calls.view_as_is(t, name, bytes_as)
         return _torch_calls.view(t, name, bytes_as)
 
+    _torch.check_tensors(k_cache=k_cache, v_cache=v_cache, out=out, **{
+        name: kw[name] for name in _TENSOR_KEYWORDS if not isinstance(kw[name], int)})
     full_seqlens = lambda b, n: torch.full((b,), n, dtype=torch.int32, device=q.device)  # noqa
     longest_sequence = lambda cu: int((cu[1:] - cu[:-1]).max().item())  # noqa: E731
     if _torch.NATIVE:

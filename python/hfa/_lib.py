@@ -279,21 +279,25 @@ def error_for(status: int, message: str) -> Exception:
 _CALLER_NAMES = {"k_new": "k", "v_new": "v", "sinks": "learnable_sink", "block_rows": "block"}
 
 
-def _callers_words(message: str) -> str:
+def _callers_words(message: str, names) -> str:
     argument, colon, rest = message.partition(":")
-    if colon and argument in _CALLER_NAMES:
-        return _CALLER_NAMES[argument] + colon + rest
+    if colon and argument in names:
+        return names[argument] + colon + rest
     return message
 
 
-def check(status: int) -> None:
+def check(status: int, names=_CALLER_NAMES) -> None:
+    """Raises error_for a failed status; `names` maps the C ABI's names of arguments to the
+    caller's, where they differ (a call's own map adds those its front end derives: an output
+    shaped after an input names that input)."""
     if status == SUCCESS:
         return
     lib = library()
     # hfa_last_error is per thread; ctypes runs the call and this one on the same thread.
     message = (lib.hfa_last_error() or b"").decode("utf-8", "replace")
     name = (lib.hfa_status_name(status) or b"").decode("utf-8", "replace")
-    raise error_for(status, _callers_words(message) or f"hfa: {name or 'error'} (status {status})")
+    raise error_for(status, _callers_words(message, names)
+                    or f"hfa: {name or 'error'} (status {status})")
 
 
 # --- calls -------------------------------------------------------------------------------------
@@ -437,8 +441,10 @@ def quantize_kv(x: Tensor, codes: Tensor, scale: Tensor, options: QuantizeOption
     check(library().hfa_quantize_kv(_ref(x), _ref(codes), _ref(scale), ctypes.byref(options)))
 
 
-def dequantize_kv(codes: Tensor, scale: Tensor, out: Tensor, options: QuantizeOptions) -> None:
-    check(library().hfa_dequantize_kv(_ref(codes), _ref(scale), _ref(out), ctypes.byref(options)))
+def dequantize_kv(codes: Tensor, scale: Tensor, out: Tensor, options: QuantizeOptions,
+                  names=_CALLER_NAMES) -> None:
+    check(library().hfa_dequantize_kv(_ref(codes), _ref(scale), _ref(out), ctypes.byref(options)),
+          names)
 
 
 def quantize_fp8(x: Tensor, codes: Tensor, scale: Tensor, granularity: int, block_rows: int,

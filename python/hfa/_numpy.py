@@ -27,11 +27,12 @@ def view(a, name: str, bytes_as=None, written=False):
     code = _args.array_code(name, _KINDS.get(a.dtype), a.dtype, bytes_as)
     _args.check_array(name, a.ndim, a.flags.writeable, written)
     item = a.itemsize
+    steps = [s for n, s in zip(a.shape, a.strides) if n > 1]  # what _strides keeps
     if written:
-        if any(s % item for s in a.strides):
+        if any(s % item for s in steps):
             raise ValueError(f"{name}: strides {a.strides} are not whole elements")
     elif ((a.ndim and a.shape[-1] > 1 and a.strides[-1] != item)
-            or any(s % item or s < 0 for s in a.strides)):
+            or any(s % item or s < 0 for s in steps)):
         a = np.ascontiguousarray(a)
     return a, _lib.make_tensor(a.ctypes.data, code, a.shape, _strides(a))
 
@@ -44,15 +45,17 @@ def check_out(out) -> None:
 
 
 def _strides(a):
-    """Element strides. numpy may report any strides (even 0 in the last dim) for an array with
-    no elements; such an array has no layout to keep, so give it packed strides."""
+    """Element strides. A dim of extent 1, and every dim of an array with no elements, has no
+    step to keep: numpy may report any stride there (negative, 0, not whole elements), so it
+    gets the packed one."""
+    packed, run = [], 1
+    for n in reversed(a.shape):
+        packed.append(run)
+        run *= max(int(n), 1)
+    packed.reverse()
     if a.size == 0:
-        out, run = [], 1
-        for n in reversed(a.shape):
-            out.append(run)
-            run *= max(int(n), 1)
-        return out[::-1]
-    return [s // a.itemsize for s in a.strides]
+        return packed
+    return [p if n == 1 else s // a.itemsize for n, s, p in zip(a.shape, a.strides, packed)]
 
 
 def _cu_view(cu, name):

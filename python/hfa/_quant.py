@@ -95,16 +95,17 @@ def dequantize_kv(codes, scale, format, *, global_scale=None, dtype=None):
     fe = _torch_side() if _is_torch(codes) else _NumpySide()
     if scale is None:
         raise ValueError("scale: is None (dequantize_kv needs the codes' scales)")
+    keep = []
+    codes_view = fe.view(codes, "codes", keep, _code(format))  # checks codes is an array
     _check_rank(codes, "codes")
     shape = tuple(codes.shape[:-1]) + (int(codes.shape[-1]) * (2 if format in _FP4 else 1),)
     out = fe.empty_values(shape, dtype, codes)
-    keep = []
     options = _lib.make_quantize_options(_lib.KV_FORMATS[format],
                                          fe.view(global_scale, "global_scale", keep),
                                          fe.stream(codes))
-    _lib.dequantize_kv(fe.view(codes, "codes", keep, _code(format)),
-                       fe.view(scale, "scale", keep, _SCALE_CODES[format]),
-                       fe.view(out, "out", keep, written=True), options)
+    # out is shaped after codes here: what the library finds wrong with its shape is codes'.
+    _lib.dequantize_kv(codes_view, fe.view(scale, "scale", keep, _SCALE_CODES[format]),
+                       fe.view(out, "out", keep, written=True), options, {"out": "codes"})
     return out
 
 
@@ -115,7 +116,7 @@ def hadamard_signs(d, seed=0, device="cpu"):
     d, seed = _args.integer(d, "d"), _args.integer(seed, "seed")
     signs = torch.empty(d, dtype=torch.float32, device=device)
     fe = _torch_side()
-    _lib.hadamard_signs(seed, fe.view(signs, "signs", _lib.F32, []), fe.stream(signs))
+    _lib.hadamard_signs(seed, fe.view(signs, "signs", [], written=True), fe.stream(signs))
     return signs
 
 
@@ -162,6 +163,11 @@ def quantize_fp8(x, granularity="tensor", block=128, hadamard=False, signs=None,
                   else "(batch, seqlen, heads, d)")
         raise ValueError(f"x: expected rank {want_rank} {layout}, got shape {tuple(x.shape)}")
     block = _args.integer(block, "block") if granularity == "block" else 0
+    if cu_seqlens is not None:  # read here, for the scales' shape, before the library checks it
+        fe.check_tensor(cu_seqlens, "cu_seqlens")
+        if cu_seqlens.dtype != torch.int32 or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
+            raise ValueError(f"cu_seqlens: expected int32 of shape (batch + 1,), got "
+                             f"{cu_seqlens.dtype} {tuple(cu_seqlens.shape)}")
     if signs is None and hadamard:
         signs = hadamard_signs(x.shape[-1], seed, x.device)
     codes = torch.empty(x.shape, dtype=fe.e4m3 or torch.uint8, device=x.device)
@@ -231,7 +237,12 @@ def _torch_side():
         e4m3 = getattr(torch, "float8_e4m3fn", None)
         floats = {torch.float32: _lib.F32, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16}
 
+        def check_tensor(self, t, name):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+
         def values(self, x, name):
+            self.check_tensor(x, name)
             if x.dtype not in self.floats:
                 raise TypeError(f"{name}: expected float32, float16 or bfloat16, got {x.dtype}")
             return x

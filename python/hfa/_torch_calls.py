@@ -78,16 +78,22 @@ class Call:
             cu_k, cu_k_t = view(cu_seqlens_k, "cu_seqlens_k")
             self.keep += [cu_q, cu_k, cu_q_t, cu_k_t]
         vectors = {}
-        for name, t in (("sinks", sinks), ("seqused_q", seqused_q), ("seqused_k", seqused_k),
-                        ("dsinks", dsinks)):
+        # The options' field, and the caller's name of what is given there.
+        for field, name, t in (("sinks", "learnable_sink", sinks),
+                               ("seqused_q", "seqused_q", seqused_q),
+                               ("seqused_k", "seqused_k", seqused_k),
+                               ("dsinks", "dsinks", dsinks)):
             if t is not None:
-                t, vectors[name] = view(t, name)
-                self.keep += [t, vectors[name]]
+                t, vectors[field] = view(t, name)
+                self.keep += [t, vectors[field]]
         for name, t in (("q_descale", q_descale), ("k_descale", k_descale),
-                        ("v_descale", v_descale), ("softmax_d", softmax_d)):
+                        ("v_descale", v_descale)):
             if t is not None:
                 vectors[name] = view_as_is(t, name)
                 self.keep += [t, vectors[name]]
+        if softmax_d is not None:
+            softmax_d, vectors["softmax_d"] = view(softmax_d, "softmax_d")
+            self.keep += [softmax_d, vectors["softmax_d"]]
         stream = None
         if ref.device.type == "cuda":
             stream = torch.cuda.current_stream(ref.device).cuda_stream
