@@ -162,8 +162,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     deterministic = _args.flag(deterministic, "deterministic")
     return_attn_probs = _args.flag(return_attn_probs, "return_attn_probs")
     sm_margin = _args.sm_margin(sm_margin)
-    max_seqlen_q = _args.optional_integer(max_seqlen_q, "max_seqlen_q")
-    max_seqlen_k = _args.optional_integer(max_seqlen_k, "max_seqlen_k")
+    max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
+    max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     num_splits = _args.integer(num_splits, "num_splits")
     descale_block_q = _args.integer(descale_block_q, "descale_block_q")
     descale_block_kv = _args.integer(descale_block_kv, "descale_block_kv")
@@ -223,8 +223,8 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     causal = _args.flag(causal, "causal")
     deterministic = _args.flag(deterministic, "deterministic")
     sm_margin = _args.sm_margin(sm_margin)
-    max_seqlen_q = _args.optional_integer(max_seqlen_q, "max_seqlen_q")
-    max_seqlen_k = _args.optional_integer(max_seqlen_k, "max_seqlen_k")
+    max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
+    max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_backward(dout, q, k, v, out, lse, softmax_scale, causal,
@@ -263,8 +263,8 @@ def flash_attn_accumulate(q, k, v, out, lse, softmax_scale=None, causal=False,
     softcap = _args.real(softcap, "softcap")
     causal = _args.flag(causal, "causal")
     sm_margin = _args.sm_margin(sm_margin)
-    max_seqlen_q = _args.optional_integer(max_seqlen_q, "max_seqlen_q")
-    max_seqlen_k = _args.optional_integer(max_seqlen_k, "max_seqlen_k")
+    max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
+    max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_accumulate(q, k, v, out, lse, softmax_scale, causal, window_size,
@@ -339,7 +339,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     sm_margin = _args.sm_margin(sm_margin)
     num_splits = _args.integer(num_splits, "num_splits")
     split_size = _args.integer(split_size, "split_size")
-    max_seqlen_q = _args.optional_integer(max_seqlen_q, "max_seqlen_q")
+    max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     cache_seqlens = _args.lengths(cache_seqlens, "cache_seqlens")
     fe = _frontend(q)
     if (fe is not None and fe.NATIVE

@@ -82,12 +82,15 @@ INTEGERS = {
 }
 
 
-def integer(value, name: str) -> int:
+def integer(value, name: str, none_ok: bool = False):
     """value as an int in INTEGERS[name]'s range: a Python or numpy integer (or a one-element
-    integer tensor: a host sync), not a bool. TypeError or ValueError naming the argument."""
+    integer tensor: a host sync), not a bool; None too when none_ok (a length derived when not
+    given). TypeError or ValueError naming the argument."""
     low, high = INTEGERS[name]
     if type(value) is int and low <= value <= high:  # the usual call: no ABC check
         return value
+    if value is None and none_ok:
+        return None
     if isinstance(value, bool) or type(value).__name__ in ("bool_", "bool"):
         raise TypeError(f"{name}: expected an integer, got {type(value).__name__} {value!r}")
     try:
@@ -106,11 +109,6 @@ def sm_margin(value, name: str = "sm_margin") -> int:
     """SMs to leave free for other kernels (FlashAttention-3's sm_margin). The library checks
     the range (>= 0, below the GPU's SM count) and names the argument."""
     return integer(value, name)
-
-
-def optional_integer(value, name: str):
-    """integer(value, name), or None for None (a length derived when not given)."""
-    return None if value is None else integer(value, name)
 
 
 def real(value, name: str, none_ok: bool = False):

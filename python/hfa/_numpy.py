@@ -61,9 +61,10 @@ def _strides(a):
 def _cu_view(cu, name):
     """cu_seqlens, whose values are read here (_max_len) before the library checks them."""
     a, t = view(cu, name)
-    if a.dtype != np.int32 or a.ndim != 1:
-        raise TypeError(f"{name}: expected a 1-D int32 array (batch + 1), got {a.dtype} of "
-                        f"shape {a.shape}")
+    if a.dtype != np.int32:
+        raise TypeError(f"{name}: expected an int32 array, got {a.dtype}")
+    if a.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D array (batch + 1), got shape {a.shape}")
     return a, t
 
 

@@ -80,7 +80,8 @@ def quantize_kv(x, format, *, scale=None, global_scale=None):
     options = _lib.make_quantize_options(_lib.KV_FORMATS[format],
                                          fe.view(global_scale, "global_scale", keep),
                                          fe.stream(x))
-    _lib.quantize_kv(fe.view(x, "x", keep), fe.view(codes, "codes", keep, _code(format), written=True),
+    _lib.quantize_kv(fe.view(x, "x", keep),
+                     fe.view(codes, "codes", keep, _code(format), written=True),
                      fe.view(scale, "scale", keep, _SCALE_CODES[format],
                              written=scale_shape is not None), options)
     return codes, scale
@@ -174,7 +175,8 @@ def quantize_fp8(x, granularity="tensor", block=128, hadamard=False, signs=None,
     scales = torch.empty(_fp8_scale_shape(granularity, block, x, cu_seqlens),
                          dtype=torch.float32, device=x.device)
     keep = []
-    _lib.quantize_fp8(fe.view(x, "x", keep), fe.view(codes, "codes", keep, written=True),
+    _lib.quantize_fp8(fe.view(x, "x", keep),
+                      fe.view(codes, "codes", keep, _lib.E4M3, written=True),
                       fe.view(scales, "scale", keep, written=True),
                       _lib.FP8_GRANULARITIES[granularity], block,
                       fe.view(cu_seqlens, "cu_seqlens", keep), fe.view(signs, "signs", keep),
