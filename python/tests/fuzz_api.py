@@ -11,7 +11,7 @@ an output aliasing an input), and the call's outcome checked:
   - a change of layout alone (strides, a read-only input) gives the unchanged call's result.
 
 A crash is the failure this exists to find (under AddressSanitizer in CI: an out-of-bounds read
-or write). HFA_FUZZ_ITERATIONS sets the calls per entry point (default 40); the seed is fixed.
+or write). HFA_FUZZ_ITERATIONS sets the calls per entry point (default 200); the seed is fixed.
 """
 
 import inspect
@@ -21,7 +21,7 @@ import numpy as np
 
 import hfa
 
-ITERATIONS = int(os.environ.get("HFA_FUZZ_ITERATIONS", "40"))
+ITERATIONS = int(os.environ.get("HFA_FUZZ_ITERATIONS", "200"))
 CLEAN_ERRORS = (ValueError, TypeError, NotImplementedError)
 
 # Integers each entry point takes, and values to put there: ones that wrap to 32 bits, negative
@@ -37,7 +37,6 @@ ODD_FLOATS = [float("nan"), float("inf"), -1.0, 1e40, "1.0"]
 class NumpyArrays:
     """What the fuzz does to an array, on numpy arrays."""
 
-    name = "numpy"
     dtypes = [np.float64, np.float16, np.float32, np.int32, np.int64, np.uint8, np.int8, np.bool_]
     # Dtypes no argument takes: an argument given one must be named in the error.
     unlabelled = {np.dtype(d) for d in (np.float64, np.int64, np.int8, np.bool_)}
@@ -45,9 +44,6 @@ class NumpyArrays:
 
     def array(self, a):
         return a
-
-    def is_array(self, a):
-        return isinstance(a, np.ndarray)
 
     def to_numpy(self, a):
         return a
@@ -62,8 +58,8 @@ class NumpyArrays:
         return a.dtype in self.unlabelled
 
     def layouts(self, a):
-        """Views of a's values in other layouts: (name, view, whether the library may refuse it
-        with an error naming the argument rather than take it)."""
+        """(name, view) of a's values in other layouts: strides with gaps, reversed, transposed
+        (the last dim strided), negative, and data not aligned to the dtype."""
         out = []
         if a.ndim:
             axis = a.ndim - 1 if a.shape[-1] > 1 else 0
@@ -98,12 +94,10 @@ class NumpyArrays:
         return np.zeros(shape, a.dtype)
 
 
-
 class Case:
-    """A valid call: entry(*args, **kwargs) (an argument a list of arrays is 'outs' / 'lses');
-    `written` the arguments the call writes in place (caller's arrays); `integers` and `floats`
-    the scalar arguments the fuzz may change; `aliases` (output, input) pairs that may share
-    memory."""
+    """A valid call: entry(**arguments) (merge_partials' outs and lses are lists of arrays);
+    `written` the arguments the call writes in place; `integers` and `floats` the scalar
+    arguments the fuzz may change; `aliases` (output, input) pairs that may share memory."""
 
     def __init__(self, entry, arguments, written=(), integers=(), floats=(), aliases=()):
         self.entry = entry
@@ -303,10 +297,11 @@ def _arrays(value):
 
 
 class Mutation:
-    """One change to a valid call: `apply(arguments)` changes them in place; `changed` names
-    the argument; `own_fault` whether an error must name exactly it; `same_result` whether
-    the call must give the valid call's result (a change of layout alone); `must_fail` whether
-    it must be rejected (a read-only output)."""
+    """One change to a valid call: argument `changed` (or its element) becomes `value`.
+    own_fault: an error must name exactly it; same_result: the call gives the valid call's result
+    (a change of layout alone), unless may_refuse lets the library refuse it, naming it (a layout
+    an output cannot have, data not aligned); must_fail: it must be rejected (a read-only
+    output)."""
 
     def __init__(self, kind, changed, value, own_fault=False, same_result=False,
                  must_fail=False, may_refuse=True):

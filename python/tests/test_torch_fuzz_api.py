@@ -18,7 +18,6 @@ from fuzz_api import NUMPY_CASES, Case, fuzz, valid_case  # noqa: E402
 class TorchArrays:
     """What the fuzz does to an array, on torch CPU tensors."""
 
-    name = "torch"
     dtypes = [torch.float64, torch.float16, torch.bfloat16, torch.float32, torch.int32,
               torch.int64, torch.uint8, torch.int8, torch.bool] + [
         getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)]
