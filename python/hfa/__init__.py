@@ -114,10 +114,14 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     # The scalar arguments checked and normalized (hfa._args), one call each: this is the
     # per-call path, and every microsecond of it shows (bench/overhead_parts.py).
     window_size = _args.window(window_size)
+    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
+    softcap = _args.real(softcap, "softcap")
     causal = _args.flag(causal, "causal")
     deterministic = _args.flag(deterministic, "deterministic")
     return_attn_probs = _args.flag(return_attn_probs, "return_attn_probs")
     sm_margin = _args.sm_margin(sm_margin)
+    descale_block_q = _args.integer(descale_block_q, "descale_block_q")
+    descale_block_kv = _args.integer(descale_block_kv, "descale_block_kv")
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_func(q, k, v, softmax_scale, causal, window_size, softcap,
@@ -126,6 +130,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
                                   descale_block_kv, sm_margin)
     _no_descales_for_numpy(q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
     from . import _kvcache, _numpy
+    _numpy.check_out(out)
     result, lse = _kvcache.into(out, *_numpy.forward(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
         softcap=softcap, learnable_sink=learnable_sink, sm_margin=sm_margin))
@@ -151,10 +156,17 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     FP8 inputs and their descales included (a per-block descale counts the blocks of each
     sequence from its first row), and sm_margin."""
     window_size = _args.window(window_size)
+    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
+    softcap = _args.real(softcap, "softcap")
     causal = _args.flag(causal, "causal")
     deterministic = _args.flag(deterministic, "deterministic")
     return_attn_probs = _args.flag(return_attn_probs, "return_attn_probs")
     sm_margin = _args.sm_margin(sm_margin)
+    max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
+    max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
+    num_splits = _args.integer(num_splits, "num_splits")
+    descale_block_q = _args.integer(descale_block_q, "descale_block_q")
+    descale_block_kv = _args.integer(descale_block_kv, "descale_block_kv")
     if s_aux is not None:
         if learnable_sink is not None:
             raise ValueError("s_aux, learnable_sink: give one (they are the same argument)")
@@ -184,6 +196,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                          sm_margin=sm_margin)
     _no_descales_for_numpy(*fp8)
     from . import _kvcache, _numpy
+    _numpy.check_out(out)
     result, lse = _kvcache.into(out, *_numpy.forward(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
         softcap=softcap, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
@@ -205,9 +218,13 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     e.g. for the steps of a context-parallel ring, which share the final out; out is then not
     read. lse may be a slice of a longer one (any strides with a unit last one)."""
     window_size = _args.window(window_size)
+    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
+    softcap = _args.real(softcap, "softcap")
     causal = _args.flag(causal, "causal")
     deterministic = _args.flag(deterministic, "deterministic")
     sm_margin = _args.sm_margin(sm_margin)
+    max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
+    max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_backward(dout, q, k, v, out, lse, softmax_scale, causal,
@@ -242,8 +259,12 @@ def flash_attn_accumulate(q, k, v, out, lse, softmax_scale=None, causal=False,
     series. Not differentiable (torch: call under torch.no_grad()). On a GPU: f16/bf16 inputs
     with no softcap. Returns (out, lse)."""
     window_size = _args.window(window_size)
+    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
+    softcap = _args.real(softcap, "softcap")
     causal = _args.flag(causal, "causal")
     sm_margin = _args.sm_margin(sm_margin)
+    max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
+    max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     fe = _frontend(q)
     if fe is not None:
         return fe.flash_attn_accumulate(q, k, v, out, lse, softmax_scale, causal, window_size,
@@ -310,10 +331,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     or (heads_q, total_q) for varlen q).
     """
     window_size = _args.window(window_size)
+    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
+    softcap = _args.real(softcap, "softcap")
     causal = _args.flag(causal, "causal")
     rotary_interleaved = _args.flag(rotary_interleaved, "rotary_interleaved")
     return_softmax_lse = _args.flag(return_softmax_lse, "return_softmax_lse")
     sm_margin = _args.sm_margin(sm_margin)
+    num_splits = _args.integer(num_splits, "num_splits")
+    split_size = _args.integer(split_size, "split_size")
+    max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
+    cache_seqlens = _args.lengths(cache_seqlens, "cache_seqlens")
     fe = _frontend(q)
     if (fe is not None and fe.NATIVE
             and not (return_softmax_lse or attention_chunk or split_size or sm_margin)
@@ -322,7 +349,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                           q_descale, k_descale, v_descale, scheduler_metadata, k_scale, v_scale,
                           k_global_scale, v_global_scale, out)
             and (page_table is None or block_table is None)
-            and isinstance(cache_seqlens, fe.Tensor) and k_cache.dtype == q.dtype):
+            and all(isinstance(t, fe.Tensor) for t in (cache_seqlens, k_cache, v_cache))
+            and (page_table is None or isinstance(page_table, fe.Tensor))
+            and k_cache.dtype == q.dtype):
         # The plain call: a 16-bit cache read in place, out alone (hfa::kvcache_attention).
         return fe.kvcache_attention(q, k_cache, v_cache, cache_seqlens,
                                     page_table if page_table is not None else block_table,

@@ -16,17 +16,12 @@ sequence appending its own number of tokens.
 from __future__ import annotations
 
 import ctypes
-import functools
 
 from . import _lib
 
 # FlashAttention-3 arguments hfa does not implement yet. Passing any of them raises rather
 # than silently computing something else.
 _NOT_YET = ("qv", "cache_batch_idx", "cache_leftpad", "rotary_seqlens", "scheduler_metadata")
-
-# Arguments that are int32 offsets or indices, on q's device.
-_INT32_ARGUMENTS = ("cache_seqlens", "page_table", "cu_seqlens_q", "cu_seqlens_k_new")
-
 
 def check_not_yet(attention_chunk, **given):
     for name in _NOT_YET:
@@ -74,12 +69,13 @@ _FLOAT_CODES = {"f32": _lib.F32, "f16": _lib.F16, "bf16": _lib.BF16}
 
 
 def _cache_codes(cache_kind: str, scale_kind, has_global: bool):
-    """(cache dtype code, scale dtype code) from the kinds of k_cache and k_scale: 'f32', 'f16',
-    'bf16', 'e4m3', 'e8m0', 'u8' (uint8) or 'other'; scale_kind None when there is no k_scale.
-    A float cache is passed as it is (the library checks it matches q and has no scales)."""
+    """(cache dtype code, scale dtype code) from the kinds of k_cache and k_scale (hfa._args'
+    kinds, or the dtype's name for others); scale_kind None when there is no k_scale. They are
+    the byte formats that label uint8 caches and scales (hfa._args.array_code); any other array
+    is labelled with its own dtype. A float cache is passed as it is (the library checks it
+    matches q and has no scales: no byte format for them, so a uint8 scale is rejected here)."""
     if cache_kind in _FLOAT_CODES:
-        scale_code = _FLOAT_CODES.get(scale_kind, _lib.F32) if scale_kind is not None else None
-        return _FLOAT_CODES[cache_kind], scale_code
+        return _FLOAT_CODES[cache_kind], _lib.F32
     if cache_kind == "e4m3":
         if scale_kind not in (None, "f32"):
             raise TypeError("k_scale: an e4m3 cache takes float32 scales")
@@ -102,7 +98,8 @@ def _cache_codes(cache_kind: str, scale_kind, has_global: bool):
 def resolve(q, k_cache, v_cache, *, kind_of, full_seqlens, longest_sequence, cache_seqlens,
             page_table, k_scale, k_global_scale, cu_seqlens_q, max_seqlen_q):
     """What a call means before any view is made: (cache dtype code, scale dtype code,
-    cache_seqlens as a vector, max_seqlen_q, batch). kind_of(a) -> a kind of _cache_codes;
+    cache_seqlens as a vector, max_seqlen_q, batch). kind_of(a, name) -> a kind of
+    _cache_codes (TypeError naming the argument for what is no array of the front end's);
     full_seqlens(batch, length) makes an int32 vector on q's device; longest_sequence(cu_seqlens)
     the most rows of a sequence (a host read of the offsets)."""
     varlen = cu_seqlens_q is not None
@@ -112,15 +109,19 @@ def resolve(q, k_cache, v_cache, *, kind_of, full_seqlens, longest_sequence, cac
     if not varlen and q.ndim != 4:
         raise ValueError(f"q: expected rank 4 (batch, seqlen_q, heads_q, headdim), got shape "
                          f"{tuple(q.shape)}")
-    if k_cache.ndim != 4 or v_cache.ndim != 4:
-        raise ValueError("k_cache, v_cache: expected rank 4 (num_pages, page_size, heads_kv, "
-                         "headdim) or (batch, max_seqlen_cache, heads_kv, headdim)")
-    cache_kind = kind_of(k_cache)
-    scale_kind = kind_of(k_scale) if k_scale is not None else None
+    cache_kind = kind_of(k_cache, "k_cache")
+    kind_of(v_cache, "v_cache")
+    scale_kind = kind_of(k_scale, "k_scale") if k_scale is not None else None
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if cache.ndim != 4:
+            raise ValueError(f"{name}: expected rank 4 (num_pages, page_size, heads_kv, headdim) "
+                             f"or (batch, max_seqlen_cache, heads_kv, headdim), got shape "
+                             f"{tuple(cache.shape)}")
     cache_code, scale_code = _cache_codes(cache_kind, scale_kind, k_global_scale is not None)
-    if scale_code is None:  # a stray v_scale alone: labelled f32, the library rejects it
-        scale_code = _lib.F32
     if varlen:
+        # Its values are read here (longest_sequence) before the library checks them.
+        if kind_of(cu_seqlens_q, "cu_seqlens_q") != "i32":
+            raise TypeError(f"cu_seqlens_q: expected int32, got {cu_seqlens_q.dtype}")
         if cu_seqlens_q.ndim != 1 or cu_seqlens_q.shape[0] < 1:
             raise ValueError(f"cu_seqlens_q: expected shape (batch + 1,), got "
                              f"{tuple(cu_seqlens_q.shape)}")
@@ -129,26 +130,32 @@ def resolve(q, k_cache, v_cache, *, kind_of, full_seqlens, longest_sequence, cac
             max_seqlen_q = max(1, longest_sequence(cu_seqlens_q)) if batch else 1
     else:
         batch = int(q.shape[0])
-    if isinstance(cache_seqlens, int):
+    if isinstance(cache_seqlens, int):  # checked by hfa._args.integer
         cache_seqlens = full_seqlens(batch, cache_seqlens)
     elif cache_seqlens is None:
         # FlashAttention's default: the whole cache (every page of the table).
+        if page_table is not None:
+            kind_of(page_table, "page_table")  # its shape is read here
+            if page_table.ndim != 2:
+                raise ValueError(f"page_table: expected rank 2 (batch, max_pages), got shape "
+                                 f"{tuple(page_table.shape)}")
         capacity = (int(page_table.shape[1]) * int(k_cache.shape[1]) if page_table is not None
                     else int(k_cache.shape[1]))
         cache_seqlens = full_seqlens(batch, capacity)
     return cache_code, scale_code, cache_seqlens, max_seqlen_q, batch
 
 
-def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, full_seqlens,
+def run(q, k_cache, v_cache, *, kind_of, view, alloc_out, alloc_lse, full_seqlens,
         alloc_workspace, longest_sequence,
         cache_seqlens, page_table, k_scale, v_scale, k_global_scale, v_global_scale,
         softmax_scale, causal, window_size, softcap, num_splits, stream, k=None, v=None,
         rotary_cos=None, rotary_sin=None, rotary_interleaved=True, split_size=0,
         cu_seqlens_q=None, max_seqlen_q=None, cu_seqlens_k_new=None, sm_margin=0):
     """The front-end-independent part of the ctypes path. resolve() says what kind_of,
-    full_seqlens and longest_sequence are; view(a, name, code) -> (kept, Tensor); alloc_out(shape)
-    and alloc_lse(shape) allocate outputs like q; alloc_workspace(bytes) -> (kept, address) the
-    split partials' scratch (GPU)."""
+    full_seqlens and longest_sequence are; view(a, name, bytes_as, written) -> (kept, Tensor),
+    a labelled with its own dtype (uint8 as the byte format bytes_as) and writeable when
+    written; alloc_out(shape) and alloc_lse(shape) allocate outputs like q;
+    alloc_workspace(bytes) -> (kept, address) the split partials' scratch (GPU)."""
     cache_code, scale_code, cache_seqlens, max_seqlen_q, batch = resolve(
         q, k_cache, v_cache, kind_of=kind_of, full_seqlens=full_seqlens,
         longest_sequence=longest_sequence, cache_seqlens=cache_seqlens, page_table=page_table,
@@ -161,10 +168,10 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
         seqlen_q, heads_q = int(q.shape[1]), int(q.shape[2])
     keep = []  # every array and view the call reads, alive until it returns
 
-    def tensor(a, name, code):
+    def tensor(a, name, bytes_as=None, written=False):
         if a is None:
             return None
-        kept, t = view(a, name, code)
+        kept, t = view(a, name, bytes_as, written)
         keep.append((kept, t))
         return t
 
@@ -177,27 +184,30 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
         out = alloc_out((batch, seqlen_q, heads_q, hdim_v))
         lse = alloc_lse((batch, heads_q, seqlen_q))
 
-    qt = tensor(q, "q", q_code)
-    kt = tensor(k_cache, "k_cache", cache_code)
-    vt = tensor(v_cache, "v_cache", cache_code)
-    ot = tensor(out, "out", q_code)
-    lt = tensor(lse, "lse", _lib.F32)
+    # New tokens are written into the caches, and so are their scales where each token has its
+    # own (every format but FP8's calibrated scale per kv-head, (heads_kv,)).
+    appends = k is not None or v is not None
+    scales_written = appends and k_scale is not None and k_scale.ndim > 1
+    qt = tensor(q, "q")
+    kt = tensor(k_cache, "k_cache", cache_code, written=appends)
+    vt = tensor(v_cache, "v_cache", cache_code, written=appends)
+    ot = tensor(out, "out")
+    lt = tensor(lse, "lse")
     options = _lib.make_kvcache_options(
-        cache_seqlens=tensor(cache_seqlens, "cache_seqlens", _lib.I32),
-        block_table=tensor(page_table, "page_table", _lib.I32),
-        k_scale=tensor(k_scale, "k_scale", scale_code),
-        v_scale=tensor(v_scale, "v_scale", scale_code),
-        k_global_scale=tensor(k_global_scale, "k_global_scale", _lib.F32),
-        v_global_scale=tensor(v_global_scale, "v_global_scale", _lib.F32),
+        cache_seqlens=tensor(cache_seqlens, "cache_seqlens"),
+        block_table=tensor(page_table, "page_table"),
+        k_scale=tensor(k_scale, "k_scale", scale_code, written=scales_written),
+        v_scale=tensor(v_scale, "v_scale", scale_code, written=scales_written),
+        k_global_scale=tensor(k_global_scale, "k_global_scale"),
+        v_global_scale=tensor(v_global_scale, "v_global_scale"),
         softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
         num_splits=num_splits, stream=stream,
-        k_new=tensor(k, "k", q_code), v_new=tensor(v, "v", q_code),
-        rotary_cos=tensor(rotary_cos, "rotary_cos", _rotary_code(kind_of, rotary_cos, q_code)),
-        rotary_sin=tensor(rotary_sin, "rotary_sin", _rotary_code(kind_of, rotary_sin, q_code)),
+        k_new=tensor(k, "k"), v_new=tensor(v, "v"),
+        rotary_cos=tensor(rotary_cos, "rotary_cos"), rotary_sin=tensor(rotary_sin, "rotary_sin"),
         rotary_interleaved=rotary_interleaved, split_size=split_size,
-        cu_seqlens_q=tensor(cu_seqlens_q, "cu_seqlens_q", _lib.I32),
+        cu_seqlens_q=tensor(cu_seqlens_q, "cu_seqlens_q"),
         max_seqlen_q=0 if max_seqlen_q is None else max_seqlen_q,
-        cu_seqlens_k_new=tensor(cu_seqlens_k_new, "cu_seqlens_k_new", _lib.I32),
+        cu_seqlens_k_new=tensor(cu_seqlens_k_new, "cu_seqlens_k_new"),
         sm_margin=sm_margin)
     workspace_bytes = _lib.forward_kvcache_workspace_size(qt, kt, vt, options)
     if workspace_bytes:
@@ -209,13 +219,6 @@ def run(q, k_cache, v_cache, *, q_code, kind_of, view, alloc_out, alloc_lse, ful
     return out, lse
 
 
-def _rotary_code(kind_of, table, q_code):
-    """float32 tables as f32, others labelled as q's dtype (the library checks)."""
-    if table is None:
-        return q_code
-    return _lib.F32 if kind_of(table) == "f32" else q_code
-
-
 # --- numpy -------------------------------------------------------------------------------------
 
 def numpy_forward(q, k_cache, v_cache, out=None, **kw):
@@ -223,26 +226,17 @@ def numpy_forward(q, k_cache, v_cache, out=None, **kw):
 
     from . import _numpy
 
-    floats = {np.dtype(np.float32): _lib.F32, np.dtype(np.float16): _lib.F16}
-    if not isinstance(q, np.ndarray) or q.dtype not in floats:
-        raise TypeError("q: expected a float32 or float16 numpy array")
-
-    kinds = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16",
-             np.dtype(np.uint8): "u8"}
-
-    def kind_of(a):
-        if not isinstance(a, np.ndarray):
-            raise TypeError(f"expected a numpy array, got {type(a).__name__}")
-        return kinds.get(a.dtype, "other")
-
-    def view(a, name, code):
+    def kind_of(a, name):
         if not isinstance(a, np.ndarray):
             raise TypeError(f"{name}: expected a numpy array, got {type(a).__name__}")
-        if name in _INT32_ARGUMENTS and a.dtype != np.int32:
-            raise TypeError(f"{name}: expected an int32 array, got {a.dtype}")
-        return _numpy._view(a, name, {a.dtype: code})
+        return _numpy._KINDS.get(a.dtype, str(a.dtype))
 
-    return into(out, *run(q, k_cache, v_cache, q_code=floats[q.dtype], kind_of=kind_of, view=view,
+    def view(a, name, bytes_as, written):
+        return _numpy.view(a, name, bytes_as, written)
+
+    kind_of(q, "q")
+    _numpy.check_out(out)
+    return into(out, *run(q, k_cache, v_cache, kind_of=kind_of, view=view,
                alloc_out=lambda shape: np.empty(shape, dtype=q.dtype),
                alloc_lse=lambda shape: np.empty(shape, dtype=np.float32),
                full_seqlens=lambda b, n: np.full((b,), n, dtype=np.int32),
@@ -257,54 +251,39 @@ def _numpy_workspace(np, n):
 
 # --- torch -------------------------------------------------------------------------------------
 
-@functools.cache
-def _torch_dtypes():
-    """(q's dtype -> its code, a tensor's dtype -> its kind for _cache_codes), built once."""
-    import torch
-    floats = {torch.float32: _lib.F32, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16}
-    kinds = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
-             torch.uint8: "u8"}
-    for name, kind in (("float8_e4m3fn", "e4m3"), ("float8_e8m0fnu", "e8m0")):
-        if hasattr(torch, name):
-            kinds[getattr(torch, name)] = kind
-    return floats, kinds
+# The keywords of run() that are arrays (cache_seqlens may be an int instead).
+_TENSOR_KEYWORDS = ("cache_seqlens", "page_table", "k_scale", "v_scale", "k_global_scale",
+                    "v_global_scale", "k", "v", "rotary_cos", "rotary_sin", "cu_seqlens_q",
+                    "cu_seqlens_k_new")
 
 
 def torch_forward(q, k_cache, v_cache, out=None, **kw):
     import torch
 
-    floats, kinds = _torch_dtypes()
-    if q.dtype not in floats:
-        raise TypeError(f"q: dtype {q.dtype} is not supported (float32, float16, bfloat16)")
+    from . import _torch  # loaded already: the caller dispatched a torch tensor here
+    from . import _torch_calls
 
-    def kind_of(t):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"expected a torch.Tensor, got {type(t).__name__}")
-        return kinds.get(t.dtype, "other")
-
-    def view(t, name, code):
+    def kind_of(t, name):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        if name in _INT32_ARGUMENTS and t.dtype != torch.int32:
-            raise TypeError(f"{name}: expected an int32 tensor, got {t.dtype}")
-        if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
-            t = t.contiguous()
-        if t.device.type == "cuda":
-            device, index = _lib.CUDA, t.device.index or 0
-        else:
-            device, index = _lib.CPU, 0
-        return t, _lib.make_tensor(t.data_ptr(), code, t.shape, t.stride(), device, index)
+        return _torch_calls.KINDS.get(t.dtype, str(t.dtype))
 
+    def view(t, name, bytes_as, written):
+        if written:  # the library writes it: the caller's tensor itself, never a copy
+            return t, _torch_calls.view_as_is(t, name, bytes_as)
+        return _torch_calls.view(t, name, bytes_as)
+
+    _torch.check_tensors(k_cache=k_cache, v_cache=v_cache, out=out, **{
+        name: kw[name] for name in _TENSOR_KEYWORDS if not isinstance(kw[name], int)})
     full_seqlens = lambda b, n: torch.full((b,), n, dtype=torch.int32, device=q.device)  # noqa
     longest_sequence = lambda cu: int((cu[1:] - cu[:-1]).max().item())  # noqa: E731
-    from . import _torch  # loaded already: the caller dispatched a torch tensor here
     if _torch.NATIVE:
         return _native_forward(_torch, q, k_cache, v_cache, out, kind_of, full_seqlens,
                                longest_sequence, **kw)
     stream = None
     if q.device.type == "cuda":
         stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream).value
-    result = run(q, k_cache, v_cache, q_code=floats[q.dtype], kind_of=kind_of, view=view,
+    result = run(q, k_cache, v_cache, kind_of=kind_of, view=view,
                alloc_out=lambda shape: torch.empty(shape, dtype=q.dtype, device=q.device),
                alloc_lse=lambda shape: torch.empty(shape, dtype=torch.float32, device=q.device),
                full_seqlens=full_seqlens,

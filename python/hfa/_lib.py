@@ -274,14 +274,30 @@ def error_for(status: int, message: str) -> Exception:
     return err
 
 
-def check(status: int) -> None:
+# The C ABI's names of the arguments whose Python name differs: a message that starts with one
+# names the argument as the caller wrote it.
+_CALLER_NAMES = {"k_new": "k", "v_new": "v", "sinks": "learnable_sink", "block_rows": "block"}
+
+
+def _callers_words(message: str, names) -> str:
+    argument, colon, rest = message.partition(":")
+    if colon and argument in names:
+        return names[argument] + colon + rest
+    return message
+
+
+def check(status: int, names=_CALLER_NAMES) -> None:
+    """Raises error_for a failed status; `names` maps the C ABI's names of arguments to the
+    caller's, where they differ (a call's own map adds those its front end derives: an output
+    shaped after an input names that input)."""
     if status == SUCCESS:
         return
     lib = library()
     # hfa_last_error is per thread; ctypes runs the call and this one on the same thread.
     message = (lib.hfa_last_error() or b"").decode("utf-8", "replace")
     name = (lib.hfa_status_name(status) or b"").decode("utf-8", "replace")
-    raise error_for(status, message or f"hfa: {name or 'error'} (status {status})")
+    raise error_for(status, _callers_words(message, names)
+                    or f"hfa: {name or 'error'} (status {status})")
 
 
 # --- calls -------------------------------------------------------------------------------------
@@ -425,8 +441,10 @@ def quantize_kv(x: Tensor, codes: Tensor, scale: Tensor, options: QuantizeOption
     check(library().hfa_quantize_kv(_ref(x), _ref(codes), _ref(scale), ctypes.byref(options)))
 
 
-def dequantize_kv(codes: Tensor, scale: Tensor, out: Tensor, options: QuantizeOptions) -> None:
-    check(library().hfa_dequantize_kv(_ref(codes), _ref(scale), _ref(out), ctypes.byref(options)))
+def dequantize_kv(codes: Tensor, scale: Tensor, out: Tensor, options: QuantizeOptions,
+                  names=_CALLER_NAMES) -> None:
+    check(library().hfa_dequantize_kv(_ref(codes), _ref(scale), _ref(out), ctypes.byref(options)),
+          names)
 
 
 def quantize_fp8(x: Tensor, codes: Tensor, scale: Tensor, granularity: int, block_rows: int,

@@ -29,22 +29,16 @@ def merge_partials(outs, lses, out=None, lse=None):
         raise ValueError(f"{'outs' if not outs else 'lses'}: expected at least one partial, "
                          "got none")
     fe = _quant._torch_side() if _quant._is_torch(outs[0]) else _quant._NumpySide()
+    keep = []
+    # The partials first: the outputs' defaults are shaped after them.
+    out_views = [fe.view(t, f"outs[{i}]", keep) for i, t in enumerate(outs)]
+    lse_views = [fe.view(t, f"lses[{i}]", keep) for i, t in enumerate(lses)]
     if out is None:
         out = fe.empty_values(tuple(outs[0].shape), None, outs[0])
     if lse is None:
         lse = fe.empty_values(_lse_shape(tuple(out.shape), tuple(lses[0].shape)), None, outs[0])
-    keep = []
-
-    def view(a, name, copy=True):
-        return fe.view(fe.values(a, name), name, fe.float_code(a), keep, copy)
-
-    def lse_view(a, name, copy=True):
-        return fe.view(a, name, _lib.F32, keep, copy)
-
-    _lib.merge_partials([view(t, f"outs[{i}]") for i, t in enumerate(outs)],
-                        [lse_view(t, f"lses[{i}]") for i, t in enumerate(lses)],
-                        view(out, "out", copy=False), lse_view(lse, "lse", copy=False),
-                        fe.stream(outs[0]))
+    _lib.merge_partials(out_views, lse_views, fe.view(out, "out", keep, written=True),
+                        fe.view(lse, "lse", keep, written=True), fe.stream(outs[0]))
     return out, lse
 
 

@@ -8,50 +8,69 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _lib
+from . import _args, _lib
 
-_DTYPES = {np.dtype(np.float32): _lib.F32, np.dtype(np.float16): _lib.F16}
+# numpy's dtypes as hfa._args' element kinds: numpy has no bfloat16 and no fp8 (FP8 and FP4
+# codes and their scales are uint8).
+_KINDS = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.int32): "i32",
+          np.dtype(np.uint8): "u8"}
 
 
-def _view(a, name: str, dtypes=None):
-    """(array kept alive, hfa Tensor) for a host array. Arrays the library cannot take as they
-    are (last dim not unit-stride, negative strides, e.g. from [::-1]) are copied; other
-    strides are passed unchanged."""
+def view(a, name: str, bytes_as=None, written=False):
+    """(array kept alive, hfa Tensor) for a host array, labelled with its own dtype (uint8 as
+    the byte format bytes_as; hfa._args.array_code). An array the call only reads is copied
+    where the library cannot take it as it is (last dim not unit-stride, negative strides, e.g.
+    from [::-1]); other strides are passed unchanged. One the call writes (written=True) is
+    never copied: it must be writeable, and the library names a layout it cannot take."""
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{name}: expected a numpy array, got {type(a).__name__}")
-    dtypes = _DTYPES if dtypes is None else dtypes
-    if a.dtype not in dtypes:
-        allowed = ", ".join(str(d) for d in dtypes)
-        raise TypeError(f"{name}: dtype {a.dtype} is not supported here (expected {allowed})")
+    code = _args.array_code(name, _KINDS.get(a.dtype), a.dtype, bytes_as)
+    _args.check_array(name, a.ndim, a.flags.writeable, written)
     item = a.itemsize
-    if ((a.ndim and a.shape[-1] > 1 and a.strides[-1] != item)
-            or any(s % item or s < 0 for s in a.strides)):
+    steps = [s for n, s in zip(a.shape, a.strides) if n > 1]  # what _strides keeps
+    if written:
+        if any(s % item for s in steps):
+            raise ValueError(f"{name}: strides {a.strides} are not whole elements")
+    elif ((a.ndim and a.shape[-1] > 1 and a.strides[-1] != item)
+            or any(s % item or s < 0 for s in steps)):
         a = np.ascontiguousarray(a)
-    return a, _lib.make_tensor(a.ctypes.data, dtypes[a.dtype], a.shape, _strides(a))
+    return a, _lib.make_tensor(a.ctypes.data, code, a.shape, _strides(a))
+
+
+def check_out(out) -> None:
+    """A caller's out= that the result is copied into once the call has run (hfa._kvcache.into)
+    is checked before it runs: a read-only one is rejected, naming it, before any work."""
+    if out is not None:
+        view(out, "out", written=True)
 
 
 def _strides(a):
-    """Element strides. numpy may report any strides (even 0 in the last dim) for an array with
-    no elements; such an array has no layout to keep, so give it packed strides."""
+    """Element strides. A dim of extent 1, and every dim of an array with no elements, has no
+    step to keep: numpy may report any stride there (negative, 0, not whole elements), so it
+    gets the packed one."""
+    packed, run = [], 1
+    for n in reversed(a.shape):
+        packed.append(run)
+        run *= max(int(n), 1)
+    packed.reverse()
     if a.size == 0:
-        out, run = [], 1
-        for n in reversed(a.shape):
-            out.append(run)
-            run *= max(int(n), 1)
-        return out[::-1]
-    return [s // a.itemsize for s in a.strides]
+        return packed
+    return [p if n == 1 else s // a.itemsize for n, s, p in zip(a.shape, a.strides, packed)]
 
 
 def _cu_view(cu, name):
-    a, t = _view(cu, name, {np.dtype(np.int32): _lib.I32})
+    """cu_seqlens, whose values are read here (_max_len) before the library checks them."""
+    a, t = view(cu, name)
+    if a.dtype != np.int32:
+        raise TypeError(f"{name}: expected an int32 array, got {a.dtype}")
     if a.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-D int32 array (batch + 1), got shape {a.shape}")
+        raise ValueError(f"{name}: expected a 1-D array (batch + 1), got shape {a.shape}")
     return a, t
 
 
 def _max_len(cu, given):
     if given is not None:
-        return int(given)
+        return given  # checked by hfa._args.integer
     # The library wants a positive bound even when every sequence is empty.
     return max(1, int(np.max(np.diff(cu)))) if cu.size > 1 else 1
 
@@ -75,10 +94,10 @@ def _out_shapes(q, v, varlen: bool):
 def _vector_view(a, name, dtype):
     """(array kept alive, hfa Tensor) for a 1-D vector (sinks, seqused_*): sinks are converted
     to float32 (FA's learnable_sink is a float parameter of any precision); seqused must be
-    int32 already, like cu_seqlens."""
+    int32 already, like cu_seqlens (the library names another dtype)."""
     if dtype == np.float32 and isinstance(a, np.ndarray) and a.dtype.kind == "f":
         a = a.astype(np.float32, copy=False)
-    a, t = _view(a, name, {np.dtype(dtype): _lib.F32 if dtype == np.float32 else _lib.I32})
+    a, t = view(a, name)
     if a.ndim != 1:
         raise ValueError(f"{name}: expected a 1-D array, got shape {a.shape}")
     return a, t
@@ -133,9 +152,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), 
     untouched, so the out / lse allocated here hold 0 / -inf there (a preallocated out / lse
     keeps what it had). accumulate: merge into the given float32 out and lse (hfa.h)."""
     varlen = cu_seqlens_q is not None
-    q, qt = _view(q, "q")
-    k, kt = _view(k, "k")
-    v, vt = _view(v, "v")
+    q, qt = view(q, "q")
+    k, kt = view(k, "k")
+    v, vt = view(v, "v")
     out_shape, lse_shape = _out_shapes(q, v, varlen)
     if out is None:
         out = np.zeros(out_shape, dtype=q.dtype) if seqused_q is not None else \
@@ -143,14 +162,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), 
     if lse is None:
         lse = np.full(lse_shape, -np.inf, dtype=np.float32) if seqused_q is not None else \
             np.empty(lse_shape, dtype=np.float32)
-    # Preallocated outputs are written in place: no copy, so their views must be taken as is.
-    for name, a, dtypes in (("out", out, (q.dtype, np.dtype(np.float32))),
-                            ("lse", lse, (np.dtype(np.float32),))):
-        if not isinstance(a, np.ndarray) or a.dtype not in dtypes:
-            names = " or ".join(str(d) for d in dict.fromkeys(dtypes))
-            raise TypeError(f"{name}: expected a numpy {names} array")
-    ot = _lib.make_tensor(out.ctypes.data, _DTYPES[out.dtype], out.shape, _strides(out))
-    lt = _lib.make_tensor(lse.ctypes.data, _lib.F32, lse.shape, _strides(lse))
+    out, ot = view(out, "out", written=True)
+    lse, lt = view(lse, "lse", written=True)
     opts, keep = _options(softmax_scale, causal, window_size, softcap, False, cu_seqlens_q,
                           cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink, seqused_q,
                           seqused_k, sm_margin=sm_margin, accumulate=accumulate)
@@ -168,21 +181,21 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     the sum over the query heads of each group. With learnable_sink: (dq, dk, dv, dsink),
     dsink float32 like the sinks. Gradient rows beyond seqused_q/k are 0. softmax_d: the given
     D = rowsum(dout * out), float32 laid out as lse (then out is not read)."""
-    dout, dot = _view(dout, "dout")
-    q, qt = _view(q, "q")
-    k, kt = _view(k, "k")
-    v, vt = _view(v, "v")
-    out, ot = _view(out, "out")
-    lse, lt = _view(lse, "lse", {np.dtype(np.float32): _lib.F32})
+    dout, dot = view(dout, "dout")
+    q, qt = view(q, "q")
+    k, kt = view(k, "k")
+    v, vt = view(v, "v")
+    out, ot = view(out, "out")
+    lse, lt = view(lse, "lse")
     d_t = None
     if softmax_d is not None:
-        softmax_d, d_t = _view(softmax_d, "softmax_d", {np.dtype(np.float32): _lib.F32})
+        softmax_d, d_t = view(softmax_d, "softmax_d")
     dq = np.empty(q.shape, dtype=q.dtype)
     dk = np.empty(k.shape, dtype=k.dtype)
     dv = np.empty(v.shape, dtype=v.dtype)
-    _, dqt = _view(dq, "dq")
-    _, dkt = _view(dk, "dk")
-    _, dvt = _view(dv, "dv")
+    _, dqt = view(dq, "dq", written=True)
+    _, dkt = view(dk, "dk", written=True)
+    _, dvt = view(dv, "dv", written=True)
     dsink = None
     if learnable_sink is not None:
         dsink = np.empty(np.shape(learnable_sink), dtype=np.float32)

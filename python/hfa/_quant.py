@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ctypes
 
-from . import _lib
+from . import _args, _lib
 
 _FP4 = {"nvfp4": 16, "mxfp4": 32}  # values per block scale
 _SCALE_CODES = {"fp8_per_head": _lib.F32, "fp8_per_token": _lib.F32, "nvfp4": _lib.E4M3,
@@ -78,11 +78,12 @@ def quantize_kv(x, format, *, scale=None, global_scale=None):
         scale = fe.empty(scale_shape, "scale", format, x)
     keep = []
     options = _lib.make_quantize_options(_lib.KV_FORMATS[format],
-                                         fe.view(global_scale, "global_scale", _lib.F32, keep),
+                                         fe.view(global_scale, "global_scale", keep),
                                          fe.stream(x))
-    _lib.quantize_kv(fe.view(x, "x", fe.float_code(x), keep),
-                     fe.view(codes, "codes", _code(format), keep),
-                     fe.view(scale, "scale", _SCALE_CODES[format], keep), options)
+    _lib.quantize_kv(fe.view(x, "x", keep),
+                     fe.view(codes, "codes", keep, _code(format), written=True),
+                     fe.view(scale, "scale", keep, _SCALE_CODES[format],
+                             written=scale_shape is not None), options)
     return codes, scale
 
 
@@ -95,16 +96,17 @@ def dequantize_kv(codes, scale, format, *, global_scale=None, dtype=None):
     fe = _torch_side() if _is_torch(codes) else _NumpySide()
     if scale is None:
         raise ValueError("scale: is None (dequantize_kv needs the codes' scales)")
+    keep = []
+    codes_view = fe.view(codes, "codes", keep, _code(format))  # checks codes is an array
     _check_rank(codes, "codes")
     shape = tuple(codes.shape[:-1]) + (int(codes.shape[-1]) * (2 if format in _FP4 else 1),)
     out = fe.empty_values(shape, dtype, codes)
-    keep = []
     options = _lib.make_quantize_options(_lib.KV_FORMATS[format],
-                                         fe.view(global_scale, "global_scale", _lib.F32, keep),
+                                         fe.view(global_scale, "global_scale", keep),
                                          fe.stream(codes))
-    _lib.dequantize_kv(fe.view(codes, "codes", _code(format), keep),
-                       fe.view(scale, "scale", _SCALE_CODES[format], keep),
-                       fe.view(out, "out", fe.float_code(out), keep), options)
+    # out is shaped after codes here: what the library finds wrong with its shape is codes'.
+    _lib.dequantize_kv(codes_view, fe.view(scale, "scale", keep, _SCALE_CODES[format]),
+                       fe.view(out, "out", keep, written=True), options, {"out": "codes"})
     return out
 
 
@@ -112,14 +114,10 @@ def hadamard_signs(d, seed=0, device="cpu"):
     """(d,) float32 torch tensor of +-1 on `device`: the signs of the randomized Hadamard
     rotation, the same on every device for a seed (splitmix64, hfa_hadamard_signs)."""
     import torch
-    d, seed = int(d), int(seed)
-    if d < 1:
-        raise ValueError(f"d: expected at least 1, got {d}")
-    if not 0 <= seed < 2 ** 64:
-        raise ValueError(f"seed: expected an integer in [0, 2**64), got {seed}")
+    d, seed = _args.integer(d, "d"), _args.integer(seed, "seed")
     signs = torch.empty(d, dtype=torch.float32, device=device)
     fe = _torch_side()
-    _lib.hadamard_signs(seed, fe.view(signs, "signs", _lib.F32, []), fe.stream(signs))
+    _lib.hadamard_signs(seed, fe.view(signs, "signs", [], written=True), fe.stream(signs))
     return signs
 
 
@@ -165,21 +163,24 @@ def quantize_fp8(x, granularity="tensor", block=128, hadamard=False, signs=None,
         layout = ("(total, heads, d) with cu_seqlens" if cu_seqlens is not None
                   else "(batch, seqlen, heads, d)")
         raise ValueError(f"x: expected rank {want_rank} {layout}, got shape {tuple(x.shape)}")
-    block = int(block) if granularity == "block" else 0
-    if granularity == "block" and block < 1:
-        raise ValueError(f"block: expected at least 1, got {block}")
+    block = _args.integer(block, "block") if granularity == "block" else 0
+    if cu_seqlens is not None:  # read here, for the scales' shape, before the library checks it
+        fe.check_tensor(cu_seqlens, "cu_seqlens")
+        if cu_seqlens.dtype != torch.int32 or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
+            raise ValueError(f"cu_seqlens: expected int32 of shape (batch + 1,), got "
+                             f"{cu_seqlens.dtype} {tuple(cu_seqlens.shape)}")
     if signs is None and hadamard:
         signs = hadamard_signs(x.shape[-1], seed, x.device)
     codes = torch.empty(x.shape, dtype=fe.e4m3 or torch.uint8, device=x.device)
     scales = torch.empty(_fp8_scale_shape(granularity, block, x, cu_seqlens),
                          dtype=torch.float32, device=x.device)
     keep = []
-    _lib.quantize_fp8(fe.view(x, "x", fe.float_code(x), keep),
-                      fe.view(codes, "codes", _lib.E4M3, keep),
-                      fe.view(scales, "scale", _lib.F32, keep),
+    _lib.quantize_fp8(fe.view(x, "x", keep),
+                      fe.view(codes, "codes", keep, _lib.E4M3, written=True),
+                      fe.view(scales, "scale", keep, written=True),
                       _lib.FP8_GRANULARITIES[granularity], block,
-                      fe.view(cu_seqlens, "cu_seqlens", _lib.I32, keep),
-                      fe.view(signs, "signs", _lib.F32, keep), fe.stream(x))
+                      fe.view(cu_seqlens, "cu_seqlens", keep), fe.view(signs, "signs", keep),
+                      fe.stream(x))
     return codes, scales
 
 
@@ -206,9 +207,6 @@ class _NumpySide:
                             f"tensor), got {getattr(x, 'dtype', type(x).__name__)}")
         return x
 
-    def float_code(self, a):
-        return _lib.F32 if a.dtype == self.np.float32 else _lib.F16
-
     def empty(self, shape, name, format, like):
         dtype = self.np.float32 if name == "scale" and format.startswith("fp8") else self.np.uint8
         return self.np.empty(shape, dtype=dtype)
@@ -219,24 +217,12 @@ class _NumpySide:
             raise TypeError(f"dtype: expected float32 or float16, got {dtype}")
         return self.np.empty(shape, dtype=dtype)
 
-    def view(self, a, name, code, keep, copy=True):
-        """A Tensor over a (copied when its layout needs it; copy=False: never, for an output
-        written in place) with the hfa dtype `code`; a's own dtype must have that code's size."""
+    def view(self, a, name, keep, bytes_as=None, written=False):
+        """hfa._numpy.view's Tensor over a (None for None), which `keep` keeps alive."""
         if a is None:
             return None
-        np = self.np
         from . import _numpy
-        if not isinstance(a, np.ndarray):
-            raise TypeError(f"{name}: expected a numpy array, got {type(a).__name__}")
-        want = {_lib.F32: np.float32, _lib.F16: np.float16}.get(code, np.uint8)
-        if a.dtype != want:
-            raise TypeError(f"{name}: expected a numpy {np.dtype(want)} array, got {a.dtype}")
-        if not copy:
-            if any(s % a.itemsize for s in a.strides):
-                raise ValueError(f"{name}: strides {a.strides} are not whole elements")
-            keep.append(a)
-            return _lib.make_tensor(a.ctypes.data, code, a.shape, _numpy._strides(a))
-        kept, t = _numpy._view(a, name, {a.dtype: code})
+        kept, t = _numpy.view(a, name, bytes_as, written)
         keep.append(kept)
         return t
 
@@ -253,13 +239,15 @@ def _torch_side():
         e4m3 = getattr(torch, "float8_e4m3fn", None)
         floats = {torch.float32: _lib.F32, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16}
 
+        def check_tensor(self, t, name):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+
         def values(self, x, name):
+            self.check_tensor(x, name)
             if x.dtype not in self.floats:
                 raise TypeError(f"{name}: expected float32, float16 or bfloat16, got {x.dtype}")
             return x
-
-        def float_code(self, a):
-            return self.floats[a.dtype]
 
         def empty(self, shape, name, format, like):
             if name == "scale" and format.startswith("fp8"):
@@ -276,29 +264,18 @@ def _torch_side():
                 raise TypeError(f"dtype: expected float32, float16 or bfloat16, got {dtype}")
             return torch.empty(shape, dtype=dtype, device=like.device)
 
-        def view(self, t, name, code, keep, copy=True):
-            """A Tensor over t, or over a copy where its last dim is strided (copy=False: never a
-            copy, for an output written in place; the library names a layout it cannot take)."""
+        def view(self, t, name, keep, bytes_as=None, written=False):
+            """hfa._torch_calls' Tensor over t (None for None), which `keep` keeps alive: over a
+            copy where an input's layout needs one, never for one the library writes."""
             if t is None:
                 return None
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-            byte_types = (torch.uint8,) + tuple(d for d in (self.e4m3, getattr(
-                torch, "float8_e8m0fnu", None)) if d is not None)
-            ok = (t.dtype == torch.float32 if code == _lib.F32 else
-                  t.dtype == torch.int32 if code == _lib.I32 else
-                  t.dtype in byte_types if code in (_lib.E4M3, _lib.UE8M0, _lib.FP4_E2M1X2) else
-                  self.floats.get(t.dtype) == code)
-            if not ok:
-                raise TypeError(f"{name}: dtype {t.dtype} does not fit ({_lib.DTYPE_NAMES[code]} "
-                                "expected)")
-            if copy and t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
-                t = t.contiguous()
-            keep.append(t)
-            cuda = t.device.type == "cuda"
-            return _lib.make_tensor(t.data_ptr(), code, t.shape, t.stride(),
-                                    _lib.CUDA if cuda else _lib.CPU,
-                                    (t.device.index or 0) if cuda else 0)
+            from . import _torch_calls
+            if written:
+                keep.append(t)
+                return _torch_calls.view_as_is(t, name, bytes_as)
+            kept, tensor = _torch_calls.view(t, name, bytes_as)
+            keep.append(kept)
+            return tensor
 
         def stream(self, a):
             if a.device.type != "cuda":

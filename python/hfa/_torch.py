@@ -198,6 +198,14 @@ def _forward(q, k, v, out, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, soft
     return out.copy_(result), lse
 
 
+def check_tensors(**arguments):
+    """TypeError naming the first argument that is neither None nor a tensor: an op's schema
+    rejects one too, but as a RuntimeError about the op's own parameter."""
+    for name, t in arguments.items():
+        if t is not None and not isinstance(t, Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+
+
 def _plain(learnable_sink, out, q_descale, k_descale, v_descale, descale_block_q,
            descale_block_kv):
     """Whether a forward gives none of what only hfa::fwd takes (sinks, out=, FP8 descales):
@@ -211,6 +219,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
                     softcap=0.0, deterministic=False, return_attn_probs=False,
                     learnable_sink=None, out=None, q_descale=None, k_descale=None,
                     v_descale=None, descale_block_q=0, descale_block_kv=0, sm_margin=0):
+    check_tensors(k=k, v=v, learnable_sink=learnable_sink, out=out, q_descale=q_descale,
+                  k_descale=k_descale, v_descale=v_descale)
     wl, wr = window_size  # ints: hfa.flash_attn_func normalized it (hfa._args.window)
     if not (return_attn_probs or sm_margin) and _plain(learnable_sink, out, q_descale,
                                                       k_descale, v_descale, descale_block_q,
@@ -230,6 +240,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            seqused_k=None, learnable_sink=None, out=None, q_descale=None,
                            k_descale=None, v_descale=None, descale_block_q=0,
                            descale_block_kv=0, sm_margin=0):
+    check_tensors(k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                  seqused_q=seqused_q, seqused_k=seqused_k, learnable_sink=learnable_sink,
+                  out=out, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     wl, wr = window_size  # normalized by hfa.flash_attn_varlen_func
     if (not (return_attn_probs or sm_margin) and seqused_q is None and seqused_k is None
             and _plain(learnable_sink, out, q_descale, k_descale, v_descale, descale_block_q,
@@ -259,6 +272,9 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
                         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                         max_seqlen_k=None, learnable_sink=None, seqused_q=None,
                         seqused_k=None, sm_margin=0, softmax_d=None):
+    check_tensors(dout=dout, k=k, v=v, out=out, lse=lse, cu_seqlens_q=cu_seqlens_q,
+                  cu_seqlens_k=cu_seqlens_k, learnable_sink=learnable_sink, seqused_q=seqused_q,
+                  seqused_k=seqused_k, softmax_d=softmax_d)
     wl, wr = _window(window_size)
     mq, mk = _max_lengths(cu_seqlens_q, max_seqlen_q, max_seqlen_k)
     sinks = _sinks(learnable_sink)
@@ -280,6 +296,9 @@ def flash_attn_accumulate(q, k, v, out, lse, softmax_scale, causal, window_size,
                           seqused_q, seqused_k, sm_margin):
     """hfa.flash_attn_accumulate on torch tensors: the C ABI directly (an in-place merge is no
     op's, and not differentiable)."""
+    check_tensors(k=k, v=v, out=out, lse=lse, cu_seqlens_q=cu_seqlens_q,
+                  cu_seqlens_k=cu_seqlens_k, learnable_sink=learnable_sink, seqused_q=seqused_q,
+                  seqused_k=seqused_k)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                        for t in (q, k, v, learnable_sink)):
         raise ValueError("flash_attn_accumulate is not differentiable; call it under "

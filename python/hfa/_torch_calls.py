@@ -9,47 +9,46 @@ import contextlib
 
 import torch
 
-from . import _lib
+from . import _args, _lib
 
 Tensor = torch.Tensor
 
-DTYPES = {
-    torch.float32: _lib.F32,
-    torch.float16: _lib.F16,
-    torch.bfloat16: _lib.BF16,
-    torch.int32: _lib.I32,
-}
-# fp8 dtypes exist from torch 2.1; forward only (the library rejects them in the backward).
-for _name, _code in (("float8_e4m3fn", _lib.E4M3), ("float8_e5m2", _lib.E5M2)):
+# torch's dtypes as hfa._args' element kinds (uint8: the bytes of FP8 / FP4 codes and scales
+# where torch has no dtype for them). The fp8 dtypes exist from torch 2.1, e8m0 from 2.7.
+KINDS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+         torch.int32: "i32", torch.uint8: "u8"}
+for _name, _kind in (("float8_e4m3fn", "e4m3"), ("float8_e5m2", "e5m2"),
+                     ("float8_e8m0fnu", "e8m0")):
     if hasattr(torch, _name):
-        DTYPES[getattr(torch, _name)] = _code
+        KINDS[getattr(torch, _name)] = _kind
 
 
-def view(t: Tensor, name: str):
-    """(tensor kept alive, hfa Tensor). A tensor whose last dim is not unit-stride is copied, and
-    so is a broadcast (a stride of 0 over several elements, e.g. the expanded gradient of a sum:
-    a GPU's TMA cannot read one); other strides go to the library unchanged."""
+def view(t: Tensor, name: str, bytes_as=None):
+    """(tensor kept alive, hfa Tensor) of an input. A tensor whose last dim is not unit-stride is
+    copied, and so is a broadcast (a stride of 0 over several elements, e.g. the expanded
+    gradient of a sum: a GPU's TMA cannot read one); other strides go to the library unchanged."""
     if isinstance(t, torch.Tensor) and t.dim() and (
             (t.shape[-1] > 1 and t.stride(-1) != 1)
             or any(n > 1 and s == 0 for n, s in zip(t.shape, t.stride()))):
         t = t.contiguous()
-    return t, view_as_is(t, name)
+    return t, view_as_is(t, name, bytes_as)
 
 
-def view_as_is(t: Tensor, name: str):
-    """The hfa Tensor of t with all its strides (outputs, and descales, which may be
-    broadcast views)."""
+def view_as_is(t: Tensor, name: str, bytes_as=None):
+    """The hfa Tensor of t with all its strides (outputs, and descales, which may be broadcast
+    views), labelled with t's own dtype (uint8 as the byte format bytes_as: hfa._args). torch
+    has no read-only tensors: what the library writes is the caller's to keep unshared."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in DTYPES:
-        raise TypeError(f"{name}: dtype {t.dtype} is not supported")
+    code = _args.array_code(name, KINDS.get(t.dtype), t.dtype, bytes_as)
+    _args.check_array(name, t.dim(), True, False)
     if t.device.type == "cuda":
         device, index = _lib.CUDA, t.device.index if t.device.index is not None else 0
     elif t.device.type == "cpu":
         device, index = _lib.CPU, 0
     else:
         raise ValueError(f"{name}: device {t.device} is not supported (cpu or cuda)")
-    return _lib.make_tensor(t.data_ptr(), DTYPES[t.dtype], t.shape, t.stride(), device, index)
+    return _lib.make_tensor(t.data_ptr(), code, t.shape, t.stride(), device, index)
 
 
 @contextlib.contextmanager
@@ -79,16 +78,22 @@ class Call:
             cu_k, cu_k_t = view(cu_seqlens_k, "cu_seqlens_k")
             self.keep += [cu_q, cu_k, cu_q_t, cu_k_t]
         vectors = {}
-        for name, t in (("sinks", sinks), ("seqused_q", seqused_q), ("seqused_k", seqused_k),
-                        ("dsinks", dsinks)):
+        # The options' field, and the caller's name of what is given there.
+        for field, name, t in (("sinks", "learnable_sink", sinks),
+                               ("seqused_q", "seqused_q", seqused_q),
+                               ("seqused_k", "seqused_k", seqused_k),
+                               ("dsinks", "dsinks", dsinks)):
             if t is not None:
-                t, vectors[name] = view(t, name)
-                self.keep += [t, vectors[name]]
+                t, vectors[field] = view(t, name)
+                self.keep += [t, vectors[field]]
         for name, t in (("q_descale", q_descale), ("k_descale", k_descale),
-                        ("v_descale", v_descale), ("softmax_d", softmax_d)):
+                        ("v_descale", v_descale)):
             if t is not None:
                 vectors[name] = view_as_is(t, name)
                 self.keep += [t, vectors[name]]
+        if softmax_d is not None:
+            softmax_d, vectors["softmax_d"] = view(softmax_d, "softmax_d")
+            self.keep += [softmax_d, vectors["softmax_d"]]
         stream = None
         if ref.device.type == "cuda":
             stream = torch.cuda.current_stream(ref.device).cuda_stream

@@ -251,7 +251,7 @@ def test_varlen_query_errors():
         hfa.flash_attn_with_kvcache(q, k, k, k=packed, v=packed, cache_seqlens=seqlens - 3,
                                     cu_seqlens_q=cu,
                                     cu_seqlens_k_new=np.array([0, 1, 4], np.int32))
-    with pytest.raises(hfa.HfaInvalidArgument, match="^k_new: expected rank 3"):
+    with pytest.raises(hfa.HfaInvalidArgument, match="^k: expected rank 3"):
         hfa.flash_attn_with_kvcache(q, k, k, k=packed[None], v=packed[None],
                                     cache_seqlens=seqlens - 3, cu_seqlens_q=cu,
                                     cu_seqlens_k_new=cu)

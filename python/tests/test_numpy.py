@@ -265,7 +265,7 @@ def test_seqused_leaves_preallocated_rows_untouched():
 def test_error_sinks_and_seqused():
     rng = np.random.default_rng(13)
     q = make(rng, (2, 8, 4, 64), "float32")
-    with pytest.raises(ValueError, match=r"^sinks: expected shape \(4\)"):
+    with pytest.raises(ValueError, match=r"^learnable_sink: expected shape \(4\)"):
         hfa.flash_attn_func(q, q, q, learnable_sink=np.zeros(3, np.float32))
     cu = np.array([0, 8, 16], np.int32)
     flat = q.reshape(16, 4, 64)
@@ -407,7 +407,7 @@ def test_error_options(qkv):
     q, k, v = qkv
     with pytest.raises(ValueError, match=names("softcap")):
         hfa.flash_attn_func(q, k, v, softcap=-1.0)
-    with pytest.raises(ValueError, match=names("window_left")):
+    with pytest.raises(ValueError, match=names("window_size")):
         hfa.flash_attn_func(q, k, v, window_size=(-2, 0))
     with pytest.raises(ValueError, match=names("softmax_scale")):
         hfa.flash_attn_func(q, k, v, softmax_scale=float("nan"))

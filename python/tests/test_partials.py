@@ -112,7 +112,7 @@ def test_errors_name_the_argument():
     rng = np.random.default_rng(9)
     q, k, v = make(rng, (1, 4, 2, 64)), make(rng, (1, 6, 2, 64)), make(rng, (1, 6, 2, 64))
     lse = np.full((1, 2, 4), -np.inf, dtype=np.float32)
-    with pytest.raises(TypeError, match="out: expected a numpy float32 array"):
+    with pytest.raises(TypeError, match="^out: dtype float64 is not supported"):
         hfa.flash_attn_accumulate(q, k, v, np.empty((1, 4, 2, 64), dtype=np.float64), lse)
     q16, k16, v16 = (x.astype(np.float16) for x in (q, k, v))
     with pytest.raises(hfa.HfaInvalidArgument, match="out: accumulate needs an f32 out"):

@@ -371,7 +371,7 @@ def test_errors_name_the_argument(device):
         hfa.flash_attn_func(q, k, q)
     with pytest.raises(TypeError, match=r"\bq\b"):
         hfa.flash_attn_func(q.double(), q, q)
-    with pytest.raises(ValueError, match=r"\bwindow_left\b"):
+    with pytest.raises(ValueError, match=r"^window_size: -5 is out of range"):
         hfa.flash_attn_func(q, q, q, window_size=(-5, 0))
 
 

@@ -24,12 +24,16 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
 #include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "hfa/hfa.hpp"
@@ -48,6 +52,9 @@ std::optional<hfa_dtype> dtype_code(at::ScalarType type) {
     case at::kBFloat16: return HFA_BF16;
     case at::kFloat8_e4m3fn: return HFA_E4M3;
     case at::kFloat8_e5m2: return HFA_E5M2;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 7)
+    case at::kFloat8_e8m0fnu: return HFA_UE8M0;
+#endif
     case at::kInt: return HFA_I32;
     default: return std::nullopt;
   }
@@ -89,16 +96,30 @@ hfa::Tensor view(const Tensor& t, hfa_dtype code, const char* name) {
 
 hfa::Tensor view(const Tensor& t, const char* name) { return view(t, dtype_of(t, name), name); }
 
-// An optional argument's view, kept where the options can point at it.
+// Which strides a view takes: usable ones (an input the library cannot take as it is is
+// copied, as the Python front end does), or the given ones (what the library writes, and
+// descales, which it reads in place even broadcast).
+enum class Strides { usable, as_given };
+
+// An optional argument's view, and the tensor it views (the caller's, or a copy), kept where
+// the options can point at them.
 struct OptionalView {
+  Tensor kept;
   std::optional<hfa::Tensor> tensor;
-  OptionalView(const OptTensor& t, const char* name) {
-    if (t.has_value()) tensor = view(*t, name);
+  OptionalView(const OptTensor& t, const char* name, Strides strides = Strides::usable) {
+    if (t.has_value()) tensor = view(keep(*t, strides), name);
   }
-  OptionalView(const OptTensor& t, hfa_dtype code, const char* name) {
-    if (t.has_value()) tensor = view(*t, code, name);
+  OptionalView(const OptTensor& t, hfa_dtype code, const char* name,
+               Strides strides = Strides::usable) {
+    if (t.has_value()) tensor = view(keep(*t, strides), code, name);
   }
   const hfa::Tensor* get() const { return tensor ? &*tensor : nullptr; }
+
+ private:
+  const Tensor& keep(const Tensor& t, Strides strides) {
+    kept = strides == Strides::usable ? usable_strides(t) : t;
+    return kept;
+  }
 };
 
 // The inputs' GPU current for the call (libhfa launches on the current device).
@@ -109,9 +130,21 @@ struct OnDevice {
   }
 };
 
+// The C ABI's names of the arguments whose Python name differs (python/hfa/_lib.py's
+// _CALLER_NAMES): a message that starts with one names the argument as the caller wrote it.
+std::string callers_words(const std::string& message) {
+  static constexpr std::pair<std::string_view, std::string_view> kCallerNames[] = {
+      {"k_new", "k"}, {"v_new", "v"}, {"sinks", "learnable_sink"}};
+  const std::size_t colon = message.find(':');
+  for (const auto& [abi, caller] : kCallerNames)
+    if (colon == abi.size() && message.compare(0, colon, abi) == 0)
+      return std::string(caller) + message.substr(colon);
+  return message;
+}
+
 void check(const hfa::Status& status) {
   if (status) return;
-  const std::string& message = status.message();
+  const std::string message = callers_words(status.message());
   switch (status.code()) {
     case hfa::Code::invalid_argument: TORCH_CHECK_VALUE(false, message);
     case hfa::Code::not_supported: TORCH_CHECK_NOT_IMPLEMENTED(false, message);
@@ -170,7 +203,7 @@ struct AttentionViews {
   OptionalView cu_q, cu_k, sinks, used_q, used_k;
   explicit AttentionViews(const AttentionArgs& a)
       : cu_q(a.cu_seqlens_q, "cu_seqlens_q"), cu_k(a.cu_seqlens_k, "cu_seqlens_k"),
-        sinks(a.sinks, "sinks"), used_q(a.seqused_q, "seqused_q"),
+        sinks(a.sinks, "learnable_sink"), used_q(a.seqused_q, "seqused_q"),
         used_k(a.seqused_k, "seqused_k") {}
 
   hfa::Options options(const AttentionArgs& a, const Tensor& q) const {
@@ -210,7 +243,9 @@ struct Fp8Args {
 struct Fp8Views {
   OptionalView q, k, v;
   explicit Fp8Views(const Fp8Args& a)
-      : q(a.q_descale, "q_descale"), k(a.k_descale, "k_descale"), v(a.v_descale, "v_descale") {}
+      : q(a.q_descale, "q_descale", Strides::as_given),
+        k(a.k_descale, "k_descale", Strides::as_given),
+        v(a.v_descale, "v_descale", Strides::as_given) {}
 
   void apply(const Fp8Args& a, hfa::Options& o) const {
     o.q_descale = q.get();
@@ -320,7 +355,7 @@ Tensor fwd_into(const Tensor& q, const Tensor& k, const Tensor& v,
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> bwd(
     const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-    const Tensor& out_in, const Tensor& lse, const OptTensor& cu_seqlens_q,
+    const Tensor& out_in, const Tensor& lse_in, const OptTensor& cu_seqlens_q,
     const OptTensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
     std::optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
     double softcap, bool deterministic, const OptTensor& sinks, const OptTensor& seqused_q,
@@ -330,6 +365,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd(
                   seqused_q, seqused_k, sm_margin};
   Tensor dout = usable_strides(dout_in), q = usable_strides(q_in);
   Tensor k = usable_strides(k_in), v = usable_strides(v_in), out = usable_strides(out_in);
+  Tensor lse = usable_strides(lse_in);
   OnDevice on_device(q);
   Tensor dq = at::empty(q.sizes(), q.options());
   Tensor dk = at::empty(k.sizes(), k.options());
@@ -489,26 +525,41 @@ struct KVCacheArgs {
   int64_t num_splits, split_size, sm_margin;
 };
 
-// Rotary tables are float32 or q's dtype (the library checks which).
-hfa_dtype rotary_code(const OptTensor& table, hfa_dtype q_code) {
-  return table && table->scalar_type() == at::kFloat ? HFA_F32 : q_code;
+// A KV-cache argument's hfa_dtype: its own, never another argument's (the library trusts the
+// label to size what it reads and writes, and names an argument whose dtype does not fit).
+// uint8 has none: it holds the bytes of FP8 / FP4 codes or their scales, in the byte format
+// python/hfa/_kvcache.py resolved for the call (`bytes`), and nothing else.
+hfa_dtype own_code(const Tensor& t, int64_t bytes, const char* name) {
+  if (t.scalar_type() != at::kByte) return dtype_of(t, name);
+  TORCH_CHECK_TYPE(bytes == HFA_E4M3 || bytes == HFA_UE8M0 || bytes == HFA_FP4_E2M1X2, name,
+                   ": dtype ", t.scalar_type(), " is not supported here (uint8 holds FP8 / FP4 "
+                   "codes and their scales only)");
+  return static_cast<hfa_dtype>(bytes);
+}
+
+OptionalView own_view(const OptTensor& t, int64_t bytes, const char* name, Strides strides) {
+  return t ? OptionalView(t, own_code(*t, bytes, name), name, strides) : OptionalView(t, name);
 }
 
 void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_cache,
                      const Tensor& out, const Tensor* lse, const KVCacheArgs& a) {
   Tensor q = usable_strides(q_in);
   OnDevice on_device(q);
-  hfa_dtype q_code = dtype_of(q, "q");
-  auto cache_code = static_cast<hfa_dtype>(a.cache_code);
-  auto scale_code = static_cast<hfa_dtype>(a.scale_code);
-  hfa::Tensor seqlens = view(a.cache_seqlens, "cache_seqlens");
-  OptionalView table(a.block_table, "page_table"), k_scale(a.k_scale, scale_code, "k_scale"),
-      v_scale(a.v_scale, scale_code, "v_scale"),
+  // New tokens are written into the caches, and so are their scales where each token has its
+  // own (every format but FP8's calibrated scale per kv-head, (heads_kv)): those are taken as
+  // given, the inputs with usable strides.
+  const bool appends = a.k_new.has_value() || a.v_new.has_value();
+  const Strides caches = appends ? Strides::as_given : Strides::usable;
+  const Strides scales = appends && a.k_scale && a.k_scale->dim() > 1 ? caches : Strides::usable;
+  Tensor seqlens_kept = usable_strides(a.cache_seqlens);
+  hfa::Tensor seqlens = view(seqlens_kept, "cache_seqlens");
+  OptionalView table(a.block_table, "page_table"),
+      k_scale = own_view(a.k_scale, a.scale_code, "k_scale", scales),
+      v_scale = own_view(a.v_scale, a.scale_code, "v_scale", scales),
       k_global(a.k_global_scale, "k_global_scale"), v_global(a.v_global_scale, "v_global_scale"),
-      k_new(a.k_new, q_code, "k"), v_new(a.v_new, q_code, "v"),
-      cos_table(a.rotary_cos, rotary_code(a.rotary_cos, q_code), "rotary_cos"),
-      sin_table(a.rotary_sin, rotary_code(a.rotary_sin, q_code), "rotary_sin"),
-      cu_q(a.cu_seqlens_q, "cu_seqlens_q"), cu_k_new(a.cu_seqlens_k_new, "cu_seqlens_k_new");
+      k_new(a.k_new, "k"), v_new(a.v_new, "v"), cos_table(a.rotary_cos, "rotary_cos"),
+      sin_table(a.rotary_sin, "rotary_sin"), cu_q(a.cu_seqlens_q, "cu_seqlens_q"),
+      cu_k_new(a.cu_seqlens_k_new, "cu_seqlens_k_new");
   hfa::KVCacheOptions o;
   o.cache_seqlens = &seqlens;
   o.block_table = table.get();
@@ -533,15 +584,16 @@ void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_
   o.max_seqlen_q = static_cast<int32_t>(a.max_seqlen_q);
   o.cu_seqlens_k_new = cu_k_new.get();
   o.sm_margin = to_int32(a.sm_margin, "sm_margin");
-  hfa::Tensor qt = view(q, q_code, "q"), kt = view(k_cache, cache_code, "k_cache"),
-              vt = view(v_cache, cache_code, "v_cache");
+  OptionalView k_view(k_cache, own_code(k_cache, a.cache_code, "k_cache"), "k_cache", caches),
+      v_view(v_cache, own_code(v_cache, a.cache_code, "v_cache"), "v_cache", caches);
+  hfa::Tensor qt = view(q, "q"), kt = *k_view.get(), vt = *v_view.get();
   std::size_t bytes = 0;
   check(hfa::forward_kvcache_workspace_size(qt, kt, vt, o, &bytes));
   Tensor scratch = workspace(q, bytes, &o.workspace);
   o.workspace_bytes = bytes;
   std::optional<hfa::Tensor> lt;
   if (lse != nullptr) lt = view(*lse, "lse");
-  check(hfa::forward_kvcache(qt, kt, vt, view(out, q_code, "out"), lt ? &*lt : nullptr, o));
+  check(hfa::forward_kvcache(qt, kt, vt, view(out, "out"), lt ? &*lt : nullptr, o));
 }
 
 #define HFA_KVCACHE_PARAMETERS                                                                  \
