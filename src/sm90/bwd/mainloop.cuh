@@ -263,6 +263,7 @@ struct ConsumerMainloop {
     issue_transposed_scores(s, smem.k, smem.q[q_stage]);
     ptx::commit_group();
     smem.do_full[do_stage].wait(do_ring.phase);
+    ptx::fence();  // as before every GEMM: else ptxas injects the fence itself (advisory C7519)
     issue_transposed_scores(dp, smem.v, smem.dout[do_stage]);
     ptx::commit_group();
     ptx::wait_group<1>();
