@@ -1,14 +1,15 @@
 #!/bin/bash
 # Session 15, call 1: the backward with a GQA group's query heads split over CTAs (one query head
 # a CTA, dK and dV added in fp32: new/), its GPU tests, the GQA table beside FA3 and cuDNN and
-# beside the whole-group grid (new/ with HFA_BWD_HEADS_PER_TILE=64, and base/ = a29b166), and an
-# A/B of the MHA grid: base, new, early (LSE and D loaded before the GEMM waits), new with the dQ
-# writer waiting only for the read (HFA_BWD_EXPERIMENT=1) or hinting evict_last (=2); FA3 beside
-# every arm as the control of the clock.
+# beside the whole-group grid (new/ with HFA_BWD_HEADS_PER_TILE=64, and base/ = the commit
+# before the patch), and an A/B of the MHA grid: base, new, early (HFA_SM90_BWD_STATS_EARLY=1:
+# LSE and D loaded before the GEMM waits), waitread (HFA_SM90_BWD_DQ_WAIT_LANDED=0: the dQ
+# writer frees its tile once the bulk add has read it), evictlast (HFA_SM90_BWD_DQ_EVICT_LAST=1);
+# FA3 beside every arm as the control of the clock.
 set -u
 cd "$(dirname "$0")/../../.."
 source bench/device_call.sh
-unpack .device/base .device/new .device/early .device/fa3
+unpack .device/base .device/new .device/early .device/waitread .device/evictlast .device/fa3
 results r15a
 export HFA_FA3_DIR=$PWD/.device/fa3
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv | tee "$R/gpu.txt"
@@ -21,12 +22,11 @@ bench_with new bench_bwd.py gqa-group --gqa --modes bwd --impls hfa fa3 --acc-ma
 unset HFA_BWD_HEADS_PER_TILE
 bench_with base bench_bwd.py gqa-base --gqa --modes bwd --impls hfa fa3 --acc-max-seqlen 0
 pack
-ab() {  # ab ARM: lib and experiment of one arm
-  local lib=${1%%:*} exp=${1#*:}
-  HFA_BWD_EXPERIMENT=$exp bench_with "$lib" bench_bwd.py "ab-${1/:/-x}-$2" --modes bwd \
-    --impls hfa fa3 --seqlens 2048 8192 16384 --acc-max-seqlen 0 --no-plot
+ab() {  # ab LIB ROUND
+  bench_with "$1" bench_bwd.py "ab-$1-$2" --modes bwd --impls hfa fa3 --seqlens 2048 8192 16384 \
+    --acc-max-seqlen 0 --no-plot
 }
-arms=(base:0 new:0 early:0 new:1 new:2)
+arms=(base new early waitread evictlast)
 for arm in "${arms[@]}"; do ab "$arm" r1; done
 for ((i = ${#arms[@]} - 1; i >= 0; i--)); do ab "${arms[$i]}" r2; done
 pack
