@@ -568,18 +568,21 @@ Status check_cu_seqlens_form(const char* name, const Tensor* cu, const Tensor& r
 Status check_cu_seqlens_values(const char* name, const int32_t* offsets, int64_t batch,
                                int64_t total, const char* total_owner, const char* max_name,
                                int32_t max_len) {
+  // The offsets' own structure first: a bad offset also makes a bad length, and the fault is
+  // the offset's, not the bound's.
   if (offsets[0] != 0) return invalid(name, "must start at 0, got ", offsets[0]);
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t length = int64_t{offsets[b + 1]} - offsets[b];
-    if (length < 0)
+  for (int64_t b = 0; b < batch; ++b)
+    if (offsets[b + 1] < offsets[b])
       return invalid(name, "must not decrease, but element ", b + 1, " (", offsets[b + 1],
                      ") < element ", b, " (", offsets[b], ")");
-    if (max_name != nullptr && length > max_len)
-      return invalid(max_name, max_len, " is smaller than sequence ", b, " (length ", length, ")");
-  }
   if (offsets[batch] != total)
     return invalid(name, "last element ", offsets[batch], " must equal ", total_owner,
                    "'s total_tokens ", total);
+  for (int64_t b = 0; max_name != nullptr && b < batch; ++b) {
+    const int64_t length = int64_t{offsets[b + 1]} - offsets[b];
+    if (length > max_len)
+      return invalid(max_name, max_len, " is smaller than sequence ", b, " (length ", length, ")");
+  }
   return Status::ok();
 }
 
