@@ -458,7 +458,8 @@ TEST(KVCacheArgs, ValidationModeFromOptionOrEnvironment) {
   auto mode = [&c] {
     detail::KVCacheProblem p;
     const Status status = detail::build_kvcache_problem(
-        {&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor, &c.lse.tensor, &c.options}, &p);
+        {&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor, &c.lse.tensor, &c.options},
+        detail::Purpose::run, &p);
     EXPECT_TRUE(status.is_ok()) << status.message();
     return p.validate;
   };
