@@ -109,10 +109,10 @@ bool has_elements(const Tensor& t) {
 // of index_d · stride_d in bytes, plus one of the element's bytes.
 struct ByteView {
   Wide data = 0;
-  Wide element = 0;                // bytes per element
+  Wide element = 0;                        // bytes per element
   std::array<Term, HFA_MAX_RANK> steps{};  // coefficient: the stride in bytes; [0, extent - 1]
   int count = 0;
-  Wide last = 0;                   // the offset of the last byte
+  Wide last = 0;  // the offset of the last byte
 };
 
 ByteView bytes_of(const Tensor& t) {

@@ -279,8 +279,8 @@ Status check_append(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p)
 Status check_kvcache_memory(const KVCacheArgs& args, const KVCacheProblem& p) {
   const KVCacheOptions& o = *args.options;
   const bool append = o.k_new != nullptr;
-  const bool scales_per_row = p.format != CacheFormat::plain && p.format != CacheFormat::fp8_per_head;
-  const bool scales_written = append && scales_per_row;
+  const bool scales_written =
+      append && p.format != CacheFormat::plain && p.format != CacheFormat::fp8_per_head;
   const CallTensor tensors[] = {
       {"q", args.q}, {"k_cache", args.k_cache, append}, {"v_cache", args.v_cache, append},
       {"out", args.out, true}, {"lse", args.lse, true}, {"cache_seqlens", o.cache_seqlens},

@@ -25,7 +25,8 @@ class Snapshot {
   }
   bool unchanged() const {
     for (std::size_t i = 0; i < buffers_.size(); ++i)
-      if (std::memcmp(buffers_[i]->data(), copies_[i].data(), copies_[i].size() * sizeof(float)) != 0)
+      if (std::memcmp(buffers_[i]->data(), copies_[i].data(), copies_[i].size() * sizeof(float)) !=
+          0)
         return false;
     return true;
   }
@@ -44,10 +45,13 @@ class Snapshot {
   const hfa_status status = call();
   const std::string message = hfa_last_error();
   if (status != HFA_ERROR_INVALID_ARGUMENT)
-    return ::testing::AssertionFailure() << "status " << hfa_status_name(status) << " (\"" << message << "\")";
+    return ::testing::AssertionFailure()
+           << "status " << hfa_status_name(status) << " (\"" << message << "\")";
   if (message.rfind(prefix, 0) != 0)
-    return ::testing::AssertionFailure() << "message \"" << message << "\" does not start with \"" << prefix << "\"";
-  if (!before.unchanged()) return ::testing::AssertionFailure() << "memory was written: \"" << message << "\"";
+    return ::testing::AssertionFailure()
+           << "message \"" << message << "\" does not start with \"" << prefix << "\"";
+  if (!before.unchanged())
+    return ::testing::AssertionFailure() << "memory was written: \"" << message << "\"";
   return ::testing::AssertionSuccess();
 }
 
@@ -62,8 +66,8 @@ hfa_status c_backward(Attention& a, const hfa_options& options) {
 
 // Views of one buffer laid out as (batch, seqlen, parts, heads, headdim): part `part` of it, as
 // packed QKV (or the gradient dqkv) holds q, k and v.
-Tensor part_of(std::vector<float>& buffer, int64_t batch, int64_t seqlen, int64_t parts, int64_t part,
-               int64_t heads, int64_t hdim) {
+Tensor part_of(std::vector<float>& buffer, int64_t batch, int64_t seqlen, int64_t parts,
+               int64_t part, int64_t heads, int64_t hdim) {
   const int64_t row = parts * heads * hdim;
   return make_tensor(buffer.data() + part * heads * hdim, DType::f32, {batch, seqlen, heads, hdim},
                      {seqlen * row, row, hdim, 1});
@@ -147,8 +151,8 @@ struct Decode {
     }
   }
   hfa_status run() {
-    return hfa_forward_kvcache(&q.tensor, &k_cache.tensor, &v_cache.tensor, &out.tensor, &lse.tensor,
-                               &options);
+    return hfa_forward_kvcache(&q.tensor, &k_cache.tensor, &v_cache.tensor, &out.tensor,
+                               &lse.tensor, &options);
   }
 };
 
@@ -182,17 +186,21 @@ TEST(Aliasing, BackwardGradientOverAnInput) {
   Attention a;
   ASSERT_TRUE(a.forward().is_ok());
   const hfa_options options = hfa_default_options();
-  const std::vector<const std::vector<float>*> all = {&a.q.data, &a.k.data, &a.v.data, &a.out.data,
-                                                      &a.lse.data, &a.dout.data, &a.dq.data,
-                                                      &a.dk.data, &a.dv.data};
+  const std::vector<const std::vector<float>*> all = {&a.q.data,   &a.k.data,   &a.v.data,
+                                                      &a.out.data, &a.lse.data, &a.dout.data,
+                                                      &a.dq.data,  &a.dk.data,  &a.dv.data};
   Tensor dq = a.dq.tensor;
   a.dq.tensor.data = a.q.data.data();  // in place over q: not supported
-  EXPECT_TRUE(RejectedWritingNothing([&] { return c_backward(a, options); }, "dq: overlaps q (", all));
+  EXPECT_TRUE(
+      RejectedWritingNothing([&] { return c_backward(a, options); }, "dq: overlaps q (", all));
   a.dq.tensor = dq;
   a.dv.tensor.data = a.dout.data.data();
-  EXPECT_TRUE(RejectedWritingNothing([&] { return c_backward(a, options); }, "dv: overlaps dout (", all));
-  a.dv.tensor = make_tensor(a.dq.data.data() + 64, DType::f32, {2, 5, 2, 64});  // dq's buffer, a row on
-  EXPECT_TRUE(RejectedWritingNothing([&] { return c_backward(a, options); }, "dv: overlaps dq (", all));
+  EXPECT_TRUE(
+      RejectedWritingNothing([&] { return c_backward(a, options); }, "dv: overlaps dout (", all));
+  a.dv.tensor =
+      make_tensor(a.dq.data.data() + 64, DType::f32, {2, 5, 2, 64});  // dq's buffer, a row on
+  EXPECT_TRUE(
+      RejectedWritingNothing([&] { return c_backward(a, options); }, "dv: overlaps dq (", all));
 }
 
 TEST(Aliasing, BackwardDsinksOverSinks) {
@@ -203,15 +211,16 @@ TEST(Aliasing, BackwardDsinksOverSinks) {
   options.sinks = &sinks_tensor;
   ASSERT_EQ(c_forward(a, options), HFA_SUCCESS) << hfa_last_error();
   options.dsinks = &sinks_tensor;
-  EXPECT_TRUE(RejectedWritingNothing([&] { return c_backward(a, options); }, "dsinks: overlaps sinks (",
+  EXPECT_TRUE(RejectedWritingNothing([&] { return c_backward(a, options); },
+                                     "dsinks: overlaps sinks (",
                                      {&sinks, &a.dq.data, &a.dk.data, &a.dv.data}));
 }
 
 TEST(Aliasing, KVCacheAppendIntoAnotherTensor) {
   Decode d(true);
-  const std::vector<const std::vector<float>*> all = {&d.q.data, &d.k_cache.data, &d.v_cache.data,
-                                                      &d.out.data, &d.lse.data, &d.k_new.data,
-                                                      &d.v_new.data};
+  const std::vector<const std::vector<float>*> all = {
+      &d.q.data,   &d.k_cache.data, &d.v_cache.data, &d.out.data,
+      &d.lse.data, &d.k_new.data,   &d.v_new.data};
   // The new token's keys read from the very slots the append writes.
   d.k_new.tensor.data = d.k_cache.data.data() + 5 * 64;
   EXPECT_TRUE(RejectedWritingNothing([&] { return d.run(); }, "k_cache: overlaps k_new (", all));
@@ -232,8 +241,9 @@ TEST(Aliasing, QuantizeCodesOverTheirValues) {
   hfa_quantize_options kv{};
   kv.format = HFA_KV_FP8_PER_TOKEN;
   codes.tensor.data = x.data.data();
-  EXPECT_TRUE(RejectedWritingNothing([&] { return hfa_quantize_kv(&x.tensor, &codes.tensor, &scale.tensor, &kv); },
-                                     "codes: overlaps x (", {&x.data, &scale.data}));
+  EXPECT_TRUE(RejectedWritingNothing(
+      [&] { return hfa_quantize_kv(&x.tensor, &codes.tensor, &scale.tensor, &kv); },
+      "codes: overlaps x (", {&x.data, &scale.data}));
   // Dequantizing into the codes' own bytes.
   Buffer values;
   values.make(DType::f32, {4, 2, 64});
@@ -277,7 +287,8 @@ TEST(Aliasing, PackedQkvAndDqkvGiveTheSeparateResults) {
     packed[p] = part_of(qkv, b, s, 3, p, h, d);
     gradient[p] = part_of(dqkv, b, s, 3, p, h, d);
     for (int64_t i = 0; i < b * s; ++i)  // row i of part p: heads · headdim values
-      std::memcpy(qkv.data() + (i * 3 + p) * h * d, parts[p]->data.data() + i * h * d, h * d * sizeof(float));
+      std::memcpy(qkv.data() + (i * 3 + p) * h * d, parts[p]->data.data() + i * h * d,
+                  h * d * sizeof(float));
   }
   ASSERT_TRUE(separate.forward().is_ok());
   ASSERT_TRUE(separate.backward().is_ok());
@@ -286,12 +297,13 @@ TEST(Aliasing, PackedQkvAndDqkvGiveTheSeparateResults) {
   out.make(DType::f32, {b, s, h, d});
   lse.make(DType::f32, {b, h, s});
   const hfa_options options = hfa_default_options();
-  ASSERT_EQ(hfa_forward(&packed[0], &packed[1], &packed[2], &out.tensor, &lse.tensor, &options), HFA_SUCCESS)
+  ASSERT_EQ(hfa_forward(&packed[0], &packed[1], &packed[2], &out.tensor, &lse.tensor, &options),
+            HFA_SUCCESS)
       << hfa_last_error();
   EXPECT_EQ(out.data, separate.out.data);
   EXPECT_EQ(lse.data, separate.lse.data);
-  ASSERT_EQ(hfa_backward(&separate.dout.tensor, &packed[0], &packed[1], &packed[2], &out.tensor, &lse.tensor,
-                         &gradient[0], &gradient[1], &gradient[2], &options),
+  ASSERT_EQ(hfa_backward(&separate.dout.tensor, &packed[0], &packed[1], &packed[2], &out.tensor,
+                         &lse.tensor, &gradient[0], &gradient[1], &gradient[2], &options),
             HFA_SUCCESS)
       << hfa_last_error();
   const Buffer* grads[3] = {&separate.dq, &separate.dk, &separate.dv};
@@ -308,27 +320,35 @@ TEST(Aliasing, InterleavedCachesAppendInPlace) {
   Decode separate(true);
   std::vector<float> kv(2 * separate.k_cache.data.size());
   for (int64_t slot = 0; slot < 8; ++slot) {
-    std::memcpy(kv.data() + (2 * slot) * 64, separate.k_cache.data.data() + slot * 64, 64 * sizeof(float));
-    std::memcpy(kv.data() + (2 * slot + 1) * 64, separate.v_cache.data.data() + slot * 64, 64 * sizeof(float));
+    std::memcpy(kv.data() + (2 * slot) * 64, separate.k_cache.data.data() + slot * 64,
+                64 * sizeof(float));
+    std::memcpy(kv.data() + (2 * slot + 1) * 64, separate.v_cache.data.data() + slot * 64,
+                64 * sizeof(float));
   }
   ASSERT_EQ(separate.run(), HFA_SUCCESS) << hfa_last_error();
 
   Decode shared(true);
   shared.k_cache.tensor = make_tensor(kv.data(), DType::f32, {1, 8, 1, 64}, {8 * 128, 128, 64, 1});
-  shared.v_cache.tensor = make_tensor(kv.data() + 64, DType::f32, {1, 8, 1, 64}, {8 * 128, 128, 64, 1});
+  shared.v_cache.tensor =
+      make_tensor(kv.data() + 64, DType::f32, {1, 8, 1, 64}, {8 * 128, 128, 64, 1});
   ASSERT_EQ(shared.run(), HFA_SUCCESS) << hfa_last_error();
   EXPECT_EQ(shared.out.data, separate.out.data);
   EXPECT_EQ(shared.lse.data, separate.lse.data);
   for (int64_t slot = 0; slot < 8; ++slot) {
-    EXPECT_EQ(0, std::memcmp(kv.data() + (2 * slot) * 64, separate.k_cache.data.data() + slot * 64, 256)) << slot;
-    EXPECT_EQ(0, std::memcmp(kv.data() + (2 * slot + 1) * 64, separate.v_cache.data.data() + slot * 64, 256)) << slot;
+    EXPECT_EQ(
+        0, std::memcmp(kv.data() + (2 * slot) * 64, separate.k_cache.data.data() + slot * 64, 256))
+        << slot;
+    EXPECT_EQ(0, std::memcmp(kv.data() + (2 * slot + 1) * 64,
+                             separate.v_cache.data.data() + slot * 64, 256))
+        << slot;
   }
 }
 
 // Without an append the caches are only read: one tensor may be both (keys equal to values).
 TEST(Aliasing, OneCacheForKeysAndValuesWithoutAppend) {
   Decode separate;
-  std::copy(separate.k_cache.data.begin(), separate.k_cache.data.end(), separate.v_cache.data.begin());
+  std::copy(separate.k_cache.data.begin(), separate.k_cache.data.end(),
+            separate.v_cache.data.begin());
   ASSERT_EQ(separate.run(), HFA_SUCCESS) << hfa_last_error();
   Decode shared;
   shared.v_cache.tensor = shared.k_cache.tensor;
@@ -350,7 +370,8 @@ TEST(Aliasing, MergeOutInterleavedWithAPartial) {
   separate_lse.make(DType::f32, {1, 2, 2});
   const hfa_tensor* out_ptrs[2] = {&outs[0].tensor, &outs[1].tensor};
   const hfa_tensor* lse_ptrs[2] = {&lses[0].tensor, &lses[1].tensor};
-  ASSERT_EQ(hfa_merge_partials(out_ptrs, lse_ptrs, 2, &separate_out.tensor, &separate_lse.tensor, nullptr),
+  ASSERT_EQ(hfa_merge_partials(out_ptrs, lse_ptrs, 2, &separate_out.tensor, &separate_lse.tensor,
+                               nullptr),
             HFA_SUCCESS)
       << hfa_last_error();
 
@@ -365,7 +386,8 @@ TEST(Aliasing, MergeOutInterleavedWithAPartial) {
   ASSERT_EQ(hfa_merge_partials(interleaved, lse_ptrs, 2, &out, &lse.tensor, nullptr), HFA_SUCCESS)
       << hfa_last_error();
   for (int64_t row = 0; row < 4; ++row)
-    EXPECT_EQ(0, std::memcmp(pair.data() + row * 16 + 8, separate_out.data.data() + row * 8, 8 * sizeof(float)))
+    EXPECT_EQ(0, std::memcmp(pair.data() + row * 16 + 8, separate_out.data.data() + row * 8,
+                             8 * sizeof(float)))
         << row;
   EXPECT_EQ(lse.data, separate_lse.data);
 }

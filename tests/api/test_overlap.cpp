@@ -28,7 +28,8 @@ std::map<uintptr_t, int> byte_counts(const Tensor& t) {
       offset += (rest % t.shape[d]) * t.stride[d];
       rest /= t.shape[d];
     }
-    for (int64_t b = 0; b < size; ++b) ++counts[reinterpret_cast<uintptr_t>(t.data) + offset * size + b];
+    for (int64_t b = 0; b < size; ++b)
+      ++counts[reinterpret_cast<uintptr_t>(t.data) + offset * size + b];
   }
   return counts;
 }
@@ -52,14 +53,17 @@ std::vector<uintptr_t> element_bytes(const Tensor& t, const int64_t (&index)[HFA
   for (int d = 0; d < t.rank; ++d) offset += index[d] * t.stride[d];
   const auto size = static_cast<int64_t>(dtype_size(static_cast<DType>(t.dtype)));
   std::vector<uintptr_t> bytes;
-  for (int64_t b = 0; b < size; ++b) bytes.push_back(reinterpret_cast<uintptr_t>(t.data) + offset * size + b);
+  for (int64_t b = 0; b < size; ++b)
+    bytes.push_back(reinterpret_cast<uintptr_t>(t.data) + offset * size + b);
   return bytes;
 }
 
 // A random small view into `arena`: rank 1 to 4, extents 0 to 4, strides 0 to 12 elements (some
 // nested, some not), an element of 1, 2 or 4 bytes at an aligned offset.
 Tensor random_view(std::mt19937_64& rng, std::vector<unsigned char>& arena) {
-  auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  auto uniform = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
   const DType dtypes[] = {DType::e4m3, DType::bf16, DType::f32};
   const DType dtype = dtypes[uniform(0, 2)];
   const auto size = static_cast<int64_t>(dtype_size(dtype));
@@ -116,7 +120,8 @@ TEST(Overlap, SelfOverlapAgreesWithBruteForce) {
     // The witness: two distinct elements of the view, sharing a byte.
     bool distinct = false;
     for (int d = 0; d < t.rank; ++d) {
-      ASSERT_TRUE(first[d] >= 0 && first[d] < t.shape[d] && second[d] >= 0 && second[d] < t.shape[d])
+      ASSERT_TRUE(first[d] >= 0 && first[d] < t.shape[d] && second[d] >= 0 &&
+                  second[d] < t.shape[d])
           << describe(t);
       distinct = distinct || first[d] != second[d];
     }
@@ -137,7 +142,9 @@ TEST(Overlap, FrameworkLayoutsAtFullSize) {
   const int64_t batch = 64, seqlen = 8192, heads = 32, hdim = 128;
   const int64_t row = 3 * heads * hdim;
   // Addresses only: nothing here is read, so no memory backs them.
-  auto at = [](int64_t byte) { return reinterpret_cast<void*>(uintptr_t{1} << 40 | uintptr_t(byte)); };
+  auto at = [](int64_t byte) {
+    return reinterpret_cast<void*>(uintptr_t{1} << 40 | uintptr_t(byte));
+  };
   auto part = [&](int64_t first_element) {
     return make_tensor(at(2 * first_element), DType::bf16, {batch, seqlen, heads, hdim},
                        {seqlen * row, row, hdim, 1});
