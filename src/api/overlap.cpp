@@ -76,8 +76,8 @@ class BoundedSum {
     // v and -v name the same pair of elements (in swapped roles): the first nonzero is positive.
     if (nonzero_ && !chose_nonzero) first = std::max<Wide>(first, 0);
     if (first > last) return false;
-    // From the value that centres the smaller terms' span on the target outward: where the
-    // solution lies when there is one.
+    // From the value that centres the smaller terms' span on the target, outward: the likeliest
+    // first.
     const Wide centre = std::clamp(
         floor_div(low + high - rest_low_[i + 1] - rest_high_[i + 1], 2 * c), first, last);
     for (Wide step = 0; centre + step <= last || centre - step - 1 >= first; ++step) {
