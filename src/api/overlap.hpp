@@ -5,6 +5,7 @@
 // works in place, an output may instead be the very view of an input. Inputs may overlap freely.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -23,9 +24,13 @@ struct CallTensor {
   int in_place_group = 0;
 };
 
-// The first violation of the rule among `tensors`, given in argument order: the message names
-// the written tensor (of two written ones, the later) and the other. Each tensor must have passed
-// its own checks (check_tensor_form): known dtype, non-negative strides, offsets within int64.
+// The most tensors a call has: hfa_merge_partials' outs, lses, out and lse.
+inline constexpr std::size_t kMaxCallTensors = 2 * HFA_MAX_MERGE_PARTIALS + 2;
+
+// The first violation of the rule among `tensors` (at most kMaxCallTensors), given in argument
+// order: the message names the written tensor (of two written ones, the later) and the other. Each
+// tensor must have passed its own checks (check_tensor_form): known dtype, non-negative strides,
+// offsets within int64.
 Status check_shared_memory(std::span<const CallTensor> tensors);
 
 // The two tests the rule is made of. Both are exact (and the first interval test settles most
@@ -35,7 +40,8 @@ Status check_shared_memory(std::span<const CallTensor> tensors);
 //
 // Whether some byte lies in both views.
 bool views_share_memory(const Tensor& a, const Tensor& b);
-// Whether two elements of one view share a byte; if so, their indices.
+// Whether two elements of one view share a byte; if so, their indices in first and second (left
+// as they were otherwise).
 bool elements_overlap(const Tensor& t, int64_t (&first)[HFA_MAX_RANK],
                       int64_t (&second)[HFA_MAX_RANK]);
 
