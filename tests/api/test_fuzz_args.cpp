@@ -487,12 +487,14 @@ std::string alias_mutation(Case& c, Slot& s, Rng& rng) {
     const int rank = s.t.rank;
     int64_t extent[HFA_MAX_RANK];
     for (int d = 0; d < rank; ++d) extent[d] = std::max<int64_t>({s.t.shape[d], target.t.shape[d], 1});
-    int64_t running = 2 * extent[rank - 1];
+    int64_t running = mul_sat<int64_t>(2, extent[rank - 1]);
     s.t.stride[rank - 1] = target.t.stride[rank - 1] = 1;
     for (int d = rank - 2; d >= 0; --d) {
       s.t.stride[d] = target.t.stride[d] = running;
-      running *= extent[d];
+      running = mul_sat(running, extent[d]);
     }
+    // Both views inside the owner's memory, or no interleaving.
+    if (mul_sat<int64_t>(running, size) > static_cast<int64_t>(owner.mem.size())) return "";
     target.t.data = owner.mem.data();
     s.t.data = owner.mem.data() + extent[rank - 1] * size;
   }
