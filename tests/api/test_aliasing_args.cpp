@@ -25,8 +25,7 @@ class Snapshot {
   }
   bool unchanged() const {
     for (std::size_t i = 0; i < buffers_.size(); ++i)
-      if (std::memcmp(buffers_[i]->data(), copies_[i].data(), copies_[i].size() * sizeof(float)) !=
-          0)
+      if (std::memcmp(buffers_[i]->data(), copies_[i].data(), copies_[i].size() * sizeof(float)))
         return false;
     return true;
   }
