@@ -173,7 +173,7 @@ def test_not_yet_and_errors():
     with pytest.raises(hfa.HfaInvalidArgument, match="^block_table: entry \\(0, 0\\) = 5"):
         hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens,
                                     block_table=np.array([[5]], np.int32))
-    with pytest.raises(TypeError, match="^block_table: expected an int32 array"):
+    with pytest.raises(TypeError, match="^block_table: .*int64"):
         hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens,
                                     block_table=np.array([[0]], np.int64))
     with pytest.raises(hfa.HfaInvalidArgument, match="^cache_seqlens: element 0 \\(9\\)"):
@@ -216,13 +216,13 @@ def test_paged_varlen_errors_name_the_callers_arguments():
     with pytest.raises(hfa.HfaInvalidArgument,
                        match="^seqused_k: element 1 \\(99\\) exceeds the cache's capacity 16"):
         call(seqused_k=np.array([4, 99], np.int32))
-    with pytest.raises(TypeError, match="^seqused_k: expected an int32 array"):
+    with pytest.raises(TypeError, match="^seqused_k: .*int64"):
         call(seqused_k=used.astype(np.int64))
     with pytest.raises(hfa.HfaInvalidArgument,
                        match="^block_table: entry \\(0, 1\\) = 9 is outside \\[0, 4\\) "
                              "\\(num_pages of k\\)$"):
         call(block_table=np.array([[0, 9], [2, 3]], np.int32), seqused_k=np.array([9, 8], np.int32))
-    with pytest.raises(TypeError, match="^block_table: expected an int32 array"):
+    with pytest.raises(TypeError, match="^block_table: .*int64"):
         call(block_table=table.astype(np.int64))
     with pytest.raises(hfa.HfaInvalidArgument, match="^k: dtype f16 is not supported"):
         call(k=pool.astype(np.float16), v=pool.astype(np.float16))
