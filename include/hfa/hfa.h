@@ -66,6 +66,23 @@ typedef struct hfa_tensor {
   int32_t device_index;
 } hfa_tensor;
 
+/* Memory shared between tensors. Inputs may overlap one another freely (they are only read):
+ * q, k and v as views of one packed QKV buffer, one tensor as both k_cache and v_cache. A tensor
+ * a call writes (its outputs; for hfa_forward_kvcache with k_new, also k_cache, v_cache and
+ * scales with one per row, which the append writes) shares no byte with any other tensor of the
+ * call, input or output, and no two of its own elements share a byte. Outputs may still be
+ * interleaved views of one buffer that share no byte (dq, dk and dv of one packed dqkv; k_cache
+ * and v_cache of one KV pool). The one exception is an update in place where the operation is
+ * one: hfa_merge_partials' out may be the very view (same data, dtype, shape and strides) of an
+ * outs[i], and its lse of an lses[i]. A call that breaks the rule fails with
+ * HFA_ERROR_INVALID_ARGUMENT before anything is written, by a message naming both tensors
+ * ("out: overlaps k (...)", "lse: overlaps out (...)") or the elements that meet
+ * ("out: elements (0, 0, 1, 0) and (0, 0, 0, 32) share memory (...)"). The check is pointer
+ * arithmetic on the views (no device access, no synchronization) and exact: views that share no
+ * byte pass whatever their strides; only strides that interleave irregularly (no framework's
+ * layout), where the search for a shared byte is cut short, may leave an overlap unseen. The
+ * workspace (hfa_options.workspace) is not a tensor and is not checked: keep it apart. */
+
 /* Options shared by forward and backward. Start from hfa_default_options(). */
 typedef struct hfa_options {
   int32_t has_softmax_scale; /* 0: scale = 1/sqrt(headdim_qk) */
@@ -445,7 +462,8 @@ HFA_API hfa_status hfa_hadamard_signs(uint64_t seed, const hfa_tensor* signs, vo
  * by one).
  * In place: out may be the very view outs[i] is (the same data, dtype and strides) and lse the
  * very view lses[i] is, e.g. a ring's running fp32 accumulator as outs[0] / lses[0]; any other
- * overlap of an output with an input or with the other output is rejected.
+ * shared byte of an output with an input or with the other output is rejected ("Memory shared
+ * between tensors", at hfa_tensor).
  * All tensors on one device. A CUDA call is queued on stream (a cudaStream_t; ignored on the
  * CPU) with no allocation and no synchronization; it reads each input once (vector loads of 4
  * values, 16 bytes of f32 or 8 of bf16/f16, where every tensor's rows are aligned to that and

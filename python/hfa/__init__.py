@@ -12,6 +12,7 @@ Importing hfa needs neither torch nor numpy, nor even the library: libhfa is loa
 use (HFA_LIBRARY, then next to this package, then the checkout's build/*/src/).
 """
 
+import re
 import sys
 
 from . import _args
@@ -54,6 +55,21 @@ def _no_descales_for_numpy(q_descale, k_descale, v_descale, descale_block_q,
     if given:
         raise ValueError(f"{given[0]}: FP8 inputs are torch.float8_e4m3fn tensors (numpy has "
                          f"no fp8 dtype)")
+
+
+def _rename_arguments(error, names):
+    """Rewrites `error`'s message to name arguments as the caller passed them: `names` maps hfa's
+    name for an argument (the C API's, or a layer's below) to the caller's, whole words only."""
+    if error.args and isinstance(error.args[0], str):
+        pattern = r"\b(" + "|".join(map(re.escape, names)) + r")\b"
+        error.args = (re.sub(pattern, lambda m: names[m.group(1)], error.args[0]),) + error.args[1:]
+
+
+def _table_names(page_table):
+    """The block table's name in errors: FlashAttention-3's page_table or FlashAttention-2's
+    block_table, whichever the caller passed (the layers below call it one or the other)."""
+    passed = "page_table" if page_table is not None else "block_table"
+    return {"page_table": passed, "block_table": passed}
 
 
 def _all_none(*arguments):
@@ -180,12 +196,17 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         if seqused_k is None:
             raise ValueError("seqused_k: required with a block_table (the tokens in each "
                              "sequence's pages)")
-        return flash_attn_with_kvcache(
-            q, k, v, cache_seqlens=seqused_k, page_table=page_table, block_table=block_table,
-            cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale,
-            causal=causal, window_size=window_size, softcap=softcap, num_splits=num_splits,
-            q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-            sm_margin=sm_margin, return_softmax_lse=return_attn_probs, out=out)
+        try:
+            return flash_attn_with_kvcache(
+                q, k, v, cache_seqlens=seqused_k, page_table=page_table, block_table=block_table,
+                cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale,
+                causal=causal, window_size=window_size, softcap=softcap, num_splits=num_splits,
+                q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                sm_margin=sm_margin, return_softmax_lse=return_attn_probs, out=out)
+        except (ValueError, TypeError, NotImplementedError) as e:
+            # Named as this call's caller passed them, not as flash_attn_with_kvcache's.
+            _rename_arguments(e, {"cache_seqlens": "seqused_k", "k_cache": "k", "v_cache": "v"})
+            raise
     fp8 = (q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
     fe = _frontend(q)
     if fe is not None:
@@ -353,9 +374,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             and (page_table is None or isinstance(page_table, fe.Tensor))
             and k_cache.dtype == q.dtype):
         # The plain call: a 16-bit cache read in place, out alone (hfa::kvcache_attention).
-        return fe.kvcache_attention(q, k_cache, v_cache, cache_seqlens,
-                                    page_table if page_table is not None else block_table,
-                                    softmax_scale, causal, window_size, softcap, num_splits)
+        try:
+            return fe.kvcache_attention(q, k_cache, v_cache, cache_seqlens,
+                                        page_table if page_table is not None else block_table,
+                                        softmax_scale, causal, window_size, softcap, num_splits)
+        except (ValueError, TypeError, NotImplementedError) as e:
+            _rename_arguments(e, _table_names(page_table))
+            raise
     from . import _kvcache
     _kvcache.check_not_yet(attention_chunk, qv=qv, cache_batch_idx=cache_batch_idx,
                            cache_leftpad=cache_leftpad, rotary_seqlens=rotary_seqlens,
@@ -373,10 +398,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
               rotary_interleaved=rotary_interleaved, split_size=split_size,
               cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
               cu_seqlens_k_new=cu_seqlens_k_new, sm_margin=sm_margin)
-    if fe is not None:
-        out, lse = _kvcache.torch_forward(q, k_cache, v_cache, out, **kw)
-    else:
-        out, lse = _kvcache.numpy_forward(q, k_cache, v_cache, out, **kw)
+    try:
+        if fe is not None:
+            out, lse = _kvcache.torch_forward(q, k_cache, v_cache, out, **kw)
+        else:
+            out, lse = _kvcache.numpy_forward(q, k_cache, v_cache, out, **kw)
+    except (ValueError, TypeError, NotImplementedError) as e:
+        _rename_arguments(e, _table_names(page_table))
+        raise
     return (out, lse) if return_softmax_lse else out
 
 

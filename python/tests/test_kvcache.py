@@ -166,9 +166,16 @@ def test_not_yet_and_errors():
     for name in ("rotary_seqlens", "cache_batch_idx", "scheduler_metadata"):
         with pytest.raises(NotImplementedError, match=name):
             hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, **{name: k})
-    with pytest.raises(hfa.HfaInvalidArgument, match="^block_table: entry \\(0, 0\\) = 5"):
+    # Named as passed: FlashAttention-3's page_table, or FlashAttention-2's block_table.
+    with pytest.raises(hfa.HfaInvalidArgument, match="^page_table: entry \\(0, 0\\) = 5"):
         hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens,
                                     page_table=np.array([[5]], np.int32))
+    with pytest.raises(hfa.HfaInvalidArgument, match="^block_table: entry \\(0, 0\\) = 5"):
+        hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens,
+                                    block_table=np.array([[5]], np.int32))
+    with pytest.raises(TypeError, match="^block_table: .*int64"):
+        hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens,
+                                    block_table=np.array([[0]], np.int64))
     with pytest.raises(hfa.HfaInvalidArgument, match="^cache_seqlens: element 0 \\(9\\)"):
         hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=np.array([9], np.int32))
     with pytest.raises(hfa.HfaInvalidArgument, match="^k_cache: dtype f16 is not supported"):
@@ -189,6 +196,42 @@ def test_not_yet_and_errors():
         hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, split_size=-1)
     with pytest.raises(hfa.HfaInvalidArgument, match="^split_size: excludes num_splits"):
         hfa.flash_attn_with_kvcache(q, k, k, cache_seqlens=seqlens, split_size=8, num_splits=2)
+
+
+def test_paged_varlen_errors_name_the_callers_arguments():
+    """flash_attn_varlen_func with a block table runs flash_attn_with_kvcache, whose arguments
+    are named otherwise: its errors still name the caller's seqused_k, k, v and block_table. A
+    decreasing cu_seqlens_q is the offsets' fault, even where a length also exceeds max_seqlen_q."""
+    q = np.zeros((3, 2, 64), np.float32)
+    pool = np.zeros((4, 8, 2, 64), np.float32)
+    cu = np.array([0, 1, 3], np.int32)
+    used = np.array([4, 8], np.int32)
+    table = np.array([[0, 1], [2, 3]], np.int32)
+
+    def call(q=q, k=pool, v=pool, cu_seqlens_q=cu, seqused_k=used, block_table=table):
+        hfa.flash_attn_varlen_func(q, k, v, cu_seqlens_q, None, 2, None, seqused_k=seqused_k,
+                                   block_table=block_table)
+
+    call()
+    with pytest.raises(hfa.HfaInvalidArgument,
+                       match="^seqused_k: element 1 \\(99\\) exceeds the cache's capacity 16"):
+        call(seqused_k=np.array([4, 99], np.int32))
+    with pytest.raises(TypeError, match="^seqused_k: .*int64"):
+        call(seqused_k=used.astype(np.int64))
+    with pytest.raises(hfa.HfaInvalidArgument,
+                       match="^block_table: entry \\(0, 1\\) = 9 is outside \\[0, 4\\) "
+                             "\\(num_pages of k\\)$"):
+        call(block_table=np.array([[0, 9], [2, 3]], np.int32), seqused_k=np.array([9, 8], np.int32))
+    with pytest.raises(TypeError, match="^block_table: .*int64"):
+        call(block_table=table.astype(np.int64))
+    with pytest.raises(hfa.HfaInvalidArgument, match="^k: dtype f16 is not supported"):
+        call(k=pool.astype(np.float16), v=pool.astype(np.float16))
+    with pytest.raises(hfa.HfaInvalidArgument, match="^v: expected heads 2 \\(as k\\), got 1"):
+        call(v=pool[:, :, :1])
+    with pytest.raises(hfa.HfaInvalidArgument,
+                       match="^cu_seqlens_q: must not decrease, but element 2 \\(2\\) < "
+                             "element 1 \\(3\\)"):
+        call(q=q[:2], cu_seqlens_q=np.array([0, 3, 2], np.int32))
 
 
 @pytest.mark.parametrize("page_size", [None, 16])

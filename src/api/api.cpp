@@ -84,8 +84,8 @@ Status forward_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_c
                        const Tensor& out, const Tensor* lse, const KVCacheOptions& options) {
   return checked_call("forward_kvcache", [&]() -> Status {
     KVCacheProblem problem;
-    HFA_RETURN_IF_ERROR(
-        build_kvcache_problem({&q, &k_cache, &v_cache, &out, lse, &options}, &problem));
+    HFA_RETURN_IF_ERROR(build_kvcache_problem({&q, &k_cache, &v_cache, &out, lse, &options},
+                                              Purpose::run, &problem));
     // No query rows: nothing to compute, unless new tokens are to be appended.
     if (problem.total_query_rows() == 0 && problem.k_new == nullptr) return Status::ok();
     std::size_t needed = 0;
@@ -117,8 +117,8 @@ Status forward_kvcache_workspace_size(const Tensor& q, const Tensor& k_cache,
         running = INT64_MAX;
     }
     KVCacheProblem problem;
-    HFA_RETURN_IF_ERROR(
-        build_kvcache_problem({&q, &k_cache, &v_cache, &out, nullptr, &options}, &problem));
+    HFA_RETURN_IF_ERROR(build_kvcache_problem({&q, &k_cache, &v_cache, &out, nullptr, &options},
+                                              Purpose::workspace_query, &problem));
     // Written only now: a rejected query leaves *bytes as it was, as every rejected call does.
     *bytes = 0;
     if (problem.total_query_rows() == 0) return Status::ok();

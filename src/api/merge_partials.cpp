@@ -8,6 +8,7 @@
 
 #include "api/devices.hpp"
 #include "api/dispatch.hpp"
+#include "api/overlap.hpp"
 #include "api/validate.hpp"
 #include "common/backend.hpp"
 #include "common/environment.hpp"
@@ -22,6 +23,7 @@ using detail::Strides;
 
 constexpr int kFixedRank = 4;   // out: (batch, seqlen_q, heads, hdim_v)
 constexpr int kVarlenRank = 3;  // out: (total_q, heads, hdim_v)
+constexpr int kOutGroup = 1, kLseGroup = 2;  // what may be merged in place into out, into lse
 
 const char* name_of(hfa_dtype d) { return dtype_name(static_cast<DType>(d)); }
 
@@ -75,60 +77,6 @@ Status check_relation(const char* name, const Tensor& t, const Tensor& out, cons
   return Status::ok();
 }
 
-bool has_elements(const Tensor& t) {
-  for (int d = 0; d < t.rank; ++d)
-    if (t.shape[d] == 0) return false;
-  return true;
-}
-
-// The bytes [first, last] a tensor with elements may touch.
-struct ByteSpan {
-  uintptr_t first = 0, last = 0;
-};
-
-ByteSpan span_of(const Tensor& t) {
-  int64_t last = 0;  // element offset; fits in int64 (check_tensor_form)
-  for (int d = 0; d < t.rank; ++d) last += (t.shape[d] - 1) * t.stride[d];
-  const auto size = static_cast<int64_t>(dtype_size(static_cast<DType>(t.dtype)));
-  const auto first = reinterpret_cast<uintptr_t>(t.data);
-  return {first, first + static_cast<uintptr_t>((last + 1) * size - 1)};
-}
-
-bool overlap(const Tensor& a, const Tensor& b) {
-  if (!has_elements(a) || !has_elements(b)) return false;
-  const ByteSpan x = span_of(a), y = span_of(b);
-  return x.first <= y.last && y.first <= x.last;
-}
-
-// The very same elements at the very same addresses: an in-place merge.
-bool same_view(const Tensor& a, const Tensor& b) {
-  if (a.data != b.data || a.dtype != b.dtype || a.rank != b.rank) return false;
-  for (int d = 0; d < a.rank; ++d)
-    if (a.shape[d] != b.shape[d] || (a.shape[d] > 1 && a.stride[d] != b.stride[d])) return false;
-  return true;
-}
-
-struct Named {
-  std::string name;
-  const Tensor* tensor;
-};
-
-// An output shares no memory with the inputs but the one it is the very view of, nor with the
-// other output: every element is then read before it is written, whatever the backend's order.
-Status check_overlaps(const std::vector<Named>& inputs, const Named& out, const Named* lse) {
-  const Named* outputs[] = {&out, lse};
-  for (const Named* o : outputs) {
-    if (o == nullptr) continue;
-    for (const Named& in : inputs)
-      if (overlap(*o->tensor, *in.tensor) && !same_view(*o->tensor, *in.tensor))
-        return invalid(o->name, "overlaps ", in.name,
-                       " (an output may be an input only as the very same view: an in-place "
-                       "merge)");
-  }
-  if (lse != nullptr && overlap(*lse->tensor, *out.tensor)) return invalid("lse", "overlaps out");
-  return Status::ok();
-}
-
 Status build(std::span<const Tensor* const> outs, std::span<const Tensor* const> lses,
              const Tensor& out, const Tensor* lse, void* stream, MergePartialsProblem* p) {
   const auto n = static_cast<int64_t>(outs.size());
@@ -146,14 +94,14 @@ Status build(std::span<const Tensor* const> outs, std::span<const Tensor* const>
   HFA_RETURN_IF_ERROR(check_out_form("out", &out, layout, true));
   HFA_RETURN_IF_ERROR(detail::check_device_usable("out", out));
   if (lse != nullptr) HFA_RETURN_IF_ERROR(check_lse_form("lse", lse, layout, true));
-  std::vector<Named> inputs;
+  std::vector<std::string> names;
   for (int64_t k = 0; k < n; ++k) {
-    inputs.push_back({detail::cat("outs[", k, "]"), outs[k]});
-    HFA_RETURN_IF_ERROR(check_out_form(inputs.back().name.c_str(), outs[k], layout, false));
+    names.push_back(detail::cat("outs[", k, "]"));
+    HFA_RETURN_IF_ERROR(check_out_form(names.back().c_str(), outs[k], layout, false));
   }
   for (int64_t k = 0; k < n; ++k) {
-    inputs.push_back({detail::cat("lses[", k, "]"), lses[k]});
-    HFA_RETURN_IF_ERROR(check_lse_form(inputs.back().name.c_str(), lses[k], layout, false));
+    names.push_back(detail::cat("lses[", k, "]"));
+    HFA_RETURN_IF_ERROR(check_lse_form(names.back().c_str(), lses[k], layout, false));
   }
   const int dims = layout.varlen ? 0 : 1;  // out's dim of the rows
   if (out.shape[dims + 2] > std::numeric_limits<int32_t>::max())
@@ -169,12 +117,20 @@ Status build(std::span<const Tensor* const> outs, std::span<const Tensor* const>
   if (lse != nullptr)
     HFA_RETURN_IF_ERROR(check_relation("lse", *lse, out, lse_shape, as_lse.c_str()));
   for (int64_t k = 0; k < n; ++k) {
-    HFA_RETURN_IF_ERROR(check_relation(inputs[k].name.c_str(), *outs[k], out, out, "(as out)"));
+    HFA_RETURN_IF_ERROR(check_relation(names[k].c_str(), *outs[k], out, out, "(as out)"));
     HFA_RETURN_IF_ERROR(
-        check_relation(inputs[n + k].name.c_str(), *lses[k], out, lse_shape, as_lse.c_str()));
+        check_relation(names[n + k].c_str(), *lses[k], out, lse_shape, as_lse.c_str()));
   }
-  const Named out_named{"out", &out}, lse_named{"lse", lse};
-  HFA_RETURN_IF_ERROR(check_overlaps(inputs, out_named, lse ? &lse_named : nullptr));
+  // Which of them may share memory (overlap.hpp): out may be the very view of a partial output
+  // and lse of a partial LSE, a ring's running accumulator merged in place; every element is read
+  // before it is written, whatever the backend's order.
+  std::vector<detail::CallTensor> tensors;
+  for (int64_t k = 0; k < 2 * n; ++k)
+    tensors.push_back(
+        {names[k], k < n ? outs[k] : lses[k - n], false, k < n ? kOutGroup : kLseGroup});
+  tensors.push_back({"out", &out, true, kOutGroup});
+  tensors.push_back({"lse", lse, true, kLseGroup});
+  HFA_RETURN_IF_ERROR(detail::check_shared_memory(tensors));
 
   p->num_partials = static_cast<int32_t>(n);
   for (int64_t k = 0; k < n; ++k)

@@ -5,6 +5,7 @@
 
 #include "api/devices.hpp"
 #include "api/dispatch.hpp"
+#include "api/overlap.hpp"
 #include "api/validate.hpp"
 #include "common/backend.hpp"
 #include "common/errors.hpp"
@@ -122,6 +123,13 @@ Status build(const Tensor& values, const Tensor& codes, const Tensor& scale,
   } else if (o.global_scale != nullptr) {
     return invalid("global_scale", "is only used by NVFP4");
   }
+  // The memory rule (overlap.hpp). Of two written tensors (codes and scale when quantizing) a
+  // message names the later: the order of the call's arguments.
+  const detail::CallTensor tensors[] = {{values_name, &values, dequantize},
+                                        {"codes", &codes, !dequantize},
+                                        {"scale", &scale, scale_written},
+                                        {"global_scale", o.global_scale}};
+  HFA_RETURN_IF_ERROR(detail::check_shared_memory(tensors));
 
   p->dequantize = dequantize;
   p->values_dtype = static_cast<DType>(values.dtype);

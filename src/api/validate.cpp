@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "api/devices.hpp"
+#include "api/overlap.hpp"
 #include "common/head_dims.hpp"
 #include "common/errors.hpp"
 
@@ -509,6 +510,29 @@ Status check_forward_part(const Tensor* q, const Tensor* k, const Tensor* v, con
   return check_scalars(options);
 }
 
+// The memory rule (overlap.hpp) over every tensor a forward reads or writes, in argument order.
+Status check_forward_memory(const ForwardArgs& args) {
+  const Options& o = *args.options;
+  const CallTensor tensors[] = {
+      {"q", args.q}, {"k", args.k}, {"v", args.v}, {"out", args.out, true}, {"lse", args.lse, true},
+      {"cu_seqlens_q", o.cu_seqlens_q}, {"cu_seqlens_k", o.cu_seqlens_k}, {"sinks", o.sinks},
+      {"seqused_q", o.seqused_q}, {"seqused_k", o.seqused_k}, {"q_descale", o.q_descale},
+      {"k_descale", o.k_descale}, {"v_descale", o.v_descale}};
+  return check_shared_memory(tensors);
+}
+
+// The same for a backward (which takes no descales).
+Status check_backward_memory(const BackwardArgs& args) {
+  const Options& o = *args.options;
+  const CallTensor tensors[] = {
+      {"dout", args.dout}, {"q", args.q}, {"k", args.k}, {"v", args.v}, {"out", args.out},
+      {"lse", args.lse}, {"dq", args.dq, true}, {"dk", args.dk, true}, {"dv", args.dv, true},
+      {"cu_seqlens_q", o.cu_seqlens_q}, {"cu_seqlens_k", o.cu_seqlens_k}, {"sinks", o.sinks},
+      {"seqused_q", o.seqused_q}, {"seqused_k", o.seqused_k}, {"dsinks", o.dsinks, true},
+      {"softmax_d", o.softmax_d}};
+  return check_shared_memory(tensors);
+}
+
 // accumulate merges into out and lse: both must be there, out in fp32 (the running result
 // keeps no rounding between calls). A size query has neither and needs nothing more.
 Status check_accumulate(const ForwardArgs& args, const Core& core, Purpose purpose) {
@@ -568,18 +592,21 @@ Status check_cu_seqlens_form(const char* name, const Tensor* cu, const Tensor& r
 Status check_cu_seqlens_values(const char* name, const int32_t* offsets, int64_t batch,
                                int64_t total, const char* total_owner, const char* max_name,
                                int32_t max_len) {
+  // The offsets' own structure first: a bad offset also makes a bad length, and the fault is
+  // the offset's, not the bound's.
   if (offsets[0] != 0) return invalid(name, "must start at 0, got ", offsets[0]);
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t length = int64_t{offsets[b + 1]} - offsets[b];
-    if (length < 0)
+  for (int64_t b = 0; b < batch; ++b)
+    if (offsets[b + 1] < offsets[b])
       return invalid(name, "must not decrease, but element ", b + 1, " (", offsets[b + 1],
                      ") < element ", b, " (", offsets[b], ")");
-    if (max_name != nullptr && length > max_len)
-      return invalid(max_name, max_len, " is smaller than sequence ", b, " (length ", length, ")");
-  }
   if (offsets[batch] != total)
     return invalid(name, "last element ", offsets[batch], " must equal ", total_owner,
                    "'s total_tokens ", total);
+  for (int64_t b = 0; max_name != nullptr && b < batch; ++b) {
+    const int64_t length = int64_t{offsets[b + 1]} - offsets[b];
+    if (length > max_len)
+      return invalid(max_name, max_len, " is smaller than sequence ", b, " (length ", length, ")");
+  }
   return Status::ok();
 }
 
@@ -597,7 +624,8 @@ Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardPr
   if (options.accumulate) HFA_RETURN_IF_ERROR(check_accumulate(args, core, purpose));
   *problem = forward_problem_of(core, varlen, args.lse, options);
   problem->accumulate = options.accumulate;
-  return attach_descales(options, *args.q, problem);
+  HFA_RETURN_IF_ERROR(attach_descales(options, *args.q, problem));
+  return purpose == Purpose::run ? check_forward_memory(args) : Status::ok();
 }
 
 Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
@@ -670,7 +698,9 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
   }
   problem->fwd = forward_problem_of(core, varlen, run ? args.lse : nullptr, options);
   problem->deterministic = options.deterministic;
-  return attach_descales(options, *args.q, &problem->fwd);  // rejects any: inputs are not e4m3
+  // Rejects any descale: the inputs are not e4m3.
+  HFA_RETURN_IF_ERROR(attach_descales(options, *args.q, &problem->fwd));
+  return run ? check_backward_memory(args) : Status::ok();
 }
 
 Status check_workspace(std::size_t needed, const Options& options) {

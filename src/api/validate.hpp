@@ -58,8 +58,8 @@ Status check_same_device(const char* name, const Tensor& t, const Tensor& ref,
 Status check_supported_head_dim(const char* name, int64_t headdim);
 std::string tensor_shape_string(const Tensor& t);
 // Varlen offsets (cu_seqlens): the form (int32, contiguous (batch + 1), on ref's device), and the
-// values where they can be read (host memory): start at 0, never decrease, each length at most
-// max_len (named max_name; null: no bound), end at total (the token count of total_owner).
+// values where they can be read (host memory): start at 0, never decrease, end at total (the
+// token count of total_owner); then each length at most max_len (named max_name; null: no bound).
 Status check_cu_seqlens_form(const char* name, const Tensor* cu, const Tensor& ref,
                              const char* ref_name = "q");
 Status check_cu_seqlens_values(const char* name, const int32_t* offsets, int64_t batch,

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "api/devices.hpp"
+#include "api/overlap.hpp"
 #include "common/environment.hpp"
 #include "common/errors.hpp"
 #include "api/validate.hpp"
@@ -273,6 +274,24 @@ Status check_append(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p)
   return Status::ok();
 }
 
+// The memory rule (overlap.hpp) over every tensor of the call, in argument order. An append
+// writes the caches, and the scales of a format with one per row (FP8 per token, NVFP4, MXFP4).
+Status check_kvcache_memory(const KVCacheArgs& args, const KVCacheProblem& p) {
+  const KVCacheOptions& o = *args.options;
+  const bool append = o.k_new != nullptr;
+  const bool scales_written =
+      append && p.format != CacheFormat::plain && p.format != CacheFormat::fp8_per_head;
+  const CallTensor tensors[] = {
+      {"q", args.q}, {"k_cache", args.k_cache, append}, {"v_cache", args.v_cache, append},
+      {"out", args.out, true}, {"lse", args.lse, true}, {"cache_seqlens", o.cache_seqlens},
+      {"block_table", o.block_table}, {"k_scale", o.k_scale, scales_written},
+      {"v_scale", o.v_scale, scales_written}, {"k_global_scale", o.k_global_scale},
+      {"v_global_scale", o.v_global_scale}, {"k_new", o.k_new}, {"v_new", o.v_new},
+      {"rotary_cos", o.rotary_cos}, {"rotary_sin", o.rotary_sin}, {"cu_seqlens_q", o.cu_seqlens_q},
+      {"cu_seqlens_k_new", o.cu_seqlens_k_new}};
+  return check_shared_memory(tensors);
+}
+
 }  // namespace
 
 // The values: each length within the cache's capacity, each block-table entry a sequence uses
@@ -331,7 +350,7 @@ Status kvcache_validation_from_env(bool* on) {
   return read_switch(process_variable, "HFA_VALIDATE_KVCACHE", on);
 }
 
-Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
+Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCacheProblem* problem) {
   if (args.options == nullptr) return invalid("options", "is null");
   const KVCacheOptions& o = *args.options;
   const bool paged = o.block_table != nullptr;
@@ -512,6 +531,8 @@ Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem) {
       return invalid("split_size", "must be at least ", least, " for this cache (", kMaxKVSplits,
                      " splits of its capacity ", capacity, "), got ", p.split_size);
   }
+
+  if (purpose == Purpose::run) HFA_RETURN_IF_ERROR(check_kvcache_memory(args, p));
 
   // CPU tensors are read where they are: always checked (a bad entry would read outside the
   // cache). CUDA tensors live on the device: the GPU backend trusts them, or checks them in

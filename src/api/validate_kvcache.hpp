@@ -2,6 +2,7 @@
 // reject it with a Status naming the argument at fault. Nothing here touches an output tensor.
 #pragma once
 
+#include "api/validate.hpp"
 #include "common/kvcache_problem.hpp"
 
 namespace hfa::detail {
@@ -19,7 +20,9 @@ struct KVCacheArgs {
 // keeps one partial per split of a row in shared memory).
 inline constexpr int32_t kMaxKVSplits = 256;
 
-Status build_kvcache_problem(const KVCacheArgs& args, KVCacheProblem* problem);
+// A workspace query's out is a stand-in (over q's memory): it writes nothing, so the memory rule
+// (overlap.hpp) is left to the call itself.
+Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCacheProblem* problem);
 
 // The varlen offsets well formed, each length within the cache's capacity (and the rotary
 // tables), each block-table entry a sequence uses a page of the cache: the first bad entry.

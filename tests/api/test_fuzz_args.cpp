@@ -4,15 +4,21 @@
 // -1, 1, smaller or larger than its partner's, past int32 or int64), a stride (0, negative,
 // another axis's, overflowing), null or misaligned data, a device (CUDA, 99) or device index, a
 // null tensor (or one given that the call did not have), an option (NaN, inf, negative, extreme
-// or unknown enum values), or a value the CPU reads (cu_seqlens, seqused, cache_seqlens,
-// block_table, Hadamard signs) out of range. Whatever the mutations, the call must
+// or unknown enum values), a value the CPU reads (cu_seqlens, seqused, cache_seqlens,
+// block_table, Hadamard signs) out of range, or a view moved over another argument's memory (its
+// very view, its start, or a few elements from there). Whatever the mutations, the call must
 //   (a) return (no crash; the binary runs clean under AddressSanitizer and UBSan),
 //   (b) succeed, or fail with HFA_ERROR_INVALID_ARGUMENT or HFA_ERROR_NOT_SUPPORTED and a message
 //       "<argument>: ..." that names one of the entry point's arguments (Case::names),
 //   (c) have written nothing on failure, and on success only its outputs, inside their views,
 //       and have accepted no view that must be rejected,
 //   (d) on success give outputs without NaN. Inputs hold tame values inside their views and NaN
-//       (0xff bytes) outside them, so a read outside a view shows up as NaN in an output.
+//       (0xff bytes) outside them, so a read outside a view shows up as NaN in an output (not
+//       checked once a view is moved over other memory, whose values may be anything),
+//   (e) keep hfa.h's memory rule, counted byte by byte: on success no written tensor shares a
+//       byte with another tensor of the call (but for an in-place merge's very view) or
+//       overlaps itself, and a rejection for shared memory names two arguments (or one's
+//       elements) that really share a byte.
 // Only mutations a library can detect are made: every buffer holds its view four times over at 4
 // bytes an element, and a mutation whose view would reach past its buffer is drawn again, unless
 // the view must be rejected anyway (a negative extent or stride, an offset overflowing int64).
@@ -32,6 +38,8 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/half_float.hpp"
@@ -201,6 +209,8 @@ struct Case {
   std::vector<std::string> mutations;
   std::function<bool(const Slot&)> ignored;  // an argument this call does not read (may be anything)
   std::function<void()> prepare;             // sets `writable` from the mutated options
+  // A written view that may be the very view of a read one (an in-place merge).
+  std::function<bool(const Slot& written, const Slot& read)> in_place;
   std::vector<unsigned char> scratch = std::vector<unsigned char>(64);  // a too-small workspace
 
   Slot* find(const std::string& name) {
@@ -208,6 +218,7 @@ struct Case {
       if (s.name == name) return &s;
     return nullptr;
   }
+  const Slot* find(const std::string& name) const { return const_cast<Case*>(this)->find(name); }
   const hfa_tensor* ptr(const std::string& name) {
     Slot* s = find(name);
     return s && s->present ? &s->t : nullptr;
@@ -448,6 +459,51 @@ std::string value_mutation(Case& c, Slot& s, Rng& rng) {
   return s.name + "[" + std::to_string(index) + "]=" + what;
 }
 
+// Moves s's view over the memory of another argument (or of itself): that argument's very view,
+// s's own shape at its start, s's own shape a few elements of s's dtype on (an address aligned to
+// that dtype), or the two rows by rows in turn, as in a packed buffer (sharing no byte: both
+// views change). The values read there are anything: mutate() turns the NaN check off.
+std::string alias_mutation(Case& c, Slot& s, Rng& rng) {
+  std::vector<Slot*> targets;
+  for (Slot& t : c.slots)
+    if (t.passed && t.present && t.t.data != nullptr && !extent_of(t.t).empty) targets.push_back(&t);
+  if (targets.empty()) return "";
+  Slot& target = *targets[uniform(rng, 0, static_cast<int64_t>(targets.size()) - 1)];
+  Slot& owner = c.slots[target.owner];
+  const int64_t size = element_bytes(s.t.dtype);
+  const int how = static_cast<int>(uniform(rng, 0, 3));
+  if (how == 0) {
+    s.t = target.t;
+  } else if (how < 3) {
+    int64_t at = static_cast<const unsigned char*>(target.t.data) - owner.mem.data();
+    if (how == 2) at += size * uniform(rng, -2, 3);
+    at = std::clamp<int64_t>(at - at % size, 0, static_cast<int64_t>(owner.mem.size()) - size);
+    s.t.data = owner.mem.data() + at;
+  } else {
+    if (&target == &s || element_bytes(target.t.dtype) != size || target.t.rank != s.t.rank ||
+        s.t.rank < 1 || s.t.rank > HFA_MAX_RANK)
+      return "";
+    // Rows of the larger extents, s's after each of the target's: (..., rows, 2, row).
+    const int rank = s.t.rank;
+    int64_t extent[HFA_MAX_RANK];
+    for (int d = 0; d < rank; ++d) extent[d] = std::max<int64_t>({s.t.shape[d], target.t.shape[d], 1});
+    int64_t running = mul_sat<int64_t>(2, extent[rank - 1]);
+    s.t.stride[rank - 1] = target.t.stride[rank - 1] = 1;
+    for (int d = rank - 2; d >= 0; --d) {
+      s.t.stride[d] = target.t.stride[d] = running;
+      running = mul_sat(running, extent[d]);
+    }
+    // Both views inside the owner's memory, or no interleaving.
+    if (mul_sat<int64_t>(running, size) > static_cast<int64_t>(owner.mem.size())) return "";
+    target.t.data = owner.mem.data();
+    s.t.data = owner.mem.data() + extent[rank - 1] * size;
+  }
+  s.owner = target.owner;
+  static const char* forms[] = {" = the view of ", " at the start of ", " a few elements from ",
+                                " interleaved by rows with "};
+  return s.name + forms[how] + target.name;
+}
+
 // 1 to 3 mutations, each redrawn until its view is safe (safe_view).
 void mutate(Case& c, Rng& rng) {
   const int count = static_cast<int>(uniform(rng, 1, 3));
@@ -472,15 +528,20 @@ void mutate(Case& c, Rng& rng) {
     }
     if (passed.empty()) continue;
     Slot& s = *passed[uniform(rng, 0, static_cast<int64_t>(passed.size()) - 1)];
+    const bool alias = u < 0.6 && s.present;
     for (int attempt = 0; attempt < 32; ++attempt) {
-      const hfa_tensor before = s.t;
+      std::vector<std::pair<hfa_tensor, int>> views;  // an alias may move two views
+      for (const Slot& each : c.slots) views.emplace_back(each.t, each.owner);
       const bool was_present = s.present;
-      const std::string what = tensor_mutation(s, rng);
-      if (safe_view(c, s)) {
+      const std::string what = alias ? alias_mutation(c, s, rng) : tensor_mutation(s, rng);
+      bool safe = !what.empty();
+      for (const Slot& each : c.slots) safe = safe && safe_view(c, each);
+      if (safe) {
         c.mutations.push_back(what);
+        if (alias) c.nan_check = false;
         break;
       }
-      s.t = before;
+      for (size_t i = 0; i < c.slots.size(); ++i) std::tie(c.slots[i].t, c.slots[i].owner) = views[i];
       s.present = was_present;
     }
   }
@@ -1123,6 +1184,21 @@ std::unique_ptr<Case> merge_case(Rng& rng) {
   }
   c.label = std::string(varlen ? "varlen" : "fixed") + " n " + std::to_string(n) + " hdim " + std::to_string(hdim) +
             (in_place ? " in place" : "");
+  // out may be the very view of a partial output, lse of a partial LSE: the same elements at
+  // the same addresses, told element by element.
+  c.in_place = [](const Slot& written, const Slot& read) {
+    const bool pair = (written.name == "out" && read.name.rfind("outs[", 0) == 0) ||
+                      (written.name == "lse" && read.name.rfind("lses[", 0) == 0);
+    if (!pair || written.t.dtype != read.t.dtype || written.t.rank != read.t.rank) return false;
+    for (int d = 0; d < written.t.rank; ++d)
+      if (written.t.shape[d] != read.t.shape[d]) return false;
+    if (extent_of(written.t).empty) return true;
+    std::vector<const unsigned char*> x, y;
+    const int64_t size = element_bytes(written.t.dtype);
+    for_each_offset(written.t, [&](int64_t o) { x.push_back(static_cast<const unsigned char*>(written.t.data) + o * size); });
+    for_each_offset(read.t, [&](int64_t o) { y.push_back(static_cast<const unsigned char*>(read.t.data) + o * size); });
+    return x == y;
+  };
   c.knobs.push_back(knob<int32_t>("num_partials", &c.num_partials, {0, -1, 17, kI32Min, kI32Max, n - 1, n + 1, 16}));
   c.knobs.push_back({"outs", [&c](Rng&) { c.outs_null = true; return std::string("null"); }});
   c.knobs.push_back({"lses", [&c](Rng&) { c.lses_null = true; return std::string("null"); }});
@@ -1164,7 +1240,76 @@ std::string named_argument(const std::string& message) {
   return message.substr(0, colon);
 }
 
-// Runs the case's call and checks (b), (c) and (d); returns the failures, "" if none.
+// How many elements of s's view cover each byte of its owner's memory; empty for a view with no
+// element (or one past its memory, which no call accepts).
+std::vector<uint8_t> coverage(const Case& c, const Slot& s) {
+  if (!in_bounds(c, s)) return {};
+  const Slot& owner = c.slots[s.owner];
+  std::vector<uint8_t> counts(owner.mem.size(), 0);
+  const int64_t size = element_bytes(s.t.dtype);
+  const auto start = static_cast<const unsigned char*>(s.t.data) - owner.mem.data();
+  for_each_offset(s.t, [&](int64_t offset) {
+    for (int64_t b = 0; b < size; ++b) {
+      uint8_t& n = counts[start + offset * size + b];
+      n = static_cast<uint8_t>(std::min(n + 1, 255));
+    }
+  });
+  return counts;
+}
+
+bool share_a_byte(const Case& c, const Slot& a, const Slot& b) {
+  if (a.owner != b.owner) return false;  // separate vectors
+  const std::vector<uint8_t> x = coverage(c, a), y = coverage(c, b);
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i)
+    if (x[i] && y[i]) return true;
+  return false;
+}
+
+bool overlaps_itself(const Case& c, const Slot& s) {
+  for (uint8_t n : coverage(c, s))
+    if (n > 1) return true;
+  return false;
+}
+
+// The first break of hfa.h's memory rule among the call's tensors, "" if none.
+std::string memory_rule_break(const Case& c) {
+  std::vector<const Slot*> args;
+  for (const Slot& s : c.slots)
+    if (s.passed && s.present && !(c.ignored && c.ignored(s))) args.push_back(&s);
+  for (size_t j = 0; j < args.size(); ++j) {
+    const Slot& later = *args[j];
+    if (later.writable && overlaps_itself(c, later)) return later.name + ", whose elements overlap";
+    for (size_t i = 0; i < j; ++i) {
+      const Slot& earlier = *args[i];
+      if (!earlier.writable && !later.writable) continue;
+      const Slot& written = later.writable ? later : earlier;
+      const Slot& other = later.writable ? earlier : later;
+      if (!other.writable && c.in_place && c.in_place(written, other)) continue;
+      if (share_a_byte(c, written, other)) return written.name + " over " + other.name + "'s memory";
+    }
+  }
+  return "";
+}
+
+// A rejection for shared memory ("a: overlaps b (...)", "a: elements (...) and (...) share
+// memory") names memory that is shared: "" if so (or if the message is of another kind).
+std::string check_memory_rejection(const Case& c, const std::string& message) {
+  const std::string name = named_argument(message);
+  if (name.empty()) return "";
+  const std::string rest = message.substr(name.size() + 2);
+  const Slot* a = c.find(name);
+  if (rest.rfind("overlaps ", 0) == 0) {
+    const std::string other = rest.substr(9, rest.find(" (") - 9);
+    const Slot* b = c.find(other);
+    if (a == nullptr || b == nullptr) return "\"" + message + "\" names no two arguments";
+    if (!share_a_byte(c, *a, *b)) return "\"" + message + "\", but they share no byte";
+  } else if (rest.rfind("elements (", 0) == 0 && rest.find(" share memory") != std::string::npos) {
+    if (a == nullptr || !overlaps_itself(c, *a)) return "\"" + message + "\", but its elements are apart";
+  }
+  return "";
+}
+
+// Runs the case's call and checks (b) to (e); returns the failures, "" if none.
 std::string run_and_check(Case& c, hfa_status* status_out = nullptr) {
   std::vector<std::vector<unsigned char>> before;
   for (const Slot& s : c.slots) before.push_back(s.mem);
@@ -1198,6 +1343,13 @@ std::string run_and_check(Case& c, hfa_status* status_out = nullptr) {
     for (const Slot& s : c.slots)
       if (s.passed && s.present && must_reject(s.t) && !(c.ignored && c.ignored(s)))
         fail("accepted " + s.name + ", a view that must be rejected");
+
+  // (e) The memory rule, byte by byte.
+  if (ok) {
+    if (const std::string broken = memory_rule_break(c); !broken.empty()) fail("accepted " + broken);
+  } else if (const std::string wrong = check_memory_rejection(c, message); !wrong.empty()) {
+    fail("rejected " + wrong);
+  }
 
   // Writes: nothing on failure; on success only inside the views of writable tensors.
   for (size_t i = 0; i < c.slots.size(); ++i) {

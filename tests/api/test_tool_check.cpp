@@ -22,11 +22,17 @@ void fill_with_reference(Workload& w) {
   Tensor out = make_tensor(w.out.data(), s.dtype, {s.batch, s.seqlen_q, s.heads, s.hdim_v});
   Tensor lse = make_tensor(w.lse.data(), DType::f32, {s.batch, s.heads, s.seqlen_q});
   Tensor dout = make_tensor(w.dout.data(), s.dtype, {s.batch, s.seqlen_q, s.heads, s.hdim_v});
+  // The gradients' own arrays (the reference writes to vectors, but a call's gradients may share
+  // no memory with its inputs).
+  Tensor dq_view = make_tensor(w.dq.data(), s.dtype, {s.batch, s.seqlen_q, s.heads, s.hdim});
+  Tensor dk_view = make_tensor(w.dk.data(), s.dtype, {s.batch, s.seqlen_k, s.kv_heads, s.hdim});
+  Tensor dv_view = make_tensor(w.dv.data(), s.dtype, {s.batch, s.seqlen_k, s.kv_heads, s.hdim_v});
   const Options options = s.options();
   detail::BackwardProblem p;
-  // The gradients' tensors only need the right shapes here: the reference writes to vectors.
-  const Status status = detail::build_backward_problem(
-      {&dout, &q, &k, &v, &out, &lse, &q, &k, &v, &options}, detail::Purpose::run, &p);
+  const Status status =
+      detail::build_backward_problem({&dout, &q, &k, &v, &out, &lse, &dq_view, &dk_view, &dv_view,
+                                      &options},
+                                     detail::Purpose::run, &p);
   ASSERT_TRUE(status.is_ok()) << status.message();
 
   std::vector<double> o(w.out.size()), l(w.lse.size()), dq(w.q.size()), dk(w.k.size()), dv(w.v.size());

@@ -181,6 +181,19 @@ TEST(VarlenArgs, MaxSeqlenTooSmall) {
   EXPECT_TRUE(VarlenRejected(a, "max_seqlen_k", "smaller than sequence 0 (length 4)"));
 }
 
+// The offsets' own structure (start 0, never decreasing, ending at the token count) is checked
+// before the lengths are held against max_seqlen: a bad offset is the offsets' fault, even where it
+// also makes a length exceed the bound.
+TEST(VarlenArgs, CuSeqlensBlamedBeforeMaxSeqlen) {
+  Varlen a;
+  a.cu_k = {0, 5, 7, 100};  // k has 7 rows; the last "sequence" would be 93 long
+  a.options.max_seqlen_k = 5;
+  EXPECT_TRUE(VarlenRejected(a, "cu_seqlens_k", "last element 100 must equal k's total_tokens 7"));
+  a.reset();
+  a.cu_q = {0, 4, 2, 5};  // decreasing, and its first length 4 exceeds max_seqlen_q 3
+  EXPECT_TRUE(VarlenRejected(a, "cu_seqlens_q", "must not decrease, but element 2 (2) < element 1 (4)"));
+}
+
 TEST(VarlenArgs, MaxSeqlenNotPositive) {
   Varlen a;
   a.options.max_seqlen_q = 0;

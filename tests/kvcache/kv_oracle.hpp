@@ -29,7 +29,8 @@ struct Oracle {
 inline Oracle oracle_of(KVCase& c) {
   detail::KVCacheProblem problem;
   const Status status = detail::build_kvcache_problem(
-      {&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor, &c.lse.tensor, &c.options}, &problem);
+      {&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor, &c.lse.tensor, &c.options},
+      detail::Purpose::run, &problem);
   EXPECT_TRUE(status.is_ok()) << status.message();
   Oracle o;
   o.out.assign(static_cast<std::size_t>(c.total_q() * c.heads_q() * c.hdim), 0.0);

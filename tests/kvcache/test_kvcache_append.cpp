@@ -107,7 +107,7 @@ void expect_append_matches(const AppendCase& a) {
   detail::KVCacheProblem problem;
   ASSERT_TRUE(detail::build_kvcache_problem({&want.q.tensor, &want.k.tensor, &want.v.tensor,
                                              &want.out.tensor, &want.lse.tensor, &want.options},
-                                            &problem).is_ok());
+                                            detail::Purpose::run, &problem).is_ok());
   std::vector<double> out(static_cast<std::size_t>(got.total_q() * got.heads_q() * got.hdim));
   std::vector<double> lse(static_cast<std::size_t>(got.heads_q() * got.total_q()));
   cpu::reference_forward_kvcache(problem, out.data(), lse.data());

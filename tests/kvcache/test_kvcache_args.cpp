@@ -310,6 +310,9 @@ TEST(KVCacheArgs, VarlenQueries) {
   reset_varlen(c);
   *c.cu_q.at<int32_t>({3}) = 4;
   EXPECT_TRUE(KVRejected(c, "cu_seqlens_q", "last element 4 must equal q's total_tokens 5"));
+  reset_varlen(c);  // paged; the offsets' fault, though length 4 also exceeds max_seqlen_q 3
+  *c.cu_q.at<int32_t>({1}) = 4;  // 0 4 2 5
+  EXPECT_TRUE(KVRejected(c, "cu_seqlens_q", "must not decrease, but element 2 (2) < element 1 (4)"));
   reset_varlen(c);
   c.options.max_seqlen_q = 0;
   EXPECT_TRUE(KVRejected(c, "max_seqlen_q", "must be at least 1 with cu_seqlens_q, got 0"));
@@ -455,7 +458,8 @@ TEST(KVCacheArgs, ValidationModeFromOptionOrEnvironment) {
   auto mode = [&c] {
     detail::KVCacheProblem p;
     const Status status = detail::build_kvcache_problem(
-        {&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor, &c.lse.tensor, &c.options}, &p);
+        {&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor, &c.lse.tensor, &c.options},
+        detail::Purpose::run, &p);
     EXPECT_TRUE(status.is_ok()) << status.message();
     return p.validate;
   };

@@ -259,7 +259,8 @@ TEST(MergePartialsArgs, NullTensorsAreNamed) {
 TEST(MergePartialsArgs, OverlapsAreRejected) {
   const Code bad = Code::invalid_argument;
   const std::string why =
-      " (an output may be an input only as the very same view: an in-place merge)";
+      " (an output may be an input only as the very same view: same data, dtype, shape and "
+      "strides)";
   expect_rejected(
       [](Call& c) {
         c.out = c.outs[1];  // bf16, as out
