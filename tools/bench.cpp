@@ -253,22 +253,20 @@ int bench_command(Args& args) {
       gemm = cpu::measure_attention_gemm_gflops(static_cast<int>(spec.seqlen_q), static_cast<int>(spec.seqlen_k),
                                                 static_cast<int>(spec.hdim), &gemm_name);
     }
-    Status status;
-    const Timing fwd = time_calls(device, 1, iterations, [&] { return workload->forward(); }, &status);
-    if (!status) {
-      std::fprintf(stderr, "hfa bench: %s: %s\n", spec.describe().c_str(), status.message().c_str());
-      return exit_code_for(status);
+    for (const bool bwd : {false, true}) {
+      if (bwd && !backward) break;
+      Status status;
+      const Timing timing = time_calls(
+          device, 1, iterations, [&] { return bwd ? workload->backward() : workload->forward(); }, &status);
+      if (!status) {
+        std::fprintf(stderr, "hfa bench: %s%s: %s\n", spec.describe().c_str(), bwd ? " (backward)" : "",
+                     status.message().c_str());
+        return exit_code_for(status);
+      }
+      const double flops = bwd ? backward_flops(spec) : forward_flops(spec);
+      rows.push_back({spec, bwd ? "bwd" : "fwd", timing.median_ms, flops / (timing.median_ms * 1e-3) / 1e12, gemm});
+      if (!json) print_table_row(rows.back());
     }
-    rows.push_back({spec, "fwd", fwd.median_ms, forward_flops(spec) / (fwd.median_ms * 1e-3) / 1e12, gemm});
-    if (!json) print_table_row(rows.back());
-    if (!backward) continue;
-    const Timing bwd = time_calls(device, 1, iterations, [&] { return workload->backward(); }, &status);
-    if (!status) {
-      std::fprintf(stderr, "hfa bench: %s (backward): %s\n", spec.describe().c_str(), status.message().c_str());
-      return exit_code_for(status);
-    }
-    rows.push_back({spec, "bwd", bwd.median_ms, backward_flops(spec) / (bwd.median_ms * 1e-3) / 1e12, gemm});
-    if (!json) print_table_row(rows.back());
   }
 
   if (json)
