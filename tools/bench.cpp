@@ -171,7 +171,8 @@ void check_budget(const std::vector<Shape>& grid, bool backward, int iterations,
         shape.spec, passes, [&](const Spec& s) { return shape_footprint({s, shape.gemm}, backward); },
         [&](const Spec& sample) { return time_shape(shape, sample, backward); });
     std::string line;
-    for (std::size_t i = 0; i < passes.size(); ++i) line += (i ? ", " : "") + describe_pass(estimate, passes, i, shape.spec);
+    for (std::size_t i = 0; i < passes.size(); ++i)
+      line += (i ? ", " : "") + describe_pass(estimate, passes, i, shape.spec);
     std::fprintf(stderr, "  %s: %s; %s\n", shape.spec.describe().c_str(), line.c_str(),
                  format_seconds(estimate.total_seconds()).c_str());
     total += estimate.total_seconds();
@@ -218,7 +219,9 @@ int bench_command(Args& args) {
         spec.batch = fixed_batch > 0 ? fixed_batch : std::max<int64_t>(1, tokens / seqlen);
         spec.heads = spec.kv_heads = fixed_heads > 0 ? fixed_heads : std::max<int64_t>(1, 2048 / hdim);
         spec.causal = causal;
-        shape.gemm = cpu && (grid.empty() || grid.back().spec.hdim != hdim || grid.back().spec.seqlen_q != seqlen);
+        const bool new_gemm_shape =
+            grid.empty() || grid.back().spec.hdim != hdim || grid.back().spec.seqlen_q != seqlen;
+        shape.gemm = cpu && new_gemm_shape;
         grid.push_back(shape);
       }
 
@@ -250,7 +253,8 @@ int bench_command(Args& args) {
     if (shape.gemm) {
       // The same S = QKᵀ and O = PV products as dense fp32 GEMMs: the ceiling the tiled kernel
       // is measured against (it does the same FLOPs, plus the softmax).
-      gemm = cpu::measure_attention_gemm_gflops(static_cast<int>(spec.seqlen_q), static_cast<int>(spec.seqlen_k),
+      gemm = cpu::measure_attention_gemm_gflops(static_cast<int>(spec.seqlen_q),
+                                                static_cast<int>(spec.seqlen_k),
                                                 static_cast<int>(spec.hdim), &gemm_name);
     }
     for (const bool bwd : {false, true}) {
@@ -264,7 +268,8 @@ int bench_command(Args& args) {
         return exit_code_for(status);
       }
       const double flops = bwd ? backward_flops(spec) : forward_flops(spec);
-      rows.push_back({spec, bwd ? "bwd" : "fwd", timing.median_ms, flops / (timing.median_ms * 1e-3) / 1e12, gemm});
+      const double tflops = flops / (timing.median_ms * 1e-3) / 1e12;
+      rows.push_back({spec, bwd ? "bwd" : "fwd", timing.median_ms, tflops, gemm});
       if (!json) print_table_row(rows.back());
     }
   }

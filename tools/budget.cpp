@@ -91,8 +91,8 @@ std::string format_work(double amount, bool bytes, const char* per = "") {
 }
 
 // The fastest rates a device reaches, so that only runs that are short for certain skip the
-// sample: a CPU thread's bf16 dot products at 500 GFLOP/s and 20 GB/s; an H200's tensor cores at 2 PFLOP/s
-// (FP8) and its HBM at 5 TB/s; a host filling inputs with random numbers at 2 GB/s.
+// sample: a CPU thread's bf16 dot products at 500 GFLOP/s and 20 GB/s; an H200's tensor cores
+// at 2 PFLOP/s (FP8) and its HBM at 5 TB/s; a host filling inputs with random numbers at 2 GB/s.
 constexpr double kFastestCpuThreadFlops = 5e11, kFastestCpuThreadBytes = 2e10;
 constexpr double kFastestGpuFlops = 2e15, kFastestGpuBytes = 5e12;
 constexpr double kFastestSetupBytes = 2e9;
@@ -113,7 +113,8 @@ Spec sample_of(const Spec& spec, const SampleShape& shape) {
   s.kv_heads = shape.kv_heads;
   s.heads = shape.kv_heads * (spec.heads / spec.kv_heads);
   const auto first_capped = [&](const std::vector<int64_t>& lengths) {
-    std::vector<int64_t> cut(lengths.begin(), lengths.begin() + std::min<int64_t>(shape.batch, lengths.size()));
+    const int64_t count = std::min<int64_t>(shape.batch, static_cast<int64_t>(lengths.size()));
+    std::vector<int64_t> cut(lengths.begin(), lengths.begin() + count);
     for (int64_t& n : cut) n = std::min(n, shape.length_cap);
     return cut;
   };
@@ -259,16 +260,17 @@ void check_run_budget(const char* command, const Spec& spec, const std::vector<P
 std::string describe_pass(const Estimate& estimate, const std::vector<Pass>& passes, std::size_t i,
                           const Spec& spec) {
   const Pass& pass = passes[i];
-  return pass.name + " " + std::to_string(pass.calls) + " x " + format_work(pass.work(spec), pass.work_is_bytes) +
-         " at " + format_work(estimate.rates[i], pass.work_is_bytes, "/s");
+  return pass.name + " " + std::to_string(pass.calls) + " x " +
+         format_work(pass.work(spec), pass.work_is_bytes) + " at " +
+         format_work(estimate.rates[i], pass.work_is_bytes, "/s");
 }
 
 void enforce_max_time(double seconds, double max_seconds, const std::string& hint) {
   if (max_seconds <= 0 || seconds <= max_seconds) return;
   char limit[32];
   std::snprintf(limit, sizeof limit, "%g", max_seconds);
-  throw UsageError(std::string("--max-time ") + limit + ": the run is estimated at " + format_seconds(seconds) +
-                   "; " + hint + ", or raise --max-time (0: no limit)");
+  throw UsageError(std::string("--max-time ") + limit + ": the run is estimated at " +
+                   format_seconds(seconds) + "; " + hint + ", or raise --max-time (0: no limit)");
 }
 
 std::string format_bytes(double bytes) {
