@@ -114,7 +114,8 @@ int run_kvcache(const Spec& spec, const CacheSpec& cache, uint64_t seed, int ite
   try {
     check_run_budget("run", spec, passes, [&](const Spec& s) { return kvcache_footprint(s, cache); },
                      [&](const Spec& sample) { return time_kvcache(sample, cache); }, max_seconds,
-                     "lower --cache-len, --batch or --kv-heads", "lower --cache-len, --batch, --kv-heads or --iters");
+                     "lower --cache-len, --batch or --kv-heads",
+                     "lower --cache-len, --batch, --kv-heads or --iters");
     workload = std::make_unique<KVCacheWorkload>(spec, cache, seed);
   } catch (const WorkloadError& e) {
     return report_failure("setup", e.status());
