@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "budget.hpp"
 #include "commands.hpp"
 #include "cpu/bench.hpp"
 #include "timer.hpp"
@@ -34,6 +35,11 @@ seqlen 4096, batch 1, 2 heads, and the fp32 GEMM rate of the same shapes for com
   --backward               also time the backward
   --iters N                timed iterations per shape                       [cuda 30, cpu 2]
   --json                   print the results as JSON (design §5) instead of a table
+  --max-time S             refuse a grid estimated over S seconds; 0: no limit [600]
+
+Before it allocates, the bench checks that each shape's buffers fit in the memory available
+(an error names the flags to lower). Before a grid that may take a second or more, it measures
+a small sample of each shape on the device and prints the estimated time on stderr.
 )";
 
 struct Row {
@@ -103,13 +109,77 @@ void print_table_row(const Row& r) {
   std::fflush(stdout);
 }
 
-struct GemmRate {
-  int64_t hdim = 0, seqlen = 0;
-  double gflops = 0;
+// One shape of the grid, and whether the CPU's GEMM yardstick is measured on it (once per hdim
+// and seqlen: the causal row reuses it, a rate, not a time).
+struct Shape {
+  Spec spec;
+  bool gemm = false;
 };
 
-bool already_measured(int64_t hdim, int64_t seqlen, const GemmRate& cached) {
-  return cached.hdim == hdim && cached.seqlen == seqlen;
+// FLOPs of the yardstick's two products, S = Q·Kᵀ and O = S·V, over one head.
+double gemm_flops(const Spec& s) { return 4.0 * static_cast<double>(s.seqlen_q) * s.seqlen_k * s.hdim; }
+
+// The yardstick's fp32 matrices: q, k, v, S, O, and the transposed copy of k hfa's GEMM makes.
+double gemm_bytes(const Spec& s) {
+  const double q = static_cast<double>(s.seqlen_q), k = static_cast<double>(s.seqlen_k);
+  return sizeof(float) * (q * k + (2 * q + 3 * k) * s.hdim);
+}
+
+// The passes of one shape: the forward (and backward) calls, and the yardstick's runs: a warm-up
+// and three timed ones of each of its two GEMMs (OpenBLAS and hfa's own).
+std::vector<Pass> shape_passes(const Shape& shape, bool backward, int iterations) {
+  std::vector<Pass> passes = {{"forward", iterations + 1, forward_flops}};
+  if (backward) passes.push_back({"backward", iterations + 1, backward_flops});
+  if (shape.gemm) passes.push_back({"GEMM", 2 * 4, gemm_flops});
+  return passes;
+}
+
+Footprint shape_footprint(const Shape& shape, bool backward) {
+  Footprint footprint = workload_footprint(shape.spec, backward);
+  if (shape.gemm) footprint.host_bytes += gemm_bytes(shape.spec);
+  return footprint;
+}
+
+// Times a sample of `shape`: the workload's calls, and one run of the yardstick's GEMMs.
+SampleTiming time_shape(const Shape& shape, const Spec& sample, bool backward) {
+  SampleTiming timing = time_workload(sample, backward);
+  if (shape.gemm) {
+    const double gflops = cpu::measure_attention_gemm_gflops(static_cast<int>(sample.seqlen_q),
+                                                             static_cast<int>(sample.seqlen_k),
+                                                             static_cast<int>(sample.hdim), nullptr, 0.0);
+    timing.call_seconds.push_back(gflops > 0 ? gemm_flops(sample) / (gflops * 1e9) : 0.0);
+  }
+  return timing;
+}
+
+// Checks every shape's memory, then, when the grid may take long, prints the estimated time of
+// each shape (measured on samples) and holds the total to --max-time.
+void check_budget(const std::vector<Shape>& grid, bool backward, int iterations, double max_seconds) {
+  bool long_run = false;
+  for (const Shape& shape : grid) {
+    const Footprint footprint = shape_footprint(shape, backward);
+    require_memory(footprint, shape.spec.device,
+                   "lower --seqlen, --batch (or --tokens) or --heads (at " + shape.spec.describe() + ")");
+    long_run = long_run || may_take_long(shape.spec, shape_passes(shape, backward, iterations), footprint);
+  }
+  if (!long_run) return;
+  std::fprintf(stderr, "hfa bench: estimate, from rates measured on a sample of each shape:\n");
+  double total = 0;
+  for (const Shape& shape : grid) {
+    const std::vector<Pass> passes = shape_passes(shape, backward, iterations);
+    const Estimate estimate = estimate_time(
+        shape.spec, passes, [&](const Spec& s) { return shape_footprint({s, shape.gemm}, backward); },
+        [&](const Spec& sample) { return time_shape(shape, sample, backward); });
+    std::string line;
+    for (std::size_t i = 0; i < passes.size(); ++i)
+      line += (i ? ", " : "") + describe_pass(estimate, passes, i, shape.spec);
+    std::fprintf(stderr, "  %s: %s; %s\n", shape.spec.describe().c_str(), line.c_str(),
+                 format_seconds(estimate.total_seconds()).c_str());
+    total += estimate.total_seconds();
+  }
+  std::fprintf(stderr, "  in all %s\n", format_seconds(total).c_str());
+  enforce_max_time(total, max_seconds,
+                   "shorten the --hdim or --seqlen list, lower --batch (or --tokens), --heads or --iters");
 }
 
 }  // namespace
@@ -132,22 +202,16 @@ int bench_command(Args& args) {
   const bool backward = args.flag("backward");
   const int iterations = static_cast<int>(args.integer("iters", cpu ? 2 : 30, 1, 100000));
   const bool json = args.flag("json");
+  const double max_seconds = parse_max_time(args);
   args.finish();
 
-  const std::string device_name = describe_device(device);
-  if (!json) {
-    std::printf("hfa bench: %s, %s\n", device_name.c_str(), dtype_name(dtype));
-    print_table_header(cpu);
-  }
-
-  std::vector<Row> rows;
-  std::string gemm_name;
-  GemmRate gemm_cache;
+  std::vector<Shape> grid;
   for (int64_t hdim : hdims)
     for (int64_t seqlen : seqlens)
       for (bool causal : {false, true}) {
         if ((causal && mask == "none") || (!causal && mask == "causal")) continue;
-        Spec spec;
+        Shape shape;
+        Spec& spec = shape.spec;
         spec.device = device;
         spec.dtype = dtype;
         spec.hdim = spec.hdim_v = hdim;
@@ -155,40 +219,60 @@ int bench_command(Args& args) {
         spec.batch = fixed_batch > 0 ? fixed_batch : std::max<int64_t>(1, tokens / seqlen);
         spec.heads = spec.kv_heads = fixed_heads > 0 ? fixed_heads : std::max<int64_t>(1, 2048 / hdim);
         spec.causal = causal;
-
-        std::unique_ptr<Workload> workload;
-        try {
-          workload = std::make_unique<Workload>(spec, 0, backward);
-        } catch (const WorkloadError& e) {
-          std::fprintf(stderr, "hfa bench: %s: %s\n", spec.describe().c_str(), e.what());
-          return exit_code_for(e.status());
-        }
-        if (cpu && !already_measured(hdim, seqlen, gemm_cache)) {
-          // The same S = QKᵀ and O = PV products as dense fp32 GEMMs: the ceiling the tiled
-          // kernel is measured against (it does the same FLOPs, plus the softmax). Measured
-          // once per shape; the causal row reuses it (a rate, not a time).
-          gemm_cache = {hdim, seqlen, cpu::measure_attention_gemm_gflops(
-                                          static_cast<int>(seqlen), static_cast<int>(seqlen),
-                                          static_cast<int>(hdim), &gemm_name)};
-        }
-        const double gemm = cpu ? gemm_cache.gflops : 0.0;
-        Status status;
-        const Timing fwd = time_calls(device, 1, iterations, [&] { return workload->forward(); }, &status);
-        if (!status) {
-          std::fprintf(stderr, "hfa bench: %s: %s\n", spec.describe().c_str(), status.message().c_str());
-          return exit_code_for(status);
-        }
-        rows.push_back({spec, "fwd", fwd.median_ms, forward_flops(spec) / (fwd.median_ms * 1e-3) / 1e12, gemm});
-        if (!json) print_table_row(rows.back());
-        if (!backward) continue;
-        const Timing bwd = time_calls(device, 1, iterations, [&] { return workload->backward(); }, &status);
-        if (!status) {
-          std::fprintf(stderr, "hfa bench: %s (backward): %s\n", spec.describe().c_str(), status.message().c_str());
-          return exit_code_for(status);
-        }
-        rows.push_back({spec, "bwd", bwd.median_ms, backward_flops(spec) / (bwd.median_ms * 1e-3) / 1e12, gemm});
-        if (!json) print_table_row(rows.back());
+        const bool new_gemm_shape =
+            grid.empty() || grid.back().spec.hdim != hdim || grid.back().spec.seqlen_q != seqlen;
+        shape.gemm = cpu && new_gemm_shape;
+        grid.push_back(shape);
       }
+
+  const std::string device_name = describe_device(device);
+  if (!json) {
+    std::printf("hfa bench: %s, %s\n", device_name.c_str(), dtype_name(dtype));
+    std::fflush(stdout);
+  }
+  try {
+    check_budget(grid, backward, iterations, max_seconds);
+  } catch (const WorkloadError& e) {
+    std::fprintf(stderr, "hfa bench: %s\n", e.what());
+    return exit_code_for(e.status());
+  }
+  if (!json) print_table_header(cpu);
+
+  std::vector<Row> rows;
+  std::string gemm_name;
+  double gemm = 0;  // the last shape's yardstick, reused by the causal row
+  for (const Shape& shape : grid) {
+    const Spec& spec = shape.spec;
+    std::unique_ptr<Workload> workload;
+    try {
+      workload = std::make_unique<Workload>(spec, 0, backward);
+    } catch (const WorkloadError& e) {
+      std::fprintf(stderr, "hfa bench: %s: %s\n", spec.describe().c_str(), e.what());
+      return exit_code_for(e.status());
+    }
+    if (shape.gemm) {
+      // The same S = QKᵀ and O = PV products as dense fp32 GEMMs: the ceiling the tiled kernel
+      // is measured against (it does the same FLOPs, plus the softmax).
+      gemm = cpu::measure_attention_gemm_gflops(static_cast<int>(spec.seqlen_q),
+                                                static_cast<int>(spec.seqlen_k),
+                                                static_cast<int>(spec.hdim), &gemm_name);
+    }
+    for (const bool bwd : {false, true}) {
+      if (bwd && !backward) break;
+      Status status;
+      const Timing timing = time_calls(
+          device, 1, iterations, [&] { return bwd ? workload->backward() : workload->forward(); }, &status);
+      if (!status) {
+        std::fprintf(stderr, "hfa bench: %s%s: %s\n", spec.describe().c_str(), bwd ? " (backward)" : "",
+                     status.message().c_str());
+        return exit_code_for(status);
+      }
+      const double flops = bwd ? backward_flops(spec) : forward_flops(spec);
+      const double tflops = flops / (timing.median_ms * 1e-3) / 1e12;
+      rows.push_back({spec, bwd ? "bwd" : "fwd", timing.median_ms, tflops, gemm});
+      if (!json) print_table_row(rows.back());
+    }
+  }
 
   if (json)
     print_json(rows, device_name, backward, gemm_name);

@@ -241,6 +241,13 @@ bool report(std::ostream& log, const char* name, const ErrorStat& stat, double t
 
 }  // namespace
 
+double reference_check_bytes(const Spec& s, bool backward, DType key_dtype) {
+  const double per_key = static_cast<double>(s.hdim + s.hdim_v) *
+                             (static_cast<double>(dtype_size(key_dtype)) + sizeof(double) * (backward ? 3 : 1)) +
+                         4 * sizeof(double);
+  return static_cast<double>(s.seqlen_k) * per_key;  // the longest sequence's keys
+}
+
 CheckResult check_against_reference(const HostProblem& w, bool backward, std::ostream& log) {
   const Spec& s = w.spec();
   CheckResult result;

@@ -20,4 +20,9 @@ struct CheckResult {
 // A Workload must have been download()ed. Varlen problems are checked sequence by sequence.
 CheckResult check_against_reference(const HostProblem& problem, bool backward, std::ostream& log);
 
+// The bytes the check holds beyond the problem's arrays, at its peak: one block's keys cut out in
+// `key_dtype` and read by the float64 reference (its copy, and with backward its dk, dv and the
+// backward's own copy), and its rows of probabilities.
+double reference_check_bytes(const Spec& spec, bool backward, DType key_dtype);
+
 }  // namespace hfa::tool

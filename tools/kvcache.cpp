@@ -1,8 +1,12 @@
 #include "kvcache.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <numeric>
+
+#include "check.hpp"
+#include "timer.hpp"
 
 namespace hfa::tool {
 namespace {
@@ -41,7 +45,82 @@ const Format& format_of(const std::string& name) {
 constexpr float kFp8HeadScale = 8.0f / 448.0f;
 constexpr float kNvfp4GlobalScale = 1.0f / 256.0f;
 
+struct PageCount {
+  int64_t pages = 1, max_pages = 1;  // in the cache, of the longest sequence; at least 1 each
+};
+PageCount count_pages(const Spec& s, int64_t page) {
+  PageCount count{0, 0};
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t n = (s.seqlen_k_of(b) + page - 1) / page;
+    count.pages += n;
+    count.max_pages = std::max(count.max_pages, n);
+  }
+  return {std::max<int64_t>(count.pages, 1), std::max<int64_t>(count.max_pages, 1)};
+}
+
+// Bytes of one cached token's row of codes in one kv-head, and of its scales when they go by
+// token or block.
+double code_row_bytes(const Format& f, int64_t dim) {
+  return static_cast<double>(dim / f.values_per_code * dtype_size(f.codes));
+}
+double scale_row_bytes(const Format& f, int64_t dim) {
+  if (f.scales == Scales::per_token) return static_cast<double>(dtype_size(f.scale));
+  if (f.scales == Scales::per_block) return static_cast<double>(dim / f.block * dtype_size(f.scale));
+  return 0;
+}
+
 }  // namespace
+
+double cache_bytes_read(const Spec& s, const CacheSpec& cache) {
+  const Format& f = format_of(cache.format);
+  double bytes = static_cast<double>(s.total_k()) * s.kv_heads;
+  bytes *= code_row_bytes(f, s.hdim) + scale_row_bytes(f, s.hdim) + code_row_bytes(f, s.hdim_v) +
+           scale_row_bytes(f, s.hdim_v);
+  if (f.scales == Scales::per_head) bytes += 2.0 * s.kv_heads * sizeof(float);
+  return bytes;
+}
+
+Footprint kvcache_footprint(const Spec& s, const CacheSpec& cache) {
+  const Format& f = format_of(cache.format);
+  const PageCount count = count_pages(s, cache.page_size);
+  const double slots = static_cast<double>(count.pages) * cache.page_size * s.kv_heads;
+  const double gathered = static_cast<double>(s.total_k()) * s.kv_heads;
+  const double rows_q = static_cast<double>(s.batch) * s.seqlen_q * s.heads;
+  // On the host: each side's values (f32), its codes and scales, and the gathered f32 copy the
+  // check reads; q (and its f32 copy), out and lse (and the check's copies), the page table.
+  double host = rows_q * (s.hdim * (dtype_size(s.dtype) + 4.0) + 2 * (s.hdim_v * dtype_size(s.dtype) + 4.0)) +
+                static_cast<double>(s.batch) * (count.max_pages + 1) * 4.0;
+  // On the device: each side's codes and scales, and its values uploaded for quantize_kv; q, out, lse.
+  double device = rows_q * (s.hdim * dtype_size(s.dtype) + s.hdim_v * dtype_size(s.dtype) + 4.0);
+  for (int64_t dim : {s.hdim, s.hdim_v}) {
+    const double scales = f.scales == Scales::per_block  // rows padded to 4 bytes (make_side)
+                              ? static_cast<double>((dim / f.block + 3) / 4 * 4 * dtype_size(f.scale))
+                              : scale_row_bytes(f, dim);
+    const double stored = slots * (code_row_bytes(f, dim) + scales);
+    host += slots * dim * 4.0 + stored + gathered * dim * 4.0;
+    device += stored + slots * dim * 4.0;
+  }
+  host += reference_check_bytes(s, false, DType::f32);
+  Footprint footprint;
+  if (s.device.kind == DeviceKind::cpu)
+    footprint.host_bytes = host + device;
+  else
+    footprint.host_bytes = host, footprint.device_bytes = device;
+  return footprint;
+}
+
+SampleTiming time_kvcache(const Spec& sample, const CacheSpec& cache) {
+  SampleTiming timing;
+  const auto start = std::chrono::steady_clock::now();
+  KVCacheWorkload workload(sample, cache, 0);
+  synchronize(sample.device);
+  timing.setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  Status status;
+  const Timing t = time_calls(sample.device, 1, 1, [&] { return workload.forward(); }, &status);
+  if (!status) throw WorkloadError(status);
+  timing.call_seconds.push_back(t.median_ms * 1e-3);
+  return timing;
+}
 
 CacheSpec parse_kvcache(Args& args, Spec* spec) {
   if (args.value("seqlen-k")) throw UsageError("--seqlen-k: not with --kvcache (the cache length is --cache-len)");
@@ -84,13 +163,9 @@ KVCacheWorkload::KVCacheWorkload(const Spec& spec, const CacheSpec& cache, uint6
 
   // The page table: each sequence's pages, in a shuffled order over the whole cache.
   const int64_t page = cache.page_size;
-  for (int64_t b = 0; b < s.batch; ++b) {
-    const int64_t n = (s.seqlen_k_of(b) + page - 1) / page;
-    pages_ += n;
-    max_pages_ = std::max(max_pages_, n);
-  }
-  pages_ = std::max<int64_t>(pages_, 1);
-  max_pages_ = std::max<int64_t>(max_pages_, 1);
+  const PageCount count = count_pages(s, page);
+  pages_ = count.pages;
+  max_pages_ = count.max_pages;
   std::vector<int32_t> order(pages_);
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng);
@@ -140,16 +215,7 @@ KVCacheWorkload::KVCacheWorkload(const Spec& spec, const CacheSpec& cache, uint6
     options_.workspace = workspace_->data();
     options_.workspace_bytes = bytes;
   }
-
-  // Per cached token and kv-head: a row of codes, and its scales when they go by token or block.
-  const auto row_bytes = [&](int64_t dim) {
-    double bytes = static_cast<double>(dim / f.values_per_code * dtype_size(f.codes));
-    if (f.scales == Scales::per_token) bytes += static_cast<double>(dtype_size(f.scale));
-    if (f.scales == Scales::per_block) bytes += static_cast<double>(dim / f.block * dtype_size(f.scale));
-    return bytes;
-  };
-  bytes_read_ = static_cast<double>(s.total_k()) * s.kv_heads * (row_bytes(s.hdim) + row_bytes(s.hdim_v));
-  if (f.scales == Scales::per_head) bytes_read_ += 2.0 * s.kv_heads * sizeof(float);
+  bytes_read_ = cache_bytes_read(s, cache);
 }
 
 KVCacheWorkload::Side KVCacheWorkload::make_side(int64_t dim, std::mt19937_64& rng) {

@@ -24,6 +24,16 @@ struct CacheSpec {
 // fixed length: spec->seqlen_q rows per sequence).
 CacheSpec parse_kvcache(Args& args, Spec* spec);
 
+// Bytes of K and V codes and scales one decode reads: those of every cached token.
+double cache_bytes_read(const Spec& spec, const CacheSpec& cache);
+
+// The bytes a KVCacheWorkload and the check of its result hold at their peak.
+Footprint kvcache_footprint(const Spec& spec, const CacheSpec& cache);
+
+// Builds a KVCacheWorkload of `sample` and times one decode after a warm-up call. Throws
+// WorkloadError when the library rejects it.
+SampleTiming time_kvcache(const Spec& sample, const CacheSpec& cache);
+
 class KVCacheWorkload {
  public:
   // Throws WorkloadError when the library rejects the quantization or the decode's shapes.

@@ -5,7 +5,10 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "budget.hpp"
 #include "check.hpp"
 #include "commands.hpp"
 #include "kvcache.hpp"
@@ -50,8 +53,14 @@ float64 reference on a sample of rows. Exits 1 when the comparison fails.
     --seqlen N             query rows per sequence                          [1]
   --seed N                 seed of the random inputs                       [0]
   --iters N                timed iterations (after one warm-up)            [cuda 20, cpu 3]
+  --max-time S             refuse a run estimated over S seconds; 0: no limit [600]
   --progress               report each call on stderr (on by default for CPU runs of
                            more than a few seconds)
+
+Before it allocates, the run checks that its buffers fit in the memory available (an error
+names the flags to lower). Before a run that may take a second or more, it measures a small
+sample of the problem on the device and prints the estimated work and time on stderr; a run
+estimated over --max-time is refused.
 
 TFLOP/s count the (query, key) pairs the mask lets through (causal, window), summed over
 the sequences of a varlen batch. A KV cache is filled by the library's quantize_kv and checked
@@ -97,9 +106,16 @@ int check_and_report(const HostProblem& problem, bool backward) {
   return check.passed ? 0 : 1;
 }
 
-int run_kvcache(const Spec& spec, const CacheSpec& cache, uint64_t seed, int iterations, bool progress) {
+int run_kvcache(const Spec& spec, const CacheSpec& cache, uint64_t seed, int iterations, bool progress,
+                double max_seconds) {
+  const std::vector<Pass> passes = {
+      {"decode", iterations + 1, [&](const Spec& s) { return cache_bytes_read(s, cache); }, true}};
   std::unique_ptr<KVCacheWorkload> workload;
   try {
+    check_run_budget("run", spec, passes, [&](const Spec& s) { return kvcache_footprint(s, cache); },
+                     [&](const Spec& sample) { return time_kvcache(sample, cache); }, max_seconds,
+                     "lower --cache-len, --batch or --kv-heads",
+                     "lower --cache-len, --batch, --kv-heads or --iters");
     workload = std::make_unique<KVCacheWorkload>(spec, cache, seed);
   } catch (const WorkloadError& e) {
     return report_failure("setup", e.status());
@@ -136,16 +152,25 @@ int run_command(Args& args) {
   const bool on_gpu = spec.device.kind == DeviceKind::cuda;
   const int iterations = static_cast<int>(args.integer("iters", on_gpu ? 20 : 3, 1, 100000));
   const bool progress = args.flag("progress");
+  const double max_seconds = parse_max_time(args);
   args.finish();
 
   std::printf("hfa run: %s%s on %s\n", spec.describe().c_str(),
               kvcache ? (", " + cache.format + " paged cache (page " + std::to_string(cache.page_size) + ")").c_str() : "",
               describe_device(spec.device).c_str());
   std::fflush(stdout);
-  if (kvcache) return run_kvcache(spec, cache, seed, iterations, progress);
+  if (kvcache) return run_kvcache(spec, cache, seed, iterations, progress, max_seconds);
 
+  const bool fixed = spec.varlen_q.empty();
+  std::vector<Pass> passes = {{"forward", iterations + 1, forward_flops}};
+  if (backward) passes.push_back({"backward", iterations + 1, backward_flops});
   std::unique_ptr<Workload> workload;
   try {
+    check_run_budget("run", spec, passes, [&](const Spec& s) { return workload_footprint(s, backward); },
+                     [&](const Spec& sample) { return time_workload(sample, backward); }, max_seconds,
+                     fixed ? "lower --batch, --heads or --seqlen" : "lower --heads or the lengths of --varlen",
+                     fixed ? "lower --batch, --heads, --seqlen or --iters"
+                           : "lower --heads, the lengths of --varlen or --iters");
     workload = std::make_unique<Workload>(spec, seed, backward);
   } catch (const WorkloadError& e) {
     return report_failure("setup", e.status());

@@ -1,7 +1,11 @@
 #include "workload.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <random>
+
+#include "check.hpp"
+#include "timer.hpp"
 
 namespace hfa::tool {
 
@@ -132,6 +136,41 @@ void Workload::download() {
   dq_.memory->download(&dq);
   dk_.memory->download(&dk);
   dv_.memory->download(&dv);
+}
+
+Footprint workload_footprint(const Spec& s, bool backward) {
+  const double rows_q = static_cast<double>(s.total_q()) * s.heads;
+  const double rows_k = static_cast<double>(s.total_k()) * s.kv_heads;
+  const double input = static_cast<double>(dtype_size(s.dtype));
+  double tensors = rows_q * s.hdim * input + rows_k * (s.hdim + s.hdim_v) * input +  // q, k, v
+                   rows_q * s.hdim_v * static_cast<double>(dtype_size(s.out_dtype())) +  // out
+                   rows_q * sizeof(float);                                               // lse
+  if (backward)  // dout, dq, dk, dv
+    tensors += rows_q * (s.hdim_v + s.hdim) * input + rows_k * (s.hdim + s.hdim_v) * input;
+  Footprint footprint;
+  footprint.host_bytes = tensors + reference_check_bytes(s, backward, s.dtype);
+  if (s.device.kind == DeviceKind::cpu)
+    footprint.host_bytes += tensors;  // the "device" copies
+  else
+    footprint.device_bytes = tensors;  // plus a workspace, which cudaMalloc checks
+  return footprint;
+}
+
+SampleTiming time_workload(const Spec& sample, bool backward) {
+  SampleTiming timing;
+  const auto start = std::chrono::steady_clock::now();
+  Workload workload(sample, 0, backward);
+  synchronize(sample.device);
+  timing.setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto time = [&](const std::function<Status()>& call) {
+    Status status;
+    const Timing t = time_calls(sample.device, 1, 1, call, &status);
+    if (!status) throw WorkloadError(status);
+    timing.call_seconds.push_back(t.median_ms * 1e-3);
+  };
+  time([&] { return workload.forward(); });
+  if (backward) time([&] { return workload.backward(); });
+  return timing;
 }
 
 }  // namespace hfa::tool

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "budget.hpp"
 #include "memory.hpp"
 #include "spec.hpp"
 
@@ -74,5 +75,12 @@ class Workload : public HostProblem {
   Slot cu_seqlens_q_, cu_seqlens_k_;  // varlen only
   std::unique_ptr<DeviceMemory> workspace_;  // what the backend asks for, if anything
 };
+
+// The bytes a Workload of `spec` and the check of its result hold at their peak.
+Footprint workload_footprint(const Spec& spec, bool backward);
+
+// Builds a Workload of `sample` and times one call of the forward (and of the backward), each
+// after a warm-up call. Throws WorkloadError when the library rejects it.
+SampleTiming time_workload(const Spec& sample, bool backward);
 
 }  // namespace hfa::tool
