@@ -2,7 +2,7 @@
 """Backward benchmark: hfa vs PyTorch SDPA (cuDNN and FLASH = FlashAttention-2) and
 FlashAttention-3 on one GPU.
 
-Design §5, as bench_fwd.py: one process, the same inputs for every implementation,
+docs/design.md §5, as bench_fwd.py: one process, the same inputs for every implementation,
 triton.testing.do_bench medians, the FA3-paper grid (16k tokens in total, heads = 2048 / hdim).
 Two modes per cell:
   bwd     the backward alone. SDPA: the forward runs once on inputs that require grad, and

@@ -23,7 +23,7 @@
 - prefill_1m: one causal forward of a Llama-8B-shaped layer (32 query / 8 KV heads, d128) over
   --prefill-tokens tokens in one call, its time and TFLOP/s.
 
-JSON (design §5): {"what": "cp", ..., "rows": [{"case": {"test", ...}, "metric":
+JSON (docs/design.md §5): {"what": "cp", ..., "rows": [{"case": {"test", ...}, "metric":
 "GBps" | "ratio" | "tflops", "hfa": x, ...}]}.
 """
 

@@ -14,7 +14,7 @@ Cells, bf16, hdim 128 unless said:
   packgqa   short queries with GQA (1, 16, 64 queries against an 8k cache, no mask,
             32 query heads on 4 kv heads): hfa vs SDPA cuDNN and FA2 (enable_gqa). Run it again
             with HFA_SM90_PACK_GQA=0 for hfa without packing (the JSON records which).
-Every timed hfa cell is checked against float64 on sampled rows: design §6's bound, 2x the
+Every timed hfa cell is checked against float64 on sampled rows: docs/design.md §6's bound, 2x the
 error of FA2 where it runs the same math (varlen, window), else of peer_rows (fp32 softmax, P
 rounded to bf16 before P·V: what a 16-bit tensor-core kernel computes).
 

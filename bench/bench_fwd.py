@@ -2,7 +2,7 @@
 """Forward benchmark: hfa vs PyTorch SDPA (cuDNN and FLASH = FlashAttention-2) and
 FlashAttention-3 on one GPU.
 
-Design §5: one process, the same inputs for every implementation, triton.testing.do_bench
+docs/design.md §5: one process, the same inputs for every implementation, triton.testing.do_bench
 medians, the FA3-paper grid (16k tokens in total, heads = 2048 / hdim), FLOPs 4·b·h·s_q·s_k·d
 (halved for causal). Design §6 on every cell: max error of hfa and of cuDNN against a float64
 reference on a sample of rows and heads, computed on the GPU; hfa passes when

@@ -2,7 +2,7 @@
 """Forward on batched short sequences (issue 13): hfa vs PyTorch SDPA (cuDNN and FLASH =
 FlashAttention-2), kernel time by CUDA-graph replay, on one GPU.
 
-bench_fwd.py's method (design §5, §6), at shapes where a call lasts tens of microseconds and
+bench_fwd.py's method (docs/design.md §5, §6), at shapes where a call lasts tens of microseconds and
 launch cost and tile waste decide: one process, the same inputs for every implementation, hfa
 on (batch, seqlen, heads, hdim) tensors, SDPA on contiguous (batch, heads, seqlen, hdim) copies
 made before timing (enable_gqa when heads_q != heads_kv; a backend that refuses it gets K/V

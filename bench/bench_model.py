@@ -16,7 +16,7 @@ during the run (seen: several percent between the start and the end of a run) fa
 them alike. A row's value is the median over the rounds; "rounds" keeps each round's, and
 "hfa_over_sdpa" each round's ratio, whose spread says whether a lead is more than noise.
 
-JSON (design §5): {"what": "model", ..., "rows": [{"case": {"model", "layers", "seqlen",
+JSON (docs/design.md §5): {"what": "model", ..., "rows": [{"case": {"model", "layers", "seqlen",
 "mode"}, "metric": "tokens_per_s", "hfa": x, "sdpa": y, "sdpa_flash": z, "rounds": {impl:
 [...]}, "hfa_over_sdpa": [...]}]}.
 """

@@ -159,7 +159,7 @@ class GpuState:
     """The SM clock and the board's power while a block of GPU work runs: NVML read every 5 ms
     from a thread, averaged (None where NVML cannot be read). Why it is recorded beside every
     timing: the H200 draws its 700 W limit within a few hundred milliseconds of sustained
-    attention and then lowers its clock, 1980 MHz to 1500-1750 (bench/results, "Session 11"),
+    attention and then lowers its clock, 1980 MHz to 1500-1750 (docs/decisions/030),
     so one cell's speed moved by a quarter with what ran before it, and a ratio of two
     implementations is a ratio of kernels only where both ran at the same clock. NVML's power
     is a one-second average and lags; the clock is the reading to use."""
@@ -205,9 +205,9 @@ def timed_ms(fn, args):
     """do_bench's median ms of fn (args.warmup, args.rep) and the GPU's state meanwhile
     (GpuState.as_dict). With args.cool > 0 the GPU first idles that many seconds, so that the
     timing starts below the power limit and, if short, ends there too (1 s and --rep 50 held
-    1980 MHz in nearly every cell of session 11's grids): the kernels' speed at the full clock.
-    Without it a cell runs in whatever state the cells before left: at long sequences the
-    power-limited speed that sustained work sees."""
+    1980 MHz in nearly every cell of the cool grids of docs/decisions/030): the kernels' speed at
+    the full clock. Without it a cell runs in whatever state the cells before left: at long
+    sequences the power-limited speed that sustained work sees."""
     import torch
     import triton.testing
     if getattr(args, "cool", 0) > 0:
@@ -330,8 +330,8 @@ def gqa_heads(case):
 
 
 def new_result(what, now, args, accuracy, **settings):
-    """The header every result JSON starts with (README: one shape for every file); `settings`
-    adds this benchmark's own entries after the common ones."""
+    """The header every result JSON starts with (docs/design.md §5: one shape for every file);
+    `settings` adds this benchmark's own entries after the common ones."""
     import torch
     import triton
 

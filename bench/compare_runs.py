@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Side-by-side table of forward results (bench_fwd.py JSON files), for bench/results/README.md.
+"""Side-by-side table of forward results (bench_fwd.py JSON files), for the decision records
+(docs/decisions/).
 
     python3 bench/compare_runs.py FILE.json ...
     python3 bench/compare_runs.py --arms BASE=FILE.json,FILE.json NEW=FILE.json ...

@@ -5,8 +5,9 @@ The grid (bench_fwd.py) times each cell once, hfa then cuDNN. Between grids the 
 has read 623-726 TFLOP/s (hdim 128, 16k, non-causal) while cuDNN's stayed within 594-622. This
 benchmark times the cells it is given --rounds times, alternating hfa and cuDNN on the same
 inputs, each time with do_bench (median) and the SM clock and power while it ran
-(benchlib.timed_ms), so that a slow round can be told from a slow clock. (Session 11's run read
-the clock once right after each timing; the sampling during it came after.) With --fresh every
+(benchlib.timed_ms), so that a slow round can be told from a slow clock. (The run of
+docs/decisions/030 read the clock once right after each timing; the sampling during it came
+after.) With --fresh every
 round draws new inputs at new addresses (a spacer of a random size is allocated before them),
 so that a speed that depends on where the tensors lie shows as spread between rounds. Run it
 twice to see the spread between processes. Writes <out>/<date>-fwd-spread-<tag>.{json,md}.

@@ -3,7 +3,7 @@
 an attention kernel. Reads the raw pages that `ncu --import REP --page raw --csv > NAME-raw.csv`
 writes (gzip-compressed or not), taking the longest kernel of each, as profiled with the
 SpeedOfLight, ComputeWorkloadAnalysis, InstructionStats, WarpStateStats and SchedulerStats
-sections (bench/results/2026-12-02-calls/run13d.sh).
+sections (as session 13 did: git show a5067c1:bench/results/2026-12-02-calls/run13d.sh).
 
     python3 bench/ncu_pipes.py RAW.csv[.gz] ... > table.md
 """

@@ -14,7 +14,7 @@ point down to what the C++ op does, beside torch's own costs of the same steps:
   - no-op custom ops built here with torch.utils.cpp_extension (if a compiler and ninja are
     present): hfa::fwd's schema (21 arguments) and a 3-argument one, each returning its input,
     so the dispatcher's and the argument parser's share is visible.
-Prints a table; --out writes it as JSON (design §5 shape, "what": "overhead-parts").
+Prints a table; --out writes it as JSON (docs/design.md §5 shape, "what": "overhead-parts").
 """
 
 import argparse

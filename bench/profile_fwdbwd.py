@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Where a forward + backward step's time goes, beside the forward and the backward timed alone
-(issue 10's fwdbwd cells, bench/results): torch.profiler's CUDA kernel times per kernel name
+(issue 10's fwdbwd cells, docs/decisions/030): torch.profiler's CUDA kernel times per kernel name
 and each mode's CUDA-event time per step, on one shape.
 
     python3 bench/profile_fwdbwd.py {hfa,hfa_det,cudnn} BATCH SEQLEN HDIM [--causal]
         [--heads H] [--kv-heads KV] [--modes fwd bwd fwdbwd] [--json FILE]
 
 bf16, 2048 / HDIM heads unless --heads (kv heads: as many), BSHD for hfa and BHSD for cuDNN
-(as bench_bwd.py; cuDNN takes GQA through enable_gqa). JSON (design §5):
+(as bench_bwd.py; cuDNN takes GQA through enable_gqa). JSON (docs/design.md §5):
 rows {"case": {..., "mode", "part": "step" | "kernels" | "kernel", "kernel": name}, "metric":
 "us", IMPL: µs a step}: "kernels" is the sum of the step's profiled kernel times, "step" its
 CUDA-event time (from the host's first launch, so it includes the host's head start).

@@ -1,4 +1,4 @@
-// `hfa bench`: TFLOP/s over a grid of shapes, as a table or as the JSON of design §5.
+// `hfa bench`: TFLOP/s over a grid of shapes, as a table or as the JSON of docs/design.md §5.
 #include <chrono>
 #include <cstdio>
 #include <ctime>

@@ -3,7 +3,7 @@
 
 import torch
 
-# fp8 inputs (forward only) give bf16 outputs (design §3); the dtypes exist from torch 2.1.
+# fp8 inputs (forward only) give bf16 outputs (docs/design.md §3); the dtypes exist from torch 2.1.
 FP8_DTYPES = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)}
 
 

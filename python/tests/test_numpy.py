@@ -1,4 +1,4 @@
-"""The numpy front end over the CPU backend, against the float64 reference (design §6).
+"""The numpy front end over the CPU backend, against the float64 reference (docs/design.md §6).
 
 Every case runs forward and backward; tolerances follow §6: max|ours − oracle| must stay within
 2·max|peer − oracle| + 1e-5, the peer being the same math in fp32 with P and dS rounded to the

@@ -1,7 +1,7 @@
 """The torch front end: custom ops hfa::fwd / hfa::bwd, autograd, torch.compile.
 
 Runs on the CPU, and on CUDA when torch sees a GPU and this libhfa was built with CUDA. Outputs
-and gradients are compared with the float64 reference (reference.py) under design §6's rule,
+and gradients are compared with the float64 reference (reference.py) under docs/design.md §6's rule,
 max|ours − oracle| ≤ 2·max|peer − oracle| + floor, on both devices alike. The CUDA-only tests at
 the end check the GPU backward further: gradients against float64 autograd of a plain torch
 attention (small shapes, every option), a large GQA problem against PyTorch SDPA, bitwise

@@ -1,7 +1,7 @@
 """The FP8 forward through the torch front end: float8_e4m3fn q, k, v with FlashAttention-3's
 descales and hfa's per-block ones, on the CPU and, with a GPU, on CUDA.
 
-Each result is held to design §6 against float64 attention (reference.py) of the values the
+Each result is held to docs/design.md §6 against float64 attention (reference.py) of the values the
 codes stand for (code · descale, in float32): max|ours − oracle| ≤ 2·max|peer − oracle| + floor.
 The peer is float32 attention of the same values with out rounded to its dtype; on CUDA it also
 feeds P·V with P in e4m3, as the FP8 kernels do (P·2^8 rounded, FlashAttention-3's max_offset).

@@ -22,7 +22,7 @@ void reference_backward(const detail::BackwardProblem& p, double* dq, double* dk
                         double* dsinks = nullptr);
 
 // The same plain algorithm in float32 (scores, softmax and products in fp32, like the "math"
-// attention of the frameworks): the low-precision peer that sets the error bound of §6. Its
+// attention of the frameworks): the peer that sets the error bound of docs/design.md §6. Its
 // backward takes D = rowsum(dO∘O) from out rounded to out's dtype, as FlashAttention-style
 // backwards (which are given the stored out) do. With round_probabilities, the probabilities
 // are rounded to the input dtype before P·V, as a 16-bit tensor-core kernel feeds them (the

@@ -1,4 +1,4 @@
-// The accuracy rule of design.md §6 and the checks that go with it. Each returns a Report
+// The accuracy rule of docs/design.md §6 and the checks that go with it. Each returns a Report
 // whose text says what was compared, the errors, the bound and where the worst element is;
 // use it as EXPECT_TRUE(report.ok) << report.text.
 #pragma once

@@ -1,6 +1,6 @@
 // The checks every backward result gets, whichever backend wrote it into the case's host
-// buffers: every gradient element written, dq, dk, dv (and dsinks) within the §6 bound of the
-// oracle, exact zeros for rows that see no key and for rows beyond seqused.
+// buffers: every gradient element written, dq, dk, dv (and dsinks) within the docs/design.md §6
+// bound of the oracle, exact zeros for rows that see no key and for rows beyond seqused.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // What a case should produce: the float64 oracle (src/cpu/reference) and the float32 peer that
-// sets the tolerance (§6), both on the case's rounded inputs, in the logical order of the
-// output tensors (HostTensor::values()).
+// sets the tolerance (docs/design.md §6), both on the case's rounded inputs, in the logical
+// order of the output tensors (HostTensor::values()).
 //
 // The peer is the same plain algorithm in float32 with its results rounded to the output dtype:
 // what a framework's "math" attention gives for 16-bit inputs (fp32 compute, 16-bit results).

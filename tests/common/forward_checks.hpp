@@ -1,6 +1,6 @@
 // The checks every forward result gets, whichever backend wrote it into the case's host
-// buffers: rows beyond seqused_q untouched, everything else written, out and LSE within the §6
-// bound of the oracle, exact zeros for rows that see no key.
+// buffers: rows beyond seqused_q untouched, everything else written, out and LSE within the
+// docs/design.md §6 bound of the oracle, exact zeros for rows that see no key.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -1,10 +1,10 @@
 // The FP8 forward on the CPU (e4m3 q, k, v with descales, through the public API) against the
-// float64 oracle of the inputs it dequantizes to, within §6's bound of the float32 peer: each
-// descale form (none, per tensor, FlashAttention-3's per kv-head, per query head, per block
-// with odd block sizes over odd lengths, varlen blocks counted per sequence) meets causal,
-// windows, softcap, sinks, GQA, seqused and strided views. Outputs start as NaN, so unwritten
-// elements fail. The CPU result is the GPU's oracle: it must equal, bit for bit, the tiled
-// forward over the dequantized fp32 values.
+// float64 oracle of the inputs it dequantizes to, within the bound of docs/design.md §6 (twice
+// the float32 peer's error): each descale form (none, per tensor, FlashAttention-3's per
+// kv-head, per query head, per block with odd block sizes over odd lengths, varlen blocks
+// counted per sequence) meets causal, windows, softcap, sinks, GQA, seqused and strided views.
+// Outputs start as NaN, so unwritten elements fail. The CPU result is the GPU's oracle: it must
+// equal, bit for bit, the tiled forward over the dequantized fp32 values.
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -1,6 +1,6 @@
 // The tiled CPU backend (forward and backward) against the float64 oracle over a matrix of
-// cases, with the §6 bound from the float32 peer. Outputs start as NaN so unwritten elements
-// fail; rows that see no key must give exactly 0 and LSE −inf.
+// cases, with the docs/design.md §6 bound from the float32 peer. Outputs start as NaN so unwritten
+// elements fail; rows that see no key must give exactly 0 and LSE −inf.
 //
 // The matrix: every seqlen pair (1, 17, 255, 1000; seqlen_q ≠ seqlen_k both ways) meets every
 // mask kind, and dtype, head dims, GQA ratio and softcap rotate across them so that each value

@@ -1,4 +1,4 @@
-// The Hopper forward kernel against the float64 oracle (design.md §6), through the public API:
+// The Hopper forward kernel against the float64 oracle (docs/design.md §6), through the public API:
 // every head dim × dtype × causal × GQA ratio, seqlens that fill no tile, seqlen_q ≠ seqlen_k
 // both ways, outputs poisoned with NaN first.
 #include <gtest/gtest.h>
@@ -94,8 +94,9 @@ detail::ForwardProblem host_problem(const Case& c, const HostTensor& q, const Ho
   return p;
 }
 
-// A standard 16-bit implementation of the same inputs (design.md §6's "peer"): fp32 scores and
-// sums, probabilities rounded to the input type before P·V, the output rounded at the end.
+// A standard 16-bit implementation of the same inputs (the "peer" of docs/design.md §6): fp32
+// scores and sums, probabilities rounded to the input type before P·V, the output rounded at
+// the end.
 std::vector<double> peer_forward(const Case& c, const HostTensor& q, const HostTensor& k,
                                  const HostTensor& v) {
   std::vector<double> out(size_t(c.batch) * c.seqlen_q * c.heads_q * c.hdim, 0.0);

@@ -1,12 +1,12 @@
 // The Hopper FP8 forward (e4m3 q, k, v with descales, through the public API on device tensors)
-// against the float64 oracle of the inputs the codes dequantize to, within §6's bound of a peer
-// that rounds P as the kernel feeds its tensor cores (scaled to 2^8 at the row's largest, to
-// e4m3) and whose LSE bound allows for the FP8 tensor cores' accumulation of Q·Kᵀ
-// (fp8_expectation). Every head dim a call may have (64 and 96 run on the 128 kernels, 192 on 256) meets
-// every mask × softcap × sinks × GQA × layout, each with a descale form (none, per tensor,
-// FlashAttention-3's per kv head broadcast over the batch, per query head, per block); out
-// starts as NaN, so unwritten elements fail. Keys past seqused_k hold NaN codes in one test:
-// the transposed V must not carry them into P·V (0·NaN = NaN).
+// against the float64 oracle of the inputs the codes dequantize to, within the bound of
+// docs/design.md §6 against a peer that rounds P as the kernel feeds its tensor cores (scaled to
+// 2^8 at the row's largest, to e4m3) and whose LSE bound allows for the FP8 tensor cores'
+// accumulation of Q·Kᵀ (fp8_expectation). Every head dim a call may have (64 and 96 run on the
+// 128 kernels, 192 on 256) meets every mask × softcap × sinks × GQA × layout, each with a
+// descale form (none, per tensor, FlashAttention-3's per kv head broadcast over the batch, per
+// query head, per block); out starts as NaN, so unwritten elements fail. Keys past seqused_k
+// hold NaN codes in one test: the transposed V must not carry them into P·V (0·NaN = NaN).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,7 +1,8 @@
 // Attention split over keys on the Hopper backend (hfa_options.accumulate, softmax_d; the CPU's
 // semantics are tests/api/test_partials.cpp):
 //   F32Out: an f32 out of 16-bit inputs, every head-dim pair × mask × layout × GQA, within the
-//     §6 bound of the oracle (the peer rounds P to the input dtype, as the kernels do).
+//     docs/design.md §6 bound of the oracle (the peer rounds P to the input dtype, as the
+//     kernels do).
 //   Accumulate: the keys split in two calls, the second merging into the first's f32 out and
 //     lse (or both merging into lse = −inf over a NaN out), against the whole problem's oracle;
 //     causal cuts that leave rows no key in one part.

@@ -19,7 +19,7 @@ namespace hfa::sm90::bwd {
 // query blocks that see the tile's keys, ascending, in both modes. (Rotating the default mode's
 // walk by the key block, so that the CTAs of a head start on different dQ chunks, was 1-4 %
 // slower at every hdim-64 and -128 cell without a window and no faster at hdim 256:
-// bench/results, "Backward: dQ from registers".)
+// docs/decisions/024.)
 // One flat loop: a nest of two kept more values alive across the walk than the consumers'
 // registers hold (ptxas spilled them).
 template <typename Config, typename Visit>

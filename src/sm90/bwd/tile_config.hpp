@@ -73,8 +73,8 @@ struct TileConfig {
   // 192/192: 24 + 24 + 2·24 + 2·24 + 2·8 + 2·8 (+ 48 deterministic) = 176 (224) KB; 256: 32 +
   // 32 + 2·32 + 2·32 + 2·8 + 2·8 = 224 KB, deterministic one Q and one dO stage beside the 64 KB
   // dQ tile (32 + 32 + 32 + 32 + 16 + 16 + 64 = 224 KB). Two stages let the loader fetch the
-  // next step's Q and dO during this one: hdim 256 with one was 20-27 % slower (bench/results,
-  // "Backward: two Q/dO stages at hdim 256").
+  // next step's Q and dO during this one: hdim 256 with one was 20-27 % slower
+  // (docs/decisions/025).
   static constexpr int kStagesQ = kHeadDimQK == 256 && kDeterministic ? 1 : 2;
   static constexpr int kStagesDO = kStagesQ;
   // Two Pᵀ/dSᵀ stages: a warpgroup writes the next step's while the other may still read this
@@ -90,8 +90,8 @@ struct TileConfig {
   // bulk reduce-add of a 64 KB shared tile a step, which costs a store and a read of it in the
   // shared memory that the step's GEMMs are short of, and that tile's room holds a second Q/dO
   // stage instead. Keys split, and deterministic everywhere: the writer warp's bulk reduce of a
-  // shared tile, 6-28 % faster at hdim 64 and 128 (bench/results, "Backward: dQ from
-  // registers"); deterministic, it keeps the turn order without stalling the consumers (adds
+  // shared tile, 6-28 % faster at hdim 64 and 128 (docs/decisions/024); deterministic,
+  // it keeps the turn order without stalling the consumers (adds
   // from registers in turn order, each fenced before the turn passes, measured 15-25 % slower
   // at hdim 192 and 256).
   static constexpr bool kDqFromRegisters = !kKeysSplit && !kDeterministic;

@@ -81,7 +81,7 @@ void fill_shared_fields(Params& params, const detail::ForwardProblem& problem) {
 // longest tiles start only as the section before drains, so the last section's start near the
 // end. Measured (backward, GQA 32/8 heads, 8k causal, hdim 128: 64 tiles a pair): one pair a
 // section 2860 µs, two 2404, four (this rule's) 2454, all eight 2483; one section of every pair
-// loses 10-40 % below 4k tokens, where L2 locality decides (bench/results, "Session 9").
+// loses 10-40 % below 4k tokens, where L2 locality decides (docs/decisions/013).
 inline int pairs_per_section(int pairs, int tiles_per_pair, std::size_t bytes_per_pair,
                              std::size_t l2_bytes, int concurrent_ctas) {
   const auto ceil_div = [](int64_t a, int64_t b) { return int((a + b - 1) / b); };

@@ -8,7 +8,7 @@ namespace hfa::sm90 {
 // tanh(x) = 1 − 2/(2^(2·log2(e)·x) + 1): one MUFU exp2 and one reciprocal, each within a few
 // ulp. tanh.approx.f32 would be one instruction but errs by up to 2^-11, which the factor c
 // (30-50 in practice) turns into ~2 % error on a probability. Saturates to ±1 for large |x|.
-// Measured and rejected (bench/results, 39103eb): the reciprocal by Newton steps on the FMA
+// Measured and rejected (docs/decisions/021): the reciprocal by Newton steps on the FMA
 // pipes instead of MUFU.RCP was 5-12 % slower and made more kernels spill.
 template <int kAcc>
 __device__ __forceinline__ void apply_softcap(float (&s)[kAcc], float prescale) {

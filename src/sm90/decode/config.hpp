@@ -27,7 +27,7 @@ inline constexpr int kSmemReservedPerBlock = 1024;
 inline constexpr int kQueryRowsPerTile = 16;
 inline constexpr int kKeysPerStage = 64;
 
-// The head dim the kernel was tuned at (bench/results): the others scale from it.
+// The head dim the kernel was tuned at (docs/decisions/028): the others scale from it.
 inline constexpr int kTunedHeadDim = 128;
 
 // CTAs per SM: two up to hdim 128 (8 warps an SM, up to 255 registers a thread). At hdim 256

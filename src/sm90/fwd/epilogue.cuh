@@ -6,11 +6,11 @@
 // buffer, and the copy engine writes whole 128-byte rows while the next tile's GEMMs run.
 // Elsewhere O is stored straight from registers, each quad 16 contiguous bytes of a row.
 // Where only one 128-byte slab of O's columns fits, the slabs take turns in it.
-// Measured (CUDA-graph replay, bench/results "Session 12"): 64 × 128 tokens at hdim 128 causal
+// Measured (CUDA-graph replay, docs/decisions/010): 64 × 128 tokens at hdim 128 causal
 // 46.9 → 34.5 µs, the other short causal shapes 5-18 % faster, FP8 hdim 128 causal 2k +31 %;
 // one slab at a time: hdim 128 non-causal 512 and 1k tokens +8 / +5 %, FP8 hdim 256 +1-11 %.
 // (Not Q's buffer: while O sat there the next tile's Q could not load, and every tile boundary
-// waited for the store to drain, then for Q. Measured, bench/results/README.md: storing from
+// waited for the store to drain, then for Q. Measured, docs/decisions/010: storing from
 // registers instead was +8 % to +39 % at seqlen 512.)
 #pragma once
 

@@ -58,7 +58,7 @@ struct ConsumerMainloop {
   // The first warpgroup issues first: another one opens its barrier once at start. A lone
   // consumer warpgroup takes no turns (its partner is the SM's other CTA). FP8 too, though its
   // softmax phase outlasts its GEMMs: without turns, FP8 hdim 128 ran 8-27 % slower from 8k
-  // keys (bench/results, "Session 14").
+  // keys (docs/decisions/019).
   static constexpr bool kPingPong = kWarpgroups > 1;
   __device__ __forceinline__ void start_ping_pong() {
     if (kPingPong && warpgroup == kWarpgroups - 1) {

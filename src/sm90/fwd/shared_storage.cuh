@@ -93,7 +93,7 @@ struct FirstFitting<kCtasPerSm, Layout, Next, Rest...> {
 // Q double-buffered wherever the second buffer fits beside the K/V stages (hdim 64, hdim 128
 // windowed, FP8): the producer then loads a tile's Q while the tile before it still runs, not
 // only once that tile's last Q·Kᵀ is done, so no tile starts by waiting for its Q. Measured
-// (bench/results, "Session 11"): +2-5 % on hdim 128 causal at 4k and 16k tokens and on FP8 hdim
+// (docs/decisions/011): +2-5 % on hdim 128 causal at 4k and 16k tokens and on FP8 hdim
 // 128 causal, within noise elsewhere, the short batched shapes included. Where it does not fit
 // (hdim 128 non-causal with 176-key blocks, 192, 256) Q stays single.
 // O gets a buffer of its own, all of O where it fits (hdim 64, hdim 128 windowed, FP8 hdim 128),

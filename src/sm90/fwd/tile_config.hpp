@@ -6,8 +6,8 @@
 #define HFA_SM90_D64_BLOCK_M 192
 #endif
 // Rows of hdim 64's short-rows tile: 128 (two consumer warpgroups) or 64 (one, two CTAs an SM;
-// measured 5-10 % slower on the short causal shapes: bench/results, "Session 9"; with O staged
-// in shared memory again 3-8 % slower, "Session 12").
+// measured 5-10 % slower on the short causal shapes, and with O staged in shared memory again
+// 3-8 % slower: docs/decisions/009).
 #ifndef HFA_SM90_D64_SHORT_BLOCK_M
 #define HFA_SM90_D64_SHORT_BLOCK_M 128
 #endif
@@ -16,9 +16,9 @@
 #endif
 // K/V stages at hdim 64, whose blocks are short next to a load's latency (a block's two GEMMs
 // are a quarter of hdim 256's): 2 (every other head dim's) to 4 fit beside two Q buffers and O.
-// Measured (bench/results, "Session 12"): 3 stages +0.3 … +3.2 % on the hdim 64 shapes by graph
-// replay, grid cells +3 % on geometric mean (4 stages no better); the default since session 13,
-// whose GPU test suites ran on it.
+// Measured (docs/decisions/008): 3 stages +0.3 … +3.2 % on the hdim 64 shapes by graph
+// replay, grid cells +3 % on geometric mean (4 stages no better); the default since the GPU
+// test suites ran on it.
 #ifndef HFA_SM90_D64_STAGES
 #define HFA_SM90_D64_STAGES 3
 #endif
@@ -30,15 +30,15 @@
 #endif
 // Keys per K/V tile at hdim 256: 64, which leaves room for one slab of O (kBlockN below); 80
 // (the most that fits, no O buffer) measured 1.07-1.25x slower on the hdim 256 shapes and
-// within noise from 4k tokens on (bench/results, "Session 13").
+// within noise from 4k tokens on (docs/decisions/006).
 #ifndef HFA_SM90_D256_BLOCK_N
 #define HFA_SM90_D256_BLOCK_N 64
 #endif
 // 1: windowed problems of at most kShortRowsMaxKeys keys at hdim 128 run on 64-row tiles, two
 // CTAs an SM (issue 13's lever for short causal sequences). Measured slower, so off: CUDA-graph
 // replay, 64 × 128 tokens 3 % faster, but 8 × 512 5 %, 32 × 512 7 % and 16 × 1024 12 % slower
-// (bench/results, "Session 9"; not profiled: each K/V block now serves 64 rows, not 128); with
-// O staged in shared memory 11-17 % slower on every short causal shape ("Session 12").
+// (docs/decisions/009; not profiled: each K/V block now serves 64 rows, not 128); with
+// O staged in shared memory 11-17 % slower on every short causal shape.
 #ifndef HFA_SM90_D128_SHORT_ROWS
 #define HFA_SM90_D128_SHORT_ROWS 0
 #endif
@@ -52,7 +52,7 @@
 #define HFA_SM90_EXP2_EMULATE_EVERY_FP8 0
 #endif
 // Keys per K/V tile of FP8 at hdim 128 (per-tensor or per-head k and v scales, no softcap):
-// 224, FlashAttention-3's (see kBlockN). Measured against 128 (bench/results, "Session 14"):
+// 224, FlashAttention-3's (see kBlockN). Measured against 128 (docs/decisions/017):
 // non-causal +1 / +8 / +7 % at 2k / 8k / 16k, causal −2 / −1 / +5 %; 192 about the same.
 #ifndef HFA_SM90_FP8_D128_BLOCK_N
 #define HFA_SM90_FP8_D128_BLOCK_N 224
@@ -120,10 +120,10 @@ struct TileConfig {
   // blocks, and a 192-row tile pays its first Q·Kᵀ, last P·V and diagonal mask over more rows
   // and leaves fewer tiles to balance (measured, CUDA-graph replay: 32 × 512 tokens 179 → 165
   // µs, 16 × 1024 267 → 237; from 2k tokens on 192 rows are as fast or faster, 10-13 % at 8k
-  // and 16k: bench/results, "Forward: short rows"). 64 rows at hdim 128 (HFA_SM90_D128_SHORT_ROWS):
+  // and 16k: docs/decisions/007). 64 rows at hdim 128 (HFA_SM90_D128_SHORT_ROWS):
   // one consumer warpgroup a CTA and two CTAs an SM, whose warpgroups take turns on the tensor
   // cores without a barrier between them, as cuDNN's 64-row tiles do on the shapes where it
-  // leads (ncu, 64 × 128 tokens: bench/results, "Session 7").
+  // leads (ncu, 64 × 128 tokens: docs/decisions/009).
   static constexpr int kStandardBlockM = kHeadDimQK == 64 ? HFA_SM90_D64_BLOCK_M : 128;
   static constexpr int kShortBlockM =
       kHeadDimQK == 64 ? HFA_SM90_D64_SHORT_BLOCK_M : kRowsPerWarpgroup;
@@ -184,18 +184,18 @@ struct TileConfig {
                                             : kConsumerWarpgroups == 2 ? 232
                                                                        : 160;
 
-  // Softmax levers (see OnlineSoftmax::update), each measured as a delta (bench/results), both
+  // Softmax levers (see OnlineSoftmax::update), each measured as a delta, both
   // off by default:
-  //   lazy rescaling (threshold 8, FlashAttention-4): within run-to-run noise (a few percent
-  //     either way) and it costs accuracy: a row's largest probability is no longer exactly 1
-  //     before rounding to 16 bits, which tripled the worst error on peaked rows (an hdim 128
-  //     test failed its 2x-peer bound);
+  //   lazy rescaling (threshold 8, FlashAttention-4; docs/decisions/001): within run-to-run
+  //     noise (a few percent either way) and it costs accuracy: a row's largest probability is
+  //     no longer exactly 1 before rounding to 16 bits, which tripled the worst error on peaked
+  //     rows (an hdim 128 test failed its 2x-peer bound);
   //   exp2 on the FMA pipes: 5-8 % slower at hdim 64, whose FMA pipes are not idle; FP8 hdim
-  //     128 every 8th score 1-3 % slower ("Session 14"): the polynomial takes issue slots of
+  //     128 every 8th score 1-3 % slower (docs/decisions/002): the polynomial takes issue slots of
   //     the same warp.
   // Always on, being exact: O's rescale is skipped by a warp whose rows all kept their max
-  // (mainloop.cuh; measured +2-3 % on the FP8 grid at hdim 128 and 256, bench/results,
-  // "Session 10").
+  // (mainloop.cuh; measured +2-3 % on the FP8 grid at hdim 128 and 256,
+  // docs/decisions/015).
   static constexpr int kRescaleThreshold = HFA_SM90_RESCALE_THRESHOLD;
   static constexpr int kExp2EmulateEvery = kFp8               ? HFA_SM90_EXP2_EMULATE_EVERY_FP8
                                            : kHeadDimQK == 64 ? HFA_SM90_EXP2_EMULATE_EVERY_D64

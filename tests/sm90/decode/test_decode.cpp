@@ -740,7 +740,7 @@ TEST(DecodeErrors, UnsupportedCallsSaySo) {
   }
 }
 
-// The accuracy table of bench/results: the largest error against the float64 oracle on the
+// The accuracy table of docs/decisions/028: the largest error against the float64 oracle on the
 // dequantized cache, per cache format, on normal(0, 1) data and on data where 1% of the values
 // are 50x larger. Printed, and held to the usual tolerance.
 TEST(DecodeAccuracy, Table) {
