@@ -83,113 +83,30 @@ typedef struct hfa_tensor {
  * layout), where the search for a shared byte is cut short, may leave an overlap unseen. The
  * workspace (hfa_options.workspace) is not a tensor and is not checked: keep it apart. */
 
-/* Options shared by forward and backward. Start from hfa_default_options(). */
+/* The options structs' fields, one a row of hfa/options.def, where each is described; a row's
+ * kind gives its C type: */
+#define HFA_C_FIELD_FLAG(name) int32_t name; /* nonzero: on */
+#define HFA_C_FIELD_INT32(name) int32_t name;
+#define HFA_C_FIELD_REAL(name) float name;
+#define HFA_C_FIELD_SCALE(name) int32_t has_##name; float name; /* has_<name> 0: the default */
+#define HFA_C_FIELD_TENSOR(name) const hfa_tensor* name;    /* NULL: not given */
+#define HFA_C_FIELD_HANDLE(name) void* name;
+#define HFA_C_FIELD_BYTES(name) size_t name;
+
+/* The calls that read an option (hfa_option_info.calls); the others ignore it. */
+typedef HFA_ENUM(hfa_option_calls) {
+  HFA_CALL_FORWARD = 1,  /* hfa_forward, hfa_forward_workspace_size */
+  HFA_CALL_BACKWARD = 2, /* hfa_backward, hfa_backward_workspace_size */
+  HFA_CALL_KVCACHE = 4   /* hfa_forward_kvcache, hfa_forward_kvcache_workspace_size */
+} hfa_option_calls;
+
+#define HFA_MAX_KVCACHE_SPLITS 256 /* the most split-KV chunks of one sequence */
+
+/* Options of hfa_forward and hfa_backward (HFA_ATTENTION_OPTION rows). Start from
+ * hfa_default_options(). */
 typedef struct hfa_options {
-  int32_t has_softmax_scale; /* 0: scale = 1/sqrt(headdim_qk) */
-  float softmax_scale;
-  int32_t causal;            /* bottom-right aligned: query i sees keys j <= i + seqlen_k - seqlen_q */
-  int32_t window_left;       /* sliding window, bottom-right aligned; -1 = unbounded */
-  int32_t window_right;
-  float softcap;             /* > 0: scores become softcap·tanh(scores/softcap); 0 = off */
-
-  /* Variable-length batches: q, k, v, out are (total_tokens, heads, headdim) and
-   * cu_seqlens_* (int32, batch + 1, on the tensors' device) delimit the sequences.
-   * max_seqlen_* bound the lengths (they size the launch). NULL = fixed length. */
-  const hfa_tensor* cu_seqlens_q;
-  const hfa_tensor* cu_seqlens_k;
-  int32_t max_seqlen_q;
-  int32_t max_seqlen_k;
-
-  int32_t deterministic;     /* backward: reproducible accumulation order */
-
-  void* stream;              /* cudaStream_t for CUDA tensors; ignored on the CPU */
-  void* workspace;           /* scratch from the caller, sized by hfa_*_workspace_size */
-  size_t workspace_bytes;
-
-  /* Added after the fields above, which keep their offsets. All optional (NULL = off), all on
-   * the tensors' device. */
-
-  /* Learnable attention sinks (gpt-oss): fp32, contiguous (heads_q). Each query row's softmax
-   * denominator gains exp(sinks[h]), a logit in the units of the scaled (and softcapped)
-   * scores that contributes no value. LSE includes it: a row that sees no key gets O = 0 and
-   * LSE = sinks[h]. */
-  const hfa_tensor* sinks;
-  /* Used lengths of a padded allocation: int32, contiguous (batch). Only the first
-   * seqused_q[b] query rows and seqused_k[b] keys of sequence b take part (fixed length or
-   * varlen); causal and window alignment use these lengths. The forward leaves the out and lse
-   * rows beyond seqused_q[b] untouched; the backward writes zeros to the dq rows beyond
-   * seqused_q[b] and the dk/dv rows beyond seqused_k[b] (their true gradient) and never reads
-   * the out, lse or dout rows beyond them. On the CPU each value is checked to lie in
-   * [0, the sequence's allocated length]; on a GPU the values are trusted. */
-  const hfa_tensor* seqused_q;
-  const hfa_tensor* seqused_k;
-  /* Backward only (the forward ignores it): the gradient of sinks, fp32, contiguous
-   * (heads_q), overwritten: dsinks[h] = -sum over batch and rows of P_sink * rowsum(dO*O),
-   * P_sink = exp(sinks[h] - LSE). Needs sinks; NULL: not wanted. */
-  const hfa_tensor* dsinks;
-
-  /* Added after the fields above, which keep their offsets. FP8 inputs (forward only): q, k
-   * and v all HFA_E4M3, out HFA_BF16 or HFA_F16 (HFA_F32 too on the CPU), lse fp32 as usual.
-   * The value of a code is code · descale. Each descale is optional (NULL: every scale is 1),
-   * fp32, on the tensors' device, any strides (0 strides broadcast), and one of:
-   *   - rank 1 of extent 1: one scale for the whole tensor;
-   *   - rank 2 (batch, heads_kv): FlashAttention-3's q_descale / k_descale / v_descale, one
-   *     scale per sequence and kv-head (for q, per sequence and GQA group); q_descale may also
-   *     be (batch, heads_q);
-   *   - rank 3 (batch, num_blocks, heads): one scale per block of descale_block_q (for q) or
-   *     descale_block_kv (for k and v) rows counted from each sequence's first row: row r of
-   *     sequence b has the scale of block r / block. heads is heads_q or heads_kv for q,
-   *     heads_kv for k and v; num_blocks >= ceil(seqlen / block), seqlen being seqlen_q or
-   *     seqlen_k (varlen: max_seqlen_q / max_seqlen_k).
-   * batch counts sequences (varlen: cu_seqlens' length - 1). A rank-3 descale needs its block
-   * option > 0, and a block option > 0 needs a rank-3 descale (for descale_block_kv: k's or
-   * v's). On a GPU descale_block_kv must be a multiple of 128, the FP8 kernels' keys per tile
-   * (one scale per tile of keys); otherwise HFA_ERROR_NOT_SUPPORTED. Descales with inputs of
-   * another dtype are an invalid argument. The backward takes no FP8 inputs
-   * (HFA_ERROR_NOT_SUPPORTED). Every scale must be positive and finite (hfa_quantize_fp8's
-   * are): a GPU does not read them back to check, and a zero v scale of a block divides by 0.
-   * A GPU's FP8 forward transposes v into the workspace first (hfa_forward_workspace_size
-   * counts it), with the keys past seqused_k zeroed there. */
-  const hfa_tensor* q_descale;
-  const hfa_tensor* k_descale;
-  const hfa_tensor* v_descale;
-  int32_t descale_block_q;  /* rows per block of a rank-3 q_descale; 0 = none */
-  int32_t descale_block_kv; /* rows (keys) per block of a rank-3 k_descale / v_descale */
-
-  /* Added after the fields above, which keep their offsets. SMs to leave free for kernels that
-   * run beside this call, e.g. NCCL's in a context-parallel ring (FlashAttention-3's
-   * sm_margin); 0 = use every SM. Must be >= 0, and on a GPU below its SM count
-   * (HFA_ERROR_INVALID_ARGUMENT otherwise; the workspace queries, whose answers do not depend
-   * on it, check only the sign). The forward's persistent grid then has at most
-   * SM count - sm_margin CTAs (FlashAttention-3's rule), so sm_margin SMs stay free for other
-   * kernels while it runs.
-   * The backward's grid is not persistent (one CTA per key block, handed out by the hardware
-   * as SMs free up): it accepts and checks sm_margin but is not limited by it.
-   * The CPU ignores it. */
-  int32_t sm_margin;
-
-  /* Added after the fields above, which keep their offsets. Attention split over keys (the
-   * steps of a context-parallel ring, a KV cache split across GPUs): partial results merged by
-   * their LSEs, in fp32.
-   * Forward: out may be HFA_F32 for f16/bf16 inputs too, the result before any rounding; on a
-   * GPU such a call takes no softcap (HFA_ERROR_NOT_SUPPORTED).
-   * accumulate (forward only; the backward ignores it): nonzero merges this call's result into
-   * out and lse instead of overwriting them. They hold the result of the same queries over
-   * other keys (earlier calls) and become the result over all of those keys and this call's:
-   *   lse = log(exp(lse_before) + exp(lse_call)),
-   *   out = exp(lse_before − lse) · out_before + exp(lse_call − lse) · out_call,
-   * hfa_merge_partials' formula (outs[0] the running result, outs[1] this call's). Needs out
-   * HFA_F32 and lse. A row whose lse is −inf has no result yet: its out is not read (it may
-   * hold anything), so a series starts from lse = −inf everywhere, or with a first call that
-   * does not accumulate. A row this call's keys do not reach keeps its values. Rows beyond
-   * seqused_q are not touched, as ever. Sinks join this call's denominator: pass them to one
-   * call of a series. */
-  int32_t accumulate;
-  /* Backward only (the forward ignores it): D = rowsum(dout ∘ out) in fp32, shaped and laid
-   * out like lse ((batch, heads_q, seqlen_q), varlen (heads_q, total_q); unit last stride).
-   * Given, the backward reads D instead of computing it from dout and out, and reads no out
-   * (a ring's steps share the final out's D: compute it once). NULL: computed. */
-  const hfa_tensor* softmax_d;
+#define HFA_ATTENTION_OPTION(kind, name, ...) HFA_C_FIELD_##kind(name)
+#include "hfa/options.def"
 } hfa_options;
 
 HFA_API hfa_options hfa_default_options(void);
@@ -244,95 +161,13 @@ HFA_API hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_te
  * Causal and windows are bottom-right aligned within each sequence: query i sees cache key j
  * iff j <= cache_seqlens[b] - seqlen_q + i (+ window_right), as in hfa_forward with
  * seqlen_k = cache_seqlens[b] (seqlen_q: sequence b's own query count when varlen). A row that
- * sees no key gets O = 0 and LSE = -inf. */
+ * sees no key gets O = 0 and LSE = -inf.
+ *
+ * Its options: the HFA_KVCACHE_OPTION rows of hfa/options.def. Start from
+ * hfa_default_kvcache_options(). */
 typedef struct hfa_kvcache_options {
-  const hfa_tensor* cache_seqlens; /* int32, contiguous (batch); required */
-  const hfa_tensor* block_table;   /* int32 (batch, max_pages), unit last stride; NULL = contiguous */
-  const hfa_tensor* k_scale;       /* quantized caches only, see above */
-  const hfa_tensor* v_scale;
-  const hfa_tensor* k_global_scale; /* NVFP4 only: fp32 (1) */
-  const hfa_tensor* v_global_scale;
-
-  int32_t has_softmax_scale; /* 0: scale = 1/sqrt(headdim_qk) */
-  float softmax_scale;
-  int32_t causal;
-  int32_t window_left; /* -1 = unbounded */
-  int32_t window_right;
-  float softcap; /* 0 = off */
-
-  int32_t num_splits; /* split-KV: chunks per sequence merged by LSE; 0 = chosen by hfa */
-  /* Nonzero: read block_table and cache_seqlens before the attention and reject the first
-   * entry out of range (also turned on by the environment variable HFA_VALIDATE_KVCACHE=1).
-   * CPU tensors are always checked; CUDA tensors only in this mode (it costs a copy and a
-   * sync). */
-  int32_t validate;
-
-  void* stream; /* cudaStream_t for CUDA tensors; ignored on the CPU */
-  void* workspace;
-  size_t workspace_bytes;
-
-  /* Added after the fields above, which keep their offsets. All optional (NULL = off). */
-
-  /* New tokens appended to the cache in place before the attention (FlashAttention's k / v):
-   * k_new (batch, seqlen_new, heads_kv, headdim), v_new (batch, seqlen_new, heads_kv, headdim_v),
-   * q's dtype, unit last stride. Token i of sequence b is written at position
-   * cache_seqlens[b] + i (the cache must have room), encoded in the cache's format: FP8 per
-   * kv-head with the given scale, FP8 per token with a new scale, NVFP4 with the given global
-   * scale, MXFP4 (the same encoders as src/quant). The attention then covers
-   * cache_seqlens[b] + seqlen_new keys; cache_seqlens itself is not updated. A GPU writes the
-   * bytes the CPU writes, on options->stream before the attention; a token whose position falls
-   * outside the cache (lengths out of contract, unchecked outside validation mode) is dropped.
-   * With cu_seqlens_k_new (below) each sequence appends its own number of tokens. */
-  const hfa_tensor* k_new;
-  const hfa_tensor* v_new;
-  /* Rotary embedding of k_new and q (needs k_new): cos and sin (seqlen_ro, rotary_dim / 2),
-   * fp32 or q's dtype, unit last stride; the first rotary_dim dims of each row rotate. New token
-   * i of sequence b sits at position cache_seqlens[b] + i; q row i at the same position when
-   * causal or windowed, else at cache_seqlens[b] (FlashAttention's rule; with cu_seqlens_q, i
-   * counts sequence b's own rows, as FlashAttention-3 does, whatever its number of new tokens).
-   * Every position a new token or a query row takes must be below seqlen_ro. The CPU keeps the
-   * rotated q in fp32; a GPU rounds it to q's dtype into the front of options->workspace
-   * (counted by hfa_forward_kvcache_workspace_size). */
-  const hfa_tensor* rotary_cos;
-  const hfa_tensor* rotary_sin;
-  int32_t rotary_interleaved; /* nonzero: pairs (2j, 2j+1) (GPT-J); 0: (j, j + rotary_dim/2) */
-
-  /* Added after the fields above. Keys per split-KV chunk, 0 = off: sequence b's keys split at
-   * fixed boundaries j·split_size, so its result does not depend on the other sequences of the
-   * batch (batch-invariant serving). Excludes num_splits > 0; the chunks of one sequence are at
-   * most 256 (split_size >= ceil(cache capacity / 256)). Any value from there up: on a GPU a
-   * chunk need not start at a multiple of the kernel's 64-key stage. */
-  int32_t split_size;
-
-  /* Added after the fields above, which keep their offsets. Varlen queries (FlashAttention-3's
-   * cu_seqlens_q, for chunked prefill and speculative decoding mixed with plain decode): int32,
-   * contiguous (batch + 1), on q's device, starting at 0, never decreasing, ending at total_q;
-   * sequence b's query rows are q[cu_seqlens_q[b] .. cu_seqlens_q[b + 1]) (0 rows is fine).
-   * batch is cache_seqlens' length. max_seqlen_q (>= 1, >= every sequence's rows) sizes the GPU
-   * launch; 0 without cu_seqlens_q. The values are checked on the CPU, and on a GPU in validation
-   * mode only. */
-  const hfa_tensor* cu_seqlens_q;
-  int32_t max_seqlen_q;
-
-  /* Added after the fields above, which keep their offsets. Varlen new tokens (FlashAttention-3's
-   * cu_seqlens_k_new, for appends of different lengths in one call: chunked prefill, speculative
-   * and plain decode): int32, contiguous (batch + 1), on q's device, starting at 0, never
-   * decreasing, ending at total_k_new. k_new and v_new are then packed (total_k_new, heads_kv,
-   * headdim): sequence b appends rows k_new[cu_seqlens_k_new[b] .. cu_seqlens_k_new[b + 1])
-   * (new_b of them, 0 is fine) at positions cache_seqlens[b] + i and attends to
-   * cache_seqlens[b] + new_b keys. Needs k_new; works with fixed-length and varlen queries alike
-   * (the query rows and the new tokens of a sequence are counted apart). The values are checked
-   * like cu_seqlens_q's. NULL: seqlen_new tokens each. */
-  const hfa_tensor* cu_seqlens_k_new;
-
-  /* Added after the fields above, which keep their offsets. SMs to leave free for kernels that
-   * run beside this call (hfa_options.sm_margin): >= 0, and on a GPU below its SM count. The
-   * decode grid is not persistent, so this reserves no SM outright: the automatic split count
-   * (num_splits = 0) is planned for SM count - sm_margin SMs, so that the call's CTAs leave
-   * that many SMs' worth of room. A given num_splits or split_size is used as it is. Being part
-   * of the plan, it changes hfa_forward_kvcache_workspace_size's answer like num_splits does.
-   * The CPU ignores it. */
-  int32_t sm_margin;
+#define HFA_KVCACHE_OPTION(kind, name, ...) HFA_C_FIELD_##kind(name)
+#include "hfa/options.def"
 } hfa_kvcache_options;
 
 HFA_API hfa_kvcache_options hfa_default_kvcache_options(void);
@@ -357,6 +192,41 @@ HFA_API hfa_status hfa_forward_kvcache_workspace_size(const hfa_tensor* q,
                                                       const hfa_tensor* v_cache,
                                                       const hfa_kvcache_options* options,
                                                       size_t* bytes);
+
+/* The options structs described, field by field (hfa/options.def): what a binding builds its
+ * mirror of the structs and its keyword arguments from, and checks its layout against. */
+typedef HFA_ENUM(hfa_options_struct) {
+  HFA_OPTIONS_ATTENTION = 0, /* hfa_options */
+  HFA_OPTIONS_KVCACHE = 1    /* hfa_kvcache_options */
+} hfa_options_struct;
+
+typedef HFA_ENUM(hfa_option_kind) {
+  HFA_KIND_FLAG = 0,
+  HFA_KIND_INT32 = 1,
+  HFA_KIND_REAL = 2,
+  HFA_KIND_SCALE = 3, /* a float with its has_<name> flag before it */
+  HFA_KIND_TENSOR = 4,
+  HFA_KIND_HANDLE = 5,
+  HFA_KIND_BYTES = 6
+} hfa_option_kind;
+
+typedef struct hfa_option_info {
+  const char* name;   /* the field's (a SCALE's value; its flag is has_<name>) */
+  const char* caller; /* the front ends' name for it (FlashAttention's) */
+  const char* note;   /* what a value means ("-1 = unbounded"), or "" */
+  hfa_option_kind kind;
+  uint32_t calls;        /* hfa_option_calls that read it */
+  size_t offset;         /* of the field in its struct (a SCALE: of its value) */
+  size_t flag_offset;    /* a SCALE: of has_<name>; the others: offset */
+  double default_value;  /* as hfa_default_options() sets it (0: NULL, off) */
+  double low, high;      /* the accepted values of an INT32, REAL or SCALE (finite for the
+                            last two); others: unchecked */
+} hfa_option_info;
+
+/* The fields of `which` in their order, *count of them, and the struct's size in *size; NULL for
+ * an unknown `which` (count and size 0). count and size may be NULL. */
+HFA_API const hfa_option_info* hfa_describe_options(hfa_options_struct which, int32_t* count,
+                                                    size_t* size);
 
 /* Quantizing KV rows into the cache formats hfa_forward_kvcache reads, and back: the bytes the
  * append (hfa_kvcache_options.k_new / v_new) writes for the same values, on the CPU and on a GPU

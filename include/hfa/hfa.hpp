@@ -69,47 +69,20 @@ class Status {
   std::string message_;
 };
 
+// The options structs' members, one a row of hfa/options.def (where each is described), by the
+// row's kind:
+#define HFA_CPP_MEMBER_FLAG(name, value) bool name = value;
+#define HFA_CPP_MEMBER_INT32(name, value) int32_t name = value;
+#define HFA_CPP_MEMBER_REAL(name, value) float name = value;
+#define HFA_CPP_MEMBER_SCALE(name, value) std::optional<float> name;  // empty: the default
+#define HFA_CPP_MEMBER_TENSOR(name, value) const Tensor* name = nullptr;
+#define HFA_CPP_MEMBER_HANDLE(name, value) void* name = nullptr;
+#define HFA_CPP_MEMBER_BYTES(name, value) std::size_t name = value;
+
+// hfa_options in C++ (HFA_ATTENTION_OPTION rows).
 struct Options {
-  std::optional<float> softmax_scale;  // default 1/sqrt(headdim_qk)
-  bool causal = false;                 // bottom-right aligned
-  int32_t window_left = -1;            // -1 = unbounded
-  int32_t window_right = -1;
-  float softcap = 0.0f;                // 0 = off
-
-  // Varlen: (total_tokens, heads, headdim) tensors delimited by int32 cu_seqlens (batch + 1).
-  const Tensor* cu_seqlens_q = nullptr;
-  const Tensor* cu_seqlens_k = nullptr;
-  int32_t max_seqlen_q = 0;
-  int32_t max_seqlen_k = 0;
-
-  bool deterministic = false;
-
-  void* stream = nullptr;  // cudaStream_t
-  void* workspace = nullptr;
-  std::size_t workspace_bytes = 0;
-
-  // See hfa_options: attention sinks (fp32, heads_q), used lengths (int32, batch) and, for the
-  // backward only, the sinks' gradient (fp32, heads_q). Null = off.
-  const Tensor* sinks = nullptr;
-  const Tensor* seqused_q = nullptr;
-  const Tensor* seqused_k = nullptr;
-  const Tensor* dsinks = nullptr;
-
-  // See hfa_options: the descales of FP8 (e4m3) inputs, fp32 of rank 1 (per tensor), 2
-  // (batch, heads) or 3 (batch, num_blocks, heads) with the rows per block below. Null = 1.
-  const Tensor* q_descale = nullptr;
-  const Tensor* k_descale = nullptr;
-  const Tensor* v_descale = nullptr;
-  int32_t descale_block_q = 0;
-  int32_t descale_block_kv = 0;
-
-  // SMs left free for kernels running beside this call (NCCL's); see hfa_options.sm_margin.
-  int32_t sm_margin = 0;
-
-  // Attention split over keys; see hfa_options. accumulate (forward): merge into an f32 out
-  // and its lse. softmax_d (backward): the given D = rowsum(dout ∘ out), fp32 like lse.
-  bool accumulate = false;
-  const Tensor* softmax_d = nullptr;
+#define HFA_ATTENTION_OPTION(kind, name, value, ...) HFA_CPP_MEMBER_##kind(name, value)
+#include "hfa/options.def"
 };
 
 HFA_API hfa_options to_c(const Options& options);
@@ -127,43 +100,10 @@ HFA_API Status backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
 HFA_API Status backward_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v,
                                        const Options& options, std::size_t* bytes);
 
-// See hfa_kvcache_options for every field.
+// hfa_kvcache_options in C++ (HFA_KVCACHE_OPTION rows).
 struct KVCacheOptions {
-  const Tensor* cache_seqlens = nullptr;  // int32 (batch); required
-  const Tensor* block_table = nullptr;    // int32 (batch, max_pages); null = contiguous cache
-  const Tensor* k_scale = nullptr;        // quantized caches only
-  const Tensor* v_scale = nullptr;
-  const Tensor* k_global_scale = nullptr;  // NVFP4 only: fp32 (1)
-  const Tensor* v_global_scale = nullptr;
-
-  std::optional<float> softmax_scale;  // default 1/sqrt(headdim_qk)
-  bool causal = false;                 // bottom-right aligned within each sequence
-  int32_t window_left = -1;            // -1 = unbounded
-  int32_t window_right = -1;
-  float softcap = 0.0f;  // 0 = off
-
-  int32_t num_splits = 0;  // 0 = chosen by hfa
-  bool validate = false;   // check block_table / cache_seqlens values on CUDA too
-
-  void* stream = nullptr;
-  void* workspace = nullptr;
-  std::size_t workspace_bytes = 0;
-
-  const Tensor* k_new = nullptr;  // appended in place before the attention; null = no append
-  const Tensor* v_new = nullptr;
-  const Tensor* rotary_cos = nullptr;  // (seqlen_ro, rotary_dim / 2); needs k_new
-  const Tensor* rotary_sin = nullptr;
-  bool rotary_interleaved = false;     // pairs (2j, 2j+1); false: (j, j + rotary_dim / 2)
-  int32_t split_size = 0;  // keys per split-KV chunk (batch-invariant); 0 = off
-  // Varlen queries: q / out (total_q, heads_q, d) delimited by int32 cu_seqlens_q (batch + 1),
-  // lse (heads_q, total_q); max_seqlen_q bounds the rows of a sequence. Null / 0 = fixed length.
-  const Tensor* cu_seqlens_q = nullptr;
-  int32_t max_seqlen_q = 0;
-  // Varlen new tokens: k_new / v_new (total_k_new, heads_kv, d) delimited by int32
-  // cu_seqlens_k_new (batch + 1). Null = seqlen_new tokens per sequence.
-  const Tensor* cu_seqlens_k_new = nullptr;
-  // SMs left free for kernels running beside this call; see hfa_kvcache_options.sm_margin.
-  int32_t sm_margin = 0;
+#define HFA_KVCACHE_OPTION(kind, name, value, ...) HFA_CPP_MEMBER_##kind(name, value)
+#include "hfa/options.def"
 };
 
 HFA_API hfa_kvcache_options to_c(const KVCacheOptions& options);

@@ -50,70 +50,15 @@ class Tensor(ctypes.Structure):
     ]
 
 
-# The runs of fields both options structs of hfa.h have, in the same order (the C++ side shares
-# them the same way: common_to_c in src/api/options.cpp).
-_SCORE_FIELDS = [
-    ("has_softmax_scale", ctypes.c_int32),
-    ("softmax_scale", ctypes.c_float),
-    ("causal", ctypes.c_int32),
-    ("window_left", ctypes.c_int32),
-    ("window_right", ctypes.c_int32),
-    ("softcap", ctypes.c_float),
-]
-_LAUNCH_FIELDS = [
-    ("stream", ctypes.c_void_p),
-    ("workspace", ctypes.c_void_p),
-    ("workspace_bytes", ctypes.c_size_t),
-]
-
-
+# The options structs are not written out here: the library describes them (hfa/options.def,
+# hfa_describe_options), and their fields are filled in from that description when it loads
+# (_mirror_options), so that this mirror can never drift from the library it runs against.
 class Options(ctypes.Structure):
-    _fields_ = _SCORE_FIELDS + [
-        ("cu_seqlens_q", ctypes.POINTER(Tensor)),
-        ("cu_seqlens_k", ctypes.POINTER(Tensor)),
-        ("max_seqlen_q", ctypes.c_int32),
-        ("max_seqlen_k", ctypes.c_int32),
-        ("deterministic", ctypes.c_int32),
-    ] + _LAUNCH_FIELDS + [
-        # Appended later in hfa.h (the fields above keep their offsets).
-        ("sinks", ctypes.POINTER(Tensor)),
-        ("seqused_q", ctypes.POINTER(Tensor)),
-        ("seqused_k", ctypes.POINTER(Tensor)),
-        ("dsinks", ctypes.POINTER(Tensor)),
-        ("q_descale", ctypes.POINTER(Tensor)),
-        ("k_descale", ctypes.POINTER(Tensor)),
-        ("v_descale", ctypes.POINTER(Tensor)),
-        ("descale_block_q", ctypes.c_int32),
-        ("descale_block_kv", ctypes.c_int32),
-        ("sm_margin", ctypes.c_int32),
-        ("accumulate", ctypes.c_int32),
-        ("softmax_d", ctypes.POINTER(Tensor)),
-    ]
+    """hfa_options (fields from the library's description)."""
 
 
 class KVCacheOptions(ctypes.Structure):
-    _fields_ = [
-        ("cache_seqlens", ctypes.POINTER(Tensor)),
-        ("block_table", ctypes.POINTER(Tensor)),
-        ("k_scale", ctypes.POINTER(Tensor)),
-        ("v_scale", ctypes.POINTER(Tensor)),
-        ("k_global_scale", ctypes.POINTER(Tensor)),
-        ("v_global_scale", ctypes.POINTER(Tensor)),
-    ] + _SCORE_FIELDS + [
-        ("num_splits", ctypes.c_int32),
-        ("validate", ctypes.c_int32),
-    ] + _LAUNCH_FIELDS + [
-        ("k_new", ctypes.POINTER(Tensor)),
-        ("v_new", ctypes.POINTER(Tensor)),
-        ("rotary_cos", ctypes.POINTER(Tensor)),
-        ("rotary_sin", ctypes.POINTER(Tensor)),
-        ("rotary_interleaved", ctypes.c_int32),
-        ("split_size", ctypes.c_int32),
-        ("cu_seqlens_q", ctypes.POINTER(Tensor)),
-        ("max_seqlen_q", ctypes.c_int32),
-        ("cu_seqlens_k_new", ctypes.POINTER(Tensor)),
-        ("sm_margin", ctypes.c_int32),
-    ]
+    """hfa_kvcache_options (fields from the library's description)."""
 
 
 class QuantizeOptions(ctypes.Structure):
@@ -182,6 +127,62 @@ def candidate_paths() -> list:
     return paths
 
 
+class OptionInfo(ctypes.Structure):
+    """hfa_option_info: one field of an options struct, described."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("caller", ctypes.c_char_p),
+        ("note", ctypes.c_char_p),
+        ("kind", ctypes.c_int),
+        ("calls", ctypes.c_uint32),
+        ("offset", ctypes.c_size_t),
+        ("flag_offset", ctypes.c_size_t),
+        ("default_value", ctypes.c_double),
+        ("low", ctypes.c_double),
+        ("high", ctypes.c_double),
+    ]
+
+
+# hfa_option_kind, and each kind's C type.
+FLAG, INT32, REAL, SCALE, TENSOR, HANDLE, BYTES = range(7)
+_KIND_TYPES = {FLAG: ctypes.c_int32, INT32: ctypes.c_int32, REAL: ctypes.c_float,
+               SCALE: ctypes.c_float, TENSOR: ctypes.POINTER(Tensor), HANDLE: ctypes.c_void_p,
+               BYTES: ctypes.c_size_t}
+_OPTIONS_STRUCTS = {0: Options, 1: KVCacheOptions}  # hfa_options_struct
+OPTION_INFO = {}  # struct class -> {field name: OptionInfo}, once the library is loaded
+
+
+def _mirror_options(lib: ctypes.CDLL) -> None:
+    """Each options struct's fields from the library's description, in its order, and a check
+    that ctypes lays them out where the library has them (a library of another version would
+    fail here, not corrupt a call)."""
+    describe = lib.hfa_describe_options
+    describe.restype = ctypes.POINTER(OptionInfo)
+    describe.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int32),
+                         ctypes.POINTER(ctypes.c_size_t)]
+    for which, struct in _OPTIONS_STRUCTS.items():
+        count, size = ctypes.c_int32(0), ctypes.c_size_t(0)
+        rows = describe(which, ctypes.byref(count), ctypes.byref(size))
+        infos = [rows[i] for i in range(count.value)]
+        if "_fields_" not in struct.__dict__:  # set once a process
+            fields = []
+            for info in infos:
+                name = info.name.decode()
+                if info.kind == SCALE:
+                    fields.append(("has_" + name, ctypes.c_int32))
+                fields.append((name, _KIND_TYPES[info.kind]))
+            struct._fields_ = fields
+        for info in infos:
+            name = info.name.decode()
+            flag = "has_" + name if info.kind == SCALE else name
+            if (getattr(struct, name).offset, getattr(struct, flag).offset) != (
+                    info.offset, info.flag_offset):
+                raise OSError(f"hfa: {struct.__name__}.{name} lies elsewhere in this libhfa")
+        if ctypes.sizeof(struct) != size.value:
+            raise OSError(f"hfa: {struct.__name__} has another size in this libhfa")
+        OPTION_INFO[struct] = {info.name.decode(): info for info in infos}
+
+
 _lib = None
 _lib_lock = threading.Lock()
 
@@ -232,6 +233,7 @@ def library() -> ctypes.CDLL:
                     continue
                 try:
                     lib = ctypes.CDLL(path)
+                    _mirror_options(lib)
                     _declare(lib)
                 except (OSError, AttributeError) as e:
                     tried.append(f"{path} ({e})")
@@ -302,51 +304,40 @@ def check(status: int, names=_CALLER_NAMES) -> None:
 
 # --- calls -------------------------------------------------------------------------------------
 
-def make_options(*, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                 deterministic=False, cu_seqlens_q: Optional[Tensor] = None,
-                 cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q=0, max_seqlen_k=0,
-                 stream=None, sinks: Optional[Tensor] = None,
-                 seqused_q: Optional[Tensor] = None, seqused_k: Optional[Tensor] = None,
-                 dsinks: Optional[Tensor] = None, q_descale: Optional[Tensor] = None,
-                 k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None,
-                 descale_block_q=0, descale_block_kv=0, sm_margin=0, accumulate=False,
-                 softmax_d: Optional[Tensor] = None) -> Options:
-    """hfa_default_options() with the flash_attn-style arguments applied. The Tensors given
-    (cu_seqlens, sinks, seqused, dsinks, descales, softmax_d) must outlive the returned Options
-    (it stores pointers to them)."""
-    o = library().hfa_default_options()
-    _apply_common(o, softmax_scale, causal, window_size, softcap, stream)
-    o.deterministic = 1 if deterministic else 0
-    if cu_seqlens_q is not None:
-        o.cu_seqlens_q = ctypes.pointer(cu_seqlens_q)
-    if cu_seqlens_k is not None:
-        o.cu_seqlens_k = ctypes.pointer(cu_seqlens_k)
-    o.max_seqlen_q = int(max_seqlen_q)
-    o.max_seqlen_k = int(max_seqlen_k)
-    for name, t in (("sinks", sinks), ("seqused_q", seqused_q), ("seqused_k", seqused_k),
-                    ("dsinks", dsinks), ("q_descale", q_descale), ("k_descale", k_descale),
-                    ("v_descale", v_descale), ("softmax_d", softmax_d)):
-        if t is not None:
-            setattr(o, name, ctypes.pointer(t))
-    o.descale_block_q = int(descale_block_q)
-    o.descale_block_kv = int(descale_block_kv)
-    o.sm_margin = int(sm_margin)
-    o.accumulate = 1 if accumulate else 0
+def _options(struct, defaults, values) -> ctypes.Structure:
+    """defaults() with the fields of `values` set, by the kind the library describes for each:
+    keyword names are the C fields' (window_size=(left, right) gives window_left and
+    window_right, None for -1 as newer FlashAttention releases allow). Tensors given must outlive
+    the options (they hold pointers to them)."""
+    o = defaults()
+    fields = OPTION_INFO[struct]
+    if "window_size" in values:
+        left, right = values.pop("window_size")
+        values["window_left"] = -1 if left is None else left
+        values["window_right"] = -1 if right is None else right
+    for name, value in values.items():
+        info = fields.get(name)
+        if info is None:
+            raise TypeError(f"{name}: not an option of {struct.__name__}")
+        if info.kind == SCALE:
+            setattr(o, "has_" + name, 0 if value is None else 1)
+            setattr(o, name, 0.0 if value is None else float(value))
+        elif info.kind == TENSOR:
+            setattr(o, name, None if value is None else ctypes.pointer(value))
+        elif info.kind == FLAG:
+            setattr(o, name, 1 if value else 0)
+        elif info.kind == REAL:
+            setattr(o, name, float(value))
+        elif info.kind in (INT32, BYTES):
+            setattr(o, name, int(value))
+        else:
+            setattr(o, name, value)
     return o
 
 
-def _apply_common(o, softmax_scale, causal, window_size, softcap, stream) -> None:
-    """The fields Options and KVCacheOptions share, under the same names."""
-    if softmax_scale is not None:
-        o.has_softmax_scale = 1
-        o.softmax_scale = float(softmax_scale)
-    o.causal = 1 if causal else 0
-    left, right = window_size
-    # FlashAttention accepts None for an unbounded side in newer releases; map it to -1.
-    o.window_left = -1 if left is None else int(left)
-    o.window_right = -1 if right is None else int(right)
-    o.softcap = float(softcap)
-    o.stream = stream
+def make_options(**values) -> Options:
+    """hfa_default_options() with `values` applied (_options)."""
+    return _options(Options, library().hfa_default_options, values)
 
 
 def _ref(t: Optional[Tensor]):
@@ -379,37 +370,9 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
                                  _ref(dq), _ref(dk), _ref(dv), ctypes.byref(options)))
 
 
-def make_kvcache_options(*, cache_seqlens: Tensor, block_table: Optional[Tensor] = None,
-                         k_scale: Optional[Tensor] = None, v_scale: Optional[Tensor] = None,
-                         k_global_scale: Optional[Tensor] = None,
-                         v_global_scale: Optional[Tensor] = None, softmax_scale=None,
-                         causal=False, window_size=(-1, -1), softcap=0.0, num_splits=0,
-                         stream=None, k_new: Optional[Tensor] = None,
-                         v_new: Optional[Tensor] = None, rotary_cos: Optional[Tensor] = None,
-                         rotary_sin: Optional[Tensor] = None,
-                         rotary_interleaved=False, split_size=0,
-                         cu_seqlens_q: Optional[Tensor] = None,
-                         max_seqlen_q=0,
-                         cu_seqlens_k_new: Optional[Tensor] = None,
-                         sm_margin=0) -> KVCacheOptions:
-    """hfa_default_kvcache_options() with the arguments applied. The Tensors given must outlive
-    the returned options (it stores pointers to them)."""
-    o = library().hfa_default_kvcache_options()
-    tensors = (("cache_seqlens", cache_seqlens), ("block_table", block_table),
-               ("k_scale", k_scale), ("v_scale", v_scale), ("k_global_scale", k_global_scale),
-               ("v_global_scale", v_global_scale), ("k_new", k_new), ("v_new", v_new),
-               ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
-               ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k_new", cu_seqlens_k_new))
-    for name, t in tensors:
-        if t is not None:
-            setattr(o, name, ctypes.pointer(t))
-    _apply_common(o, softmax_scale, causal, window_size, softcap, stream)
-    o.num_splits = int(num_splits)
-    o.rotary_interleaved = 1 if rotary_interleaved else 0
-    o.split_size = int(split_size)
-    o.max_seqlen_q = int(max_seqlen_q)
-    o.sm_margin = int(sm_margin)
-    return o
+def make_kvcache_options(**values) -> KVCacheOptions:
+    """hfa_default_kvcache_options() with `values` applied (_options)."""
+    return _options(KVCacheOptions, library().hfa_default_kvcache_options, values)
 
 
 def forward_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, out: Tensor,

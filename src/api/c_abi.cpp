@@ -96,6 +96,18 @@ hfa_kvcache_options hfa_default_kvcache_options(void) {
   return hfa::detail::default_c_kvcache_options();
 }
 
+const hfa_option_info* hfa_describe_options(hfa_options_struct which, int32_t* count,
+                                            size_t* size) {
+  const std::span<const hfa_option_info> rows = hfa::detail::describe_options(which);
+  if (count != nullptr) *count = static_cast<int32_t>(rows.size());
+  if (size != nullptr) {
+    *size = which == HFA_OPTIONS_ATTENTION ? sizeof(hfa_options)
+            : which == HFA_OPTIONS_KVCACHE ? sizeof(hfa_kvcache_options)
+                                           : 0;
+  }
+  return rows.empty() ? nullptr : rows.data();
+}
+
 hfa_status hfa_forward_kvcache(const hfa_tensor* q, const hfa_tensor* k_cache,
                                const hfa_tensor* v_cache, const hfa_tensor* out,
                                const hfa_tensor* lse, const hfa_kvcache_options* options) {

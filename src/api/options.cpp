@@ -1,143 +1,172 @@
+// The options structs from their one description (hfa/options.def): the C and C++ defaults, the
+// conversions between them, the range checks of the values, and the description the library
+// exports (hfa_describe_options). Each is a row macro applied to every row; a kind's rule is
+// written once, in the macros of that kind.
 #include "api/options.hpp"
+
+#include <cmath>
+#include <cstddef>
+#include <string>
+
+#include "common/errors.hpp"
 
 namespace hfa {
 namespace {
 
-// The fields every options struct has (forward, backward, kvcache), under the same names in C
-// and C++ (whatever their place in the C struct).
-template <typename CppOptions, typename COptions>
-void common_to_c(const CppOptions& options, COptions& c) {
-  c.has_softmax_scale = options.softmax_scale.has_value() ? 1 : 0;
-  c.softmax_scale = options.softmax_scale.value_or(0.0f);
-  c.causal = options.causal ? 1 : 0;
-  c.window_left = options.window_left;
-  c.window_right = options.window_right;
-  c.softcap = options.softcap;
-  c.stream = options.stream;
-  c.workspace = options.workspace;
-  c.workspace_bytes = options.workspace_bytes;
-  c.sm_margin = options.sm_margin;
+// ---- C <-> C++, by kind ------------------------------------------------------------------------
+
+#define HFA_TO_C_FLAG(name) c.name = options.name ? 1 : 0;
+#define HFA_TO_C_SCALE(name)                         \
+  c.has_##name = options.name.has_value() ? 1 : 0;   \
+  c.name = options.name.value_or(0.0f);
+#define HFA_TO_C_AS_IS(name) c.name = options.name;
+#define HFA_TO_C_INT32 HFA_TO_C_AS_IS
+#define HFA_TO_C_REAL HFA_TO_C_AS_IS
+#define HFA_TO_C_TENSOR HFA_TO_C_AS_IS
+#define HFA_TO_C_HANDLE HFA_TO_C_AS_IS
+#define HFA_TO_C_BYTES HFA_TO_C_AS_IS
+
+#define HFA_FROM_C_FLAG(name) options.name = c.name != 0;
+#define HFA_FROM_C_SCALE(name) \
+  if (c.has_##name) options.name = c.name;
+#define HFA_FROM_C_AS_IS(name) options.name = c.name;
+#define HFA_FROM_C_INT32 HFA_FROM_C_AS_IS
+#define HFA_FROM_C_REAL HFA_FROM_C_AS_IS
+#define HFA_FROM_C_TENSOR HFA_FROM_C_AS_IS
+#define HFA_FROM_C_HANDLE HFA_FROM_C_AS_IS
+#define HFA_FROM_C_BYTES HFA_FROM_C_AS_IS
+
+// The C default of a field: the table's value, or nothing given (NULL, no scale).
+#define HFA_DEFAULT_C_SCALE(name, value) c.has_##name = 0, c.name = 0.0f;
+#define HFA_DEFAULT_C_TENSOR(name, value) c.name = nullptr;
+#define HFA_DEFAULT_C_HANDLE(name, value) c.name = nullptr;
+#define HFA_DEFAULT_C_VALUE(name, value) c.name = value;
+#define HFA_DEFAULT_C_FLAG HFA_DEFAULT_C_VALUE
+#define HFA_DEFAULT_C_INT32 HFA_DEFAULT_C_VALUE
+#define HFA_DEFAULT_C_REAL HFA_DEFAULT_C_VALUE
+#define HFA_DEFAULT_C_BYTES HFA_DEFAULT_C_VALUE
+
+// ---- value checks, by kind -----------------------------------------------------------------------
+
+// "must be >= low (note), got v", or "must be in [low, high] ..." where the range has a top of
+// its own (more than the C ABI's int32 gives).
+Status out_of_range(const char* name, double low, double high, const char* note, double value,
+                    bool finite) {
+  std::string range = high >= INT32_MAX ? detail::cat(">= ", low)
+                                        : detail::cat("in [", low, ", ", high, "]");
+  if (finite) range = "finite and " + range;
+  return detail::invalid(name, "must be ", range, *note ? detail::cat(" (", note, ")") : "",
+                         ", got ", value);
 }
 
-template <typename COptions, typename CppOptions>
-void common_from_c(const COptions& c, CppOptions& options) {
-  if (c.has_softmax_scale) options.softmax_scale = c.softmax_scale;
-  options.causal = c.causal != 0;
-  options.window_left = c.window_left;
-  options.window_right = c.window_right;
-  options.softcap = c.softcap;
-  options.stream = c.stream;
-  options.workspace = c.workspace;
-  options.workspace_bytes = c.workspace_bytes;
-  options.sm_margin = c.sm_margin;
-}
+#define HFA_CHECK_INT32(name, low, high, note)                                    \
+  if (options.name < (low) || options.name > (high))                              \
+    return out_of_range(#name, low, high, note, options.name, false);
+#define HFA_CHECK_REAL(name, low, high, note)                                     \
+  if (!std::isfinite(options.name) || options.name < (low) || options.name > (high)) \
+    return out_of_range(#name, low, high, note, options.name, true);
+#define HFA_CHECK_SCALE(name, low, high, note)                                    \
+  if (options.name && (!std::isfinite(*options.name) || *options.name < (low) ||  \
+                       *options.name > (high)))                                   \
+    return out_of_range(#name, low, high, note, *options.name, true);
+#define HFA_CHECK_NONE(name, low, high, note)
+#define HFA_CHECK_FLAG HFA_CHECK_NONE
+#define HFA_CHECK_TENSOR HFA_CHECK_NONE
+#define HFA_CHECK_HANDLE HFA_CHECK_NONE
+#define HFA_CHECK_BYTES HFA_CHECK_NONE
+
+// ---- the description -----------------------------------------------------------------------------
+
+#define HFA_FLAG_OFFSET_SCALE(type, name) offsetof(type, has_##name)
+#define HFA_FLAG_OFFSET_SAME(type, name) offsetof(type, name)
+#define HFA_FLAG_OFFSET_FLAG HFA_FLAG_OFFSET_SAME
+#define HFA_FLAG_OFFSET_INT32 HFA_FLAG_OFFSET_SAME
+#define HFA_FLAG_OFFSET_REAL HFA_FLAG_OFFSET_SAME
+#define HFA_FLAG_OFFSET_TENSOR HFA_FLAG_OFFSET_SAME
+#define HFA_FLAG_OFFSET_HANDLE HFA_FLAG_OFFSET_SAME
+#define HFA_FLAG_OFFSET_BYTES HFA_FLAG_OFFSET_SAME
+
+#define HFA_DESCRIBE(type, kind, name, value, low, high, calls, caller, note)                  \
+  hfa_option_info{#name, #caller, note, HFA_KIND_##kind, static_cast<uint32_t>(calls),          \
+                  offsetof(type, name), HFA_FLAG_OFFSET_##kind(type, name), double(value),       \
+                  double(low), double(high)},
+
+const hfa_option_info kAttentionOptions[] = {
+#define HFA_ATTENTION_OPTION(...) HFA_DESCRIBE(hfa_options, __VA_ARGS__)
+#include "hfa/options.def"
+};
+
+const hfa_option_info kKVCacheOptions[] = {
+#define HFA_KVCACHE_OPTION(...) HFA_DESCRIBE(hfa_kvcache_options, __VA_ARGS__)
+#include "hfa/options.def"
+};
 
 }  // namespace
 
 hfa_options to_c(const Options& options) {
   hfa_options c = detail::default_c_options();
-  common_to_c(options, c);
-  c.cu_seqlens_q = options.cu_seqlens_q;
-  c.cu_seqlens_k = options.cu_seqlens_k;
-  c.max_seqlen_q = options.max_seqlen_q;
-  c.max_seqlen_k = options.max_seqlen_k;
-  c.deterministic = options.deterministic ? 1 : 0;
-  c.sinks = options.sinks;
-  c.seqused_q = options.seqused_q;
-  c.seqused_k = options.seqused_k;
-  c.dsinks = options.dsinks;
-  c.q_descale = options.q_descale;
-  c.k_descale = options.k_descale;
-  c.v_descale = options.v_descale;
-  c.descale_block_q = options.descale_block_q;
-  c.descale_block_kv = options.descale_block_kv;
-  c.accumulate = options.accumulate ? 1 : 0;
-  c.softmax_d = options.softmax_d;
+#define HFA_ATTENTION_OPTION(kind, name, ...) HFA_TO_C_##kind(name)
+#include "hfa/options.def"
   return c;
 }
 
 hfa_kvcache_options to_c(const KVCacheOptions& options) {
   hfa_kvcache_options c = detail::default_c_kvcache_options();
-  c.cache_seqlens = options.cache_seqlens;
-  c.block_table = options.block_table;
-  c.k_scale = options.k_scale;
-  c.v_scale = options.v_scale;
-  c.k_global_scale = options.k_global_scale;
-  c.v_global_scale = options.v_global_scale;
-  common_to_c(options, c);
-  c.num_splits = options.num_splits;
-  c.validate = options.validate ? 1 : 0;
-  c.k_new = options.k_new;
-  c.v_new = options.v_new;
-  c.rotary_cos = options.rotary_cos;
-  c.rotary_sin = options.rotary_sin;
-  c.rotary_interleaved = options.rotary_interleaved ? 1 : 0;
-  c.split_size = options.split_size;
-  c.cu_seqlens_q = options.cu_seqlens_q;
-  c.max_seqlen_q = options.max_seqlen_q;
-  c.cu_seqlens_k_new = options.cu_seqlens_k_new;
+#define HFA_KVCACHE_OPTION(kind, name, ...) HFA_TO_C_##kind(name)
+#include "hfa/options.def"
   return c;
 }
 
 namespace detail {
 
-hfa_kvcache_options default_c_kvcache_options() {
-  hfa_kvcache_options c{};  // zero: no tensors, no scale override, not causal, auto splits
-  c.window_left = -1;
-  c.window_right = -1;
+hfa_options default_c_options() {
+  hfa_options c{};  // padding too: the struct is compared and copied byte for byte
+#define HFA_ATTENTION_OPTION(kind, name, value, ...) HFA_DEFAULT_C_##kind(name, value)
+#include "hfa/options.def"
   return c;
 }
 
-KVCacheOptions from_c(const hfa_kvcache_options& c) {
-  KVCacheOptions options;
-  options.cache_seqlens = c.cache_seqlens;
-  options.block_table = c.block_table;
-  options.k_scale = c.k_scale;
-  options.v_scale = c.v_scale;
-  options.k_global_scale = c.k_global_scale;
-  options.v_global_scale = c.v_global_scale;
-  common_from_c(c, options);
-  options.num_splits = c.num_splits;
-  options.validate = c.validate != 0;
-  options.k_new = c.k_new;
-  options.v_new = c.v_new;
-  options.rotary_cos = c.rotary_cos;
-  options.rotary_sin = c.rotary_sin;
-  options.rotary_interleaved = c.rotary_interleaved != 0;
-  options.split_size = c.split_size;
-  options.cu_seqlens_q = c.cu_seqlens_q;
-  options.max_seqlen_q = c.max_seqlen_q;
-  options.cu_seqlens_k_new = c.cu_seqlens_k_new;
-  return options;
-}
-
-hfa_options default_c_options() {
-  hfa_options c{};  // zero: no scale override, not causal, no softcap, fixed length
-  c.window_left = -1;
-  c.window_right = -1;
+hfa_kvcache_options default_c_kvcache_options() {
+  hfa_kvcache_options c{};
+#define HFA_KVCACHE_OPTION(kind, name, value, ...) HFA_DEFAULT_C_##kind(name, value)
+#include "hfa/options.def"
   return c;
 }
 
 Options from_c(const hfa_options& c) {
   Options options;
-  common_from_c(c, options);
-  options.cu_seqlens_q = c.cu_seqlens_q;
-  options.cu_seqlens_k = c.cu_seqlens_k;
-  options.max_seqlen_q = c.max_seqlen_q;
-  options.max_seqlen_k = c.max_seqlen_k;
-  options.deterministic = c.deterministic != 0;
-  options.sinks = c.sinks;
-  options.seqused_q = c.seqused_q;
-  options.seqused_k = c.seqused_k;
-  options.dsinks = c.dsinks;
-  options.q_descale = c.q_descale;
-  options.k_descale = c.k_descale;
-  options.v_descale = c.v_descale;
-  options.descale_block_q = c.descale_block_q;
-  options.descale_block_kv = c.descale_block_kv;
-  options.accumulate = c.accumulate != 0;
-  options.softmax_d = c.softmax_d;
+#define HFA_ATTENTION_OPTION(kind, name, ...) HFA_FROM_C_##kind(name)
+#include "hfa/options.def"
   return options;
+}
+
+KVCacheOptions from_c(const hfa_kvcache_options& c) {
+  KVCacheOptions options;
+#define HFA_KVCACHE_OPTION(kind, name, ...) HFA_FROM_C_##kind(name)
+#include "hfa/options.def"
+  return options;
+}
+
+Status check_option_values(const Options& options) {
+#define HFA_ATTENTION_OPTION(kind, name, value, low, high, calls, caller, note) \
+  HFA_CHECK_##kind(name, low, high, note)
+#include "hfa/options.def"
+  return Status::ok();
+}
+
+Status check_option_values(const KVCacheOptions& options) {
+#define HFA_KVCACHE_OPTION(kind, name, value, low, high, calls, caller, note) \
+  HFA_CHECK_##kind(name, low, high, note)
+#include "hfa/options.def"
+  return Status::ok();
+}
+
+std::span<const hfa_option_info> describe_options(hfa_options_struct which) {
+  switch (which) {
+    case HFA_OPTIONS_ATTENTION: return kAttentionOptions;
+    case HFA_OPTIONS_KVCACHE: return kKVCacheOptions;
+  }
+  return {};
 }
 
 }  // namespace detail

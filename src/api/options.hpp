@@ -1,5 +1,9 @@
-// Conversions between the C options struct and the C++ one (to_c is public in hfa.hpp).
+// The options structs from their one description (hfa/options.def): conversions between C and
+// C++ (to_c is public in hfa.hpp), the C defaults, the checks of the values' ranges, and the
+// description hfa_describe_options exports.
 #pragma once
+
+#include <span>
 
 #include "hfa/hfa.hpp"
 
@@ -12,5 +16,13 @@ Options from_c(const hfa_options& options);
 
 hfa_kvcache_options default_c_kvcache_options();
 KVCacheOptions from_c(const hfa_kvcache_options& options);
+
+// Every INT32, REAL and SCALE option in its range (the row's low and high; REAL and SCALE
+// finite), or an invalid-argument status naming the first that is not.
+Status check_option_values(const Options& options);
+Status check_option_values(const KVCacheOptions& options);
+
+// The rows of a struct (empty for an unknown one).
+std::span<const hfa_option_info> describe_options(hfa_options_struct which);
 
 }  // namespace hfa::detail

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "api/devices.hpp"
+#include "api/options.hpp"
 #include "api/overlap.hpp"
 #include "common/head_dims.hpp"
 #include "common/errors.hpp"
@@ -344,25 +345,6 @@ void lse_strides(const Tensor& lse, bool varlen, int64_t* batch_stride, int64_t*
   *head_stride = empty ? 0 : varlen ? lse.stride[0] : lse.stride[1];
 }
 
-Status check_scalars(const Options& options) {
-  if (options.softmax_scale) {
-    const float scale = *options.softmax_scale;
-    if (!std::isfinite(scale) || scale < 0.0f)
-      return invalid("softmax_scale", "must be finite and >= 0, got ", scale);
-  }
-  if (!std::isfinite(options.softcap) || options.softcap < 0.0f)
-    return invalid("softcap", "must be finite and >= 0 (0 = off), got ", options.softcap);
-  if (options.window_left < -1)
-    return invalid("window_left", "must be >= -1 (-1 = unbounded), got ", options.window_left);
-  if (options.window_right < -1)
-    return invalid("window_right", "must be >= -1 (-1 = unbounded), got ", options.window_right);
-  // The upper bound, the device's SM count, is the GPU backend's check (it knows the device).
-  if (options.sm_margin < 0)
-    return invalid("sm_margin", "must be >= 0 (SMs left free; 0 = use every SM), got ",
-                   options.sm_margin);
-  return Status::ok();
-}
-
 // A small per-head or per-sequence vector (sinks, dsinks, seqused_*): rank 1 with `length`
 // elements of `dtype`, on q's device; contiguous, as check_form wants unit stride in the last
 // (here the only) dim.
@@ -497,8 +479,8 @@ Status check_varlen_pairing(const Options& options) {
   return Status::ok();
 }
 
-// The checks forward and backward share: q/k/v(/out), varlen, scalars. On success `problem`
-// describes the forward; lse is attached by the caller's own check.
+// The checks forward and backward share: q/k/v(/out), varlen, the options' values. On success
+// `problem` describes the forward; lse is attached by the caller's own check.
 Status check_forward_part(const Tensor* q, const Tensor* k, const Tensor* v, const Tensor* out,
                           bool out_is_output, const Options& options, Core* core,
                           Varlen* varlen) {
@@ -507,7 +489,7 @@ Status check_forward_part(const Tensor* q, const Tensor* k, const Tensor* v, con
   HFA_RETURN_IF_ERROR(check_core(q, k, v, out, out_is_output, is_varlen, core));
   if (is_varlen) HFA_RETURN_IF_ERROR(check_varlen(options, *core, varlen));
   HFA_RETURN_IF_ERROR(check_sinks_and_seqused(options, *core, *varlen));
-  return check_scalars(options);
+  return check_option_values(options);
 }
 
 // The memory rule (overlap.hpp) over every tensor a forward reads or writes, in argument order.

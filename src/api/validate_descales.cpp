@@ -114,10 +114,6 @@ ScaleView scale_view(const Descale& d, int32_t head_divisor) {
 }  // namespace
 
 Status attach_descales(const Options& options, const Tensor& q, ForwardProblem* p) {
-  for (const auto& [name, rows] : {std::pair{"descale_block_q", options.descale_block_q},
-                                   std::pair{"descale_block_kv", options.descale_block_kv}}) {
-    if (rows < 0) return invalid(name, "must be >= 0 (0 = no per-block descales), got ", rows);
-  }
   const bool varlen = p->is_varlen();
   const Descale dq{"q_descale", options.q_descale, "descale_block_q", options.descale_block_q,
                    varlen ? "max_seqlen_q" : "seqlen_q", p->seqlen_q, true};

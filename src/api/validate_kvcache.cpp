@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "api/devices.hpp"
+#include "api/options.hpp"
 #include "api/overlap.hpp"
 #include "common/environment.hpp"
 #include "common/errors.hpp"
@@ -171,24 +172,10 @@ Status check_scales(const Tensor& q, const Tensor& k_cache, const Tensor& v_cach
   return Status::ok();
 }
 
-Status check_scalars(const KVCacheOptions& o) {
-  if (o.softmax_scale && (!std::isfinite(*o.softmax_scale) || *o.softmax_scale < 0.0f))
-    return invalid("softmax_scale", "must be finite and >= 0, got ", *o.softmax_scale);
-  if (!std::isfinite(o.softcap) || o.softcap < 0.0f)
-    return invalid("softcap", "must be finite and >= 0 (0 = off), got ", o.softcap);
-  if (o.window_left < -1)
-    return invalid("window_left", "must be >= -1 (-1 = unbounded), got ", o.window_left);
-  if (o.window_right < -1)
-    return invalid("window_right", "must be >= -1 (-1 = unbounded), got ", o.window_right);
-  if (o.num_splits < 0 || o.num_splits > kMaxKVSplits)
-    return invalid("num_splits", "must be in [0, ", kMaxKVSplits, "] (0 = auto), got ", o.num_splits);
-  if (o.split_size < 0) return invalid("split_size", "must be >= 0 (0 = off), got ", o.split_size);
+// The split options, which exclude each other (each one's range: check_option_values).
+Status check_splits(const KVCacheOptions& o) {
   if (o.split_size > 0 && o.num_splits > 0)
     return invalid("split_size", "excludes num_splits (", o.num_splits, "): give one of them");
-  // The upper bound, the device's SM count, is the GPU backend's check (it knows the device).
-  if (o.sm_margin < 0)
-    return invalid("sm_margin", "must be >= 0 (SMs left free; 0 = use every SM), got ",
-                   o.sm_margin);
   return Status::ok();
 }
 
@@ -492,7 +479,8 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
 
   // The format's scales, then the scalar options.
   HFA_RETURN_IF_ERROR(check_scales(q, k, v, o, &p));
-  HFA_RETURN_IF_ERROR(check_scalars(o));
+  HFA_RETURN_IF_ERROR(check_option_values(o));
+  HFA_RETURN_IF_ERROR(check_splits(o));
   HFA_RETURN_IF_ERROR(check_append(q, o, &p));
 
   p.dtype = static_cast<DType>(q.dtype);

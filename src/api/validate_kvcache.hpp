@@ -16,9 +16,9 @@ struct KVCacheArgs {
   const KVCacheOptions* options = nullptr;
 };
 
-// The most splits a caller may ask for: more would only add combine work (the GPU's combine
-// keeps one partial per split of a row in shared memory).
-inline constexpr int32_t kMaxKVSplits = 256;
+// The most splits a caller may ask for (hfa.h): more would only add combine work (the GPU's
+// combine keeps one partial per split of a row in shared memory).
+inline constexpr int32_t kMaxKVSplits = HFA_MAX_KVCACHE_SPLITS;
 
 // A workspace query's out is a stand-in (over q's memory): it writes nothing, so the memory rule
 // (overlap.hpp) is left to the call itself.
