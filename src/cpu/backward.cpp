@@ -214,19 +214,16 @@ void backward_block(const BackwardProblem& bp, const Kernels& kernels,
   kernels.gemm(rows, n, dqk, t.q, dqk, t.k_t, kKeys, t.p, kKeys, false);                  // S
   kernels.gemm(rows, n, dv, dout.data, dout.ld, t.v_t, kKeys, t.ds, kKeys, false);        // dP
   const bool masked = !window.all_visible(i_first, i_first + rows - 1, keys.j_first, keys.j_first + n - 1);
-  for (int r = 0; r < rows; ++r) {
+  for (int r = 0; r < rows && (masked || transform.softcap()); ++r) {
     float* p_row = t.p + r * kKeys;
-    float* ds_row = t.ds + r * kKeys;
-    float* tanh_row = t.tanh + r * kKeys;
-    if (transform.softcap()) kernels.softcap(p_row, tanh_row, n, transform.softcap_log2);
+    if (transform.softcap()) kernels.softcap(p_row, t.tanh + r * kKeys, n, transform.softcap_log2);
     if (masked) {
       const int64_t i = i_first + r;
       mask_outside(p_row, n, window.first(i) - keys.j_first, window.last(i) - keys.j_first);
     }
-    kernels.exp2_shifted(p_row, n, shift_high[r], shift_low[r]);
-    kernels.softmax_grad(p_row, ds_row, n, d[r]);
-    if (transform.softcap()) kernels.tanh_grad(ds_row, tanh_row, n);
   }
+  kernels.softmax_grad_rows(t.p, t.ds, transform.softcap() ? t.tanh : nullptr, rows, n, kKeys,
+                            shift_high, shift_low, d);
   kernels.gemm_at(n, dv, rows, t.p, kKeys, dout.data, dout.ld, t.dv, dv, true);           // dV
   kernels.gemm_at(n, dqk, rows, t.ds, kKeys, t.q, dqk, t.dk, dqk, true);                 // dK
   kernels.gemm(rows, dqk, n, t.ds, kKeys, keys.k.data, keys.k.ld, state.dq(range, row), dqk, true);  // dQ
