@@ -189,7 +189,10 @@ void forward_query_block(const ForwardProblem& p, const Kernels& kernels, int64_
     for (int tile = 0; tile < count; ++tile) {
       QueryTile& q = t.queries[tile];
       if (!sees_some_key(q, j_first, j_first + keys - 1)) continue;  // masked tiles are skipped
-      accumulate_key_tile(p, kernels, transform, window, q, j_first, keys, k, v, t.s_t);
+      // Keys past the tile's last row's window (the block's later tiles see them) are left
+      // out too: on a causal diagonal that is half of a 128-key tile for every other query tile.
+      const int seen_keys = static_cast<int>(std::min<int64_t>(keys, window.last(q.i_last()) + 1 - j_first));
+      accumulate_key_tile(p, kernels, transform, window, q, j_first, seen_keys, k, v, t.s_t);
     }
   }
   for (int tile = 0; tile < count; ++tile) store_query_tile(p, kernels, b, h, seq, t.queries[tile]);

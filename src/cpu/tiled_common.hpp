@@ -2,6 +2,7 @@
 // exp2 domain, moving row blocks between tensors and fp32 tiles, and masking.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -112,10 +113,12 @@ inline void load_transposed(const Kernels& kernels, DType dtype, const InputRows
 }
 
 // Sets x[j] = −inf outside the visible columns [visible_first, visible_last] (may be empty).
+// Two fills rather than a test per element: diagonal tiles are masked row after row.
 inline void mask_outside(float* x, int n, int64_t visible_first, int64_t visible_last) {
-  for (int j = 0; j < n; ++j) {
-    if (j < visible_first || j > visible_last) x[j] = -kInfinity;
-  }
+  const int64_t first = std::clamp<int64_t>(visible_first, 0, n);
+  const int64_t end = std::clamp<int64_t>(visible_last + 1, first, n);
+  std::fill(x, x + first, -kInfinity);
+  std::fill(x + end, x + n, -kInfinity);
 }
 
 }  // namespace hfa::cpu
