@@ -386,11 +386,11 @@ void sink_gradient(const BackwardProblem& bp, const RowState& state, int64_t h) 
 
 }  // namespace
 
-Status tiled_backward(const BackwardProblem& bp) {
+Status tiled_backward(const BackwardProblem& bp, int key_ranges) {
   const ForwardProblem& p = bp.fwd;
   const Kernels& kernels = active_kernels();
   ThreadPool& pool = ThreadPool::shared();
-  const RowState state(p, key_ranges_per_head(p, pool.thread_count()));
+  const RowState state(p, key_ranges > 0 ? key_ranges : key_ranges_per_head(p, pool.thread_count()));
 
   // (batch, head, query tile) items of passes 1 and 3.
   const int64_t query_tiles = (longest_queries(p) + kRows - 1) / kRows;
