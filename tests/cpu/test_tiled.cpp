@@ -76,14 +76,19 @@ std::vector<AttentionCase> matrix_cases() {
   return cases;
 }
 
-std::vector<AttentionCase> special_cases() {
-  std::vector<AttentionCase> cases;
-  auto add = [&](auto&& edit) {
+// add(edit): one more case, the default one edited, seeded first_seed + its index.
+auto case_adder(std::vector<AttentionCase>& cases, int first_seed) {
+  return [&cases, first_seed](auto&& edit) {
     AttentionCase c;
-    c.seed = 500 + cases.size();
+    c.seed = first_seed + static_cast<int>(cases.size());
     edit(c);
     cases.push_back(c);
   };
+}
+
+std::vector<AttentionCase> special_cases() {
+  std::vector<AttentionCase> cases;
+  const auto add = case_adder(cases, 500);
   // Long sequences, both ways round.
   add([](AttentionCase& c) { c.seqlen_q = 1000; c.seqlen_k = 255; c.causal = true; c.hdim_qk = c.hdim_v = 128; c.heads_q = 2; });
   add([](AttentionCase& c) { c.dtype = DType::bf16; c.seqlen_q = 255; c.seqlen_k = 1000; c.window_left = 100; c.window_right = 20; c.heads_q = 2; c.heads_kv = 1; });
@@ -118,12 +123,7 @@ std::vector<AttentionCase> special_cases() {
 // causal, windows, softcap, GQA, varlen and padding, with and without sinks.
 std::vector<AttentionCase> sink_and_seqused_cases() {
   std::vector<AttentionCase> cases;
-  auto add = [&](auto&& edit) {
-    AttentionCase c;
-    c.seed = 700 + cases.size();
-    edit(c);
-    cases.push_back(c);
-  };
+  const auto add = case_adder(cases, 700);
   const DType dtypes[] = {DType::f32, DType::f16, DType::bf16};
   for (int i = 0; i < 3; ++i) {
     const DType dtype = dtypes[i];
@@ -164,12 +164,7 @@ INSTANTIATE_TEST_SUITE_P(SinksSeqused, TiledMatrix, ::testing::ValuesIn(sink_and
 // result of a repeated run must come out bit for bit the same.
 std::vector<AttentionCase> partition_cases() {
   std::vector<AttentionCase> cases;
-  auto add = [&](auto&& edit) {
-    AttentionCase c;
-    c.seed = 900 + cases.size();
-    edit(c);
-    cases.push_back(c);
-  };
+  const auto add = case_adder(cases, 900);
   add([](AttentionCase& c) { c.seqlen_q = 301; c.seqlen_k = 777; c.causal = true; c.heads_q = 2; c.heads_kv = 2; });
   add([](AttentionCase& c) { c.dtype = DType::bf16; c.seqlen_q = 777; c.seqlen_k = 301; c.causal = true; c.heads_q = 4; c.heads_kv = 2; });
   add([](AttentionCase& c) { c.dtype = DType::f16; c.seqlen_q = 500; c.seqlen_k = 650; c.window_left = 100; c.window_right = 30; c.heads_q = 6; c.heads_kv = 2; c.hdim_qk = c.hdim_v = 64; });
