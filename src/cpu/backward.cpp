@@ -42,16 +42,13 @@ constexpr int64_t kKeyItemsPerThread = 4;
 // The most the dQ slices of all ranges may take beyond the first (fp32 copies of dQ).
 constexpr double kExtraSliceBytes = 1 << 30;
 
-// The tensors of one (batch, query head) and its kv head.
-struct HeadRows {
-  InputRows q, k, v, out, dout;
+// The forward's inputs of one (batch, query head), and its out and dout.
+struct HeadRows : HeadInputs {
+  InputRows out, dout;
 
-  HeadRows(const BackwardProblem& bp, int64_t b, int64_t h, const Sequence& seq) {
+  HeadRows(const BackwardProblem& bp, int64_t b, int64_t h, const Sequence& seq)
+      : HeadInputs(bp.fwd, b, h, seq) {
     const ForwardProblem& p = bp.fwd;
-    const int64_t h_kv = h / (p.heads_q / p.heads_kv);
-    q = rows_of(p.q, p.dtype, p.q_stride, b, seq.q_begin, h);
-    k = rows_of(p.k, p.dtype, p.k_stride, b, seq.k_begin, h_kv);
-    v = rows_of(p.v, p.dtype, p.v_stride, b, seq.k_begin, h_kv);
     out = rows_of(static_cast<const void*>(p.out), p.out_dtype, p.out_stride, b, seq.q_begin, h);
     dout = rows_of(bp.dout, p.dtype, bp.dout_stride, b, seq.q_begin, h);
   }
@@ -290,11 +287,9 @@ void backward_key_range(const BackwardProblem& bp, const Kernels& kernels, const
       const int64_t head_row = state.first_row(b, h);
       for (int64_t i_first = row_first; i_first < row_end; i_first += kRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kRows, row_end - i_first));
-        if (i_first + kRows < row_end) {
-          const int next_rows = static_cast<int>(std::min<int64_t>(kRows, row_end - i_first - kRows));
-          prefetch_rows(head.q, i_first + kRows, next_rows, dqk * element_size(p.dtype));
-          prefetch_rows(head.dout, i_first + kRows, next_rows, dv * element_size(p.dtype));
-        }
+        const int64_t size = static_cast<int64_t>(element_size(p.dtype));
+        prefetch_tile(head.q, i_first + kRows, row_end, kRows, dqk * size);
+        prefetch_tile(head.dout, i_first + kRows, row_end, kRows, dv * size);
         backward_block(bp, kernels, transform, window, state, range, head, head_row, i_first, rows, packed, t);
       }
     }

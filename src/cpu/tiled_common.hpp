@@ -95,13 +95,27 @@ inline FloatBlock load_block(const Kernels& kernels, DType dtype, const InputRow
   return {buffer, cols};
 }
 
-// Asks the caches for rows [first, first + count) (`bytes` each) ahead of their use: K/V tiles
-// stream from L3 or memory, and the loads that convert them otherwise wait on every miss.
-inline void prefetch_rows(const InputRows& rows, int64_t first, int count, int64_t bytes) {
+// The input rows of one (batch, query head): q's, and k's and v's of its kv head.
+struct HeadInputs {
+  InputRows q, k, v;
+
+  HeadInputs(const detail::ForwardProblem& p, int64_t b, int64_t h, const Sequence& seq) {
+    const int64_t h_kv = h / (p.heads_q / p.heads_kv);
+    q = rows_of(p.q, p.dtype, p.q_stride, b, seq.q_begin, h);
+    k = rows_of(p.k, p.dtype, p.k_stride, b, seq.k_begin, h_kv);
+    v = rows_of(p.v, p.dtype, p.v_stride, b, seq.k_begin, h_kv);
+  }
+};
+
+// Asks the caches for the next tile's rows, [first, min(first + tile, end)) of `row_bytes`
+// each, ahead of their use: tiles stream from L3 or memory, and the loads that convert them
+// otherwise wait on every miss. Nothing when first >= end (no next tile).
+inline void prefetch_tile(const InputRows& rows, int64_t first, int64_t end, int tile,
+                          int64_t row_bytes) {
   constexpr int64_t kCacheLine = 64;
-  for (int r = 0; r < count; ++r) {
-    const std::byte* row = rows.row(first + r);
-    for (int64_t offset = 0; offset < bytes; offset += kCacheLine) __builtin_prefetch(row + offset);
+  for (int64_t i = first; i < std::min(end, first + tile); ++i) {
+    const std::byte* row = rows.row(i);
+    for (int64_t offset = 0; offset < row_bytes; offset += kCacheLine) __builtin_prefetch(row + offset);
   }
 }
 
