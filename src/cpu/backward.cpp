@@ -195,7 +195,10 @@ void backward_block(const BackwardProblem& bp, const Kernels& kernels,
                     const RowState& state, int range, const HeadRows& head, int64_t head_row,
                     int64_t i_first, int rows, const PackedKeys& keys, KeyTiles& t) {
   const ForwardProblem& p = bp.fwd;
-  const int dqk = p.hdim_qk, dv = p.hdim_v, n = keys.keys;
+  const int dqk = p.hdim_qk, dv = p.hdim_v;
+  // Keys past the last row's window take no part: on a causal diagonal, the first query tile
+  // of a 128-key tile sees only its first 64 keys.
+  const int n = static_cast<int>(std::min<int64_t>(keys.keys, window.last(i_first + rows - 1) + 1 - keys.j_first));
   const int64_t row = head_row + i_first;
   const float* d = state.d(row);
   const float* shift_high = state.shift_high(row);
