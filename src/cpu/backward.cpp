@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <vector>
 
 #include "cpu/kernels.hpp"
 #include "cpu/thread_pool.hpp"
@@ -131,6 +132,53 @@ const float* lse_of(const ForwardProblem& p, int64_t b, int64_t h, const Sequenc
   return p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_begin;
 }
 
+// ---- key ranges ----------------------------------------------------------------------------
+
+// How one sequence's key tiles are split into `ranges` ranges: consecutive runs of about equal
+// work, the work of a tile being the query rows that see it, so that under a causal mask (the
+// first keys seen by every row, the last by few) the ranges take equal time. Range s starts at
+// the first tile with (work before it)·ranges >= total·s.
+class KeyRanges {
+ public:
+  KeyRanges(const KeyWindow& window, int64_t seqlen_k, int ranges) : window_(window), starts_(ranges + 1) {
+    const int64_t key_tiles = (seqlen_k + kKeys - 1) / kKeys;
+    std::vector<double> before(key_tiles + 1, 0.0);  // work of the tiles before each tile
+    for (int64_t tile = 0; tile < key_tiles; ++tile) {
+      const TileRows rows = rows_seeing(tile, tile + 1);
+      before[tile + 1] = before[tile] + static_cast<double>(rows.end - rows.first);
+    }
+    int64_t tile = 0;
+    for (int s = 0; s < ranges; ++s) {
+      while (tile < key_tiles && before[tile] * ranges < before[key_tiles] * s) ++tile;
+      starts_[s] = tile;
+    }
+    starts_[ranges] = key_tiles;
+  }
+
+  int64_t first_tile(int range) const { return starts_[range]; }
+  int64_t end_tile(int range) const { return starts_[range + 1]; }
+  // Whether range `range` adds into the dQ slice rows of some row in [i_first, i_last].
+  bool adds_to(int range, int64_t i_first, int64_t i_last) const {
+    const TileRows rows = rows_seeing(first_tile(range), end_tile(range));
+    return rows.first <= i_last && rows.end > i_first;
+  }
+
+ private:
+  struct TileRows {
+    int64_t first, end;
+  };
+  // The query rows that see some key of tiles [first, end) (first >= end: none).
+  TileRows rows_seeing(int64_t first, int64_t end) const {
+    if (first >= end) return {0, 0};
+    const int64_t j_last = std::min(window_.seqlen_k, end * kKeys) - 1;
+    const int64_t row_first = window_.first_row_seeing(first * kKeys);
+    return {row_first, std::max(row_first, window_.last_row_seeing(j_last) + 1)};
+  }
+
+  KeyWindow window_;
+  std::vector<int64_t> starts_;
+};
+
 // ---- pass 1: row statistics ---------------------------------------------------------------
 
 void prepare_rows(const BackwardProblem& bp, const Kernels& kernels, const RowState& state,
@@ -148,7 +196,10 @@ void prepare_rows(const BackwardProblem& bp, const Kernels& kernels, const RowSt
     *state.shift_high(first + r) = shift.high;
     *state.shift_low(first + r) = shift.low;
   }
+  // Only the slices that pass 2 adds into: a causal range of late keys leaves the first rows.
+  const KeyRanges ranges(KeyWindow(p, seq), seq.seqlen_k, state.key_ranges());
   for (int range = 0; range < state.key_ranges(); ++range) {
+    if (!ranges.adds_to(range, i_first, i_first + rows - 1)) continue;
     std::fill_n(state.dq(range, first), static_cast<int64_t>(rows) * p.hdim_qk, 0.0f);
   }
 }
@@ -229,33 +280,6 @@ void backward_block(const BackwardProblem& bp, const Kernels& kernels,
   kernels.gemm(rows, dqk, n, t.ds, kKeys, keys.k.data, keys.k.ld, state.dq(range, row), dqk, true);  // dQ
 }
 
-// Key tiles [first, end) of range `range` out of `ranges` for one sequence: consecutive runs
-// of about equal work, the work of a tile being the query rows that see it, so that under a
-// causal mask (the first keys seen by every row, the last by few) ranges take equal time.
-struct TileRun {
-  int64_t first, end;
-};
-TileRun key_range_tiles(const KeyWindow& window, int64_t key_tiles, int range, int ranges) {
-  auto work = [&](int64_t tile) {
-    const int64_t j_first = tile * kKeys;
-    const int64_t j_last = std::min(window.seqlen_k, j_first + kKeys) - 1;
-    return std::max<int64_t>(0, window.last_row_seeing(j_last) - window.first_row_seeing(j_first) + 1);
-  };
-  double total = 0.0;
-  for (int64_t tile = 0; tile < key_tiles; ++tile) total += static_cast<double>(work(tile));
-  // Range s starts at the first tile with (work before it)·ranges >= total·s.
-  auto start = [&](int s) {
-    if (s == 0 || s == ranges) return s == 0 ? int64_t{0} : key_tiles;
-    double before = 0.0;
-    for (int64_t tile = 0; tile < key_tiles; ++tile) {
-      if (before * ranges >= total * s) return tile;
-      before += static_cast<double>(work(tile));
-    }
-    return key_tiles;
-  };
-  return {start(range), start(range + 1)};
-}
-
 void backward_key_range(const BackwardProblem& bp, const Kernels& kernels, const RowState& state,
                         int64_t b, int64_t h_kv, int range, const Sequence& seq, KeyTiles& t) {
   const ForwardProblem& p = bp.fwd;
@@ -263,8 +287,7 @@ void backward_key_range(const BackwardProblem& bp, const Kernels& kernels, const
   const KeyWindow window(p, seq);
   const int dqk = p.hdim_qk, dv = p.hdim_v;
   const int64_t group = p.heads_q / p.heads_kv;
-  const int64_t key_tiles = (seq.seqlen_k + kKeys - 1) / kKeys;
-  const TileRun tiles = key_range_tiles(window, key_tiles, range, state.key_ranges());
+  const KeyRanges ranges(window, seq.seqlen_k, state.key_ranges());
   const HeadRows kv_head(bp, b, h_kv * group, seq);
   // dK = scale·dSᵀ·Q, and the Q of the products carried qk_factor. A zero scale (valid) makes
   // that Q and dK zero: the factor is then 0, not 0 / 0.
@@ -272,7 +295,7 @@ void backward_key_range(const BackwardProblem& bp, const Kernels& kernels, const
   const Rows<std::byte> dk_rows = rows_of(bp.dk, p.dtype, bp.dk_stride, b, seq.k_begin, h_kv);
   const Rows<std::byte> dv_rows = rows_of(bp.dv, p.dtype, bp.dv_stride, b, seq.k_begin, h_kv);
 
-  for (int64_t tile = tiles.first; tile < tiles.end; ++tile) {
+  for (int64_t tile = ranges.first_tile(range); tile < ranges.end_tile(range); ++tile) {
     const int64_t j_first = tile * kKeys;
     const int keys = static_cast<int>(std::min<int64_t>(kKeys, seq.seqlen_k - j_first));
     const int64_t j_last = j_first + keys - 1;
@@ -320,21 +343,27 @@ int key_ranges_per_head(const ForwardProblem& p, int threads) {
 
 // ---- pass 3: dQ ----------------------------------------------------------------------------
 
+// sum: scratch of kRows × hdim_qk floats.
 void store_dq(const BackwardProblem& bp, const Kernels& kernels, const RowState& state, int64_t b,
-              int64_t h, int64_t i_first, const Sequence& seq) {
+              int64_t h, int64_t i_first, const Sequence& seq, float* sum) {
   const ForwardProblem& p = bp.fwd;
   const int dqk = p.hdim_qk;
   const int rows = static_cast<int>(std::min<int64_t>(kRows, seq.seqlen_q - i_first));
   const int64_t first = state.first_row(b, h) + i_first;
+  const int64_t count = static_cast<int64_t>(rows) * dqk;
+  // The slices pass 1 zeroed, in range order: rows that no range reaches get dQ = 0.
+  std::fill_n(sum, count, 0.0f);
+  const KeyRanges ranges(KeyWindow(p, seq), seq.seqlen_k, state.key_ranges());
+  for (int range = 0; range < state.key_ranges(); ++range) {
+    if (!ranges.adds_to(range, i_first, i_first + rows - 1)) continue;
+    const float* slice = state.dq(range, first);
+    for (int64_t c = 0; c < count; ++c) sum[c] += slice[c];
+  }
   const Rows<std::byte> dq_rows = rows_of(bp.dq, p.dtype, bp.dq_stride, b, seq.q_begin, h);
   for (int r = 0; r < rows; ++r) {
-    float* sum = state.dq(0, first + r);
-    for (int range = 1; range < state.key_ranges(); ++range) {
-      const float* slice = state.dq(range, first + r);
-      for (int c = 0; c < dqk; ++c) sum[c] += slice[c];
-    }
-    kernels.scale(sum, dqk, p.softmax_scale);
-    kernels.store(p.dtype, sum, dqk, dq_rows.row(i_first + r));
+    float* row = sum + static_cast<int64_t>(r) * dqk;
+    kernels.scale(row, dqk, p.softmax_scale);
+    kernels.store(p.dtype, row, dqk, dq_rows.row(i_first + r));
   }
 }
 
@@ -420,8 +449,9 @@ Status tiled_backward(const BackwardProblem& bp, int key_ranges) {
     backward_key_range(bp, kernels, state, b, h_kv, range, seq, tiles);
   });
 
+  const std::size_t sum_floats = static_cast<std::size_t>(kRows) * p.hdim_qk;
   for_each_query_tile([&](int64_t b, int64_t h, int64_t i_first, const Sequence& seq) {
-    store_dq(bp, kernels, state, b, h, i_first, seq);
+    store_dq(bp, kernels, state, b, h, i_first, seq, thread_scratch(sum_floats));
   });
 
   if (p.seqused_q != nullptr || p.seqused_k != nullptr) {
