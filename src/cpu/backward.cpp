@@ -3,7 +3,7 @@
 //   dV = Pᵀ·dO,  dK = scale·dSᵀ·Q,  dQ = scale·dS·K.
 // Three parallel passes:
 //   1. rows     (batch, head, query tile): D and the LSE as an exp2 shift, once per row, and
-//               the row's dQ slices zeroed.
+//               the dQ slices that the tile's key ranges add into zeroed.
 //   2. keys     (batch, kv head, key range): for each key tile of the range Kᵀ, Vᵀ and K are
 //               packed once; every query tile of every query head of the GQA group that sees
 //               the keys then takes five products with them: S = Q·Kᵀ and dP = dO·Vᵀ, then
@@ -55,10 +55,10 @@ struct HeadRows : HeadInputs {
   }
 };
 
-// Every sequence's query rows end to end: the rows of one head of q (b·seqlen_q + i, or the
-// varlen token cu_seqlens_q[b] + i).
-int64_t query_tokens(const ForwardProblem& p) {
-  return p.is_varlen() ? int64_t{p.cu_seqlens_q[p.batch]} : int64_t{p.batch} * p.seqlen_q;
+// Row 0 of sequence b among every sequence's query rows end to end (b·seqlen_q, or the varlen
+// token cu_seqlens_q[b]); b = batch gives the number of rows.
+int64_t query_token_begin(const ForwardProblem& p, int64_t b) {
+  return p.is_varlen() ? int64_t{p.cu_seqlens_q[b]} : b * p.seqlen_q;
 }
 
 // What the passes hand each other, for every query row of the problem: D and the exp2 shift
@@ -68,10 +68,8 @@ int64_t query_tokens(const ForwardProblem& p) {
 class RowState {
  public:
   RowState(const ForwardProblem& p, int key_ranges)
-      : varlen_(p.is_varlen()),
-        seqlen_q_(p.seqlen_q),
-        cu_seqlens_q_(p.cu_seqlens_q),
-        tokens_(query_tokens(p)),
+      : p_(p),
+        tokens_(query_token_begin(p, p.batch)),
         rows_(tokens_ * p.heads_q),
         dqk_(p.hdim_qk),
         key_ranges_(key_ranges) {
@@ -89,7 +87,7 @@ class RowState {
   int key_ranges() const { return key_ranges_; }
   // Index of row 0 of (b, h).
   int64_t first_row(int64_t b, int64_t h) const {
-    return h * tokens_ + (varlen_ ? int64_t{cu_seqlens_q_[b]} : b * seqlen_q_);
+    return h * tokens_ + query_token_begin(p_, b);
   }
   float* d(int64_t row) const { return d_ + row; }
   float* shift_high(int64_t row) const { return shift_high_ + row; }
@@ -101,9 +99,7 @@ class RowState {
   struct Free {
     void operator()(float* block) const { std::free(block); }
   };
-  bool varlen_;
-  int64_t seqlen_q_;
-  const int32_t* cu_seqlens_q_;
+  const ForwardProblem& p_;
   int64_t tokens_, rows_;
   int64_t dqk_;
   int key_ranges_;
@@ -113,9 +109,9 @@ class RowState {
 
 // D = rowsum(dO∘O) of row i: given, or computed through the two staging rows.
 float row_d(const BackwardProblem& bp, const Kernels& kernels, const HeadRows& head,
-            const float* given_d, int64_t i, float* staging_o, float* staging_do) {
+            const float* given, int64_t i, float* staging_o, float* staging_do) {
   const ForwardProblem& p = bp.fwd;
-  if (given_d != nullptr) return given_d[i];
+  if (given != nullptr) return given[i];
   kernels.load(p.out_dtype, head.out.row(i), p.hdim_v, 1.0f, staging_o);
   kernels.load(p.dtype, head.dout.row(i), p.hdim_v, 1.0f, staging_do);
   return kernels.dot(staging_o, staging_do, p.hdim_v);
@@ -232,8 +228,8 @@ struct KeyTiles {
   }
 };
 
-// The key tile of a block, packed: Kᵀ and Vᵀ for the products that take them as the right
-// operand, K row-major for dQ += dS·K.
+// The key tile a block runs against: its first key, its length, and K row-major (in place or
+// converted) for dQ += dS·K. Kᵀ and Vᵀ, the right operands of S and dP, are in KeyTiles.
 struct PackedKeys {
   int64_t j_first;
   int keys;
@@ -249,7 +245,8 @@ void backward_block(const BackwardProblem& bp, const Kernels& kernels,
   const int dqk = p.hdim_qk, dv = p.hdim_v;
   // Keys past the last row's window take no part: on a causal diagonal, the first query tile
   // of a 128-key tile sees only its first 64 keys.
-  const int n = static_cast<int>(std::min<int64_t>(keys.keys, window.last(i_first + rows - 1) + 1 - keys.j_first));
+  const int64_t i_last = i_first + rows - 1;
+  const int n = static_cast<int>(std::min<int64_t>(keys.keys, window.last(i_last) + 1 - keys.j_first));
   const int64_t row = head_row + i_first;
   const float* d = state.d(row);
   const float* shift_high = state.shift_high(row);
@@ -264,13 +261,15 @@ void backward_block(const BackwardProblem& bp, const Kernels& kernels,
 
   kernels.gemm(rows, n, dqk, t.q, dqk, t.k_t, kKeys, t.p, kKeys, false);                  // S
   kernels.gemm(rows, n, dv, dout.data, dout.ld, t.v_t, kKeys, t.ds, kKeys, false);        // dP
-  const bool masked = !window.all_visible(i_first, i_first + rows - 1, keys.j_first, keys.j_first + n - 1);
-  for (int r = 0; r < rows && (masked || transform.softcap()); ++r) {
-    float* p_row = t.p + r * kKeys;
-    if (transform.softcap()) kernels.softcap(p_row, t.tanh + r * kKeys, n, transform.softcap_log2);
-    if (masked) {
-      const int64_t i = i_first + r;
-      mask_outside(p_row, n, window.first(i) - keys.j_first, window.last(i) - keys.j_first);
+  const bool masked = !window.all_visible(i_first, i_last, keys.j_first, keys.j_first + n - 1);
+  if (masked || transform.softcap()) {
+    for (int r = 0; r < rows; ++r) {
+      float* p_row = t.p + r * kKeys;
+      if (transform.softcap()) kernels.softcap(p_row, t.tanh + r * kKeys, n, transform.softcap_log2);
+      if (masked) {
+        const int64_t i = i_first + r;
+        mask_outside(p_row, n, window.first(i) - keys.j_first, window.last(i) - keys.j_first);
+      }
     }
   }
   kernels.softmax_grad_rows(t.p, t.ds, transform.softcap() ? t.tanh : nullptr, rows, n, kKeys,
@@ -289,6 +288,7 @@ void backward_key_range(const BackwardProblem& bp, const Kernels& kernels, const
   const int64_t group = p.heads_q / p.heads_kv;
   const KeyRanges ranges(window, seq.seqlen_k, state.key_ranges());
   const HeadRows kv_head(bp, b, h_kv * group, seq);
+  const int64_t size = static_cast<int64_t>(element_size(p.dtype));
   // dK = scale·dSᵀ·Q, and the Q of the products carried qk_factor. A zero scale (valid) makes
   // that Q and dK zero: the factor is then 0, not 0 / 0.
   const float dk_factor = transform.qk_factor != 0.0f ? p.softmax_scale / transform.qk_factor : 0.0f;
@@ -313,7 +313,6 @@ void backward_key_range(const BackwardProblem& bp, const Kernels& kernels, const
       const int64_t head_row = state.first_row(b, h);
       for (int64_t i_first = row_first; i_first < row_end; i_first += kRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kRows, row_end - i_first));
-        const int64_t size = static_cast<int64_t>(element_size(p.dtype));
         prefetch_tile(head.q, i_first + kRows, row_end, kRows, dqk * size);
         prefetch_tile(head.dout, i_first + kRows, row_end, kRows, dv * size);
         backward_block(bp, kernels, transform, window, state, range, head, head_row, i_first, rows, packed, t);
@@ -330,13 +329,13 @@ void backward_key_range(const BackwardProblem& bp, const Kernels& kernels, const
 }
 
 // How many ranges each head's keys are split into: 1 when the (batch, kv head) pairs already
-// give every thread a few items, else enough ranges to, as long as the extra dQ slices fit in
-// kExtraSliceBytes.
+// give every thread kKeyItemsPerThread items, else enough ranges for that, as long as the
+// extra dQ slices fit in kExtraSliceBytes and no range is left without a key tile.
 int key_ranges_per_head(const ForwardProblem& p, int threads) {
   const int64_t heads = int64_t{p.batch} * p.heads_kv;
   const int64_t wanted = (kKeyItemsPerThread * threads + heads - 1) / std::max<int64_t>(heads, 1);
   const int64_t key_tiles = (longest_keys(p) + kKeys - 1) / kKeys;
-  const double slice_bytes = 4.0 * p.hdim_qk * p.heads_q * static_cast<double>(query_tokens(p));
+  const double slice_bytes = 4.0 * p.hdim_qk * p.heads_q * static_cast<double>(query_token_begin(p, p.batch));
   const int64_t fitting = 1 + static_cast<int64_t>(kExtraSliceBytes / std::max(slice_bytes, 1.0));
   return static_cast<int>(std::max<int64_t>(1, std::min({wanted, key_tiles, fitting})));
 }
