@@ -20,7 +20,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
-#include <new>
+#include <string>
 #include <vector>
 
 #include "cpu/kernels.hpp"
@@ -76,14 +76,18 @@ class RowState {
     const std::size_t per_row = scratch_floats(static_cast<std::size_t>(rows_));
     const std::size_t slice = static_cast<std::size_t>(rows_) * dqk_;
     const std::size_t floats = 3 * per_row + scratch_floats(slice * key_ranges_);
-    storage_.reset(static_cast<float*>(std::aligned_alloc(64, std::max<std::size_t>(floats, 16) * sizeof(float))));
-    if (!storage_) throw std::bad_alloc();
+    bytes_ = std::max<std::size_t>(floats, 16) * sizeof(float);
+    storage_.reset(static_cast<float*>(std::aligned_alloc(64, bytes_)));
+    if (!storage_) return;
     d_ = storage_.get();
     shift_high_ = d_ + per_row;
     shift_low_ = shift_high_ + per_row;
     dq_ = shift_low_ + per_row;
   }
 
+  // False when the memory could not be had (nothing else may then be called).
+  bool allocated() const { return storage_ != nullptr; }
+  std::size_t bytes() const { return bytes_; }
   int key_ranges() const { return key_ranges_; }
   // Index of row 0 of (b, h).
   int64_t first_row(int64_t b, int64_t h) const {
@@ -103,8 +107,9 @@ class RowState {
   int64_t tokens_, rows_;
   int64_t dqk_;
   int key_ranges_;
+  std::size_t bytes_;
   std::unique_ptr<float, Free> storage_;
-  float *d_, *shift_high_, *shift_low_, *dq_;
+  float *d_ = nullptr, *shift_high_ = nullptr, *shift_low_ = nullptr, *dq_ = nullptr;
 };
 
 // D = rowsum(dO∘O) of row i: given, or computed through the two staging rows.
@@ -417,6 +422,10 @@ Status tiled_backward(const BackwardProblem& bp, int key_ranges) {
   const Kernels& kernels = active_kernels();
   ThreadPool& pool = ThreadPool::shared();
   const RowState state(p, key_ranges > 0 ? key_ranges : key_ranges_per_head(p, pool.thread_count()));
+  if (!state.allocated()) {
+    return {Code::internal, "CPU backward: out of memory for " + std::to_string(state.bytes()) +
+                                " bytes of row statistics and dQ slices"};
+  }
 
   // (batch, head, query tile) items of passes 1 and 3.
   const int64_t query_tiles = (longest_queries(p) + kRows - 1) / kRows;
