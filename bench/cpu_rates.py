@@ -11,10 +11,12 @@ blocked GEMM on the forward's QKᵀ and PV products) beside the attention passes
                                                   the rounds, and each round's
 
 Other processes slow the attention and the GEMM alike only when they run the whole time:
-read the load averages, and rerun on a quiet machine for numbers to quote. Ratios are only
-ever formed inside one round (the GEMM rate of the round's own shape).
+read the load averages and the idle share of the cores sampled before each round (--wait-idle
+holds a round back until the cores are that idle), and rerun on a quiet machine for numbers to
+quote. Ratios are only ever formed inside one round (the GEMM rate of the round's own shape).
 
-    python3 bench/cpu_rates.py [--dtypes f32 bf16] [--hdims 64 128] [--rounds 3] [--out DIR]
+    python3 bench/cpu_rates.py [--dtypes f32 bf16] [--hdims 64 128] [--rounds 3]
+                               [--wait-idle 90] [--out DIR]
 """
 
 import argparse
@@ -25,6 +27,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import REPO, git_commit, utc_now  # noqa: E402
@@ -39,6 +42,10 @@ def parse_args(argv=None):
     p.add_argument("--heads", type=int, default=2)
     p.add_argument("--iters", type=int, default=5, help="timed calls per pass (the median counts)")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--wait-idle", type=float, default=0.0,
+                   help="before each round, wait until the cores are at least this %% idle over "
+                        "2 s (giving up after --wait-max seconds)")
+    p.add_argument("--wait-max", type=float, default=600.0)
     p.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
     return p.parse_args(argv)
 
@@ -58,14 +65,37 @@ def load_average():
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def idle_percent(seconds=2.0):
+    """The share of all cores' time spent idle over the next `seconds` (/proc/stat)."""
+    def times():
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return fields[3] + fields[4], sum(fields)  # idle + iowait, all
+    idle0, total0 = times()
+    time.sleep(seconds)
+    idle1, total1 = times()
+    return round(100.0 * (idle1 - idle0) / max(total1 - total0, 1), 1)
+
+
+def wait_for_idle(args):
+    """Samples until the cores are --wait-idle % idle or --wait-max seconds passed; the last sample."""
+    start = time.monotonic()
+    while True:
+        idle = idle_percent()
+        if idle >= args.wait_idle or time.monotonic() - start > args.wait_max:
+            return idle
+
+
 def run_round(args, dtype):
+    idle = wait_for_idle(args)
     command = [args.hfa, "bench", "--device", "cpu", "--backward", "--json", "--dtype", dtype,
                "--hdim", ",".join(map(str, args.hdims)), "--seqlen", str(args.seqlen),
                "--heads", str(args.heads), "--batch", "1", "--iters", str(args.iters)]
     before = load_average()
     bench = json.loads(subprocess.run(command, check=True, capture_output=True, text=True,
                                       env=dict(os.environ, HFA_COMMIT=git_commit())).stdout)
-    return {"load_before": before, "load_after": load_average(), "bench": bench}, command
+    return {"idle_before": idle, "load_before": before, "load_after": load_average(),
+            "bench": bench}, command
 
 
 def case_key(row):
@@ -95,8 +125,10 @@ def markdown(result):
              f"{result['machine']['device']}", "",
              f"Command: `{result['command']}`", "",
              f"GEMM: {result['gemm']}", "",
-             "Load average (1, 5, 15 min) before / after each round: " +
-             "; ".join(f"{r['load_before']} / {r['load_after']}" for r in result["rounds"]), "",
+             "Each round: % of the cores idle over 2 s just before it; load average (1, 5, 15 min) "
+             "before / after it: " +
+             "; ".join(f"{r['idle_before']} %, {r['load_before']} / {r['load_after']}"
+                       for r in result["rounds"]), "",
              "| hdim | causal | pass | % of GEMM (median) | each round | GEMM GFLOP/s each round |",
              "|---:|:---:|:---:|---:|---|---|"]
     for s in result["summary"]:
@@ -115,8 +147,8 @@ def main(argv=None):
         for i in range(args.rounds):
             r, command = run_round(args, dtype)
             rounds.append(r)
-            print(f"{dtype} round {i + 1}/{args.rounds}: load {r['load_before']} -> {r['load_after']}",
-                  file=sys.stderr)
+            print(f"{dtype} round {i + 1}/{args.rounds}: {r['idle_before']} % idle before, load "
+                  f"{r['load_before']} -> {r['load_after']}", file=sys.stderr)
         first = rounds[0]["bench"]
         result = {
             "what": "cpu fwd,bwd against the fp32 GEMM rate",
