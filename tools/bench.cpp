@@ -103,15 +103,6 @@ void print_table_row(const Row& r) {
   std::fflush(stdout);
 }
 
-struct GemmRate {
-  int64_t hdim = 0, seqlen = 0;
-  double gflops = 0;
-};
-
-bool already_measured(int64_t hdim, int64_t seqlen, const GemmRate& cached) {
-  return cached.hdim == hdim && cached.seqlen == seqlen;
-}
-
 }  // namespace
 
 int bench_command(Args& args) {
@@ -142,7 +133,6 @@ int bench_command(Args& args) {
 
   std::vector<Row> rows;
   std::string gemm_name;
-  GemmRate gemm_cache;
   for (int64_t hdim : hdims)
     for (int64_t seqlen : seqlens)
       for (bool causal : {false, true}) {
@@ -163,15 +153,15 @@ int bench_command(Args& args) {
           std::fprintf(stderr, "hfa bench: %s: %s\n", spec.describe().c_str(), e.what());
           return exit_code_for(e.status());
         }
-        if (cpu && !already_measured(hdim, seqlen, gemm_cache)) {
-          // The same S = QKᵀ and O = PV products as dense fp32 GEMMs: the ceiling the tiled
-          // kernel is measured against (it does the same FLOPs, plus the softmax). Measured
-          // once per shape; the causal row reuses it (a rate, not a time).
-          gemm_cache = {hdim, seqlen, cpu::measure_attention_gemm_gflops(
-                                          static_cast<int>(seqlen), static_cast<int>(seqlen),
-                                          static_cast<int>(hdim), &gemm_name)};
-        }
-        const double gemm = cpu ? gemm_cache.gflops : 0.0;
+        // The same S = QKᵀ and O = PV products as dense fp32 GEMMs: the ceiling the tiled kernel
+        // is measured against (it does the same FLOPs, plus the softmax). Timed right before
+        // each pass, so that a ratio's two rates see the same load from other processes.
+        auto gemm_rate = [&] {
+          return cpu ? cpu::measure_attention_gemm_gflops(static_cast<int>(seqlen), static_cast<int>(seqlen),
+                                                          static_cast<int>(hdim), &gemm_name)
+                     : 0.0;
+        };
+        double gemm = gemm_rate();
         Status status;
         const Timing fwd = time_calls(device, 1, iterations, [&] { return workload->forward(); }, &status);
         if (!status) {
@@ -181,6 +171,7 @@ int bench_command(Args& args) {
         rows.push_back({spec, "fwd", fwd.median_ms, forward_flops(spec) / (fwd.median_ms * 1e-3) / 1e12, gemm});
         if (!json) print_table_row(rows.back());
         if (!backward) continue;
+        gemm = gemm_rate();
         const Timing bwd = time_calls(device, 1, iterations, [&] { return workload->backward(); }, &status);
         if (!status) {
           std::fprintf(stderr, "hfa bench: %s (backward): %s\n", spec.describe().c_str(), status.message().c_str());
