@@ -156,12 +156,12 @@ INSTANTIATE_TEST_SUITE_P(SinksSeqused, TiledMatrix, ::testing::ValuesIn(sink_and
                          case_name);
 
 // The backward's key pass splits a head's keys into ranges, each adding into its own fp32
-// slice of dQ, as many as the thread count asks for; here every count is walked, from one
-// range to more ranges than key tiles (empty ranges), on cases whose ranges end mid-way
-// through the rows: odd lengths, causal with seqlen_q != seqlen_k both ways (rows that see no
-// key), windows, GQA, varlen with empty sequences, softcap with sinks and seqused. Each
-// partition must match the oracle; dK and dV (whose sums do not depend on the ranges) and the
-// result of a repeated run must come out bit for bit the same.
+// slice of dQ, as many as the thread count and the keys' length ask for; here the count is
+// walked from one range to more ranges than key tiles (empty ranges), on cases whose ranges
+// end mid-way through the rows: odd lengths, causal with seqlen_q != seqlen_k both ways
+// (rows that see no key), windows, GQA, varlen with empty sequences, softcap with sinks and
+// seqused. Each partition must match the oracle; dK and dV (whose sums do not depend on the
+// ranges) and the result of a repeated run must come out bit for bit the same.
 std::vector<AttentionCase> partition_cases() {
   std::vector<AttentionCase> cases;
   const auto add = case_adder(cases, 900);
