@@ -100,7 +100,7 @@ TEST(Kernels, Exp2IsAccurateAndExactlyZeroBelowRange) {
   }
 }
 
-TEST(Kernels, SoftcapTanhAndGradients) {
+TEST(Kernels, SoftcapAndTanh) {
   const auto x = random_floats(101, 5);
   for (const Kernels* kernels : kernel_tables()) {
     std::vector<float> capped(x.size()), tanh(x.size());
