@@ -109,8 +109,8 @@ void print_table_row(const Row& r) {
   std::fflush(stdout);
 }
 
-// One shape of the grid, and whether the CPU's GEMM yardstick is measured on it (once per hdim
-// and seqlen: the causal row reuses it, a rate, not a time).
+// One shape of the grid, and whether the CPU's GEMM yardstick is measured beside it (before each
+// of its passes).
 struct Shape {
   Spec spec;
   bool gemm = false;
@@ -125,12 +125,12 @@ double gemm_bytes(const Spec& s) {
   return sizeof(float) * (q * k + (2 * q + 3 * k) * s.hdim);
 }
 
-// The passes of one shape: the forward (and backward) calls, and the yardstick's runs: a warm-up
-// and three timed ones of each of its two GEMMs (OpenBLAS and hfa's own).
+// The passes of one shape: the forward (and backward) calls, and the yardstick's runs before
+// each: a warm-up and three timed ones of each of its two GEMMs (OpenBLAS and hfa's own).
 std::vector<Pass> shape_passes(const Shape& shape, bool backward, int iterations) {
   std::vector<Pass> passes = {{"forward", iterations + 1, forward_flops}};
   if (backward) passes.push_back({"backward", iterations + 1, backward_flops});
-  if (shape.gemm) passes.push_back({"GEMM", 2 * 4, gemm_flops});
+  if (shape.gemm) passes.push_back({"GEMM", (backward ? 2 : 1) * 2 * 4, gemm_flops});
   return passes;
 }
 
@@ -219,9 +219,7 @@ int bench_command(Args& args) {
         spec.batch = fixed_batch > 0 ? fixed_batch : std::max<int64_t>(1, tokens / seqlen);
         spec.heads = spec.kv_heads = fixed_heads > 0 ? fixed_heads : std::max<int64_t>(1, 2048 / hdim);
         spec.causal = causal;
-        const bool new_gemm_shape =
-            grid.empty() || grid.back().spec.hdim != hdim || grid.back().spec.seqlen_q != seqlen;
-        shape.gemm = cpu && new_gemm_shape;
+        shape.gemm = cpu;
         grid.push_back(shape);
       }
 
@@ -240,7 +238,6 @@ int bench_command(Args& args) {
 
   std::vector<Row> rows;
   std::string gemm_name;
-  double gemm = 0;  // the last shape's yardstick, reused by the causal row
   for (const Shape& shape : grid) {
     const Spec& spec = shape.spec;
     std::unique_ptr<Workload> workload;
@@ -250,15 +247,15 @@ int bench_command(Args& args) {
       std::fprintf(stderr, "hfa bench: %s: %s\n", spec.describe().c_str(), e.what());
       return exit_code_for(e.status());
     }
-    if (shape.gemm) {
-      // The same S = QKᵀ and O = PV products as dense fp32 GEMMs: the ceiling the tiled kernel
-      // is measured against (it does the same FLOPs, plus the softmax).
-      gemm = cpu::measure_attention_gemm_gflops(static_cast<int>(spec.seqlen_q),
-                                                static_cast<int>(spec.seqlen_k),
-                                                static_cast<int>(spec.hdim), &gemm_name);
-    }
     for (const bool bwd : {false, true}) {
       if (bwd && !backward) break;
+      // The same S = QKᵀ and O = PV products as dense fp32 GEMMs: the ceiling the tiled kernel
+      // is measured against (it does the same FLOPs, plus the softmax). Timed right before each
+      // pass, so that a ratio's two rates see the same load from other processes.
+      const double gemm = !shape.gemm ? 0.0
+                                      : cpu::measure_attention_gemm_gflops(
+                                            static_cast<int>(spec.seqlen_q), static_cast<int>(spec.seqlen_k),
+                                            static_cast<int>(spec.hdim), &gemm_name);
       Status status;
       const Timing timing = time_calls(
           device, 1, iterations, [&] { return bwd ? workload->backward() : workload->forward(); }, &status);

@@ -141,10 +141,7 @@ void forward_query_block(const ForwardProblem& p, const Kernels& kernels, int64_
                          int64_t i_first, int tiles, const Sequence& seq, ForwardTiles& t) {
   const ScoreTransform transform(p);
   const KeyWindow window(p, seq);
-  const int64_t h_kv = h / (p.heads_q / p.heads_kv);
-  const InputRows q_rows = rows_of(p.q, p.dtype, p.q_stride, b, seq.q_begin, h);
-  const InputRows k_rows = rows_of(p.k, p.dtype, p.k_stride, b, seq.k_begin, h_kv);
-  const InputRows v_rows = rows_of(p.v, p.dtype, p.v_stride, b, seq.k_begin, h_kv);
+  const HeadInputs in(p, b, h, seq);
 
   // A sink starts every row's online softmax as one logit already seen, with no value: the
   // running max is the sink and the sum exp2(sink − sink) = 1. So it takes part in the max and
@@ -161,7 +158,7 @@ void forward_query_block(const ForwardProblem& p, const Kernels& kernels, int64_
     QueryTile& q = t.queries[count];
     q.i_first = i_first + count * kRows;
     q.rows = static_cast<int>(std::min<int64_t>(kRows, seq.seqlen_q - q.i_first));
-    load_transposed(kernels, p.dtype, q_rows, q.i_first, q.rows, p.hdim_qk, transform.qk_factor,
+    load_transposed(kernels, p.dtype, in.q, q.i_first, q.rows, p.hdim_qk, transform.qk_factor,
                     t.staging, q.q_t, kRows);
     std::fill(q.row_max, q.row_max + q.rows, start_max);
     std::fill(q.row_sum, q.row_sum + q.rows, start_sum);
@@ -177,19 +174,18 @@ void forward_query_block(const ForwardProblem& p, const Kernels& kernels, int64_
   const int64_t key_end = window.last(t.queries[count - 1].i_last()) + 1;
   for (int64_t j_first = window.first(i_first); j_first < key_end; j_first += kKeys) {
     const int keys = static_cast<int>(std::min<int64_t>(kKeys, key_end - j_first));
-    const FloatBlock k = load_block(kernels, p.dtype, k_rows, j_first, keys, p.hdim_qk, t.k);
-    const FloatBlock v = load_block(kernels, p.dtype, v_rows, j_first, keys, p.hdim_v, t.v);
-    const int64_t next_first = j_first + kKeys;
-    if (next_first < key_end) {
-      const int next_keys = static_cast<int>(std::min<int64_t>(kKeys, key_end - next_first));
-      const int64_t size = static_cast<int64_t>(element_size(p.dtype));
-      prefetch_rows(k_rows, next_first, next_keys, p.hdim_qk * size);
-      prefetch_rows(v_rows, next_first, next_keys, p.hdim_v * size);
-    }
+    const FloatBlock k = load_block(kernels, p.dtype, in.k, j_first, keys, p.hdim_qk, t.k);
+    const FloatBlock v = load_block(kernels, p.dtype, in.v, j_first, keys, p.hdim_v, t.v);
+    const int64_t size = static_cast<int64_t>(element_size(p.dtype));
+    prefetch_tile(in.k, j_first + kKeys, key_end, kKeys, p.hdim_qk * size);
+    prefetch_tile(in.v, j_first + kKeys, key_end, kKeys, p.hdim_v * size);
     for (int tile = 0; tile < count; ++tile) {
       QueryTile& q = t.queries[tile];
       if (!sees_some_key(q, j_first, j_first + keys - 1)) continue;  // masked tiles are skipped
-      accumulate_key_tile(p, kernels, transform, window, q, j_first, keys, k, v, t.s_t);
+      // Keys past the tile's last row's window (the block's later tiles see them) are left
+      // out too: on a causal diagonal that is half of a 128-key tile for every other query tile.
+      const int seen_keys = static_cast<int>(std::min<int64_t>(keys, window.last(q.i_last()) + 1 - j_first));
+      accumulate_key_tile(p, kernels, transform, window, q, j_first, seen_keys, k, v, t.s_t);
     }
   }
   for (int tile = 0; tile < count; ++tile) store_query_tile(p, kernels, b, h, seq, t.queries[tile]);

@@ -30,19 +30,19 @@ struct Kernels {
   void (*columns_max)(const float* x, int rows, int cols, int ld, float* max_inout);
   void (*exp2_columns)(float* x, int rows, int cols, int ld, const float* shifts,
                        const float* shifts_low, float* sums_inout);
-  // Row-wise: x[j] = exp2((x[j] − shift) − shift_low).
-  void (*exp2_shifted)(float* x, int n, float shift, float shift_low);
 
   void (*scale)(float* x, int n, float factor);
   // x[j] = cap·tanh(x[j]); tanh_out[j] = tanh(x[j]) when tanh_out is not null.
   void (*softcap)(float* x, float* tanh_out, int n, float cap);
   float (*dot)(const float* a, const float* b, int n);
 
-  // Softmax gradient dS = P∘(dP − D), in place in dp: one D for the row, or one per column.
-  void (*softmax_grad)(const float* p, float* dp, int n, float d);
-  void (*softmax_grad_columns)(const float* p, float* dp, const float* d, int n);
-  // ds[j] *= 1 − t[j]² (the softcap's tanh derivative).
-  void (*tanh_grad)(float* ds, const float* t, int n);
+  // The softmax's backward on a block of rows (leading dimension ld), in place: scores x
+  // become P = exp2((x − shift_high[r]) − shift_low[r]), and dp (dO·Vᵀ) becomes the score
+  // gradient dS = P∘(dp − d[r]), times the softcap's tanh derivative 1 − t² when tanh (the
+  // tanh of each score) is not null. One call a block, so the exp2 and the gradient share a
+  // pass over the tile.
+  void (*softmax_grad_rows)(float* x, float* dp, const float* tanh, int rows, int cols, int ld,
+                            const float* shift_high, const float* shift_low, const float* d);
 
   // dst[j] = factor·src[j] with src in dtype (f32, f16, bf16); and back, rounding to nearest even.
   void (*load)(DType dtype, const void* src, int n, float factor, float* dst);

@@ -171,16 +171,6 @@ void exp2_columns(float* x, int rows, int cols, int ld, const float* shifts,
   }
 }
 
-void exp2_shifted(float* x, int n, float shift, float shift_low) {
-  const __m512 shift_vec = _mm512_set1_ps(shift);
-  const __m512 shift_low_vec = _mm512_set1_ps(shift_low);
-  for (int j = 0; j < n; j += kLanes) {
-    const __mmask16 mask = tail_mask(n - j);
-    const __m512 shifted = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + j), shift_vec), shift_low_vec);
-    _mm512_mask_storeu_ps(x + j, mask, exp2_vec(shifted));
-  }
-}
-
 void scale(float* x, int n, float factor) {
   const __m512 factor_vec = _mm512_set1_ps(factor);
   for (int j = 0; j < n; j += kLanes) {
@@ -208,30 +198,26 @@ float dot(const float* a, const float* b, int n) {
   return _mm512_reduce_add_ps(sum);
 }
 
-void softmax_grad(const float* p, float* dp, int n, float d) {
-  const __m512 d_vec = _mm512_set1_ps(d);
-  for (int j = 0; j < n; j += kLanes) {
-    const __mmask16 mask = tail_mask(n - j);
-    const __m512 diff = _mm512_sub_ps(_mm512_maskz_loadu_ps(mask, dp + j), d_vec);
-    _mm512_mask_storeu_ps(dp + j, mask, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, p + j), diff));
-  }
-}
-
-void softmax_grad_columns(const float* p, float* dp, const float* d, int n) {
-  for (int j = 0; j < n; j += kLanes) {
-    const __mmask16 mask = tail_mask(n - j);
-    const __m512 diff = _mm512_sub_ps(_mm512_maskz_loadu_ps(mask, dp + j), _mm512_maskz_loadu_ps(mask, d + j));
-    _mm512_mask_storeu_ps(dp + j, mask, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, p + j), diff));
-  }
-}
-
-void tanh_grad(float* ds, const float* t, int n) {
+void softmax_grad_rows(float* x, float* dp, const float* tanh, int rows, int cols, int ld,
+                       const float* shift_high, const float* shift_low, const float* d) {
   const __m512 one = _mm512_set1_ps(1.0f);
-  for (int j = 0; j < n; j += kLanes) {
-    const __mmask16 mask = tail_mask(n - j);
-    const __m512 tv = _mm512_maskz_loadu_ps(mask, t + j);
-    const __m512 derivative = _mm512_fnmadd_ps(tv, tv, one);
-    _mm512_mask_storeu_ps(ds + j, mask, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, ds + j), derivative));
+  for (int r = 0; r < rows; ++r) {
+    const __m512 high = _mm512_set1_ps(shift_high[r]);
+    const __m512 low = _mm512_set1_ps(shift_low[r]);
+    const __m512 d_vec = _mm512_set1_ps(d[r]);
+    float* p_row = x + static_cast<int64_t>(r) * ld;
+    float* ds_row = dp + static_cast<int64_t>(r) * ld;
+    for (int j = 0; j < cols; j += kLanes) {
+      const __mmask16 mask = tail_mask(cols - j);
+      const __m512 p = exp2_vec(_mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, p_row + j), high), low));
+      _mm512_mask_storeu_ps(p_row + j, mask, p);
+      __m512 ds = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(mask, ds_row + j), d_vec));
+      if (tanh != nullptr) {
+        const __m512 t = _mm512_maskz_loadu_ps(mask, tanh + static_cast<int64_t>(r) * ld + j);
+        ds = _mm512_mul_ps(ds, _mm512_fnmadd_ps(t, t, one));
+      }
+      _mm512_mask_storeu_ps(ds_row + j, mask, ds);
+    }
   }
 }
 
@@ -290,11 +276,9 @@ void store(DType dtype, const float* src, int n, void* dst) {
   }
 }
 
-const Kernels kAvx512Kernels{"avx512",     gemm,         gemm_at,
-                             columns_max,  exp2_columns, exp2_shifted,
-                             scale,        softcap,      dot,
-                             softmax_grad, softmax_grad_columns, tanh_grad,
-                             load,         store};
+const Kernels kAvx512Kernels{"avx512",      gemm,    gemm_at, columns_max,       exp2_columns,
+                             scale,         softcap, dot,     softmax_grad_rows, load,
+                             store};
 
 }  // namespace
 

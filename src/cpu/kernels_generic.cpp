@@ -116,10 +116,6 @@ void exp2_columns(float* x, int rows, int cols, int ld, const float* shifts,
   }
 }
 
-void exp2_shifted(float* x, int n, float shift, float shift_low) {
-  for (int j = 0; j < n; ++j) x[j] = std::exp2((x[j] - shift) - shift_low);
-}
-
 void scale(float* x, int n, float factor) {
   for (int j = 0; j < n; ++j) x[j] *= factor;
 }
@@ -138,16 +134,20 @@ float dot(const float* a, const float* b, int n) {
   return sum;
 }
 
-void softmax_grad(const float* p, float* dp, int n, float d) {
-  for (int j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - d);
-}
-
-void softmax_grad_columns(const float* p, float* dp, const float* d, int n) {
-  for (int j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - d[j]);
-}
-
-void tanh_grad(float* ds, const float* t, int n) {
-  for (int j = 0; j < n; ++j) ds[j] *= 1.0f - t[j] * t[j];
+void softmax_grad_rows(float* x, float* dp, const float* tanh, int rows, int cols, int ld,
+                       const float* shift_high, const float* shift_low, const float* d) {
+  for (int r = 0; r < rows; ++r) {
+    float* p = x + static_cast<int64_t>(r) * ld;
+    float* ds = dp + static_cast<int64_t>(r) * ld;
+    for (int j = 0; j < cols; ++j) {
+      p[j] = std::exp2((p[j] - shift_high[r]) - shift_low[r]);
+      ds[j] = p[j] * (ds[j] - d[r]);
+    }
+    if (tanh != nullptr) {
+      const float* t = tanh + static_cast<int64_t>(r) * ld;
+      for (int j = 0; j < cols; ++j) ds[j] *= 1.0f - t[j] * t[j];
+    }
+  }
 }
 
 void load(DType dtype, const void* src, int n, float factor, float* dst) {
@@ -195,11 +195,9 @@ void store(DType dtype, const float* src, int n, void* dst) {
 }  // namespace
 
 const Kernels& generic_kernels() {
-  static const Kernels table{"generic",    gemm,         gemm_at,
-                             columns_max,  exp2_columns, exp2_shifted,
-                             scale,        softcap,      dot,
-                             softmax_grad, softmax_grad_columns, tanh_grad,
-                             load,         store};
+  static const Kernels table{"generic",     gemm,    gemm_at, columns_max,       exp2_columns,
+                             scale,         softcap, dot,     softmax_grad_rows, load,
+                             store};
   return table;
 }
 

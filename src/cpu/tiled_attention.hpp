@@ -12,7 +12,9 @@ Status tiled_forward(const detail::ForwardProblem& p);
 // The same for e4m3 inputs: dequantized with their descales into fp32 first (fp8_forward.cpp).
 Status fp8_forward(const detail::ForwardProblem& p);
 
-// Writes dq, dk, dv in the input dtype from q, k, v, out, lse and dout.
-Status tiled_backward(const detail::BackwardProblem& p);
+// Writes dq, dk, dv in the input dtype from q, k, v, out, lse and dout. key_ranges: how many
+// ranges each head's keys are split into, each summing its own fp32 slice of dQ (backward.cpp);
+// 0 lets the thread count choose. Tests set it to walk partitions this machine would not pick.
+Status tiled_backward(const detail::BackwardProblem& p, int key_ranges = 0);
 
 }  // namespace hfa::cpu

@@ -77,8 +77,11 @@ TEST(Kernels, Exp2IsAccurateAndExactlyZeroBelowRange) {
   x.push_back(-kInf);
   const std::vector<float> shifts(x.size(), 0.25f);
   for (const Kernels* kernels : kernel_tables()) {
-    std::vector<float> row = x, columns = x;
-    kernels->exp2_shifted(row.data(), static_cast<int>(row.size()), 0.125f, 0.125f);
+    // The row form through the softmax's backward (its P), the column form with sums.
+    std::vector<float> row = x, dp(x.size(), 1.0f);
+    const float high = 0.125f, low = 0.125f, d = 0.0f;
+    kernels->softmax_grad_rows(row.data(), dp.data(), nullptr, 1, static_cast<int>(row.size()), 0, &high, &low, &d);
+    std::vector<float> columns = x;
     std::vector<float> sums(x.size(), 0.0f);
     kernels->exp2_columns(columns.data(), 1, static_cast<int>(x.size()), 0, shifts.data(), nullptr, sums.data());
     for (std::size_t i = 0; i < x.size(); ++i) {
@@ -97,24 +100,51 @@ TEST(Kernels, Exp2IsAccurateAndExactlyZeroBelowRange) {
   }
 }
 
-TEST(Kernels, SoftcapTanhAndGradients) {
+TEST(Kernels, SoftcapAndTanh) {
   const auto x = random_floats(101, 5);
   for (const Kernels* kernels : kernel_tables()) {
     std::vector<float> capped(x.size()), tanh(x.size());
     for (std::size_t i = 0; i < x.size(); ++i) capped[i] = 4.0f * x[i];
     kernels->softcap(capped.data(), tanh.data(), static_cast<int>(x.size()), 3.0f);
-    std::vector<float> ds(x.size(), 2.0f);
-    kernels->tanh_grad(ds.data(), tanh.data(), static_cast<int>(x.size()));
     for (std::size_t i = 0; i < x.size(); ++i) {
       const double t = std::tanh(4.0 * x[i]);
       EXPECT_NEAR(tanh[i], t, 2e-7) << kernels->isa;
       EXPECT_NEAR(capped[i], 3.0 * t, 6e-7) << kernels->isa;
-      EXPECT_NEAR(ds[i], 2.0 * (1.0 - t * t), 2e-6) << kernels->isa;
     }
   }
 }
 
-TEST(Kernels, ColumnMaxAndSoftmaxGradient) {
+// P and dS of a block of rows against float64, with and without the softcap's factor; columns
+// past `cols` (the leading dimension's padding) untouched.
+TEST(Kernels, SoftmaxGradRows) {
+  const int rows = 3, cols = 37, ld = 40;
+  const auto x0 = random_floats(rows * ld, 9), dp0 = random_floats(rows * ld, 10);
+  const auto t = random_floats(rows * ld, 11);
+  const float high[rows] = {0.5f, -1.0f, 2.0f}, low[rows] = {1e-7f, 0.0f, -3e-8f};
+  const float d[rows] = {0.25f, -0.5f, 1.5f};
+  for (const Kernels* kernels : kernel_tables()) {
+    for (bool softcap : {false, true}) {
+      std::vector<float> x = x0, dp = dp0;
+      kernels->softmax_grad_rows(x.data(), dp.data(), softcap ? t.data() : nullptr, rows, cols, ld, high, low, d);
+      for (int r = 0; r < rows; ++r) {
+        for (int j = 0; j < ld; ++j) {
+          const int at = r * ld + j;
+          if (j >= cols) {
+            ASSERT_EQ(x[at], x0[at]) << kernels->isa;
+            ASSERT_EQ(dp[at], dp0[at]) << kernels->isa;
+            continue;
+          }
+          const double p = std::exp2((double{x0[at]} - high[r]) - low[r]);
+          const double ds = p * (dp0[at] - d[r]) * (softcap ? 1.0 - double{t[at]} * t[at] : 1.0);
+          EXPECT_NEAR(x[at], p, 1e-6 * p) << kernels->isa << " " << r << "," << j;
+          EXPECT_NEAR(dp[at], ds, 1e-6 * (std::abs(ds) + p)) << kernels->isa << " " << r << "," << j;
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, ColumnMaxAndDot) {
   const int rows = 5, cols = 37, ld = 40;
   const auto x = random_floats(rows * ld, 6);
   const auto d = random_floats(cols, 7);
@@ -125,14 +155,6 @@ TEST(Kernels, ColumnMaxAndSoftmaxGradient) {
       float expected = 0.5f;
       for (int r = 0; r < rows; ++r) expected = std::max(expected, x[r * ld + i]);
       EXPECT_EQ(max[i], expected) << kernels->isa;
-    }
-    std::vector<float> dp(x.begin(), x.begin() + cols), dp_row = dp;
-    const std::vector<float> p(d.rbegin(), d.rend());
-    kernels->softmax_grad_columns(p.data(), dp.data(), d.data(), cols);
-    kernels->softmax_grad(p.data(), dp_row.data(), cols, d[3]);
-    for (int i = 0; i < cols; ++i) {
-      EXPECT_NEAR(dp[i], p[i] * (x[i] - d[i]), 1e-6) << kernels->isa;
-      EXPECT_NEAR(dp_row[i], p[i] * (x[i] - d[3]), 1e-6) << kernels->isa;
     }
     EXPECT_NEAR(kernels->dot(x.data(), d.data(), cols), [&] {
       double sum = 0;

@@ -20,6 +20,7 @@
 #include "common/expected.hpp"
 #include "common/forward_checks.hpp"
 #include "cpu/kernels.hpp"
+#include "cpu/tiled_attention.hpp"
 
 namespace hfa::test {
 namespace {
@@ -75,14 +76,19 @@ std::vector<AttentionCase> matrix_cases() {
   return cases;
 }
 
-std::vector<AttentionCase> special_cases() {
-  std::vector<AttentionCase> cases;
-  auto add = [&](auto&& edit) {
+// add(edit): one more case, the default one edited, seeded first_seed + its index.
+auto case_adder(std::vector<AttentionCase>& cases, int first_seed) {
+  return [&cases, first_seed](auto&& edit) {
     AttentionCase c;
-    c.seed = 500 + cases.size();
+    c.seed = first_seed + static_cast<int>(cases.size());
     edit(c);
     cases.push_back(c);
   };
+}
+
+std::vector<AttentionCase> special_cases() {
+  std::vector<AttentionCase> cases;
+  const auto add = case_adder(cases, 500);
   // Long sequences, both ways round.
   add([](AttentionCase& c) { c.seqlen_q = 1000; c.seqlen_k = 255; c.causal = true; c.hdim_qk = c.hdim_v = 128; c.heads_q = 2; });
   add([](AttentionCase& c) { c.dtype = DType::bf16; c.seqlen_q = 255; c.seqlen_k = 1000; c.window_left = 100; c.window_right = 20; c.heads_q = 2; c.heads_kv = 1; });
@@ -117,12 +123,7 @@ std::vector<AttentionCase> special_cases() {
 // causal, windows, softcap, GQA, varlen and padding, with and without sinks.
 std::vector<AttentionCase> sink_and_seqused_cases() {
   std::vector<AttentionCase> cases;
-  auto add = [&](auto&& edit) {
-    AttentionCase c;
-    c.seed = 700 + cases.size();
-    edit(c);
-    cases.push_back(c);
-  };
+  const auto add = case_adder(cases, 700);
   const DType dtypes[] = {DType::f32, DType::f16, DType::bf16};
   for (int i = 0; i < 3; ++i) {
     const DType dtype = dtypes[i];
@@ -153,6 +154,50 @@ INSTANTIATE_TEST_SUITE_P(Matrix, TiledMatrix, ::testing::ValuesIn(matrix_cases()
 INSTANTIATE_TEST_SUITE_P(Special, TiledMatrix, ::testing::ValuesIn(special_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(SinksSeqused, TiledMatrix, ::testing::ValuesIn(sink_and_seqused_cases()),
                          case_name);
+
+// The backward's key pass splits a head's keys into ranges, each adding into its own fp32
+// slice of dQ, as many as the thread count and the keys' length ask for; here the count is
+// walked from one range to more ranges than key tiles (empty ranges), on cases whose ranges
+// end mid-way through the rows: odd lengths, causal with seqlen_q != seqlen_k both ways
+// (rows that see no key), windows, GQA, varlen with empty sequences, softcap with sinks and
+// seqused. Each partition must match the oracle; dK and dV (whose sums do not depend on the
+// ranges) and the result of a repeated run must come out bit for bit the same.
+std::vector<AttentionCase> partition_cases() {
+  std::vector<AttentionCase> cases;
+  const auto add = case_adder(cases, 900);
+  add([](AttentionCase& c) { c.seqlen_q = 301; c.seqlen_k = 777; c.causal = true; c.heads_q = 2; c.heads_kv = 2; });
+  add([](AttentionCase& c) { c.dtype = DType::bf16; c.seqlen_q = 777; c.seqlen_k = 301; c.causal = true; c.heads_q = 4; c.heads_kv = 2; });
+  add([](AttentionCase& c) { c.dtype = DType::f16; c.seqlen_q = 500; c.seqlen_k = 650; c.window_left = 100; c.window_right = 30; c.heads_q = 6; c.heads_kv = 2; c.hdim_qk = c.hdim_v = 64; });
+  add([](AttentionCase& c) { c.dtype = DType::bf16; c.varlen_q = {0, 300, 129, 1}; c.varlen_k = {200, 0, 520, 130}; c.causal = true; c.heads_q = 4; c.heads_kv = 1; });
+  add([](AttentionCase& c) { c.sinks = true; c.softcap = 5.0f; c.batch = 2; c.seqlen_q = 260; c.seqlen_k = 400; c.seqused_q = {260, 77}; c.seqused_k = {399, 129}; c.window_left = 150; c.heads_q = 2; c.heads_kv = 1; c.hdim_qk = 96; c.hdim_v = 96; });
+  return cases;
+}
+
+class TiledKeyRanges : public ::testing::TestWithParam<AttentionCase> {};
+TEST_P(TiledKeyRanges, EveryPartitionMatchesReference) {
+  const AttentionCase& c = GetParam();
+  std::vector<double> dk_one_range, dv_one_range;
+  for (int ranges : {1, 2, 3, 7, 40}) {
+    SCOPED_TRACE(c.name() + " in " + std::to_string(ranges) + " key ranges on the " + cpu::active_kernels().isa + " kernels");
+    AttentionData data(c);
+    const ForwardExpectation fwd = expected_forward(data);
+    ASSERT_TRUE(detail::cpu_backend().forward(data.forward_problem()).is_ok());
+    const BackwardExpectation bwd = expected_backward(data);
+    ASSERT_TRUE(cpu::tiled_backward(data.backward_problem(), ranges).is_ok());
+    check_backward_results(data, fwd, bwd);
+    if (ranges == 1) {
+      dk_one_range = data.dk.values();
+      dv_one_range = data.dv.values();
+    } else {
+      EXPECT_TRUE(data.dk.values() == dk_one_range) << "dK depends on the key ranges";
+      EXPECT_TRUE(data.dv.values() == dv_one_range) << "dV depends on the key ranges";
+    }
+    const std::vector<double> dq = data.dq.values();
+    ASSERT_TRUE(cpu::tiled_backward(data.backward_problem(), ranges).is_ok());
+    EXPECT_TRUE(data.dq.values() == dq) << "a second run gave another dQ";
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Partitions, TiledKeyRanges, ::testing::ValuesIn(partition_cases()), case_name);
 
 TEST(TiledBackend, ReportsNoWorkspace) {
   AttentionCase c;
