@@ -33,7 +33,7 @@ __device__ __forceinline__ void consume(const Params& p, SharedStorage<Config, E
 template <typename Config, typename Element>
 __global__ void __launch_bounds__(Config::kThreads, 1) backward_kernel(const __grid_constant__ Params p) {
   using Storage = SharedStorage<Config, Element>;
-  static_assert(shared_memory_fits<Storage>(1), "shared memory: 227 KB a CTA at most");
+  static_assert(shared_memory_fits<Storage>, "shared memory: 227 KB a CTA at most");
   extern __shared__ uint8_t dynamic_smem[];
   Storage& smem = shared_storage<Storage>(dynamic_smem);
   constexpr int kWarpsPerConsumers = Config::kConsumerWarpgroups * kThreadsPerWarpgroup / 32;

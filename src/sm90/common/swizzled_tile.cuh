@@ -65,16 +65,11 @@ __device__ __forceinline__ void zero_rows_from(Tile& tile, int first_row, int th
 template <typename Storage>
 inline constexpr int kSharedBytes = sizeof(Storage) + ptx::kSwizzleAtomBytes;
 
-// Hopper's shared memory: 228 KB an SM, at most 227 KB a CTA, and 1 KB of each CTA's kept by
-// the system.
-inline constexpr int kSharedBytesPerSm = 228 * 1024;
+// Hopper's shared memory: at most 227 KB a CTA (of 228 KB an SM, 1 KB of each CTA's kept by
+// the system).
 inline constexpr int kSharedBytesPerCta = 227 * 1024;
-inline constexpr int kSharedBytesReservedPerCta = 1024;
 template <typename Storage>
-inline constexpr bool shared_memory_fits(int ctas_per_sm) {
-  return kSharedBytes<Storage> <= kSharedBytesPerCta &&
-         ctas_per_sm * (kSharedBytes<Storage> + kSharedBytesReservedPerCta) <= kSharedBytesPerSm;
-}
+inline constexpr bool shared_memory_fits = kSharedBytes<Storage> <= kSharedBytesPerCta;
 
 template <typename Storage>
 __device__ __forceinline__ Storage& shared_storage(uint8_t* dynamic_smem) {

@@ -18,16 +18,15 @@ inline constexpr int kMmaKOf = kMmaKBytes / int(sizeof(Element));
 inline constexpr int kSlabColumns = kSlabColumnsOf<uint16_t>;  // 16-bit columns per slab
 inline constexpr int kMmaK = kMmaKOf<uint16_t>;               // the K of one 16-bit wgmma
 
-// Registers a thread gets at launch from __launch_bounds__(threads, ctas): the register file's
-// 64K split evenly over the CTAs an SM holds, in the allocation's steps of 8.
-constexpr int launch_registers(int threads, int ctas = 1) { return 65536 / ctas / threads / 8 * 8; }
+// Registers a thread gets at launch from __launch_bounds__(threads, 1): the register file's
+// 64K, in the allocation's steps of 8.
+constexpr int launch_registers(int threads) { return 65536 / threads / 8 * 8; }
 
 // Whether a setmaxnreg split of one producer and `consumers` consumer warpgroups fits: .inc
 // only hands out what the CTA's warps gave back with .dec, so a split that claims more leaves
 // the consumers waiting in setmaxnreg forever. Counts are multiples of 8.
-constexpr bool register_split_fits(int threads, int producer, int consumer, int consumers,
-                                   int ctas = 1) {
-  const int launch = launch_registers(threads, ctas);
+constexpr bool register_split_fits(int threads, int producer, int consumer, int consumers) {
+  const int launch = launch_registers(threads);
   return producer % 8 == 0 && consumer % 8 == 0 &&
          (launch - producer) * kThreadsPerWarpgroup >= (consumer - launch) * kThreadsPerWarpgroup * consumers;
 }

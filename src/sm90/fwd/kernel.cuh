@@ -1,4 +1,4 @@
-// The forward kernel: one persistent CTA per SM (two with one consumer warpgroup), split by role.
+// The forward kernel: one persistent CTA per SM, split by role.
 //   warpgroup 0 — the producer: one thread issues every TMA load; registers given back.
 //   warpgroups 1.. — consumers: 64 query rows each, wgmma + online softmax + epilogue.
 #pragma once
@@ -11,7 +11,7 @@
 namespace hfa::sm90::fwd {
 
 template <typename Config>
-__global__ void __launch_bounds__(Config::kThreads, Config::kCtasPerSm)
+__global__ void __launch_bounds__(Config::kThreads, 1)
     forward_kernel(const __grid_constant__ Params p) {
   using Storage = SharedStorage<Config>;
   extern __shared__ uint8_t dynamic_smem[];

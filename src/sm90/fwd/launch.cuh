@@ -169,7 +169,7 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
   params.num_m_blocks = ((problem.seqlen_q << pack_shift) + Config::kBlockM - 1) / Config::kBlockM;
   params.num_tiles = params.num_m_blocks * params.tile_heads * b;
   if (params.num_tiles == 0) return Status::ok();
-  const int grid = std::min(params.num_tiles, context.sm_count * Config::kCtasPerSm);
+  const int grid = std::min(params.num_tiles, context.sm_count);
   params.heads_per_section =
       heads_per_section(problem, pack_shift, params.num_m_blocks, context.l2_bytes, grid);
   // Dynamic schedule (workspace_bytes reserved the counter), unless every tile has a CTA of its
@@ -186,8 +186,7 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
 
   constexpr auto kKernel = forward_kernel<Config>;
   constexpr int kSmem = kSharedBytes<Storage>;
-  static_assert(shared_memory_fits<Storage>(Config::kCtasPerSm),
-                "shared memory: the configuration's CTAs do not fit one SM");
+  static_assert(shared_memory_fits<Storage>, "shared memory: 227 KB a CTA at most");
   HFA_RETURN_IF_ERROR(reserve_shared_memory<kKernel>(kFamily, kSmem, problem.device.index));
   kKernel<<<grid, Config::kThreads, kSmem, static_cast<cudaStream_t>(problem.stream)>>>(params);
   return launch_status(kFamily);
@@ -207,8 +206,7 @@ Status launch_softcap_or_not(const detail::ForwardProblem& problem, const Launch
 // Windowed problems of at most this many keys (varlen: the longest sequence's) run on the
 // short-rows configuration where there is one (tile_config.hpp): measured faster at 512 and
 // 1024 tokens, causal, not at 2048 (hdim 64). Longer sequences under a sliding window keep the
-// standard tile (not measured). A configuration of two CTAs an SM is not taken with an
-// sm_margin: the SMs the margin leaves would get CTAs too.
+// standard tile (not measured).
 inline constexpr int kShortRowsMaxKeys = 1024;
 
 template <int kHeadDimQK, int kHeadDimV, typename Element, typename Out,
@@ -216,9 +214,7 @@ template <int kHeadDimQK, int kHeadDimV, typename Element, typename Out,
 Status run_forward_with(const detail::ForwardProblem& problem, const LaunchContext& context) {
   if (uses_window(problem)) {
     if constexpr (has_short_rows_tile<kHeadDimQK, Element>) {
-      using Short = TileConfig<kHeadDimQK, kHeadDimV, true, false, Element, Out, true>;
-      const bool margin_kept = Short::kCtasPerSm == 1 || problem.sm_margin == 0;
-      if (problem.seqlen_k <= kShortRowsMaxKeys && margin_kept) {
+      if (problem.seqlen_k <= kShortRowsMaxKeys) {
         return launch_softcap_or_not<kHeadDimQK, kHeadDimV, true, Element, Out, true>(problem,
                                                                                      context);
       }

@@ -55,29 +55,23 @@ struct ConsumerMainloop {
   int kv_head = 0;
   float q_rows[2] = {1.0f, 1.0f};
 
-  // The first warpgroup issues first: another one opens its barrier once at start. A lone
-  // consumer warpgroup takes no turns (its partner is the SM's other CTA). FP8 too, though its
-  // softmax phase outlasts its GEMMs: without turns, FP8 hdim 128 ran 8-27 % slower from 8k
-  // keys (docs/decisions/019).
-  static constexpr bool kPingPong = kWarpgroups > 1;
+  // The first warpgroup issues first: another one opens its barrier once at start. FP8 takes
+  // turns too, though its softmax phase outlasts its GEMMs: without turns, FP8 hdim 128 ran
+  // 8-27 % slower from 8k keys (docs/decisions/019).
   __device__ __forceinline__ void start_ping_pong() {
-    if (kPingPong && warpgroup == kWarpgroups - 1) {
+    if (warpgroup == kWarpgroups - 1) {
       ptx::named_barrier_arrive(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, 0),
                                 kPingPongThreads);
     }
   }
   __device__ __forceinline__ void wait_turn() {
-    if constexpr (kPingPong) {
-      ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, warpgroup),
-                              kPingPongThreads);
-    }
+    ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, warpgroup),
+                            kPingPongThreads);
   }
   __device__ __forceinline__ void pass_turn() {
-    if constexpr (kPingPong) {
-      const int next = (warpgroup + 1) % kWarpgroups;
-      ptx::named_barrier_arrive(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, next),
-                                kPingPongThreads);
-    }
+    const int next = (warpgroup + 1) % kWarpgroups;
+    ptx::named_barrier_arrive(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, next),
+                              kPingPongThreads);
   }
 
   // One lane per warp signals that the warpgroup is done with a buffer (arrival count 4 per
@@ -241,15 +235,17 @@ struct ConsumerMainloop {
       if (p.fp8_row_scales) scale_rows(s, block.score);
     }
     if constexpr (Config::kSoftcap) apply_softcap(s, softcap_prescale());
+    // The softmax is inlined into both branches, as when the unmasked one took other exponentials
+    // (exp2 on the FMA pipes, docs/decisions/002): one call after the if compiles to other SASS,
+    // one copy of the softmax instead of two (not measured).
     constexpr int kOffset = Config::kMaxOffset;
     constexpr bool kSumRows = !Config::kRowSumsByMma;
     if (block_needs_mask<Config>(p, tile, n_block)) {
       const int row0 = tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup + at.row0;
       apply_mask<Config::kWindowed>(s, row0, n_block * Config::kBlockN + at.column_pair, tile.seq, p);
-      softmax.update<Config::kRescaleThreshold, 0, kOffset, kSumRows>(s, scale_log2(), rescale);
+      softmax.update<kOffset, kSumRows>(s, scale_log2(), rescale);
     } else {
-      softmax.update<Config::kRescaleThreshold, Config::kExp2EmulateEvery, kOffset, kSumRows>(
-          s, scale_log2(), rescale);
+      softmax.update<kOffset, kSumRows>(s, scale_log2(), rescale);
     }
   }
 
@@ -340,7 +336,8 @@ struct ConsumerMainloop {
       if constexpr (Config::kRowSumsByMma) softmax.add_block_sums(sums, rescale);
       change_value_units(rescale, previous, block);
       // Once a row's max has settled its factor is exactly 1: a warp whose rows all kept theirs
-      // skips O's rescale (SASS: 64 FMULs a block at hdim 128, an instruction a score for FP8).
+      // skips O's rescale (SASS: 64 FMULs a block at hdim 128, an instruction a score for FP8;
+      // measured +2-3 % on the FP8 grid at hdim 128 and 256, docs/decisions/015).
       if (any_rescale(rescale)) scale_rows(o, rescale);
       ptx::accumulator_to_operand<Element>(s, pm);
     }

@@ -79,15 +79,15 @@ struct SharedStorageWith {
   ptx::Mbarrier tile_empty[kTileSlots];
 };
 
-// The first of the layouts that fits the configuration's CTAs on an SM.
-template <int kCtasPerSm, typename Layout, typename... Fallbacks>
+// The first of the layouts that fits a CTA's shared memory.
+template <typename Layout, typename... Fallbacks>
 struct FirstFitting {
   using type = Layout;
 };
-template <int kCtasPerSm, typename Layout, typename Next, typename... Rest>
-struct FirstFitting<kCtasPerSm, Layout, Next, Rest...> {
-  using type = std::conditional_t<shared_memory_fits<Layout>(kCtasPerSm), Layout,
-                                  typename FirstFitting<kCtasPerSm, Next, Rest...>::type>;
+template <typename Layout, typename Next, typename... Rest>
+struct FirstFitting<Layout, Next, Rest...> {
+  using type = std::conditional_t<shared_memory_fits<Layout>, Layout,
+                                  typename FirstFitting<Next, Rest...>::type>;
 };
 
 // Q double-buffered wherever the second buffer fits beside the K/V stages (hdim 64, hdim 128
@@ -105,9 +105,11 @@ template <typename Config>
 inline constexpr int kOutSlab = Config::kPartialOut ? 0 : kSlabColumnsOf<typename Config::Out>;
 
 template <typename Config>
-using SharedStorage = typename FirstFitting<
-    Config::kCtasPerSm, SharedStorageWith<Config, 2, kWholeOut<Config>>,
-    SharedStorageWith<Config, 2, kOutSlab<Config>>, SharedStorageWith<Config, 1, kWholeOut<Config>>,
-    SharedStorageWith<Config, 1, kOutSlab<Config>>, SharedStorageWith<Config, 1, 0>>::type;
+using SharedStorage =
+    typename FirstFitting<SharedStorageWith<Config, 2, kWholeOut<Config>>,
+                          SharedStorageWith<Config, 2, kOutSlab<Config>>,
+                          SharedStorageWith<Config, 1, kWholeOut<Config>>,
+                          SharedStorageWith<Config, 1, kOutSlab<Config>>,
+                          SharedStorageWith<Config, 1, 0>>::type;
 
 }  // namespace hfa::sm90::fwd

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "sm90/common/math.hpp"
-#include "sm90/fwd/exp2.cuh"
 #include "sm90/ptx/fragment.cuh"
 
 namespace hfa::sm90::fwd {
@@ -29,18 +28,14 @@ struct OnlineSoftmax {
   }
 
   // Replaces the scores of s by their exponentials against the row maxima and returns, per
-  // row, the factor by which everything accumulated so far (O and the sums) shrinks.
-  //   kRescaleThreshold (log2 units, 0 = off): FlashAttention-4's lazy rescaling. While a row's
-  //     max grows by at most this much, the old max is kept: exponentials then reach at most
-  //     2^threshold (fine for fp32 sums and for 16-bit P), the factor is exactly 1, and O is
-  //     left alone.
-  //   kEmulateEvery (0 = never): every kEmulateEvery-th exponential of a row goes to the FMA
-  //     pipes (exp2_polynomial) instead of MUFU. Only for unmasked tiles: no −inf inputs.
+  // row, the factor by which everything accumulated so far (O and the sums) shrinks. A row's
+  // max is its true max (lazy rescaling cost accuracy: docs/decisions/001), and every
+  // exponential is MUFU's (a polynomial on the FMA pipes was slower: docs/decisions/002).
   //   kMaxOffset (log2 units): exponentials are taken against max − offset, so they reach
   //     2^offset (FP8's P, see tile_config.hpp); finalize takes the offset out again.
   //   kSumRows: false where the caller sums the rows itself (FP8's P·1, tile_config.hpp) and
   //     hands finalize the sums.
-  template <int kRescaleThreshold, int kEmulateEvery, int kMaxOffset, bool kSumRows, int kAcc>
+  template <int kMaxOffset, bool kSumRows, int kAcc>
   __device__ __forceinline__ void update(float (&s)[kAcc], float scale_log2, float (&rescale)[2]) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -49,11 +44,7 @@ struct OnlineSoftmax {
       for (int i = 0; i < kAcc; ++i) {
         if (ptx::fragment_row_half(i) == half) tile_max = fmaxf(tile_max, s[i]);
       }
-      float new_max = fmaxf(row_max[half], quad_max(tile_max));
-      if constexpr (kRescaleThreshold > 0) {
-        // False for a row's first finite max (−inf old max gives +inf or NaN here).
-        if ((new_max - row_max[half]) * scale_log2 <= float(kRescaleThreshold)) new_max = row_max[half];
-      }
+      const float new_max = fmaxf(row_max[half], quad_max(tile_max));
       // A row that has seen only masked keys keeps max −inf; subtracting 0 instead keeps
       // exp2(−inf − max) = 0 rather than NaN.
       const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2 - kMaxOffset;
@@ -66,13 +57,7 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) {
         if (ptx::fragment_row_half(i) == half) {
-          const float x = fmaf(s[i], scale_log2, -max_scaled);
-          if constexpr (kEmulateEvery > 0) {
-            const int in_row = (i / 4) * 2 + i % 2;  // this element's rank among the row's
-            s[i] = in_row % kEmulateEvery == kEmulateEvery - 1 ? exp2_polynomial(x) : exp2f(x);
-          } else {
-            s[i] = exp2f(x);
-          }
+          s[i] = exp2f(fmaf(s[i], scale_log2, -max_scaled));
           if constexpr (kSumRows) sum += s[i];
         }
       }

@@ -5,12 +5,6 @@
 #ifndef HFA_SM90_D64_BLOCK_M
 #define HFA_SM90_D64_BLOCK_M 192
 #endif
-// Rows of hdim 64's short-rows tile: 128 (two consumer warpgroups) or 64 (one, two CTAs an SM;
-// measured 5-10 % slower on the short causal shapes, and with O staged in shared memory again
-// 3-8 % slower: docs/decisions/009).
-#ifndef HFA_SM90_D64_SHORT_BLOCK_M
-#define HFA_SM90_D64_SHORT_BLOCK_M 128
-#endif
 #ifndef HFA_SM90_D64_BLOCK_N
 #define HFA_SM90_D64_BLOCK_N 128
 #endif
@@ -34,31 +28,11 @@
 #ifndef HFA_SM90_D256_BLOCK_N
 #define HFA_SM90_D256_BLOCK_N 64
 #endif
-// 1: windowed problems of at most kShortRowsMaxKeys keys at hdim 128 run on 64-row tiles, two
-// CTAs an SM (issue 13's lever for short causal sequences). Measured slower, so off: CUDA-graph
-// replay, 64 × 128 tokens 3 % faster, but 8 × 512 5 %, 32 × 512 7 % and 16 × 1024 12 % slower
-// (docs/decisions/009; not profiled: each K/V block now serves 64 rows, not 128); with
-// O staged in shared memory 11-17 % slower on every short causal shape.
-#ifndef HFA_SM90_D128_SHORT_ROWS
-#define HFA_SM90_D128_SHORT_ROWS 0
-#endif
-#ifndef HFA_SM90_RESCALE_THRESHOLD
-#define HFA_SM90_RESCALE_THRESHOLD 0
-#endif
-#ifndef HFA_SM90_EXP2_EMULATE_EVERY_D64
-#define HFA_SM90_EXP2_EMULATE_EVERY_D64 0
-#endif
-#ifndef HFA_SM90_EXP2_EMULATE_EVERY_FP8
-#define HFA_SM90_EXP2_EMULATE_EVERY_FP8 0
-#endif
 // Keys per K/V tile of FP8 at hdim 128 (per-tensor or per-head k and v scales, no softcap):
 // 224, FlashAttention-3's (see kBlockN). Measured against 128 (docs/decisions/017):
 // non-causal +1 / +8 / +7 % at 2k / 8k / 16k, causal −2 / −1 / +5 %; 192 about the same.
 #ifndef HFA_SM90_FP8_D128_BLOCK_N
 #define HFA_SM90_FP8_D128_BLOCK_N 224
-#endif
-#ifndef HFA_SM90_FP8_ROW_SUMS_BY_MMA
-#define HFA_SM90_FP8_ROW_SUMS_BY_MMA 1
 #endif
 
 #include <cuda_bf16.h>
@@ -120,22 +94,15 @@ struct TileConfig {
   // blocks, and a 192-row tile pays its first Q·Kᵀ, last P·V and diagonal mask over more rows
   // and leaves fewer tiles to balance (measured, CUDA-graph replay: 32 × 512 tokens 179 → 165
   // µs, 16 × 1024 267 → 237; from 2k tokens on 192 rows are as fast or faster, 10-13 % at 8k
-  // and 16k: docs/decisions/007). 64 rows at hdim 128 (HFA_SM90_D128_SHORT_ROWS):
-  // one consumer warpgroup a CTA and two CTAs an SM, whose warpgroups take turns on the tensor
-  // cores without a barrier between them, as cuDNN's 64-row tiles do on the shapes where it
-  // leads (ncu, 64 × 128 tokens: docs/decisions/009).
+  // and 16k: docs/decisions/007).
   static constexpr int kStandardBlockM = kHeadDimQK == 64 ? HFA_SM90_D64_BLOCK_M : 128;
-  static constexpr int kShortBlockM =
-      kHeadDimQK == 64 ? HFA_SM90_D64_SHORT_BLOCK_M : kRowsPerWarpgroup;
-  static constexpr int kBlockM = kShortRows ? kShortBlockM : kStandardBlockM;
+  static constexpr int kBlockM = kShortRows ? 128 : kStandardBlockM;
   static_assert(!kShortRows || kBlockM < kStandardBlockM, "short rows: only where the tile shrinks");
   // Keys per K/V tile: as wide as registers (S and O accumulators plus P) and shared memory
   // (Q + 2 stages of K and V, ≤ 227 KB) allow. hdim 128 non-causal: 176 (S 88 + O 64 + P 44
   // registers; 208 KB). Windowed keeps 128 so the diagonal tiles waste less. hdim 192: 112
   // (220 KB); 192/128 (DeepSeek's): 128 (210 KB). hdim 256: 64 (192 KB, and 16 KB for a slab
   // of O; 80 would fill shared memory without it).
-  // Two CTAs an SM (short rows at hdim 128): 64, so that two of them fit (16 + 2·(16 + 16) =
-  // 80 KB each).
   // FP8: 128 (kFp8KeyBlock), but 224 at hdim 128 where the tile's scales allow it (above) and no
   // softcap: a tile's fixed work (row max reductions, the turn barriers, the GEMMs' issue and
   // waits) is then spread over 224 keys. S 112 + P 28 + O 64 registers, FlashAttention-3's tile;
@@ -143,7 +110,6 @@ struct TileConfig {
   static constexpr bool kWideFp8Keys = kFp8 && kHeadDimQK == 128 && !kSoftcap && !kKeyBlockScales;
   static constexpr int kBlockN = kWideFp8Keys   ? HFA_SM90_FP8_D128_BLOCK_N
                                  : kFp8         ? detail::kFp8KeyBlock
-                                 : kBlockM == kRowsPerWarpgroup ? kRowsPerWarpgroup
                                  : kHeadDimQK == 64    ? HFA_SM90_D64_BLOCK_N
                                  : kHeadDimQK == 128 ? (kWindowed ? HFA_SM90_D128_CAUSAL_BLOCK_N
                                                                   : HFA_SM90_D128_BLOCK_N)
@@ -157,9 +123,10 @@ struct TileConfig {
 
   static constexpr int kConsumerWarpgroups = kBlockM / kRowsPerWarpgroup;
   static constexpr int kThreads = kThreadsPerWarpgroup * (kConsumerWarpgroups + 1);
-  // One consumer warpgroup has no partner to ping-pong with inside its CTA: a second CTA on the
-  // SM is its partner.
-  static constexpr int kCtasPerSm = kConsumerWarpgroups == 1 ? 2 : 1;
+  // The consumer warpgroups take turns on the tensor cores (mainloop.cuh), so a tile has two at
+  // least. One warpgroup a CTA and two CTAs an SM, turns taken between the CTAs, measured slower
+  // on the short causal shapes it was for (docs/decisions/009).
+  static_assert(kConsumerWarpgroups >= 2, "the consumers take turns: two warpgroups at least");
   // setmaxnreg budgets: the producer only issues TMA; consumers hold S, P and O in registers.
   // setmaxnreg.inc only hands out what the CTA's warps gave back with setmaxnreg.dec, so the
   // split must balance the launch allocation (launch bounds: 168 registers a thread at 384
@@ -175,31 +142,12 @@ struct TileConfig {
   // 64) takes the same split: its 32 bytes of spills are the producer's, at 24 registers, one
   // 8-byte store and load a K/V block and a few a tile (executed SASS under ncu); windowed
   // spills 68 bytes (not located).
-  // One consumer warpgroup, two CTAs an SM: 128 registers a thread at launch (256 threads
-  // twice), 128·(128 − 40) = 128·(216 − 128); S 32 + P 16 + O 64 live at hdim 128.
   static constexpr bool kWideFp8 = kFp8 && (kHeadDimV > 128 || kBlockN > 128);
-  static constexpr int kProducerRegisters = kWideFp8 ? 24 : kConsumerWarpgroups <= 2 ? 40 : 32;
+  static constexpr int kProducerRegisters = kWideFp8 ? 24 : kConsumerWarpgroups == 2 ? 40 : 32;
   static constexpr int kConsumerRegisters = kWideFp8                    ? 240
-                                            : kConsumerWarpgroups == 1 ? 216
                                             : kConsumerWarpgroups == 2 ? 232
                                                                        : 160;
 
-  // Softmax levers (see OnlineSoftmax::update), each measured as a delta, both
-  // off by default:
-  //   lazy rescaling (threshold 8, FlashAttention-4; docs/decisions/001): within run-to-run
-  //     noise (a few percent either way) and it costs accuracy: a row's largest probability is
-  //     no longer exactly 1 before rounding to 16 bits, which tripled the worst error on peaked
-  //     rows (an hdim 128 test failed its 2x-peer bound);
-  //   exp2 on the FMA pipes: 5-8 % slower at hdim 64, whose FMA pipes are not idle; FP8 hdim
-  //     128 every 8th score 1-3 % slower (docs/decisions/002): the polynomial takes issue slots of
-  //     the same warp.
-  // Always on, being exact: O's rescale is skipped by a warp whose rows all kept their max
-  // (mainloop.cuh; measured +2-3 % on the FP8 grid at hdim 128 and 256,
-  // docs/decisions/015).
-  static constexpr int kRescaleThreshold = HFA_SM90_RESCALE_THRESHOLD;
-  static constexpr int kExp2EmulateEvery = kFp8               ? HFA_SM90_EXP2_EMULATE_EVERY_FP8
-                                           : kHeadDimQK == 64 ? HFA_SM90_EXP2_EMULATE_EVERY_D64
-                                                              : 0;
   // FP8: probabilities go to e4m3 as exp2(x − max + 8), in [0, 256] rather than [0, 1], so
   // small ones keep more bits before underflow (FlashAttention-3's max offset); the 2⁸ cancels
   // in O's normalization and is taken out of the LSE.
@@ -209,7 +157,7 @@ struct TileConfig {
   // slots each take about 1/16 clock a score (SASS: 8.2 instructions a score, MUFU 16 a clock
   // an SM), so an instruction a score is worth moving to the tensor cores (6 % more P·V work).
   // The sums are then of P as rounded to e4m3, the P that P·V multiplies.
-  static constexpr bool kRowSumsByMma = kFp8 && HFA_SM90_FP8_ROW_SUMS_BY_MMA;
+  static constexpr bool kRowSumsByMma = kFp8;
 
   static constexpr int kSlabColumns = kSlabColumnsOf<Element>;
   static constexpr int kMmaK = kMmaKOf<Element>;
@@ -221,7 +169,7 @@ struct TileConfig {
   // the end) and leaves them out of P·V.
   static constexpr int kBlockNSlabbed = (kBlockN + kSlabColumns - 1) / kSlabColumns * kSlabColumns;
   static_assert(register_split_fits(kThreads, kProducerRegisters, kConsumerRegisters,
-                                    kConsumerWarpgroups, kCtasPerSm),
+                                    kConsumerWarpgroups),
                 "setmaxnreg: consumers would claim registers the producer never gave back");
 };
 
@@ -235,11 +183,9 @@ using TileConfigFor =
                                              Out, kShortRows>::kBlockN != detail::kFp8KeyBlock>;
 
 // Whether a short-rows configuration exists for this head dim and element type (its tile is
-// smaller than the standard one): hdim 64, 16-bit; hdim 128 behind HFA_SM90_D128_SHORT_ROWS.
+// smaller than the standard one): hdim 64, 16-bit, while its standard tile has more rows than 128.
 template <int kHeadDimQK, typename Element>
 inline constexpr bool has_short_rows_tile =
-    !std::is_same_v<Element, __nv_fp8_e4m3> &&
-    ((kHeadDimQK == 64 && HFA_SM90_D64_BLOCK_M > 128) ||
-     (kHeadDimQK == 128 && HFA_SM90_D128_SHORT_ROWS));
+    !std::is_same_v<Element, __nv_fp8_e4m3> && kHeadDimQK == 64 && HFA_SM90_D64_BLOCK_M > 128;
 
 }  // namespace hfa::sm90::fwd
