@@ -22,7 +22,7 @@
 //   bf16-kernel  the bf16 forward's arithmetic, against the GPU's bf16 number.
 // Codes and scales come from hfa's own quantizer code (src/quant, as src/cpu/quantize_fp8.cpp
 // uses it), so they are the bytes the GPU kernel reads (checked once by hand against
-// cpu_quantize_fp8, every granularity with and without the rotation: identical).
+// cpu::quantize_fp8, every granularity with and without the rotation: identical).
 //
 // The kernel's arithmetic (src/sm90/fwd/mainloop.cuh, softmax.cuh, fp8_scales.cuh, epilogue.cuh):
 //   - S = q codes · k codes accumulated in fp32 k32 step by k32 step (the products of two e4m3

@@ -89,7 +89,7 @@ Status forward_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_c
     // No query rows: nothing to compute, unless new tokens are to be appended.
     if (problem.total_query_rows() == 0 && problem.k_new == nullptr) return Status::ok();
     std::size_t needed = 0;
-    HFA_RETURN_IF_ERROR(dispatch_kvcache_workspace_size(problem, &needed));
+    HFA_RETURN_IF_ERROR(dispatch_forward_kvcache_workspace_size(problem, &needed));
     if (needed > 0 && (options.workspace == nullptr || options.workspace_bytes < needed))
       return invalid("workspace", options.workspace == nullptr ? "is null" : "is too small",
                      ": this call needs ", needed, " bytes, got ", options.workspace_bytes,
@@ -122,7 +122,7 @@ Status forward_kvcache_workspace_size(const Tensor& q, const Tensor& k_cache,
     // Written only now: a rejected query leaves *bytes as it was, as every rejected call does.
     *bytes = 0;
     if (problem.total_query_rows() == 0) return Status::ok();
-    return dispatch_kvcache_workspace_size(problem, bytes);
+    return dispatch_forward_kvcache_workspace_size(problem, bytes);
   });
 }
 

@@ -10,7 +10,6 @@
 #include "api/dispatch.hpp"
 #include "api/overlap.hpp"
 #include "api/validate.hpp"
-#include "common/backend.hpp"
 #include "common/environment.hpp"
 #include "common/errors.hpp"
 
@@ -162,8 +161,7 @@ Status merge_partials(std::span<const Tensor* const> outs, std::span<const Tenso
     MergePartialsProblem problem;
     HFA_RETURN_IF_ERROR(build(outs, lses, out, lse, stream, &problem));
     if (problem.rows() == 0) return Status::ok();  // no row: nothing to write
-    return problem.device.kind == DeviceKind::cuda ? detail::sm90_merge_partials(problem)
-                                                   : detail::cpu_merge_partials(problem);
+    return detail::dispatch_merge_partials(problem);
   });
 }
 

@@ -7,7 +7,6 @@
 #include "api/dispatch.hpp"
 #include "api/overlap.hpp"
 #include "api/validate.hpp"
-#include "common/backend.hpp"
 #include "common/errors.hpp"
 
 namespace hfa {
@@ -167,8 +166,7 @@ Status run(const char* what, Check&& build_problem) {
     QuantizeProblem problem;
     HFA_RETURN_IF_ERROR(build_problem(&problem));
     if (problem.rows() == 0) return Status::ok();
-    return problem.device.kind == DeviceKind::cuda ? detail::sm90_quantize_kv(problem)
-                                                   : detail::cpu_quantize_kv(problem);
+    return detail::dispatch_quantize_kv(problem);
   });
 }
 

@@ -8,7 +8,6 @@
 #include "api/dispatch.hpp"
 #include "api/overlap.hpp"
 #include "api/validate.hpp"
-#include "common/backend.hpp"
 #include "common/errors.hpp"
 #include "quant/float_bits.hpp"
 #include "quant/hadamard.hpp"
@@ -205,8 +204,7 @@ Status quantize_fp8(const Tensor& x, const Tensor& codes, const Tensor& scale,
     Fp8QuantizeProblem problem;
     HFA_RETURN_IF_ERROR(build(x, codes, scale, options, &problem));
     if (problem.scale_count() == 0) return Status::ok();  // no group, so no row either
-    return problem.device.kind == DeviceKind::cuda ? detail::sm90_quantize_fp8(problem)
-                                                   : detail::cpu_quantize_fp8(problem);
+    return detail::dispatch_quantize_fp8(problem);
   });
 }
 
@@ -216,14 +214,14 @@ Status hadamard_signs(uint64_t seed, const Tensor& signs, void* stream) {
     if (signs.dtype != HFA_F32)
       return invalid("signs", "expected dtype f32, got ", name_of(signs.dtype));
     HFA_RETURN_IF_ERROR(detail::check_device_usable("signs", signs));
-    const int64_t count = signs.shape[0];
-    auto* data = static_cast<float*>(signs.data);
-    if (count == 0) return Status::ok();
-    if (signs.device == HFA_CUDA)
-      return detail::sm90_hadamard_signs(seed, data, count, Device::cuda(signs.device_index),
-                                         stream);
-    for (int64_t i = 0; i < count; ++i) data[i] = quant::hadamard_sign(seed, i);
-    return Status::ok();
+    detail::HadamardSignsProblem problem;
+    problem.seed = seed;
+    problem.signs = static_cast<float*>(signs.data);
+    problem.count = signs.shape[0];
+    problem.device = signs.device == HFA_CUDA ? Device::cuda(signs.device_index) : Device::cpu();
+    problem.stream = stream;
+    if (problem.count == 0) return Status::ok();
+    return detail::dispatch_hadamard_signs(problem);
   });
 }
 

@@ -1,14 +1,16 @@
 // Every check a KV-cache call goes through before a backend sees it, in the order of
 // validate.cpp: each tensor on its own, then how the tensors relate (devices, shapes, the cache
 // format and its scales), then the scalar options, then (CPU, or validation mode) the values of
-// cache_seqlens and block_table. The first failure is returned.
+// cache_seqlens, block_table and the varlen offsets. The first failure is returned.
 #include "api/validate_kvcache.hpp"
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "api/devices.hpp"
+#include "api/dispatch.hpp"
 #include "api/options.hpp"
 #include "api/overlap.hpp"
 #include "common/environment.hpp"
@@ -330,6 +332,38 @@ Status check_kvcache_values(const KVCacheProblem& p) {
   return Status::ok();
 }
 
+Status check_kvcache_values_on_device(const KVCacheProblem& p) {
+  const auto batch = static_cast<std::size_t>(p.batch);
+  std::vector<int32_t> lengths, table, offsets, new_offsets;
+  std::vector<HostRead> reads;
+  // `count` int32 values into `copy`: one array, or `rows` rows of them `row_stride` apart.
+  auto read = [&](const char* name, const int32_t* device, std::vector<int32_t>& copy,
+                  std::size_t count, std::size_t rows = 1, int64_t row_stride = 0) {
+    copy.resize(rows * count);
+    reads.push_back({name, copy.data(), device, count * sizeof(int32_t), rows,
+                     static_cast<std::size_t>(row_stride) * sizeof(int32_t)});
+  };
+  read("cache_seqlens", p.cache_seqlens, lengths, batch);
+  // The table's rows whole: which entries a sequence uses depends on its length, not read yet
+  // (knowing first would take a second synchronization).
+  if (p.block_table != nullptr)
+    read("block_table", p.block_table, table, static_cast<std::size_t>(p.max_pages), batch,
+         p.block_table_stride);
+  if (p.is_varlen()) read("cu_seqlens_q", p.cu_seqlens_q, offsets, batch + 1);
+  if (p.is_varlen_new()) read("cu_seqlens_k_new", p.cu_seqlens_k_new, new_offsets, batch + 1);
+  HFA_RETURN_IF_ERROR(dispatch_read_to_host(reads, p.device, p.stream));
+
+  KVCacheProblem host = p;
+  host.cache_seqlens = lengths.data();
+  if (p.is_varlen()) host.cu_seqlens_q = offsets.data();
+  if (p.is_varlen_new()) host.cu_seqlens_k_new = new_offsets.data();
+  if (p.block_table != nullptr) {
+    host.block_table = table.data();
+    host.block_table_stride = p.max_pages;  // packed rows
+  }
+  return check_kvcache_values(host);
+}
+
 Status kvcache_validation_from_env(bool* on) {
   // Read on every call (a scan of the environment, small next to an attention call), so that a
   // process can turn it on after its first call.
@@ -522,10 +556,15 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
 
   if (purpose == Purpose::run) HFA_RETURN_IF_ERROR(check_kvcache_memory(args, p));
 
-  // CPU tensors are read where they are: always checked (a bad entry would read outside the
-  // cache). CUDA tensors live on the device: the GPU backend trusts them, or checks them in
-  // validation mode (a copy and a sync).
-  if (p.device.kind == DeviceKind::cpu) HFA_RETURN_IF_ERROR(check_kvcache_values(p));
+  // The values. CPU tensors are read where they are: always checked (a bad entry would read
+  // outside the cache). CUDA tensors live on the device, where the GPU backend trusts them:
+  // validation mode checks them here, a call's one synchronization (a workspace query never
+  // depends on them).
+  if (p.device.kind == DeviceKind::cpu) {
+    HFA_RETURN_IF_ERROR(check_kvcache_values(p));
+  } else if (p.validate && purpose == Purpose::run) {
+    HFA_RETURN_IF_ERROR(check_kvcache_values_on_device(p));
+  }
   *problem = p;
   return Status::ok();
 }

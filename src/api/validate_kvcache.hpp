@@ -29,6 +29,11 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
 // Reads cache_seqlens, block_table, cu_seqlens_q and cu_seqlens_k_new (host pointers).
 Status check_kvcache_values(const KVCacheProblem& problem);
 
+// The same checks of values that live on the problem's device: cache_seqlens, the block table's
+// rows and the varlen offsets read back to the host through its backend (queued on the call's
+// stream, then one synchronization), then check_kvcache_values on a host copy of the problem.
+Status check_kvcache_values_on_device(const KVCacheProblem& problem);
+
 // Whether HFA_VALIDATE_KVCACHE=1 asks for the value checks on every device; a value other than
 // 0 or 1 is an error naming the variable.
 Status kvcache_validation_from_env(bool* on);

@@ -89,8 +89,9 @@ struct KVCacheProblem {
   bool causal = false;
   int32_t num_splits = 0;  // 0: the backend chooses
   int32_t split_size = 0;  // > 0: keys per split, fixed boundaries (batch-invariant); excludes num_splits
-  // Validation mode (the option or HFA_VALIDATE_KVCACHE): a GPU backend checks block_table and
-  // cache_seqlens before launch when set. The CPU path has always checked them (in the API).
+  // Validation mode (the option or HFA_VALIDATE_KVCACHE): the API has read cache_seqlens,
+  // block_table and the varlen offsets back from the device and checked them, as it always does
+  // for CPU tensors. A backend never checks them.
   bool validate = false;
 
   // Append (k_new / v_new): new_tokens(b) tokens of sequence b written at cache_seqlens[b] + i

@@ -1,6 +1,6 @@
 // hfa_quantize_kv / hfa_dequantize_kv as a backend sees them: validated, every tensor seen as
 // rows (page, slot, head) of one cache side (src/api/quantize.cpp builds it); and
-// hfa_quantize_fp8's problem (src/api/quantize_fp8.cpp).
+// hfa_quantize_fp8's and hfa_hadamard_signs' problems (src/api/quantize_fp8.cpp).
 #pragma once
 
 #include <cstdint>
@@ -66,6 +66,15 @@ struct Fp8QuantizeProblem {
     const int64_t row = cu_seqlens ? cu_seqlens[b] + i : i;
     return b * s.batch + row * s.row + h * s.head;
   }
+};
+
+// hfa_hadamard_signs: count fp32 signs (±1) of the rotation seeded by seed (quant/hadamard.hpp).
+struct HadamardSignsProblem {
+  uint64_t seed = 0;
+  float* signs = nullptr;
+  int64_t count = 0;
+  Device device;
+  void* stream = nullptr;
 };
 
 }  // namespace hfa::detail

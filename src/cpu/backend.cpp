@@ -1,9 +1,13 @@
-// The "cpu" entry of the dispatch table: the tiled kernels over host memory.
+// The "cpu" entry of the dispatch table: the tiled kernels over host memory, and every other
+// operation (cpu/operations.hpp).
 #include "common/backend.hpp"
 
+#include <cstddef>
+#include <cstring>
 #include <string>
 
 #include "cpu/kvcache.hpp"
+#include "cpu/operations.hpp"
 #include "cpu/sequence.hpp"
 #include "cpu/tiled_attention.hpp"
 
@@ -46,20 +50,7 @@ Status backward(const BackwardProblem& p) {
   return cpu::tiled_backward(p);
 }
 
-// The CPU kernels keep their scratch per thread: no caller workspace.
-Status forward_workspace_size(const ForwardProblem&, std::size_t* bytes) {
-  *bytes = 0;
-  return Status::ok();
-}
-
-Status backward_workspace_size(const BackwardProblem&, std::size_t* bytes) {
-  *bytes = 0;
-  return Status::ok();
-}
-
-}  // namespace
-
-Status cpu_forward_kvcache(const KVCacheProblem& p) {
+Status forward_kvcache(const KVCacheProblem& p) {
   if (!is_supported(p.dtype)) {
     return {Code::not_supported, std::string("cpu backend: q of dtype ") + dtype_name(p.dtype) +
                                      " is not supported (f32, f16, bf16)"};
@@ -67,9 +58,40 @@ Status cpu_forward_kvcache(const KVCacheProblem& p) {
   return cpu::kvcache_forward(p);
 }
 
+// The CPU kernels keep their scratch per thread: no caller workspace, whatever the call.
+template <typename Problem>
+Status no_workspace(const Problem&, std::size_t* bytes) {
+  *bytes = 0;
+  return Status::ok();
+}
+
+// The CPU's "device memory" is host memory: a copy, and nothing to wait for.
+Status read_to_host(std::span<const HostRead> reads, Device, void*) {
+  for (const HostRead& read : reads)
+    for (std::size_t row = 0; read.row_bytes > 0 && row < read.rows; ++row)
+      std::memcpy(static_cast<std::byte*>(read.host) + row * read.row_bytes,
+                  static_cast<const std::byte*>(read.device) + row * read.device_pitch,
+                  read.row_bytes);
+  return Status::ok();
+}
+
+}  // namespace
+
 const Backend& cpu_backend() {
-  static const Backend backend{"cpu", forward, forward_workspace_size, backward,
-                               backward_workspace_size};
+  static const Backend backend{
+      .name = "cpu",
+      .forward = forward,
+      .forward_workspace_size = no_workspace<ForwardProblem>,
+      .backward = backward,
+      .backward_workspace_size = no_workspace<BackwardProblem>,
+      .forward_kvcache = forward_kvcache,
+      .forward_kvcache_workspace_size = no_workspace<KVCacheProblem>,
+      .quantize_kv = cpu::quantize_kv,
+      .quantize_fp8 = cpu::quantize_fp8,
+      .hadamard_signs = cpu::hadamard_signs,
+      .merge_partials = cpu::merge_partials,
+      .read_to_host = read_to_host,
+  };
   return backend;
 }
 

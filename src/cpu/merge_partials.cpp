@@ -7,12 +7,16 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "common/backend.hpp"
 #include "cpu/kvcache_rows.hpp"
+#include "cpu/operations.hpp"
 #include "cpu/thread_pool.hpp"
 
-namespace hfa::detail {
+namespace hfa::cpu {
 namespace {
+
+using detail::MergePartialsProblem;
+using detail::MergeRow;
+using detail::RowAt;
 
 // Output values a pool item merges: enough to outweigh handing the item out.
 constexpr int64_t kValuesPerItem = int64_t{1} << 14;
@@ -26,13 +30,13 @@ auto element_at(Void* base, DType dtype, int64_t offset) {
 
 }  // namespace
 
-Status cpu_merge_partials(const MergePartialsProblem& p) {
+Status merge_partials(const MergePartialsProblem& p) {
   const int64_t d = p.hdim;
   const int64_t rows_per_item = std::max<int64_t>(1, kValuesPerItem / std::max<int64_t>(1, d));
   const int64_t items = (p.rows() + rows_per_item - 1) / rows_per_item;
-  const std::size_t row_floats = cpu::scratch_floats(static_cast<std::size_t>(d));
-  cpu::ThreadPool::shared().parallel_for(items, [&](int64_t item, int) {
-    float* sum = cpu::thread_scratch(2 * row_floats);
+  const std::size_t row_floats = scratch_floats(static_cast<std::size_t>(d));
+  ThreadPool::shared().parallel_for(items, [&](int64_t item, int) {
+    float* sum = thread_scratch(2 * row_floats);
     float* values = sum + row_floats;
     const int64_t end = std::min(p.rows(), (item + 1) * rows_per_item);
     for (int64_t r = item * rows_per_item; r < end; ++r) {
@@ -45,14 +49,14 @@ Status cpu_merge_partials(const MergePartialsProblem& p) {
         if ((row.live >> k & 1u) == 0) continue;
         const MergePartialsProblem::Partial& part = p.partials[k];
         const int64_t offset = offset_of(part.out_stride, at.b, at.i, at.h);
-        cpu::load_plain_row(part.dtype, element_at(part.out, part.dtype, offset), d, values);
+        load_plain_row(part.dtype, element_at(part.out, part.dtype, offset), d, values);
         for (int64_t c = 0; c < d; ++c) sum[c] += row.weight[k] * values[c];
       }
       const int64_t offset = offset_of(p.out_stride, at.b, at.i, at.h);
-      cpu::store_plain_row(p.out_dtype, sum, d, element_at(p.out, p.out_dtype, offset));
+      store_plain_row(p.out_dtype, sum, d, element_at(p.out, p.out_dtype, offset));
     }
   });
   return Status::ok();
 }
 
-}  // namespace hfa::detail
+}  // namespace hfa::cpu

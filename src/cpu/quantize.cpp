@@ -3,12 +3,12 @@
 #include <cstddef>
 #include <vector>
 
-#include "common/backend.hpp"
 #include "cpu/kvcache_rows.hpp"
+#include "cpu/operations.hpp"
 
-namespace hfa::detail {
+namespace hfa::cpu {
 
-Status cpu_quantize_kv(const QuantizeProblem& p) {
+Status quantize_kv(const detail::QuantizeProblem& p) {
   const int64_t value_bytes = p.values_dtype == DType::f32 ? 4 : 2;
   std::vector<float> row(static_cast<std::size_t>(p.side.hdim));
   for (int64_t page = 0; page < p.pages; ++page)
@@ -17,14 +17,14 @@ Status cpu_quantize_kv(const QuantizeProblem& p) {
         std::byte* values =
             static_cast<std::byte*>(p.values) + p.values_stride.offset(page, slot, head) * value_bytes;
         if (p.dequantize) {
-          cpu::decode_row(p.format, DType::e4m3, p.side, page, slot, head, row.data());
-          cpu::store_plain_row(p.values_dtype, row.data(), p.side.hdim, values);
+          decode_row(p.format, DType::e4m3, p.side, page, slot, head, row.data());
+          store_plain_row(p.values_dtype, row.data(), p.side.hdim, values);
         } else {
-          cpu::load_plain_row(p.values_dtype, values, p.side.hdim, row.data());
-          cpu::encode_row(p.format, DType::e4m3, p.side, page, slot, head, row.data());
+          load_plain_row(p.values_dtype, values, p.side.hdim, row.data());
+          encode_row(p.format, DType::e4m3, p.side, page, slot, head, row.data());
         }
       }
   return Status::ok();
 }
 
-}  // namespace hfa::detail
+}  // namespace hfa::cpu

@@ -6,13 +6,15 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/backend.hpp"
 #include "cpu/kvcache_rows.hpp"
+#include "cpu/operations.hpp"
 #include "quant/fp8_input.hpp"
 #include "quant/hadamard.hpp"
 
-namespace hfa::detail {
+namespace hfa::cpu {
 namespace {
+
+using detail::Fp8QuantizeProblem;
 
 // visit(b, i, h, y) for every row (b, i, h) of x, y its hdim values as fp32, rotated when the
 // problem has signs.
@@ -27,8 +29,8 @@ void for_each_row(const Fp8QuantizeProblem& p, Visit&& visit) {
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t i = 0; i < p.rows_of(b); ++i)
       for (int64_t h = 0; h < p.heads; ++h) {
-        cpu::load_plain_row(p.x_dtype, x + p.offset(p.x_stride, b, i, h) * value_bytes, p.hdim,
-                            y.data());
+        load_plain_row(p.x_dtype, x + p.offset(p.x_stride, b, i, h) * value_bytes, p.hdim,
+                       y.data());
         if (p.signs != nullptr) quant::hadamard_rotate(y.data(), p.hdim, p.signs);
         visit(b, i, h, y.data());
       }
@@ -36,7 +38,7 @@ void for_each_row(const Fp8QuantizeProblem& p, Visit&& visit) {
 
 }  // namespace
 
-Status cpu_quantize_fp8(const Fp8QuantizeProblem& p) {
+Status quantize_fp8(const Fp8QuantizeProblem& p) {
   std::vector<uint32_t> largest(static_cast<std::size_t>(p.scale_count()), 0);  // abs bits
   for_each_row(p, [&](int64_t b, int64_t i, int64_t h, const float* y) {
     uint32_t& group = largest[static_cast<std::size_t>(p.group(b, i, h))];
@@ -52,4 +54,10 @@ Status cpu_quantize_fp8(const Fp8QuantizeProblem& p) {
   return Status::ok();
 }
 
-}  // namespace hfa::detail
+// Sign by sign, with the function the GPU's signs kernel runs: the same signs on either device.
+Status hadamard_signs(const detail::HadamardSignsProblem& p) {
+  for (int64_t i = 0; i < p.count; ++i) p.signs[i] = quant::hadamard_sign(p.seed, i);
+  return Status::ok();
+}
+
+}  // namespace hfa::cpu

@@ -1,10 +1,12 @@
-// The Hopper backend's entry in the dispatch table: which problems the sm90 kernels take, and
-// the launch of the one that fits.
+// The Hopper backend's entry in the dispatch table: which problems the sm90 attention kernels
+// take and the launch of the one that fits, the reads back to the host, and the other operations
+// (operations.hpp).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "common/backend.hpp"
@@ -13,6 +15,7 @@
 #include "sm90/device.hpp"
 #include "sm90/fwd/launch.hpp"
 #include "sm90/kernel_list.hpp"
+#include "sm90/operations.hpp"
 
 namespace hfa::sm90 {
 namespace {
@@ -135,8 +138,45 @@ Status backward_workspace_size(const BackwardProblem& p, std::size_t* bytes) {
   });
 }
 
-const detail::Backend kBackend{"sm90", forward, forward_workspace_size, backward,
-                               backward_workspace_size};
+// Every read queued on the call's stream, then one synchronization: the one a validation-mode
+// call makes.
+Status read_to_host(std::span<const detail::HostRead> reads, Device device, void* stream) {
+  const DeviceGuard guard(device.index);
+  const auto queue = static_cast<cudaStream_t>(stream);
+  auto failed = [](const std::string& what, cudaError_t error) {
+    (void)cudaGetLastError();  // reported here: the caller's next CUDA call must not see it
+    return Status{Code::cuda, "sm90: " + what + ": " + cudaGetErrorString(error)};
+  };
+  for (const detail::HostRead& read : reads) {
+    if (read.row_bytes == 0 || read.rows == 0) continue;
+    const cudaError_t error =
+        read.rows == 1 ? cudaMemcpyAsync(read.host, read.device, read.row_bytes,
+                                         cudaMemcpyDeviceToHost, queue)
+                       : cudaMemcpy2DAsync(read.host, read.row_bytes, read.device,
+                                           read.device_pitch, read.row_bytes, read.rows,
+                                           cudaMemcpyDeviceToHost, queue);
+    if (error != cudaSuccess)
+      return failed(std::string("reading ") + read.name + " to the host", error);
+  }
+  if (const cudaError_t error = cudaStreamSynchronize(queue); error != cudaSuccess)
+    return failed("waiting for the reads to the host", error);
+  return Status::ok();
+}
+
+const detail::Backend kBackend{
+    .name = "sm90",
+    .forward = forward,
+    .forward_workspace_size = forward_workspace_size,
+    .backward = backward,
+    .backward_workspace_size = backward_workspace_size,
+    .forward_kvcache = forward_kvcache,
+    .forward_kvcache_workspace_size = forward_kvcache_workspace_size,
+    .quantize_kv = quantize_kv,
+    .quantize_fp8 = quantize_fp8,
+    .hadamard_signs = hadamard_signs,
+    .merge_partials = merge_partials,
+    .read_to_host = read_to_host,
+};
 
 }  // namespace
 }  // namespace hfa::sm90

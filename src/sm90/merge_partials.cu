@@ -37,11 +37,11 @@
 #include <bit>
 #include <cstdint>
 
-#include "common/backend.hpp"
 #include "common/errors.hpp"
 #include "common/merge_partials.hpp"
 #include "sm90/common/launch.hpp"
 #include "sm90/device.hpp"
+#include "sm90/operations.hpp"
 #include "sm90/ptx/fragment.cuh"
 
 namespace hfa::sm90::merge {
@@ -352,14 +352,14 @@ Status launch(const MergePartialsProblem& p, int sm_count) {
 }  // namespace
 }  // namespace hfa::sm90::merge
 
-namespace hfa::detail {
+namespace hfa::sm90 {
 
-Status sm90_merge_partials(const MergePartialsProblem& p) {
-  sm90::DeviceGuard guard(p.device.index);
-  const sm90::DeviceFacts& facts = sm90::device_facts(p.device.index);
+Status merge_partials(const detail::MergePartialsProblem& p) {
+  DeviceGuard guard(p.device.index);
+  const DeviceFacts& facts = device_facts(p.device.index);
   if (!facts.status) return facts.status;
-  return sm90::merge::vector_path(p) ? sm90::merge::launch<sm90::merge::kVector>(p, facts.sm_count)
-                                     : sm90::merge::launch<1>(p, facts.sm_count);
+  return merge::vector_path(p) ? merge::launch<merge::kVector>(p, facts.sm_count)
+                               : merge::launch<1>(p, facts.sm_count);
 }
 
-}  // namespace hfa::detail
+}  // namespace hfa::sm90

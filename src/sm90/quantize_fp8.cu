@@ -48,13 +48,13 @@
 #include <string>
 #include <utility>
 
-#include "common/backend.hpp"
 #include "common/errors.hpp"
 #include "quant/fp8_input.hpp"
 #include "quant/hadamard.hpp"
 #include "sm90/common/launch.hpp"
 #include "sm90/decode/head_dim.hpp"
 #include "sm90/device.hpp"
+#include "sm90/operations.hpp"
 #include "sm90/ptx/cp_async.cuh"
 #include "sm90/ptx/grid_dependency.cuh"
 #include "sm90/ptx/mbarrier.cuh"
@@ -861,16 +861,16 @@ Status quantize(const Fp8QuantizeProblem& p, int sm_count, cudaStream_t stream) 
 }  // namespace
 }  // namespace hfa::sm90::fp8
 
-namespace hfa::detail {
+namespace hfa::sm90 {
 
-Status sm90_quantize_fp8(const Fp8QuantizeProblem& p) {
-  using namespace sm90::fp8;
-  sm90::DeviceGuard guard(p.device.index);
+Status quantize_fp8(const detail::Fp8QuantizeProblem& p) {
+  using namespace fp8;
+  DeviceGuard guard(p.device.index);
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  const sm90::DeviceFacts& facts = sm90::device_facts(p.device.index);
+  const DeviceFacts& facts = device_facts(p.device.index);
   if (!facts.status) return facts.status;
   if (p.total == 0) return fill_scale(p, quant::bits_of(1.0f), stream);  // no rows: scales 1
-  return sm90::decode::with_head_dim(p.hdim, [&](auto head_dim) {
+  return decode::with_head_dim(p.hdim, [&](auto head_dim) {
     constexpr int D = decltype(head_dim)::value;
     switch (p.x_dtype) {
       case DType::f32:
@@ -885,13 +885,12 @@ Status sm90_quantize_fp8(const Fp8QuantizeProblem& p) {
   });
 }
 
-Status sm90_hadamard_signs(uint64_t seed, float* signs, int64_t count, Device device,
-                           void* stream) {
-  using namespace sm90::fp8;
-  sm90::DeviceGuard guard(device.index);
-  signs_kernel<<<blocks_for(count), kSmallThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      seed, signs, count);
+Status hadamard_signs(const detail::HadamardSignsProblem& p) {
+  using namespace fp8;
+  DeviceGuard guard(p.device.index);
+  signs_kernel<<<blocks_for(p.count), kSmallThreads, 0, static_cast<cudaStream_t>(p.stream)>>>(
+      p.seed, p.signs, p.count);
   return launched("signs kernel");
 }
 
-}  // namespace hfa::detail
+}  // namespace hfa::sm90

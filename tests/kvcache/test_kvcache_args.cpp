@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <functional>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "api/fixture.hpp"
@@ -450,8 +452,8 @@ TEST(KVCacheArgs, VarlenNewTokens) {
   }
 }
 
-// The mode a GPU backend will check values in: the option, or HFA_VALIDATE_KVCACHE=1. (CPU
-// tensors are checked either way: see CacheSeqlens and BlockTable.)
+// The mode in which the API checks the values of CUDA tensors too: the option, or
+// HFA_VALIDATE_KVCACHE=1. (CPU tensors are checked either way: see CacheSeqlens and BlockTable.)
 TEST(KVCacheArgs, ValidationModeFromOptionOrEnvironment) {
   KVCase c;
   reset(c);
@@ -477,6 +479,49 @@ TEST(KVCacheArgs, ValidationModeFromOptionOrEnvironment) {
                          "environment variable set to \"yes\"; accepted: 0 (off), 1 (on)"));
   unsetenv("HFA_VALIDATE_KVCACHE");
   EXPECT_TRUE(c.run().is_ok());
+}
+
+// Validation mode on a GPU reads the values back through the backend's read_to_host and checks
+// the copies (check_kvcache_values_on_device). On the CPU backend, whose read is a copy, it must
+// answer as the check in place does: ok, or the same first bad value, named by `argument` (the
+// block table's rows are padded, so the read's pitch counts).
+::testing::AssertionResult ReadBackAgrees(KVCase& c, const std::function<void()>& bend,
+                                          const std::string& argument = "") {
+  detail::KVCacheProblem p;
+  // Built before the value is bent: a CPU call checks values in place while building.
+  const Status built = detail::build_kvcache_problem(
+      {&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor, &c.lse.tensor, &c.options},
+      detail::Purpose::run, &p);
+  if (!built) return ::testing::AssertionFailure() << "not built: " << built.message();
+  bend();
+  const Status in_place = detail::check_kvcache_values(p);
+  const Status read_back = detail::check_kvcache_values_on_device(p);
+  if (in_place.code() != read_back.code() || in_place.message() != read_back.message())
+    return ::testing::AssertionFailure() << "in place: \"" << in_place.message()
+                                         << "\", read back: \"" << read_back.message() << "\"";
+  if (argument.empty()) {
+    if (!in_place) return ::testing::AssertionFailure() << "rejected: " << in_place.message();
+    return ::testing::AssertionSuccess();
+  }
+  return Rejected(read_back, Code::invalid_argument, argument);
+}
+
+TEST(KVCacheArgs, ValuesReadBackAsCheckedInPlace) {
+  KVCase c;
+  reset(c);
+  EXPECT_TRUE(ReadBackAgrees(c, [] {}));
+  reset(c);
+  EXPECT_TRUE(ReadBackAgrees(c, [&] { *c.table.at<int32_t>({2, 1}) = 99; }, "block_table"));
+  reset(c);  // past the sequence's last page: not read, not checked
+  EXPECT_TRUE(ReadBackAgrees(c, [&] { *c.table.at<int32_t>({1, 0}) = -7; }));
+  reset(c);
+  EXPECT_TRUE(ReadBackAgrees(c, [&] { *c.seqlens.at<int32_t>({2}) = 65; }, "cache_seqlens"));
+  reset_varlen(c);
+  EXPECT_TRUE(ReadBackAgrees(c, [&] { *c.cu_q.at<int32_t>({2}) = 1; }, "cu_seqlens_q"));
+  VarlenAppend t(true);
+  EXPECT_TRUE(ReadBackAgrees(t.c, [] {}));
+  EXPECT_TRUE(
+      ReadBackAgrees(t.c, [&] { *t.rows.cu_new.at<int32_t>({2}) = 1; }, "cu_seqlens_k_new"));
 }
 
 // CUDA tensors (here over host memory) are checked without a dereference: without a GPU the

@@ -133,7 +133,7 @@ Bytes run(const Case& c, const HostTensor& x, Device device) {
     p.signs = c.rotate ? dsigns.get<float>() : nullptr;
     p.device = Device::cuda();
     p.max_ctas = c.max_ctas;
-    s = detail::sm90_quantize_fp8(p);
+    s = detail::sm90_backend()->quantize_fp8(p);
   } else {
     s = quantize_fp8(xt, ct, st, o);
   }

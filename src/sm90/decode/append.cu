@@ -61,7 +61,7 @@ Status append_new_tokens(const KVCacheProblem& p, KVCacheProblem* attention) {
   *attention = p;
   if (p.k_new == nullptr) return Status::ok();
   const std::size_t rotated_bytes = rotated_q_bytes(p);
-  // The API checked the workspace against workspace_bytes(), whose front this is.
+  // The API checked the workspace against the plan's workspace_bytes, whose front this is.
   auto* rotated_q = rotated_bytes > 0 ? static_cast<uint16_t*>(p.workspace) : nullptr;
   const AppendWork work = work_of(p, rotated_q);
   if (work.tasks > 0) {

@@ -4,5 +4,5 @@
 #include "sm90/decode/launch.cuh"
 
 namespace hfa::sm90::decode {
-template Status run<__half>(const detail::KVCacheProblem&, const DeviceInfo&);
+template Status run<__half>(const detail::KVCacheProblem&, const Plan&);
 }  // namespace hfa::sm90::decode

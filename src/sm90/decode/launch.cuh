@@ -15,8 +15,6 @@
 
 namespace hfa::sm90::decode {
 
-inline constexpr const char* kFamily = "sm90 KV-cache forward";
-
 inline CacheView cache_view(const detail::CacheSide& side, const detail::KVCacheProblem& p) {
   const int64_t bytes = p.format == detail::CacheFormat::plain ? 2 : 1;
   CacheView view;
@@ -112,7 +110,7 @@ Status launch_for_head_dim(const detail::KVCacheProblem& p, const Params& params
 }
 
 template <typename Element>
-Status run(const detail::KVCacheProblem& p, const DeviceInfo& device) {
+Status run(const detail::KVCacheProblem& p, const Plan& plan) {
   Params params;
   params.cu_seqlens_q = p.cu_seqlens_q;
   params.q = p.q;
@@ -145,7 +143,7 @@ Status run(const detail::KVCacheProblem& p, const DeviceInfo& device) {
   params.group = p.heads_q / p.heads_kv;
   params.rows = params.group * params.seqlen_q;
   params.row_tiles = (params.rows + kQueryRowsPerTile - 1) / kQueryRowsPerTile;
-  params.num_splits = choose_splits(p, device);
+  params.num_splits = plan.splits;
   params.split_size = p.split_size;
   params.softmax_scale = p.softmax_scale;
   params.softcap = p.softcap;
@@ -153,7 +151,7 @@ Status run(const detail::KVCacheProblem& p, const DeviceInfo& device) {
   params.window_right = p.window_right;
   params.rows_total = int64_t(p.heads_q) * p.total_query_rows();
   if (params.num_splits > 1) {
-    // The API checked the workspace against workspace_bytes().
+    // The API checked the workspace against the plan's workspace_bytes.
     params.partial_out = static_cast<float*>(p.workspace);
     params.partial_lse = params.partial_out + params.rows_total * params.num_splits * p.hdim_v;
   }

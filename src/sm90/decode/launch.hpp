@@ -1,34 +1,34 @@
-// Host side of the decode path: which KV-cache problems the kernels take, the split count, the
-// workspace they need, and the launch. One entry per q dtype, each in its own .cu file.
+// Host side of the decode path: a call's plan (whether the kernels take it, its split count, the
+// workspace it needs) and the launch. One launch per q dtype, each in its own .cu file.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "common/kvcache_problem.hpp"
 
 namespace hfa::sm90::decode {
 
-struct DeviceInfo {
-  int sm_count = 0;
+inline constexpr const char* kFamily = "sm90 KV-cache forward";
+
+// What one call runs, decided from the problem's shapes and the device, never from values on the
+// device (so that a call stays free of host syncs): made once by each entry (entry.cpp) and
+// carried to the launch.
+struct Plan {
+  int splits = 1;                   // per (sequence, kv-head, row tile)
+  std::size_t workspace_bytes = 0;  // of the caller's workspace (plan.cpp says what it holds)
 };
 
-// ok, or not_supported naming what this GPU path lacks.
-Status check_support(const detail::KVCacheProblem& problem);
+// The plan, or why there is none: not_supported naming what this GPU path lacks, no usable Hopper
+// GPU at the problem's device, or an sm_margin that leaves it no SM.
+Status make_plan(const detail::KVCacheProblem& problem, Plan* plan);
 
 // The most query rows one sequence has, which sizes the grid's row tiles: seqlen_q, or for
 // varlen queries max_seqlen_q (at most total_q: a loose bound costs no more than every row).
 int32_t longest_query_rows(const detail::KVCacheProblem& problem);
 
-// Splits per (sequence, kv-head, row tile): the chunks of split_size keys the cache's capacity
-// holds, the caller's count, or from the SM count and the capacity (the lengths live on the
-// device and are not read).
-int choose_splits(const detail::KVCacheProblem& problem, const DeviceInfo& device);
-
-// Bytes of the caller's workspace a call needs: the rotated queries of an append with rotary
-// (append.hpp), then the split partials; 0 for one split without them.
-std::size_t workspace_bytes(const detail::KVCacheProblem& problem, const DeviceInfo& device);
-
+// Launches the attention (and the combine of its splits) on the problem's stream.
 template <typename Element>
-Status run(const detail::KVCacheProblem& problem, const DeviceInfo& device);
+Status run(const detail::KVCacheProblem& problem, const Plan& plan);
 
 }  // namespace hfa::sm90::decode

@@ -1,5 +1,6 @@
-// What the decode kernels take, how many splits, how much workspace: host-only decisions made
-// from the problem's shapes (never from device values, so a call stays free of host syncs).
+// A call's plan: whether the decode kernels take it, how many splits, how much workspace. Host-only
+// decisions made from the problem's shapes and the device (never from values on the device, so a
+// call stays free of host syncs).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -7,10 +8,12 @@
 #include <string>
 
 #include "common/environment.hpp"
+#include "common/errors.hpp"
 #include "sm90/decode/append.hpp"
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/launch.hpp"
 #include "sm90/decode/stream_shape.hpp"
+#include "sm90/device.hpp"
 
 namespace hfa::sm90::decode {
 namespace {
@@ -98,6 +101,9 @@ int32_t longest_query_rows(const KVCacheProblem& p) {
   return p.is_varlen() ? int32_t(std::min<int64_t>(p.seqlen_q, p.total_q)) : p.seqlen_q;
 }
 
+namespace {
+
+// ok, or not_supported naming what this GPU path lacks.
 Status check_support(const KVCacheProblem& p) {
   if (p.dtype != DType::bf16 && p.dtype != DType::f16)
     return unsupported(std::string("q dtype ") + dtype_name(p.dtype) + " (bf16 and fp16 are)");
@@ -113,7 +119,10 @@ Status check_support(const KVCacheProblem& p) {
   return check_side("v_cache", "v_scale", p.v, p);
 }
 
-int choose_splits(const KVCacheProblem& p, const DeviceInfo& device) {
+// Splits per (sequence, kv-head, row tile): the chunks of split_size keys the cache's capacity
+// holds, the caller's count, or from the SMs the call may use and the capacity (the lengths live
+// on the device and are not read).
+int choose_splits(const KVCacheProblem& p, int sm_count) {
   const int64_t capacity = int64_t(p.max_pages) * p.page_size;
   // Enough CTAs for the longest sequence the cache holds; the API keeps them at most 256.
   if (p.split_size > 0) return int(std::max<int64_t>(1, (capacity + p.split_size - 1) / p.split_size));
@@ -125,7 +134,7 @@ int choose_splits(const KVCacheProblem& p, const DeviceInfo& device) {
   const int64_t ctas = int64_t(p.batch) * p.heads_kv *
                        (streamed ? (rows + stream::kRowsPerTile - 1) / stream::kRowsPerTile : row_tiles(p));
   const int64_t tiles = (capacity + kKeysPerStage - 1) / kKeysPerStage;
-  const int64_t slots = int64_t(std::max(device.sm_count, 1)) *
+  const int64_t slots = int64_t(std::max(sm_count, 1)) *
                         (streamed ? stream::planned_blocks_per_sm(storage_of(p.format)) : min_blocks_per_sm(p.hdim_qk));
   const int most = int(std::clamp<int64_t>(tiles / kMinTilesPerSplit, 1, kMaxAutoSplits));
   auto efficiency = [&](int splits) {
@@ -139,13 +148,29 @@ int choose_splits(const KVCacheProblem& p, const DeviceInfo& device) {
   return 1;
 }
 
-std::size_t workspace_bytes(const KVCacheProblem& p, const DeviceInfo& device) {
-  const std::size_t rotated_q = rotated_q_bytes(p);  // the workspace's front (append.hpp)
-  const int splits = choose_splits(p, device);
+// Bytes of the caller's workspace a call needs: the rotated queries of an append with rotary
+// (append.hpp), then the split partials; 0 for one split without them.
+std::size_t workspace_bytes(const KVCacheProblem& p, int splits) {
+  const std::size_t rotated_q = rotated_q_bytes(p);  // the workspace's front
   if (splits <= 1) return rotated_q;
   const std::size_t rows = std::size_t(p.heads_q) * std::size_t(p.total_query_rows());
   // partial_out (splits, rows, hdim) then partial_lse (rows, splits), all fp32.
   return rotated_q + rows * std::size_t(splits) * (std::size_t(p.hdim_v) + 1) * sizeof(float);
+}
+
+}  // namespace
+
+Status make_plan(const KVCacheProblem& p, Plan* plan) {
+  HFA_RETURN_IF_ERROR(check_support(p));
+  // The splits are planned for the SMs left once sm_margin are kept free: the grid is not
+  // persistent, so the margin shrinks the automatic split count rather than the grid.
+  const DeviceFacts& facts = device_facts(p.device.index);
+  if (!facts.status) return facts.status;
+  int sms = 0;
+  HFA_RETURN_IF_ERROR(usable_sms(facts, p.sm_margin, p.device.index, kFamily, &sms));
+  plan->splits = choose_splits(p, sms);
+  plan->workspace_bytes = workspace_bytes(p, plan->splits);
+  return Status::ok();
 }
 
 }  // namespace hfa::sm90::decode

@@ -8,12 +8,12 @@
 #include <string>
 #include <type_traits>
 
-#include "common/backend.hpp"
 #include "common/errors.hpp"
 #include "common/kv_rows.hpp"
 #include "sm90/decode/append_kernel.cuh"
 #include "sm90/decode/head_dim.hpp"
 #include "sm90/device.hpp"
+#include "sm90/operations.hpp"
 
 namespace hfa::sm90::decode {
 namespace {
@@ -61,15 +61,15 @@ __global__ void __launch_bounds__(kAppendThreads)
 }  // namespace
 }  // namespace hfa::sm90::decode
 
-namespace hfa::detail {
+namespace hfa::sm90 {
 
-Status sm90_quantize_kv(const QuantizeProblem& p) {
-  using namespace sm90::decode;
+Status quantize_kv(const detail::QuantizeProblem& p) {
+  using namespace decode;
   const int64_t blocks = (p.rows() + kAppendWarps - 1) / kAppendWarps;
   if (blocks > kMaxGridX)
-    return not_supported("x: ", p.rows(), " rows above the GPU quantization's ",
-                         kMaxGridX * kAppendWarps, " (one warp each)");
-  sm90::DeviceGuard guard(p.device.index);
+    return detail::not_supported("x: ", p.rows(), " rows above the GPU quantization's ",
+                                 kMaxGridX * kAppendWarps, " (one warp each)");
+  DeviceGuard guard(p.device.index);
   const Status launched = with_head_dim(p.side.hdim, [&](auto head_dim) {
     quantize_kernel<decltype(head_dim)::value>
         <<<unsigned(blocks), kAppendThreads, 0, static_cast<cudaStream_t>(p.stream)>>>(p);
@@ -81,4 +81,4 @@ Status sm90_quantize_kv(const QuantizeProblem& p) {
   return Status::ok();
 }
 
-}  // namespace hfa::detail
+}  // namespace hfa::sm90
