@@ -592,7 +592,15 @@ Status check_cu_seqlens_values(const char* name, const int32_t* offsets, int64_t
   return Status::ok();
 }
 
+namespace {
+thread_local uint64_t validations = 0;
+}  // namespace
+
+void count_validation() { ++validations; }
+uint64_t validations_on_this_thread() { return validations; }
+
 Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardProblem* problem) {
+  count_validation();
   if (args.options == nullptr) return invalid("options", "is null");
   const Options& options = *args.options;
   if (purpose == Purpose::run && args.out == nullptr) return invalid("out", "is null");
@@ -612,6 +620,7 @@ Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardPr
 
 Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
                               BackwardProblem* problem) {
+  count_validation();
   if (args.options == nullptr) return invalid("options", "is null");
   const Options& options = *args.options;
   const bool run = purpose == Purpose::run;
@@ -685,12 +694,12 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
   return run ? check_backward_memory(args) : Status::ok();
 }
 
-Status check_workspace(std::size_t needed, const Options& options) {
+Status check_workspace(std::size_t needed, const void* workspace, std::size_t workspace_bytes) {
   if (needed == 0) return Status::ok();
-  if (options.workspace_bytes < needed)
-    return invalid("workspace", "this call needs ", needed, " bytes, got ",
-                   options.workspace_bytes, " (size it with the *_workspace_size query)");
-  if (options.workspace == nullptr)
+  if (workspace_bytes < needed)
+    return invalid("workspace", "this call needs ", needed, " bytes, got ", workspace_bytes,
+                   " (hfa_prepare_* and the *_workspace_size queries say how many)");
+  if (workspace == nullptr)
     return invalid("workspace", "is null, but this call needs ", needed, " bytes");
   return Status::ok();
 }
