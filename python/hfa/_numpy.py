@@ -132,13 +132,10 @@ def _options(softmax_scale, causal, window_size, softcap, deterministic, cu_q, c
     return opts, keep
 
 
-def _workspace(nbytes: int, opts):
-    if nbytes:
-        ws = np.empty(nbytes, dtype=np.uint8)
-        opts.workspace = ws.ctypes.data
-        opts.workspace_bytes = nbytes
-        return ws
-    return None
+def workspace(nbytes: int):
+    """(array, address) of nbytes of host memory: a prepared call's workspace (hfa._lib.run)."""
+    scratch = np.empty(nbytes, dtype=np.uint8)
+    return scratch, scratch.ctypes.data
 
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -167,9 +164,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), 
     opts, keep = _options(softmax_scale, causal, window_size, softcap, False, cu_seqlens_q,
                           cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink, seqused_q,
                           seqused_k, sm_margin=sm_margin, accumulate=accumulate)
-    ws = _workspace(_lib.forward_workspace_size(qt, kt, vt, opts), opts)
-    _lib.forward(qt, kt, vt, ot, lt, opts)
-    del keep, ws
+    _lib.run(_lib.prepare_forward(qt, kt, vt, ot, lt, opts), workspace)
+    del keep
     return out, lse
 
 
@@ -202,7 +198,6 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     opts, keep = _options(softmax_scale, causal, window_size, softcap, deterministic,
                           cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
                           seqused_q, seqused_k, dsink, sm_margin, softmax_d=d_t)
-    ws = _workspace(_lib.backward_workspace_size(qt, kt, vt, opts), opts)
-    _lib.backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, opts)
-    del keep, ws, softmax_d
+    _lib.run(_lib.prepare_backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, opts), workspace)
+    del keep, softmax_d
     return (dq, dk, dv) if dsink is None else (dq, dk, dv, dsink)
