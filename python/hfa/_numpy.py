@@ -115,15 +115,15 @@ def _options(softmax_scale, causal, window_size, softcap, deterministic, cu_q, c
             label = "learnable_sink" if name == "sinks" else name
             a, vectors[name] = _vector_view(a, label, dtype)
             keep += [a, vectors[name]]
-    cu_q_t = cu_k_t = None
-    if (cu_q is None) != (cu_k is None):
-        raise ValueError("cu_seqlens_q, cu_seqlens_k: give both or neither")
+    cu_q_t = cu_k_t = None  # one without the other: the library names the missing one
     if cu_q is not None:
         cu_q, cu_q_t = _cu_view(cu_q, "cu_seqlens_q")
-        cu_k, cu_k_t = _cu_view(cu_k, "cu_seqlens_k")
         max_seqlen_q = _max_len(cu_q, max_seqlen_q)
+        keep += [cu_q, cu_q_t]
+    if cu_k is not None:
+        cu_k, cu_k_t = _cu_view(cu_k, "cu_seqlens_k")
         max_seqlen_k = _max_len(cu_k, max_seqlen_k)
-        keep += [cu_q, cu_k, cu_q_t, cu_k_t]
+        keep += [cu_k, cu_k_t]
     opts = _lib.make_options(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                              softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_q_t,
                              cu_seqlens_k=cu_k_t, max_seqlen_q=max_seqlen_q or 0,

@@ -76,17 +76,13 @@ class CallArguments:
                  sinks=None, seqused_q=None, seqused_k=None, dsinks=None, q_descale=None,
                  k_descale=None, v_descale=None, descale_block_q=0, descale_block_kv=0,
                  sm_margin=0, accumulate=False, softmax_d=None):
-        if (cu_seqlens_q is None) != (cu_seqlens_k is None):
-            raise ValueError("cu_seqlens_q, cu_seqlens_k: give both or neither")
         self.keep = []
-        cu_q_t = cu_k_t = None
-        if cu_seqlens_q is not None:
-            cu_q, cu_q_t = view(cu_seqlens_q, "cu_seqlens_q")
-            cu_k, cu_k_t = view(cu_seqlens_k, "cu_seqlens_k")
-            self.keep += [cu_q, cu_k, cu_q_t, cu_k_t]
         vectors = {}
-        # The options' field, and the caller's name of what is given there.
-        for field, name, t in (("sinks", "learnable_sink", sinks),
+        # The options' field, and the caller's name of what is given there. cu_seqlens_q without
+        # cu_seqlens_k, or the other way round, is the library's to name.
+        for field, name, t in (("cu_seqlens_q", "cu_seqlens_q", cu_seqlens_q),
+                               ("cu_seqlens_k", "cu_seqlens_k", cu_seqlens_k),
+                               ("sinks", "learnable_sink", sinks),
                                ("seqused_q", "seqused_q", seqused_q),
                                ("seqused_k", "seqused_k", seqused_k),
                                ("dsinks", "dsinks", dsinks)):
@@ -106,10 +102,10 @@ class CallArguments:
             stream = torch.cuda.current_stream(ref.device).cuda_stream
         self.options = _lib.make_options(
             softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
-            softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_q_t,
-            cu_seqlens_k=cu_k_t, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-            stream=stream, descale_block_q=descale_block_q, descale_block_kv=descale_block_kv,
-            sm_margin=sm_margin, accumulate=accumulate, **vectors)
+            softcap=softcap, deterministic=deterministic, max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k, stream=stream, descale_block_q=descale_block_q,
+            descale_block_kv=descale_block_kv, sm_margin=sm_margin, accumulate=accumulate,
+            **vectors)
 
 
 def forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,

@@ -63,6 +63,16 @@ def test_kvcache_validates_once():
     assert count == 1
 
 
+# The varlen pairing is checked once, in the library: its message reaches the caller.
+def test_a_lone_cu_seqlens_is_named_by_the_library():
+    q, k, v = arrays(np.random.default_rng(4), (9, 4, 64), (12, 2, 64), (12, 2, 64))
+    cu = np.array([0, 4, 9], np.int32)
+    with pytest.raises(hfa.HfaInvalidArgument,
+                       match=r"^cu_seqlens_k: is null but cu_seqlens_q is given \(varlen needs "
+                             r"both\)$"):
+        hfa.flash_attn_varlen_func(q, k, v, cu, None, 5, 7)
+
+
 def test_torch_ctypes_calls_validate_once():
     torch = pytest.importorskip("torch", minversion="2.4",
                                 reason="torch is not installed: its ctypes calls are untested here")
@@ -76,3 +86,7 @@ def test_torch_ctypes_calls_validate_once():
     count, _ = validations_of(lambda: hfa.flash_attn_backward(out, q, k, v, out, lse,
                                                               softmax_d=d))
     assert count == 1
+    cu = torch.tensor([0, 6], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^cu_seqlens_q: is null but cu_seqlens_k is given"):
+        hfa.flash_attn_accumulate(q[0], k[0], v[0], out[0], lse[0], cu_seqlens_k=cu,
+                                  max_seqlen_q=6, max_seqlen_k=6)

@@ -234,12 +234,6 @@ Status check_out_dtype(const Tensor& out, const Tensor& q, bool out_is_output) {
   return Status::ok();
 }
 
-Status check_head_dim(const Operand& op) {
-  if (is_supported_head_dim(op.extent[kDim])) return Status::ok();
-  return invalid(op.name, "headdim ", op.extent[kDim], " is not supported (supported: ",
-                 supported_head_dim_list(), ")");
-}
-
 // q, k, v (and out when given) agree: batch, lengths, heads, head dims. Checks dtype and
 // device agreement too, and that the device can be used at all.
 Status check_core(const Tensor* q, const Tensor* k, const Tensor* v, const Tensor* out,
@@ -261,7 +255,7 @@ Status check_core(const Tensor* q, const Tensor* k, const Tensor* v, const Tenso
   const Operand& Q = core->q;
   const Operand& K = core->k;
   const Operand& V = core->v;
-  HFA_RETURN_IF_ERROR(check_head_dim(Q));
+  HFA_RETURN_IF_ERROR(check_supported_head_dim(Q.name, Q.extent[kDim]));
   if (!varlen) HFA_RETURN_IF_ERROR(expect_axis(K, kBatch, Q, kBatch));
   HFA_RETURN_IF_ERROR(expect_axis(K, kDim, Q, kDim));
   if (Q.extent[kHeads] % K.extent[kHeads] != 0)
@@ -270,7 +264,7 @@ Status check_core(const Tensor* q, const Tensor* k, const Tensor* v, const Tenso
   if (!varlen) HFA_RETURN_IF_ERROR(expect_axis(V, kBatch, K, kBatch));
   HFA_RETURN_IF_ERROR(expect_axis(V, kRows, K, kRows));
   HFA_RETURN_IF_ERROR(expect_axis(V, kHeads, K, kHeads));
-  HFA_RETURN_IF_ERROR(check_head_dim(V));
+  HFA_RETURN_IF_ERROR(check_supported_head_dim(V.name, V.extent[kDim]));
   if (core->has_out) {
     const Operand& O = core->out;
     if (!varlen) HFA_RETURN_IF_ERROR(expect_axis(O, kBatch, Q, kBatch));
