@@ -95,9 +95,10 @@ typedef struct hfa_tensor {
 
 /* The calls that read an option (hfa_option_info.calls); the others ignore it. */
 typedef HFA_ENUM(hfa_option_calls) {
-  HFA_CALL_FORWARD = 1,  /* hfa_forward, hfa_forward_workspace_size */
-  HFA_CALL_BACKWARD = 2, /* hfa_backward, hfa_backward_workspace_size */
-  HFA_CALL_KVCACHE = 4   /* hfa_forward_kvcache, hfa_forward_kvcache_workspace_size */
+  HFA_CALL_FORWARD = 1,  /* hfa_forward, hfa_forward_workspace_size, hfa_prepare_forward */
+  HFA_CALL_BACKWARD = 2, /* hfa_backward, hfa_backward_workspace_size, hfa_prepare_backward */
+  HFA_CALL_KVCACHE = 4   /* hfa_forward_kvcache, hfa_forward_kvcache_workspace_size,
+                            hfa_prepare_forward_kvcache */
 } hfa_option_calls;
 
 #define HFA_MAX_KVCACHE_SPLITS 256 /* the most split-KV chunks of one sequence */
@@ -192,6 +193,49 @@ HFA_API hfa_status hfa_forward_kvcache_workspace_size(const hfa_tensor* q,
                                                       const hfa_tensor* v_cache,
                                                       const hfa_kvcache_options* options,
                                                       size_t* bytes);
+
+/* A prepared call: hfa_forward, hfa_backward or hfa_forward_kvcache validated once into a plan
+ * (the problem as the backends take it, and the workspace it needs), then run by hfa_run, which
+ * validates nothing again. The three calls are a prepare and a run; a caller that allocates the
+ * workspace per call prepares, allocates *workspace_bytes, runs: one validation, where the
+ * *_workspace_size query and the call make two.
+ *
+ * hfa_prepare_* take the arguments of the call they name and check them as it does, all but the
+ * workspace: options->workspace and workspace_bytes are not read. They write the call into *call,
+ * storage the caller owns (no allocation), and the bytes of workspace it needs into
+ * *workspace_bytes (0: none; workspace_bytes may be NULL). On failure *call holds no call and
+ * *workspace_bytes is left as it was.
+ *
+ * A prepared call holds what the tensors and options say (addresses, shapes, strides, values),
+ * not the structs: those may go once it is prepared, and a copy of the call runs as well. The
+ * memory they view must stay valid until it has run, and what was read of it while preparing
+ * (cu_seqlens, seqused, cache_seqlens and block_table of CPU tensors) unchanged: hfa_run checks
+ * none of it again. hfa_run leaves the call as it was; it may run again. */
+#define HFA_CALL_BYTES 2048
+
+typedef struct hfa_call {
+  uint64_t opaque[HFA_CALL_BYTES / 8];
+} hfa_call;
+
+HFA_API hfa_status hfa_prepare_forward(const hfa_tensor* q, const hfa_tensor* k,
+                                       const hfa_tensor* v, const hfa_tensor* out,
+                                       const hfa_tensor* lse, const hfa_options* options,
+                                       hfa_call* call, size_t* workspace_bytes);
+HFA_API hfa_status hfa_prepare_backward(const hfa_tensor* dout, const hfa_tensor* q,
+                                        const hfa_tensor* k, const hfa_tensor* v,
+                                        const hfa_tensor* out, const hfa_tensor* lse,
+                                        const hfa_tensor* dq, const hfa_tensor* dk,
+                                        const hfa_tensor* dv, const hfa_options* options,
+                                        hfa_call* call, size_t* workspace_bytes);
+HFA_API hfa_status hfa_prepare_forward_kvcache(const hfa_tensor* q, const hfa_tensor* k_cache,
+                                               const hfa_tensor* v_cache, const hfa_tensor* out,
+                                               const hfa_tensor* lse,
+                                               const hfa_kvcache_options* options,
+                                               hfa_call* call, size_t* workspace_bytes);
+/* Runs a prepared call with workspace_bytes of workspace at workspace (NULL and 0 when it needs
+ * none), on the stream its options named. Fails before running when *call holds no call, or when
+ * the workspace is smaller than what hfa_prepare_* said. */
+HFA_API hfa_status hfa_run(const hfa_call* call, void* workspace, size_t workspace_bytes);
 
 /* The options structs described, field by field (hfa/options.def): what a binding builds its
  * mirror of the structs and its keyword arguments from, and checks its layout against. */

@@ -117,6 +117,26 @@ HFA_API Status forward_kvcache_workspace_size(const Tensor& q, const Tensor& k_c
                                               const Tensor& v_cache, const KVCacheOptions& options,
                                               std::size_t* bytes);
 
+// A prepared call (see hfa_call): prepare_* validate and plan once, run() runs with no second
+// validation. The tensors and options may be temporaries; the memory they view may not (hfa.h).
+using Call = hfa_call;
+
+// See hfa_prepare_forward, hfa_prepare_backward, hfa_prepare_forward_kvcache. workspace_bytes
+// may be null.
+HFA_API Status prepare_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& out, const Tensor* lse, const Options& options,
+                               Call* call, std::size_t* workspace_bytes);
+HFA_API Status prepare_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                const Tensor& v, const Tensor& out, const Tensor& lse,
+                                const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                const Options& options, Call* call, std::size_t* workspace_bytes);
+HFA_API Status prepare_forward_kvcache(const Tensor& q, const Tensor& k_cache,
+                                       const Tensor& v_cache, const Tensor& out, const Tensor* lse,
+                                       const KVCacheOptions& options, Call* call,
+                                       std::size_t* workspace_bytes);
+// See hfa_run.
+HFA_API Status run(const Call& call, void* workspace = nullptr, std::size_t workspace_bytes = 0);
+
 // See hfa_quantize_kv for the formats and the shapes.
 enum class KVFormat : int32_t {
   fp8_per_head = HFA_KV_FP8_PER_HEAD,

@@ -209,13 +209,7 @@ def run(q, k_cache, v_cache, *, kind_of, view, alloc_out, alloc_lse, full_seqlen
         max_seqlen_q=0 if max_seqlen_q is None else max_seqlen_q,
         cu_seqlens_k_new=tensor(cu_seqlens_k_new, "cu_seqlens_k_new"),
         sm_margin=sm_margin)
-    workspace_bytes = _lib.forward_kvcache_workspace_size(qt, kt, vt, options)
-    if workspace_bytes:
-        kept, address = alloc_workspace(workspace_bytes)
-        keep.append(kept)
-        options.workspace = address
-        options.workspace_bytes = workspace_bytes
-    _lib.forward_kvcache(qt, kt, vt, ot, lt, options)
+    _lib.run(_lib.prepare_forward_kvcache(qt, kt, vt, ot, lt, options), alloc_workspace)
     return out, lse
 
 
@@ -240,13 +234,8 @@ def numpy_forward(q, k_cache, v_cache, out=None, **kw):
                alloc_out=lambda shape: np.empty(shape, dtype=q.dtype),
                alloc_lse=lambda shape: np.empty(shape, dtype=np.float32),
                full_seqlens=lambda b, n: np.full((b,), n, dtype=np.int32),
-               alloc_workspace=lambda n: _numpy_workspace(np, n),
+               alloc_workspace=_numpy.workspace,
                longest_sequence=lambda cu: int(np.diff(cu).max()), stream=None, **kw))
-
-
-def _numpy_workspace(np, n):
-    scratch = np.empty((n,), dtype=np.uint8)
-    return scratch, scratch.ctypes.data
 
 
 # --- torch -------------------------------------------------------------------------------------
@@ -287,7 +276,7 @@ def torch_forward(q, k_cache, v_cache, out=None, **kw):
                alloc_out=lambda shape: torch.empty(shape, dtype=q.dtype, device=q.device),
                alloc_lse=lambda shape: torch.empty(shape, dtype=torch.float32, device=q.device),
                full_seqlens=full_seqlens,
-               alloc_workspace=lambda n: _torch_workspace(torch, n, q.device),
+               alloc_workspace=lambda n: _torch_calls.workspace(n, q.device),
                longest_sequence=longest_sequence, stream=stream, **kw)
     return into(out, *result)
 
@@ -320,8 +309,3 @@ def _native_forward(_torch, q, k_cache, v_cache, out, kind_of, full_seqlens, lon
         rotary_interleaved, cu_seqlens_q, 0 if max_seqlen_q is None else max_seqlen_q,
         cu_seqlens_k_new, softmax_scale, causal, window_size, softcap, num_splits, split_size,
         sm_margin)
-
-
-def _torch_workspace(torch, n, device):
-    scratch = torch.empty((n,), dtype=torch.uint8, device=device)
-    return scratch, scratch.data_ptr()

@@ -2,7 +2,8 @@
 
 This module knows nothing of numpy or torch: it loads libhfa.so, mirrors the C structs, and
 turns a failed status into a Python exception that carries hfa_last_error(). The numpy and torch
-front ends build `Tensor` views over their own memory and call `forward` / `backward` here.
+front ends build `Tensor` views over their own memory, prepare a call here (`prepare_forward`,
+...: the arguments validated once, the workspace sized), allocate its workspace and `run` it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ DTYPE_NAMES = {F32: "float32", F16: "float16", BF16: "bfloat16", E4M3: "float8_e
 
 CPU, CUDA = 0, 1
 MAX_RANK = 4
+CALL_BYTES = 2048  # HFA_CALL_BYTES
 MAX_MERGE_PARTIALS = 16  # HFA_MAX_MERGE_PARTIALS
 
 # hfa_kv_format: the cache formats of hfa_quantize_kv / hfa_dequantize_kv.
@@ -77,6 +79,11 @@ class QuantizeFp8Options(ctypes.Structure):
         ("signs", ctypes.POINTER(Tensor)),
         ("stream", ctypes.c_void_p),
     ]
+
+
+class Call(ctypes.Structure):
+    """hfa_call: a call prepared once (prepare_forward, ...), run by run(); opaque."""
+    _fields_ = [("opaque", ctypes.c_uint64 * (CALL_BYTES // 8))]
 
 
 def make_tensor(data: int, dtype: int, shape: Sequence[int], stride: Sequence[int],
@@ -190,18 +197,16 @@ _lib_lock = threading.Lock()
 def _declare(lib: ctypes.CDLL) -> None:
     T = ctypes.POINTER(Tensor)
     O = ctypes.POINTER(Options)
+    C = ctypes.POINTER(Call)
     size_p = ctypes.POINTER(ctypes.c_size_t)
     sigs = {
         "hfa_default_options": (Options, []),
-        "hfa_forward": (ctypes.c_int, [T, T, T, T, T, O]),
-        "hfa_forward_workspace_size": (ctypes.c_int, [T, T, T, O, size_p]),
-        "hfa_backward": (ctypes.c_int, [T, T, T, T, T, T, T, T, T, O]),
-        "hfa_backward_workspace_size": (ctypes.c_int, [T, T, T, O, size_p]),
         "hfa_default_kvcache_options": (KVCacheOptions, []),
-        "hfa_forward_kvcache": (ctypes.c_int, [T, T, T, T, T, ctypes.POINTER(KVCacheOptions)]),
-        "hfa_forward_kvcache_workspace_size": (ctypes.c_int, [T, T, T,
-                                                              ctypes.POINTER(KVCacheOptions),
-                                                              size_p]),
+        "hfa_prepare_forward": (ctypes.c_int, [T, T, T, T, T, O, C, size_p]),
+        "hfa_prepare_backward": (ctypes.c_int, [T, T, T, T, T, T, T, T, T, O, C, size_p]),
+        "hfa_prepare_forward_kvcache": (ctypes.c_int, [T, T, T, T, T,
+                                                       ctypes.POINTER(KVCacheOptions), C, size_p]),
+        "hfa_run": (ctypes.c_int, [C, ctypes.c_void_p, ctypes.c_size_t]),
         "hfa_quantize_kv": (ctypes.c_int, [T, T, T, ctypes.POINTER(QuantizeOptions)]),
         "hfa_dequantize_kv": (ctypes.c_int, [T, T, T, ctypes.POINTER(QuantizeOptions)]),
         "hfa_quantize_fp8": (ctypes.c_int, [T, T, T, ctypes.POINTER(QuantizeFp8Options)]),
@@ -344,49 +349,44 @@ def _ref(t: Optional[Tensor]):
     return ctypes.byref(t) if t is not None else None
 
 
-def forward_workspace_size(q: Tensor, k: Tensor, v: Tensor, options: Options) -> int:
-    n = ctypes.c_size_t(0)
-    check(library().hfa_forward_workspace_size(_ref(q), _ref(k), _ref(v), ctypes.byref(options),
-                                               ctypes.byref(n)))
-    return n.value
+def _prepare(prepare, *arguments):
+    """(call, workspace bytes it needs) from hfa_prepare_*(arguments, call, bytes): the arguments
+    checked, once. What the tensors and options view must outlive the call's run (hfa.h)."""
+    call, workspace_bytes = Call(), ctypes.c_size_t(0)
+    check(prepare(*arguments, ctypes.byref(call), ctypes.byref(workspace_bytes)))
+    return call, workspace_bytes.value
 
 
-def backward_workspace_size(q: Tensor, k: Tensor, v: Tensor, options: Options) -> int:
-    n = ctypes.c_size_t(0)
-    check(library().hfa_backward_workspace_size(_ref(q), _ref(k), _ref(v), ctypes.byref(options),
-                                                ctypes.byref(n)))
-    return n.value
+def prepare_forward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
+                    options: Options):
+    return _prepare(library().hfa_prepare_forward, _ref(q), _ref(k), _ref(v), _ref(out),
+                    _ref(lse), ctypes.byref(options))
 
 
-def forward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
-            options: Options) -> None:
-    check(library().hfa_forward(_ref(q), _ref(k), _ref(v), _ref(out), _ref(lse),
-                                ctypes.byref(options)))
+def prepare_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                     dq: Tensor, dk: Tensor, dv: Tensor, options: Options):
+    return _prepare(library().hfa_prepare_backward, _ref(dout), _ref(q), _ref(k), _ref(v),
+                    _ref(out), _ref(lse), _ref(dq), _ref(dk), _ref(dv), ctypes.byref(options))
 
 
-def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-             dq: Tensor, dk: Tensor, dv: Tensor, options: Options) -> None:
-    check(library().hfa_backward(_ref(dout), _ref(q), _ref(k), _ref(v), _ref(out), _ref(lse),
-                                 _ref(dq), _ref(dk), _ref(dv), ctypes.byref(options)))
+def prepare_forward_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, out: Tensor,
+                            lse: Optional[Tensor], options: KVCacheOptions):
+    return _prepare(library().hfa_prepare_forward_kvcache, _ref(q), _ref(k_cache),
+                    _ref(v_cache), _ref(out), _ref(lse), ctypes.byref(options))
+
+
+def run(prepared, allocate) -> None:
+    """hfa_run of a prepared (call, workspace bytes), with the workspace it needs from
+    allocate(bytes) -> (kept, address), kept alive until the call returns (never asked for 0
+    bytes: a CPU call needs none)."""
+    call, workspace_bytes = prepared
+    kept, address = allocate(workspace_bytes) if workspace_bytes else (None, None)
+    check(library().hfa_run(ctypes.byref(call), address, workspace_bytes))
 
 
 def make_kvcache_options(**values) -> KVCacheOptions:
     """hfa_default_kvcache_options() with `values` applied (_options)."""
     return _options(KVCacheOptions, library().hfa_default_kvcache_options, values)
-
-
-def forward_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, out: Tensor,
-                    lse: Optional[Tensor], options: KVCacheOptions) -> None:
-    check(library().hfa_forward_kvcache(_ref(q), _ref(k_cache), _ref(v_cache), _ref(out),
-                                        _ref(lse), ctypes.byref(options)))
-
-
-def forward_kvcache_workspace_size(q: Tensor, k_cache: Tensor, v_cache: Tensor,
-                                   options: KVCacheOptions) -> int:
-    n = ctypes.c_size_t(0)
-    check(library().hfa_forward_kvcache_workspace_size(_ref(q), _ref(k_cache), _ref(v_cache),
-                                                       ctypes.byref(options), ctypes.byref(n)))
-    return n.value
 
 
 def make_quantize_options(format: int, global_scale: Optional[Tensor] = None,

@@ -115,15 +115,15 @@ def _options(softmax_scale, causal, window_size, softcap, deterministic, cu_q, c
             label = "learnable_sink" if name == "sinks" else name
             a, vectors[name] = _vector_view(a, label, dtype)
             keep += [a, vectors[name]]
-    cu_q_t = cu_k_t = None
-    if (cu_q is None) != (cu_k is None):
-        raise ValueError("cu_seqlens_q, cu_seqlens_k: give both or neither")
+    cu_q_t = cu_k_t = None  # one without the other: the library names the missing one
     if cu_q is not None:
         cu_q, cu_q_t = _cu_view(cu_q, "cu_seqlens_q")
-        cu_k, cu_k_t = _cu_view(cu_k, "cu_seqlens_k")
         max_seqlen_q = _max_len(cu_q, max_seqlen_q)
+        keep += [cu_q, cu_q_t]
+    if cu_k is not None:
+        cu_k, cu_k_t = _cu_view(cu_k, "cu_seqlens_k")
         max_seqlen_k = _max_len(cu_k, max_seqlen_k)
-        keep += [cu_q, cu_k, cu_q_t, cu_k_t]
+        keep += [cu_k, cu_k_t]
     opts = _lib.make_options(softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                              softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_q_t,
                              cu_seqlens_k=cu_k_t, max_seqlen_q=max_seqlen_q or 0,
@@ -132,13 +132,10 @@ def _options(softmax_scale, causal, window_size, softcap, deterministic, cu_q, c
     return opts, keep
 
 
-def _workspace(nbytes: int, opts):
-    if nbytes:
-        ws = np.empty(nbytes, dtype=np.uint8)
-        opts.workspace = ws.ctypes.data
-        opts.workspace_bytes = nbytes
-        return ws
-    return None
+def workspace(nbytes: int):
+    """(array, address) of nbytes of host memory: a prepared call's workspace (hfa._lib.run)."""
+    scratch = np.empty(nbytes, dtype=np.uint8)
+    return scratch, scratch.ctypes.data
 
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -167,9 +164,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), 
     opts, keep = _options(softmax_scale, causal, window_size, softcap, False, cu_seqlens_q,
                           cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink, seqused_q,
                           seqused_k, sm_margin=sm_margin, accumulate=accumulate)
-    ws = _workspace(_lib.forward_workspace_size(qt, kt, vt, opts), opts)
-    _lib.forward(qt, kt, vt, ot, lt, opts)
-    del keep, ws
+    _lib.run(_lib.prepare_forward(qt, kt, vt, ot, lt, opts), workspace)
+    del keep
     return out, lse
 
 
@@ -202,7 +198,6 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     opts, keep = _options(softmax_scale, causal, window_size, softcap, deterministic,
                           cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
                           seqused_q, seqused_k, dsink, sm_margin, softmax_d=d_t)
-    ws = _workspace(_lib.backward_workspace_size(qt, kt, vt, opts), opts)
-    _lib.backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, opts)
-    del keep, ws, softmax_d
+    _lib.run(_lib.prepare_backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, opts), workspace)
+    del keep, softmax_d
     return (dq, dk, dv) if dsink is None else (dq, dk, dv, dsink)

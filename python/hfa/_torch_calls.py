@@ -61,25 +61,28 @@ def on_device(t: Tensor):
         yield
 
 
-class Call:
-    """Options for one library call plus everything they point at, kept alive together."""
+def workspace(nbytes: int, device):
+    """(tensor, address) of nbytes on device: a prepared call's workspace (hfa._lib.run). Freed
+    after the launch, torch's allocator reuses it in stream order."""
+    scratch = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return scratch, scratch.data_ptr()
+
+
+class CallArguments:
+    """The options of one library call plus everything they point at, kept alive together."""
 
     def __init__(self, ref: Tensor, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  softmax_scale, causal, window_left, window_right, softcap, deterministic,
                  sinks=None, seqused_q=None, seqused_k=None, dsinks=None, q_descale=None,
                  k_descale=None, v_descale=None, descale_block_q=0, descale_block_kv=0,
                  sm_margin=0, accumulate=False, softmax_d=None):
-        if (cu_seqlens_q is None) != (cu_seqlens_k is None):
-            raise ValueError("cu_seqlens_q, cu_seqlens_k: give both or neither")
         self.keep = []
-        cu_q_t = cu_k_t = None
-        if cu_seqlens_q is not None:
-            cu_q, cu_q_t = view(cu_seqlens_q, "cu_seqlens_q")
-            cu_k, cu_k_t = view(cu_seqlens_k, "cu_seqlens_k")
-            self.keep += [cu_q, cu_k, cu_q_t, cu_k_t]
         vectors = {}
-        # The options' field, and the caller's name of what is given there.
-        for field, name, t in (("sinks", "learnable_sink", sinks),
+        # The options' field, and the caller's name of what is given there. cu_seqlens_q without
+        # cu_seqlens_k, or the other way round, is the library's to name.
+        for field, name, t in (("cu_seqlens_q", "cu_seqlens_q", cu_seqlens_q),
+                               ("cu_seqlens_k", "cu_seqlens_k", cu_seqlens_k),
+                               ("sinks", "learnable_sink", sinks),
                                ("seqused_q", "seqused_q", seqused_q),
                                ("seqused_k", "seqused_k", seqused_k),
                                ("dsinks", "dsinks", dsinks)):
@@ -99,18 +102,10 @@ class Call:
             stream = torch.cuda.current_stream(ref.device).cuda_stream
         self.options = _lib.make_options(
             softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
-            softcap=softcap, deterministic=deterministic, cu_seqlens_q=cu_q_t,
-            cu_seqlens_k=cu_k_t, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-            stream=stream, descale_block_q=descale_block_q, descale_block_kv=descale_block_kv,
-            sm_margin=sm_margin, accumulate=accumulate, **vectors)
-        self.device = ref.device
-
-    def workspace(self, nbytes: int) -> None:
-        if nbytes:
-            ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-            self.keep.append(ws)
-            self.options.workspace = ws.data_ptr()
-            self.options.workspace_bytes = nbytes
+            softcap=softcap, deterministic=deterministic, max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k, stream=stream, descale_block_q=descale_block_q,
+            descale_block_kv=descale_block_kv, sm_margin=sm_margin, accumulate=accumulate,
+            **vectors)
 
 
 def forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -123,13 +118,13 @@ def forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     k, kt = view(k, "k")
     v, vt = view(v, "v")
     ot, lt = view_as_is(out, "out"), view_as_is(lse, "lse")
-    call = Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                 causal, window_left, window_right, softcap, False, sinks, seqused_q, seqused_k,
-                 None, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv,
-                 sm_margin, accumulate)
+    args = CallArguments(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                         softmax_scale, causal, window_left, window_right, softcap, False, sinks,
+                         seqused_q, seqused_k, None, q_descale, k_descale, v_descale,
+                         descale_block_q, descale_block_kv, sm_margin, accumulate)
     with on_device(q):
-        call.workspace(_lib.forward_workspace_size(qt, kt, vt, call.options))
-        _lib.forward(qt, kt, vt, ot, lt, call.options)
+        _lib.run(_lib.prepare_forward(qt, kt, vt, ot, lt, args.options),
+                 lambda nbytes: workspace(nbytes, q.device))
 
 
 def backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, cu_seqlens_q, cu_seqlens_k,
@@ -146,9 +141,10 @@ def backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, cu_seqlens_q, cu_
     out, ot = view(out, "out")
     lse, lt = view(lse, "lse")
     dqt, dkt, dvt = view_as_is(dq, "dq"), view_as_is(dk, "dk"), view_as_is(dv, "dv")
-    call = Call(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                window_left, window_right, softcap, deterministic, sinks, seqused_q, seqused_k,
-                dsinks if sinks is not None else None, sm_margin=sm_margin, softmax_d=softmax_d)
+    args = CallArguments(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                         softmax_scale, causal, window_left, window_right, softcap, deterministic,
+                         sinks, seqused_q, seqused_k, dsinks if sinks is not None else None,
+                         sm_margin=sm_margin, softmax_d=softmax_d)
     with on_device(q):
-        call.workspace(_lib.backward_workspace_size(qt, kt, vt, call.options))
-        _lib.backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, call.options)
+        _lib.run(_lib.prepare_backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, args.options),
+                 lambda nbytes: workspace(nbytes, q.device))

@@ -1,8 +1,12 @@
-// The C++ entry points: validate, check the workspace, dispatch.
+// The C++ entry points. Each call is prepared (validated into the problem the backends take, its
+// workspace sized) once, then run (the workspace checked, the backend called): forward, backward
+// and forward_kvcache do both; prepare_* and run() let a caller allocate the workspace between.
 #include <algorithm>
 #include <cstdint>
+#include <new>
 
 #include "api/dispatch.hpp"
+#include "api/prepared_call.hpp"
 #include "common/environment.hpp"
 #include "common/errors.hpp"
 #include "api/validate.hpp"
@@ -23,19 +27,101 @@ Status checked_call(const char* what, Fn&& fn) {
   });
 }
 
+// The problem, then the workspace its backend needs for it.
+Status plan(const ForwardArgs& args, ForwardProblem* problem, std::size_t* workspace_bytes) {
+  HFA_RETURN_IF_ERROR(build_forward_problem(args, Purpose::run, problem));
+  return dispatch_forward_workspace_size(*problem, workspace_bytes);
+}
+
+Status plan(const BackwardArgs& args, BackwardProblem* problem, std::size_t* workspace_bytes) {
+  HFA_RETURN_IF_ERROR(build_backward_problem(args, Purpose::run, problem));
+  return dispatch_backward_workspace_size(*problem, workspace_bytes);
+}
+
+Status plan(const KVCacheArgs& args, KVCacheProblem* problem, std::size_t* workspace_bytes) {
+  HFA_RETURN_IF_ERROR(build_kvcache_problem(args, Purpose::run, problem));
+  *workspace_bytes = 0;  // no query rows: no rotated queries and no partials to keep
+  if (problem->total_query_rows() == 0) return Status::ok();
+  return dispatch_forward_kvcache_workspace_size(*problem, workspace_bytes);
+}
+
+// `call` holds no call (a fresh PreparedCall) and gets one when the plan succeeds.
+template <typename Problem, typename Args>
+Status prepare_call(const Args& args, PreparedCall<Problem>* call) {
+  HFA_RETURN_IF_ERROR(plan(args, &call->problem, &call->workspace_bytes));
+  call->operation = kOperationOf<Problem>;
+  return Status::ok();
+}
+
+// A call prepared into the caller's storage. It holds no call from the start, so that a failure
+// anywhere, the environment's included, leaves none to run.
+template <typename Problem, typename Args>
+Status prepare_into(const char* what, const Args& args, Call* call,
+                    std::size_t* workspace_bytes) {
+  if (call != nullptr) clear(call);
+  return checked_call(what, [&]() -> Status {
+    if (call == nullptr) return invalid("call", "is null");
+    auto* prepared = new (call->opaque) PreparedCall<Problem>;
+    HFA_RETURN_IF_ERROR(prepare_call(args, prepared));
+    if (workspace_bytes != nullptr) *workspace_bytes = prepared->workspace_bytes;
+    return Status::ok();
+  });
+}
+
+// The runs put the caller's workspace into the problem, the one place it is known.
+Status run_call(PreparedCall<ForwardProblem>& call, void* workspace, std::size_t workspace_bytes) {
+  HFA_RETURN_IF_ERROR(check_workspace(call.workspace_bytes, workspace, workspace_bytes));
+  ForwardProblem& problem = call.problem;
+  if (forward_is_empty(problem)) return Status::ok();
+  problem.workspace = workspace;
+  problem.workspace_bytes = workspace_bytes;
+  return dispatch_forward(problem);
+}
+
+Status run_call(PreparedCall<BackwardProblem>& call, void* workspace,
+                std::size_t workspace_bytes) {
+  HFA_RETURN_IF_ERROR(check_workspace(call.workspace_bytes, workspace, workspace_bytes));
+  BackwardProblem& problem = call.problem;
+  if (backward_is_empty(problem)) return Status::ok();
+  problem.fwd.workspace = workspace;
+  problem.fwd.workspace_bytes = workspace_bytes;
+  return dispatch_backward(problem);
+}
+
+Status run_call(PreparedCall<KVCacheProblem>& call, void* workspace,
+                std::size_t workspace_bytes) {
+  HFA_RETURN_IF_ERROR(check_workspace(call.workspace_bytes, workspace, workspace_bytes));
+  KVCacheProblem& problem = call.problem;
+  // No query rows: nothing to compute, unless new tokens are to be appended.
+  if (problem.total_query_rows() == 0 && problem.k_new == nullptr) return Status::ok();
+  problem.workspace = workspace;
+  problem.workspace_bytes = workspace_bytes;
+  return dispatch_forward_kvcache(problem);
+}
+
+// Runs a copy of the call prepare_into placed (or the caller copied, byte for byte): the
+// caller's stays as it was, to run again.
+template <typename Problem>
+Status run_copy(const Call& call, void* workspace, std::size_t workspace_bytes) {
+  PreparedCall<Problem> copy =
+      *std::launder(reinterpret_cast<const PreparedCall<Problem>*>(call.opaque));
+  return run_call(copy, workspace, workspace_bytes);
+}
+
+// prepare, then run with the workspace of the options: the calls that validate and run at once.
+template <typename Problem, typename Args, typename CallOptions>
+Status prepare_and_run(const Args& args, const CallOptions& options) {
+  PreparedCall<Problem> call;
+  HFA_RETURN_IF_ERROR(prepare_call(args, &call));
+  return run_call(call, options.workspace, options.workspace_bytes);
+}
+
 }  // namespace
 
 Status forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                const Tensor* lse, const Options& options) {
-  return checked_call("forward", [&]() -> Status {
-    ForwardProblem problem;
-    HFA_RETURN_IF_ERROR(
-        build_forward_problem({&q, &k, &v, &out, lse, &options}, Purpose::run, &problem));
-    std::size_t needed = 0;
-    HFA_RETURN_IF_ERROR(dispatch_forward_workspace_size(problem, &needed));
-    HFA_RETURN_IF_ERROR(check_workspace(needed, options));
-    if (forward_is_empty(problem)) return Status::ok();
-    return dispatch_forward(problem);
+  return checked_call("forward", [&] {
+    return prepare_and_run<ForwardProblem>(ForwardArgs{&q, &k, &v, &out, lse, &options}, options);
   });
 }
 
@@ -53,15 +139,9 @@ Status forward_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v,
 Status backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                 const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                 const Tensor& dv, const Options& options) {
-  return checked_call("backward", [&]() -> Status {
-    BackwardProblem problem;
-    HFA_RETURN_IF_ERROR(build_backward_problem(
-        {&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv, &options}, Purpose::run, &problem));
-    std::size_t needed = 0;
-    HFA_RETURN_IF_ERROR(dispatch_backward_workspace_size(problem, &needed));
-    HFA_RETURN_IF_ERROR(check_workspace(needed, options));
-    if (backward_is_empty(problem)) return Status::ok();
-    return dispatch_backward(problem);
+  return checked_call("backward", [&] {
+    return prepare_and_run<BackwardProblem>(
+        BackwardArgs{&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv, &options}, options);
   });
 }
 
@@ -82,19 +162,9 @@ Status backward_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v
 
 Status forward_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& out, const Tensor* lse, const KVCacheOptions& options) {
-  return checked_call("forward_kvcache", [&]() -> Status {
-    KVCacheProblem problem;
-    HFA_RETURN_IF_ERROR(build_kvcache_problem({&q, &k_cache, &v_cache, &out, lse, &options},
-                                              Purpose::run, &problem));
-    // No query rows: nothing to compute, unless new tokens are to be appended.
-    if (problem.total_query_rows() == 0 && problem.k_new == nullptr) return Status::ok();
-    std::size_t needed = 0;
-    HFA_RETURN_IF_ERROR(dispatch_forward_kvcache_workspace_size(problem, &needed));
-    if (needed > 0 && (options.workspace == nullptr || options.workspace_bytes < needed))
-      return invalid("workspace", options.workspace == nullptr ? "is null" : "is too small",
-                     ": this call needs ", needed, " bytes, got ", options.workspace_bytes,
-                     " (size it with forward_kvcache_workspace_size)");
-    return dispatch_forward_kvcache(problem);
+  return checked_call("forward_kvcache", [&] {
+    return prepare_and_run<KVCacheProblem>(
+        KVCacheArgs{&q, &k_cache, &v_cache, &out, lse, &options}, options);
   });
 }
 
@@ -123,6 +193,46 @@ Status forward_kvcache_workspace_size(const Tensor& q, const Tensor& k_cache,
     *bytes = 0;
     if (problem.total_query_rows() == 0) return Status::ok();
     return dispatch_forward_kvcache_workspace_size(problem, bytes);
+  });
+}
+
+Status prepare_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor* lse, const Options& options, Call* call,
+                       std::size_t* workspace_bytes) {
+  return prepare_into<ForwardProblem>("prepare_forward",
+                                      ForwardArgs{&q, &k, &v, &out, lse, &options}, call,
+                                      workspace_bytes);
+}
+
+Status prepare_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv, const Options& options, Call* call,
+                        std::size_t* workspace_bytes) {
+  return prepare_into<BackwardProblem>(
+      "prepare_backward", BackwardArgs{&dout, &q, &k, &v, &out, &lse, &dq, &dk, &dv, &options},
+      call, workspace_bytes);
+}
+
+Status prepare_forward_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                               const Tensor& out, const Tensor* lse,
+                               const KVCacheOptions& options, Call* call,
+                               std::size_t* workspace_bytes) {
+  return prepare_into<KVCacheProblem>("prepare_forward_kvcache",
+                                      KVCacheArgs{&q, &k_cache, &v_cache, &out, lse, &options},
+                                      call, workspace_bytes);
+}
+
+Status run(const Call& call, void* workspace, std::size_t workspace_bytes) {
+  return guarded("run", [&]() -> Status {
+    switch (operation_of(call)) {
+      case Operation::forward: return run_copy<ForwardProblem>(call, workspace, workspace_bytes);
+      case Operation::backward: return run_copy<BackwardProblem>(call, workspace, workspace_bytes);
+      case Operation::forward_kvcache:
+        return run_copy<KVCacheProblem>(call, workspace, workspace_bytes);
+      case Operation::none:
+        break;
+    }
+    return invalid("call", "holds no prepared call (its prepare failed, or never ran on it)");
   });
 }
 

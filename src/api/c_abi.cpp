@@ -4,6 +4,8 @@
 
 #include "api/dispatch.hpp"
 #include "api/options.hpp"
+#include "api/prepared_call.hpp"
+#include "api/validate.hpp"
 #include "hfa/hfa.h"
 #include "hfa/hfa.hpp"
 
@@ -44,6 +46,12 @@ const char* first_null(std::initializer_list<std::pair<const char*, const hfa_te
   for (const auto& [name, tensor] : args)
     if (tensor == nullptr) return name;
   return nullptr;
+}
+
+// A prepare rejected here, before the C++ API's, leaves no call in *call either.
+hfa::Status no_call(hfa_call* call, hfa::Status status) {
+  if (call != nullptr) hfa::detail::clear(call);
+  return status;
 }
 
 }  // namespace
@@ -131,6 +139,60 @@ hfa_status hfa_forward_kvcache_workspace_size(const hfa_tensor* q, const hfa_ten
     return hfa::forward_kvcache_workspace_size(*q, *k_cache, *v_cache,
                                                hfa::detail::from_c(*options), bytes);
   }));
+}
+
+hfa_status hfa_prepare_forward(const hfa_tensor* q, const hfa_tensor* k, const hfa_tensor* v,
+                               const hfa_tensor* out, const hfa_tensor* lse,
+                               const hfa_options* options, hfa_call* call,
+                               size_t* workspace_bytes) {
+  return finish(hfa::detail::guarded("hfa_prepare_forward", [&]() -> hfa::Status {
+    if (const char* name = first_null({{"q", q}, {"k", k}, {"v", v}, {"out", out}}))
+      return no_call(call, null_argument(name));
+    return hfa::prepare_forward(*q, *k, *v, *out, lse, options_from(options), call,
+                                workspace_bytes);
+  }));
+}
+
+hfa_status hfa_prepare_backward(const hfa_tensor* dout, const hfa_tensor* q, const hfa_tensor* k,
+                                const hfa_tensor* v, const hfa_tensor* out, const hfa_tensor* lse,
+                                const hfa_tensor* dq, const hfa_tensor* dk, const hfa_tensor* dv,
+                                const hfa_options* options, hfa_call* call,
+                                size_t* workspace_bytes) {
+  return finish(hfa::detail::guarded("hfa_prepare_backward", [&]() -> hfa::Status {
+    if (const char* name = first_null({{"dout", dout}, {"q", q}, {"k", k}, {"v", v},
+                                       {"out", out}, {"lse", lse}, {"dq", dq}, {"dk", dk},
+                                       {"dv", dv}}))
+      return no_call(call, null_argument(name));
+    return hfa::prepare_backward(*dout, *q, *k, *v, *out, *lse, *dq, *dk, *dv,
+                                 options_from(options), call, workspace_bytes);
+  }));
+}
+
+hfa_status hfa_prepare_forward_kvcache(const hfa_tensor* q, const hfa_tensor* k_cache,
+                                       const hfa_tensor* v_cache, const hfa_tensor* out,
+                                       const hfa_tensor* lse, const hfa_kvcache_options* options,
+                                       hfa_call* call, size_t* workspace_bytes) {
+  return finish(hfa::detail::guarded("hfa_prepare_forward_kvcache", [&]() -> hfa::Status {
+    if (const char* name =
+            first_null({{"q", q}, {"k_cache", k_cache}, {"v_cache", v_cache}, {"out", out}}))
+      return no_call(call, null_argument(name));
+    if (options == nullptr) return no_call(call, null_argument("options"));
+    return hfa::prepare_forward_kvcache(*q, *k_cache, *v_cache, *out, lse,
+                                        hfa::detail::from_c(*options), call, workspace_bytes);
+  }));
+}
+
+hfa_status hfa_run(const hfa_call* call, void* workspace, size_t workspace_bytes) {
+  return finish(hfa::detail::guarded("hfa_run", [&]() -> hfa::Status {
+    if (call == nullptr) return null_argument("call");
+    return hfa::run(*call, workspace, workspace_bytes);
+  }));
+}
+
+// Not in hfa.h: the tests' count of validations on the calling thread (validate.hpp), for the
+// Python tests through ctypes.
+HFA_API uint64_t hfa_detail_validations(void) {
+  return hfa::detail::validations_on_this_thread();
 }
 
 hfa_status hfa_quantize_kv(const hfa_tensor* x, const hfa_tensor* codes, const hfa_tensor* scale,

@@ -234,12 +234,6 @@ Status check_out_dtype(const Tensor& out, const Tensor& q, bool out_is_output) {
   return Status::ok();
 }
 
-Status check_head_dim(const Operand& op) {
-  if (is_supported_head_dim(op.extent[kDim])) return Status::ok();
-  return invalid(op.name, "headdim ", op.extent[kDim], " is not supported (supported: ",
-                 supported_head_dim_list(), ")");
-}
-
 // q, k, v (and out when given) agree: batch, lengths, heads, head dims. Checks dtype and
 // device agreement too, and that the device can be used at all.
 Status check_core(const Tensor* q, const Tensor* k, const Tensor* v, const Tensor* out,
@@ -261,7 +255,7 @@ Status check_core(const Tensor* q, const Tensor* k, const Tensor* v, const Tenso
   const Operand& Q = core->q;
   const Operand& K = core->k;
   const Operand& V = core->v;
-  HFA_RETURN_IF_ERROR(check_head_dim(Q));
+  HFA_RETURN_IF_ERROR(check_supported_head_dim(Q.name, Q.extent[kDim]));
   if (!varlen) HFA_RETURN_IF_ERROR(expect_axis(K, kBatch, Q, kBatch));
   HFA_RETURN_IF_ERROR(expect_axis(K, kDim, Q, kDim));
   if (Q.extent[kHeads] % K.extent[kHeads] != 0)
@@ -270,7 +264,7 @@ Status check_core(const Tensor* q, const Tensor* k, const Tensor* v, const Tenso
   if (!varlen) HFA_RETURN_IF_ERROR(expect_axis(V, kBatch, K, kBatch));
   HFA_RETURN_IF_ERROR(expect_axis(V, kRows, K, kRows));
   HFA_RETURN_IF_ERROR(expect_axis(V, kHeads, K, kHeads));
-  HFA_RETURN_IF_ERROR(check_head_dim(V));
+  HFA_RETURN_IF_ERROR(check_supported_head_dim(V.name, V.extent[kDim]));
   if (core->has_out) {
     const Operand& O = core->out;
     if (!varlen) HFA_RETURN_IF_ERROR(expect_axis(O, kBatch, Q, kBatch));
@@ -592,7 +586,15 @@ Status check_cu_seqlens_values(const char* name, const int32_t* offsets, int64_t
   return Status::ok();
 }
 
+namespace {
+thread_local uint64_t validations = 0;
+}  // namespace
+
+void count_validation() { ++validations; }
+uint64_t validations_on_this_thread() { return validations; }
+
 Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardProblem* problem) {
+  count_validation();
   if (args.options == nullptr) return invalid("options", "is null");
   const Options& options = *args.options;
   if (purpose == Purpose::run && args.out == nullptr) return invalid("out", "is null");
@@ -612,6 +614,7 @@ Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardPr
 
 Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
                               BackwardProblem* problem) {
+  count_validation();
   if (args.options == nullptr) return invalid("options", "is null");
   const Options& options = *args.options;
   const bool run = purpose == Purpose::run;
@@ -685,12 +688,12 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
   return run ? check_backward_memory(args) : Status::ok();
 }
 
-Status check_workspace(std::size_t needed, const Options& options) {
+Status check_workspace(std::size_t needed, const void* workspace, std::size_t workspace_bytes) {
   if (needed == 0) return Status::ok();
-  if (options.workspace_bytes < needed)
-    return invalid("workspace", "this call needs ", needed, " bytes, got ",
-                   options.workspace_bytes, " (size it with the *_workspace_size query)");
-  if (options.workspace == nullptr)
+  if (workspace_bytes < needed)
+    return invalid("workspace", "this call needs ", needed, " bytes, got ", workspace_bytes,
+                   " (hfa_prepare_* and the *_workspace_size queries say how many)");
+  if (workspace == nullptr)
     return invalid("workspace", "is null, but this call needs ", needed, " bytes");
   return Status::ok();
 }

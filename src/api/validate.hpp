@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "common/problem.hpp"
@@ -38,6 +39,11 @@ Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardPr
 Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
                               BackwardProblem* problem);
 
+// Every build_*_problem counts itself on its thread, whatever its outcome: the validations a call
+// makes, which the tests count (one per call). A thread_local increment.
+void count_validation();
+uint64_t validations_on_this_thread();
+
 // FP8 descales (validate_descales.cpp): checks them against a problem built from the other
 // arguments and fills its q_descale, k_descale and v_descale.
 Status attach_descales(const Options& options, const Tensor& q, ForwardProblem* problem);
@@ -66,8 +72,8 @@ Status check_cu_seqlens_values(const char* name, const int32_t* offsets, int64_t
                                int64_t total, const char* total_owner, const char* max_name,
                                int32_t max_len);
 
-// The caller's workspace (options.workspace, workspace_bytes) must hold `needed` bytes.
-Status check_workspace(std::size_t needed, const Options& options);
+// The caller's workspace (workspace_bytes at workspace) must hold `needed` bytes.
+Status check_workspace(std::size_t needed, const void* workspace, std::size_t workspace_bytes);
 
 // True when a problem has no output element to write (batch 0, or every sequence empty in the
 // dimension that sizes the outputs): the API returns success without calling a backend.

@@ -372,6 +372,7 @@ Status kvcache_validation_from_env(bool* on) {
 }
 
 Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCacheProblem* problem) {
+  count_validation();
   if (args.options == nullptr) return invalid("options", "is null");
   const KVCacheOptions& o = *args.options;
   const bool paged = o.block_table != nullptr;

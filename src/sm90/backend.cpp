@@ -28,17 +28,14 @@ Status not_supported(const char* family, const std::string& what) {
           std::string(family) + ": " + what + " is not supported on this device"};
 }
 
-// Whether the compiled FP8 forward holds the problem (kernel_list.def's FP8 lists). Its key
-// blocks (descale_block_kv, whole tiles of kFp8KeyBlock keys) are the API's check
-// (validate_descales.cpp), which every caller passes.
+// Whether the compiled FP8 forward holds the problem (kernel_list.def's FP8 lists). Its head dims
+// and key blocks (descale_block_kv, whole tiles of kFp8KeyBlock keys) are the API's checks
+// (validate.cpp, validate_descales.cpp), which every caller passes: every supported pair of head
+// dims is compiled (common/head_dims.hpp).
 Status check_fp8_support(const ForwardProblem& p) {
   if (!detail::is_compiled_fp8_out(p.out_dtype)) {
     return not_supported(fwd::kFamily, std::string("out dtype ") + dtype_name(p.out_dtype) +
                                            " after e4m3 inputs (bf16, f16 are)");
-  }
-  if (detail::compiled_fp8_head_dims_for(p.hdim_qk, p.hdim_v) == nullptr) {
-    return not_supported(fwd::kFamily, "FP8 headdim " + std::to_string(p.hdim_qk) + "/" +
-                                           std::to_string(p.hdim_v));
   }
   return Status::ok();
 }
@@ -61,18 +58,14 @@ Status check_partial_out_support(const ForwardProblem& p) {
   return Status::ok();
 }
 
-// Whether the compiled kernels hold the problem (kernel_list.def); `family` names the caller.
+// Whether the compiled kernels hold the problem (kernel_list.def); `family` names the caller. The
+// head dims are the API's check, as for FP8.
 Status check_support(const ForwardProblem& p, const char* family) {
   auto not_supported = [&](const std::string& what) { return sm90::not_supported(family, what); };
   if (p.dtype == DType::e4m3 && family == fwd::kFamily) return check_fp8_support(p);
   if (p.dtype == DType::e4m3) return not_supported("FP8 backward");
   if (!is_compiled_dtype(p.dtype)) {
     return not_supported(std::string("dtype ") + dtype_name(p.dtype) + " (" + compiled_dtype_list() +
-                         " are)");
-  }
-  if (detail::compiled_head_dims_for(p.hdim_qk, p.hdim_v) == nullptr) {
-    return not_supported("headdim " + std::to_string(p.hdim_qk) + "/" + std::to_string(p.hdim_v) +
-                         " (up to " + std::to_string(detail::kCompiledHeadDims[std::size(detail::kCompiledHeadDims) - 1].qk) +
                          " are)");
   }
   if (p.out_dtype != p.dtype) return check_partial_out_support(p);  // forward only (validated)

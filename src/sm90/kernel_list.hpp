@@ -31,8 +31,8 @@ inline std::string compiled_dtype_list() {
 }
 
 // run.template operator()<kHeadDimQK, kHeadDimV, Element>() for the compiled configuration of
-// (dtype, hdim_qk, hdim_v). The caller checks support first (is_compiled_dtype,
-// compiled_head_dims_for): anything else is an internal error, never a kernel of the wrong size.
+// (dtype, hdim_qk, hdim_v). The caller checks support first (is_compiled_dtype; the head dims,
+// the API's validation): anything else is an internal error, never a kernel of the wrong size.
 template <typename Run>
 Status with_compiled_kernel(DType dtype, int hdim_qk, int hdim_v, Run&& run) {
   const Status missing{Code::internal, "sm90: no kernel compiled for dtype " +
@@ -56,7 +56,7 @@ Status with_compiled_kernel(DType dtype, int hdim_qk, int hdim_v, Run&& run) {
 
 // The FP8 forward's run.template operator()<kHeadDimQK, kHeadDimV, Out>() for the compiled
 // configuration of (out dtype, hdim_qk, hdim_v), checked first (head_dims.hpp's
-// is_compiled_fp8_out, compiled_fp8_head_dims_for).
+// is_compiled_fp8_out; the head dims, the API's validation).
 template <typename Run>
 Status with_compiled_fp8_kernel(DType out_dtype, int hdim_qk, int hdim_v, Run&& run) {
   const Status missing{Code::internal, "sm90: no FP8 kernel compiled for out dtype " +

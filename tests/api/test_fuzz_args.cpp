@@ -598,9 +598,21 @@ void add_common_knobs(Case& c, Options& o) {
 const std::vector<std::string> kCommonNames = {"options", "softmax_scale", "softcap", "window_left",
                                                "window_right", "sm_margin", "workspace"};
 
-// --- Attention: hfa_forward, hfa_backward and their workspace queries ------------------------
+// A call made as hfa_prepare_* and hfa_run: the status of the step that fails, else the run's. A
+// CPU call needs no workspace; one that did would get it here.
+template <typename Prepare>
+hfa_status prepare_and_run(Prepare&& prepare) {
+  hfa_call call;
+  size_t workspace_bytes = 0;
+  if (const hfa_status status = prepare(&call, &workspace_bytes); status != HFA_SUCCESS)
+    return status;
+  std::vector<unsigned char> workspace(workspace_bytes);
+  return hfa_run(&call, workspace.data(), workspace_bytes);
+}
 
-enum class Entry { forward, forward_query, backward, backward_query };
+// --- Attention: hfa_forward, hfa_backward, their workspace queries and prepared calls --------
+
+enum class Entry { forward, forward_query, forward_prepared, backward, backward_query, backward_prepared };
 
 struct AttentionCase : Case {
   hfa_options o = hfa_default_options();
@@ -644,7 +656,8 @@ void add_descale(AttentionCase& c, const std::string& name, int64_t batch, int64
 std::unique_ptr<Case> attention_case(Entry entry, Rng& rng) {
   auto owned = std::make_unique<AttentionCase>();
   AttentionCase& c = *owned;
-  const bool backward = entry == Entry::backward || entry == Entry::backward_query;
+  const bool backward = entry == Entry::backward || entry == Entry::backward_query ||
+                        entry == Entry::backward_prepared;
   const bool query = entry == Entry::forward_query || entry == Entry::backward_query;
   const hfa_dtype dtype = backward ? pick(rng, {HFA_F32, HFA_F16, HFA_BF16})
                                    : pick(rng, {HFA_F32, HFA_F16, HFA_BF16, HFA_E4M3});
@@ -781,9 +794,18 @@ std::unique_ptr<Case> attention_case(Entry entry, Rng& rng) {
     switch (entry) {
       case Entry::forward: return hfa_forward(c.ptr("q"), c.ptr("k"), c.ptr("v"), c.ptr("out"), c.ptr("lse"), o);
       case Entry::forward_query: return hfa_forward_workspace_size(c.ptr("q"), c.ptr("k"), c.ptr("v"), o, c.bytes_ptr());
+      case Entry::forward_prepared:
+        return prepare_and_run([&](hfa_call* call, size_t* bytes) {
+          return hfa_prepare_forward(c.ptr("q"), c.ptr("k"), c.ptr("v"), c.ptr("out"), c.ptr("lse"), o, call, bytes);
+        });
       case Entry::backward:
         return hfa_backward(c.ptr("dout"), c.ptr("q"), c.ptr("k"), c.ptr("v"), c.ptr("out"), c.ptr("lse"),
                             c.ptr("dq"), c.ptr("dk"), c.ptr("dv"), o);
+      case Entry::backward_prepared:
+        return prepare_and_run([&](hfa_call* call, size_t* bytes) {
+          return hfa_prepare_backward(c.ptr("dout"), c.ptr("q"), c.ptr("k"), c.ptr("v"), c.ptr("out"),
+                                      c.ptr("lse"), c.ptr("dq"), c.ptr("dk"), c.ptr("dv"), o, call, bytes);
+        });
       default: return hfa_backward_workspace_size(c.ptr("q"), c.ptr("k"), c.ptr("v"), o, c.bytes_ptr());
     }
   };
@@ -791,7 +813,7 @@ std::unique_ptr<Case> attention_case(Entry entry, Rng& rng) {
   return owned;
 }
 
-// --- hfa_forward_kvcache and its workspace query ---------------------------------------------
+// --- hfa_forward_kvcache, its workspace query and its prepared call --------------------------
 
 enum class CacheFormat { plain, fp8_per_head, fp8_per_token, nvfp4, mxfp4 };
 
@@ -817,7 +839,10 @@ struct KVCase : Case {
   }
 };
 
-std::unique_ptr<Case> kvcache_case(bool query, Rng& rng) {
+enum class KVEntry { call, query, prepared };
+
+std::unique_ptr<Case> kvcache_case(KVEntry entry, Rng& rng) {
+  const bool query = entry == KVEntry::query;
   auto owned = std::make_unique<KVCase>();
   KVCase& c = *owned;
   const hfa_dtype dtype = pick(rng, {HFA_F32, HFA_F16, HFA_BF16});
@@ -985,10 +1010,19 @@ std::unique_ptr<Case> kvcache_case(bool query, Rng& rng) {
   } else {
     c.names.insert({"out", "lse"});
   }
-  c.call = [&c, query]() {
+  c.call = [&c, entry]() {
     const hfa_kvcache_options r = c.resolved();
     const hfa_kvcache_options* o = c.options_null ? nullptr : &r;
-    if (query) return hfa_forward_kvcache_workspace_size(c.ptr("q"), c.ptr("k_cache"), c.ptr("v_cache"), o, c.bytes_ptr());
+    switch (entry) {
+      case KVEntry::query:
+        return hfa_forward_kvcache_workspace_size(c.ptr("q"), c.ptr("k_cache"), c.ptr("v_cache"), o, c.bytes_ptr());
+      case KVEntry::prepared:
+        return prepare_and_run([&](hfa_call* call, size_t* bytes) {
+          return hfa_prepare_forward_kvcache(c.ptr("q"), c.ptr("k_cache"), c.ptr("v_cache"), c.ptr("out"),
+                                             c.ptr("lse"), o, call, bytes);
+        });
+      case KVEntry::call: break;
+    }
     return hfa_forward_kvcache(c.ptr("q"), c.ptr("k_cache"), c.ptr("v_cache"), c.ptr("out"), c.ptr("lse"), o);
   };
   c.seal();
@@ -1464,10 +1498,10 @@ TEST(FuzzArgs, BackwardWorkspaceSize) {
   fuzz("hfa_backward_workspace_size", 4, kIterations / 2, [](Rng& rng) { return attention_case(Entry::backward_query, rng); });
 }
 TEST(FuzzArgs, ForwardKVCache) {
-  fuzz("hfa_forward_kvcache", 5, kIterations, [](Rng& rng) { return kvcache_case(false, rng); });
+  fuzz("hfa_forward_kvcache", 5, kIterations, [](Rng& rng) { return kvcache_case(KVEntry::call, rng); });
 }
 TEST(FuzzArgs, ForwardKVCacheWorkspaceSize) {
-  fuzz("hfa_forward_kvcache_workspace_size", 6, kIterations / 2, [](Rng& rng) { return kvcache_case(true, rng); });
+  fuzz("hfa_forward_kvcache_workspace_size", 6, kIterations / 2, [](Rng& rng) { return kvcache_case(KVEntry::query, rng); });
 }
 TEST(FuzzArgs, QuantizeKV) {
   fuzz("hfa_quantize_kv", 7, kIterations, [](Rng& rng) { return quantize_kv_case(false, rng); });
@@ -1483,6 +1517,16 @@ TEST(FuzzArgs, HadamardSigns) {
 }
 TEST(FuzzArgs, MergePartials) {
   fuzz("hfa_merge_partials", 11, kIterations, merge_case);
+}
+// The prepared calls: the validation the calls above fuzz, through hfa_prepare_* and hfa_run.
+TEST(FuzzArgs, ForwardPrepared) {
+  fuzz("hfa_prepare_forward", 12, kIterations / 2, [](Rng& rng) { return attention_case(Entry::forward_prepared, rng); });
+}
+TEST(FuzzArgs, BackwardPrepared) {
+  fuzz("hfa_prepare_backward", 13, kIterations / 2, [](Rng& rng) { return attention_case(Entry::backward_prepared, rng); });
+}
+TEST(FuzzArgs, ForwardKVCachePrepared) {
+  fuzz("hfa_prepare_forward_kvcache", 14, kIterations / 2, [](Rng& rng) { return kvcache_case(KVEntry::prepared, rng); });
 }
 
 }  // namespace

@@ -79,16 +79,13 @@ TEST(Problem, LeftWindowPastEveryKeyIsDropped) {
 }
 
 TEST(Problem, WorkspaceChecked) {
-  Options options;
-  EXPECT_TRUE(detail::check_workspace(0, options).is_ok());
-  EXPECT_TRUE(Invalid(detail::check_workspace(256, options), "workspace", "needs 256 bytes, got 0"));
+  EXPECT_TRUE(detail::check_workspace(0, nullptr, 0).is_ok());
+  EXPECT_TRUE(Invalid(detail::check_workspace(256, nullptr, 0), "workspace", "needs 256 bytes, got 0"));
   char buffer[64];
-  options.workspace = buffer;
-  options.workspace_bytes = sizeof buffer;
-  EXPECT_TRUE(Invalid(detail::check_workspace(65, options), "workspace", "needs 65 bytes, got 64"));
-  EXPECT_TRUE(detail::check_workspace(64, options).is_ok());
-  options.workspace = nullptr;
-  EXPECT_TRUE(Invalid(detail::check_workspace(64, options), "workspace", "is null"));
+  EXPECT_TRUE(Invalid(detail::check_workspace(65, buffer, sizeof buffer), "workspace",
+                      "needs 65 bytes, got 64"));
+  EXPECT_TRUE(detail::check_workspace(64, buffer, sizeof buffer).is_ok());
+  EXPECT_TRUE(Invalid(detail::check_workspace(64, nullptr, sizeof buffer), "workspace", "is null"));
 }
 
 TEST(Problem, WorkspaceQueryNeedsNoOutputs) {
