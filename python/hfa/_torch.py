@@ -23,7 +23,7 @@ import warnings
 import torch
 
 from . import _lib
-from ._torch_shapes import dsinks_shape, lse_shape, out_dtype, out_shapes
+from ._torch_shapes import dsinks_shape, is_varlen, lse_shape, out_dtype, out_shapes
 
 if not hasattr(torch.library, "custom_op") or not hasattr(torch.library, "register_fake"):
     raise ImportError(f"hfa needs torch >= 2.4 (torch.library.custom_op); "
@@ -82,7 +82,7 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, s
               causal, window_left, window_right, softcap, deterministic, sinks=None,
               seqused_q=None, seqused_k=None, q_descale=None, k_descale=None, v_descale=None,
               descale_block_q=0, descale_block_kv=0, sm_margin=0):
-    out_shape, lse = out_shapes(q, v, cu_seqlens_q is not None)
+    out_shape, lse = out_shapes(q, v, is_varlen(cu_seqlens_q, cu_seqlens_k))
     return (q.new_empty(out_shape, dtype=out_dtype(q.dtype)),
             q.new_empty(lse, dtype=torch.float32))
 
@@ -111,7 +111,8 @@ if NATIVE:
                        seqused_q=None, seqused_k=None, q_descale=None, k_descale=None,
                        v_descale=None, descale_block_q=0, descale_block_kv=0, sm_margin=0, *,
                        out):
-        return q.new_empty(lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32)
+        varlen = is_varlen(cu_seqlens_q, cu_seqlens_k)
+        return q.new_empty(lse_shape(q, varlen), dtype=torch.float32)
 
     @torch.library.register_fake("hfa::fwd_kvcache")
     def _fwd_kvcache_fake(q, k_cache, v_cache, cache_code, scale_code, *args):

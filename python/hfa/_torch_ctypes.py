@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 import torch
 
 from ._torch_calls import backward_into, forward_into
-from ._torch_shapes import dsinks_shape, lse_shape, out_dtype, out_shapes
+from ._torch_shapes import dsinks_shape, is_varlen, lse_shape, out_dtype, out_shapes
 
 Tensor = torch.Tensor
 
@@ -44,7 +44,7 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
     library leaves the out and lse rows beyond seqused_q untouched, so with seqused_q they are
     allocated as 0 and -inf. The descales (float32) and block sizes are those of float8 e4m3
     inputs (hfa.h); out is then bfloat16."""
-    varlen = cu_seqlens_q is not None
+    varlen = is_varlen(cu_seqlens_q, cu_seqlens_k)
     out_shape, _ = out_shapes(q, v, varlen)
     partial = seqused_q is not None
     out = (torch.zeros if partial else torch.empty)(out_shape, dtype=out_dtype(q.dtype),
@@ -63,7 +63,7 @@ def fwd_into(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, so
              descale_block_kv=0, sm_margin=0, *, out):
     """lse, the forward written into a caller's out (eager only: not an op here, unlike the
     native hfa::fwd_into of the same arguments)."""
-    lse = _new_lse(q, cu_seqlens_q is not None, seqused_q is not None)
+    lse = _new_lse(q, is_varlen(cu_seqlens_q, cu_seqlens_k), seqused_q is not None)
     forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
              softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
              seqused_k, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv,

@@ -11,6 +11,12 @@ def out_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.bfloat16 if dtype in FP8_DTYPES else dtype
 
 
+def is_varlen(cu_seqlens_q, cu_seqlens_k) -> bool:
+    """Whether q, k, v and out are (total_tokens, heads, headdim): either cu_seqlens given (the
+    library names the other when it is missing)."""
+    return cu_seqlens_q is not None or cu_seqlens_k is not None
+
+
 def out_shapes(q: torch.Tensor, v: torch.Tensor, varlen: bool):
     """(out shape, lse shape) of a forward; q and v of the rank the layout wants."""
     want = 3 if varlen else 4

@@ -2,10 +2,12 @@
 the workspace sized), allocates the workspace and runs it, where a workspace query and the call
 made two validations. The library counts the problems it builds on the calling thread
 (hfa_detail_validations, a test hook outside hfa.h; tests/api/test_prepared_call.cpp counts the
-C ABI's). numpy here; torch's ctypes calls (flash_attn_accumulate, the backward with softmax_d)
-where torch is installed."""
+C ABI's). numpy here; where torch is installed, torch's ctypes calls (flash_attn_accumulate, the
+backward with softmax_d) and, where they are loaded (HFA_TORCH_OPS), the C++ torch ops
+(src/torch/ops.cpp), each op through the front end and the autograd function."""
 
 import ctypes
+import types
 
 import numpy as np
 import pytest
@@ -90,3 +92,84 @@ def test_torch_ctypes_calls_validate_once():
     with pytest.raises(ValueError, match=r"^cu_seqlens_q: is null but cu_seqlens_k is given"):
         hfa.flash_attn_accumulate(q[0], k[0], v[0], out[0], lse[0], cu_seqlens_k=cu,
                                   max_seqlen_q=6, max_seqlen_k=6)
+
+
+def torch_ops(native=False):
+    """torch and hfa's torch front end, or a skip."""
+    torch = pytest.importorskip("torch", minversion="2.4",
+                                reason="torch is not installed: its ops are untested here")
+    from hfa import _torch
+    if native and not _torch.NATIVE:
+        pytest.skip(f"the C++ torch ops are not loaded; these run through {_torch.OPS}")
+    return torch
+
+
+def native_inputs(torch):
+    """The tensors of NATIVE_CALLS."""
+    g = torch.Generator().manual_seed(6)
+    x = types.SimpleNamespace()
+    x.q, x.k, x.v, x.out = (torch.randn(2, 5, 4, 64, generator=g) for _ in range(4))
+    x.qv, x.kv, x.vv = (torch.randn(9, 4, 64, generator=g) for _ in range(3))
+    x.lse = torch.zeros(2, 4, 5)  # any values do for a backward's validation
+    x.cu = torch.tensor([0, 4, 9], dtype=torch.int32)
+    x.sinks = torch.randn(4, generator=g)
+    x.qd, x.outd, x.k_new, x.v_new = (torch.randn(2, 1, 4, 64, generator=g) for _ in range(4))
+    x.k_cache, x.v_cache = (torch.randn(2, 16, 4, 64, generator=g) for _ in range(2))
+    x.seqlens = torch.tensor([3, 9], dtype=torch.int32)
+    return x
+
+
+# Each C++ op, by a front-end call that runs it.
+NATIVE_CALLS = {
+    "hfa::attention": lambda x: hfa.flash_attn_func(x.q, x.k, x.v, causal=True),
+    "hfa::fwd": lambda x: hfa.flash_attn_func(x.q, x.k, x.v, learnable_sink=x.sinks),
+    "hfa::fwd_into": lambda x: hfa.flash_attn_func(x.q, x.k, x.v, out=x.out),
+    "hfa::varlen_attention": lambda x: hfa.flash_attn_varlen_func(x.qv, x.kv, x.vv, x.cu, x.cu,
+                                                                  5, 5),
+    "hfa::bwd": lambda x: hfa.flash_attn_backward(x.out, x.q, x.k, x.v, x.out, x.lse),
+    "hfa::kvcache_attention": lambda x: hfa.flash_attn_with_kvcache(
+        x.qd, x.k_cache, x.v_cache, cache_seqlens=x.seqlens),
+    "hfa::fwd_kvcache": lambda x: hfa.flash_attn_with_kvcache(
+        x.qd, x.k_cache, x.v_cache, k=x.k_new, v=x.v_new, cache_seqlens=x.seqlens, causal=True),
+    "hfa::fwd_kvcache_into": lambda x: hfa.flash_attn_with_kvcache(
+        x.qd, x.k_cache, x.v_cache, cache_seqlens=x.seqlens, out=x.outd),
+}
+
+
+@pytest.mark.parametrize("op", NATIVE_CALLS)
+def test_torch_native_ops_validate_once(op):
+    """src/torch/ops.cpp prepares each call (hfa_prepare_*) and runs it: one validation an op
+    call."""
+    torch = torch_ops(native=True)
+    x = native_inputs(torch)
+    count, _ = validations_of(lambda: NATIVE_CALLS[op](x))
+    assert count == 1
+
+
+def test_torch_native_autograd_validates_once_each_way():
+    """A training step through the C++ autograd function: one forward, one backward."""
+    torch = torch_ops(native=True)
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(1, 6, 2, 64, generator=g).requires_grad_() for _ in range(3))
+    count, out = validations_of(lambda: hfa.flash_attn_func(q, k, v, causal=True))
+    assert count == 1
+    count, _ = validations_of(lambda: out.sum().backward())
+    assert count == 1
+    assert q.grad is not None and k.grad is not None and v.grad is not None
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "grad"])
+@pytest.mark.parametrize("given", ["cu_seqlens_q", "cu_seqlens_k"])
+def test_torch_lone_cu_seqlens_is_named_by_the_library(given, grad):
+    """The varlen pairing is the library's to check on either torch path (native ops, ctypes):
+    its message reaches the caller, whichever cu_seqlens is missing."""
+    torch = torch_ops()
+    g = torch.Generator().manual_seed(8)
+    q = torch.randn(9, 4, 64, generator=g).requires_grad_(grad)
+    k, v = (torch.randn(12, 2, 64, generator=g) for _ in range(2))
+    cu = torch.tensor([0, 4, 9], dtype=torch.int32)
+    missing, = {"cu_seqlens_q", "cu_seqlens_k"} - {given}
+    cu_q, cu_k = (cu, None) if given == "cu_seqlens_q" else (None, cu)
+    with pytest.raises(ValueError, match=rf"^{missing}: is null but {given} is given \(varlen "
+                                         r"needs both\)$"):
+        hfa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 7)

@@ -14,6 +14,13 @@
 // torch::autograd::Function, so that eager training steps never enter Python either).
 // Everything the library writes is allocated with torch's allocator on the inputs' device;
 // nothing synchronizes the host.
+//
+// libhfa is reached through its C ABI alone (hfa.h): tensor views, options structs started from
+// hfa_default_*options(), a prepared call (hfa_prepare_*: the arguments validated once, the
+// workspace sized), torch's workspace, hfa_run, and hfa_last_error() on failure. No C++ type of
+// hfa's (a Status, a std::string) crosses between this library and libhfa, so the two may be
+// built with different libstdc++ ABIs (torch's wheels and a libhfa built beside them need not
+// agree).
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
@@ -36,7 +43,7 @@
 #include <utility>
 #include <vector>
 
-#include "hfa/hfa.hpp"
+#include "hfa/hfa.h"
 
 namespace {
 
@@ -76,12 +83,12 @@ Tensor usable_strides(const Tensor& t) {
   return copy ? t.contiguous() : t;
 }
 
-hfa::Tensor view(const Tensor& t, hfa_dtype code, const char* name) {
+hfa_tensor view(const Tensor& t, hfa_dtype code, const char* name) {
   TORCH_CHECK_VALUE(t.dim() <= HFA_MAX_RANK, name, ": rank ", t.dim(), " is more than ",
                     HFA_MAX_RANK);
   TORCH_CHECK_VALUE(t.is_cpu() || t.is_cuda(), name, ": device ", t.device(),
                     " is not supported (cpu or cuda)");
-  hfa::Tensor v{};
+  hfa_tensor v{};
   v.data = t.data_ptr();
   v.dtype = code;
   v.rank = static_cast<int32_t>(t.dim());
@@ -94,26 +101,30 @@ hfa::Tensor view(const Tensor& t, hfa_dtype code, const char* name) {
   return v;
 }
 
-hfa::Tensor view(const Tensor& t, const char* name) { return view(t, dtype_of(t, name), name); }
+hfa_tensor view(const Tensor& t, const char* name) { return view(t, dtype_of(t, name), name); }
 
 // Which strides a view takes: usable ones (an input the library cannot take as it is is
 // copied, as the Python front end does), or the given ones (what the library writes, and
 // descales, which it reads in place even broadcast).
 enum class Strides { usable, as_given };
 
+// Whether an optional argument was given. None passed for a Tensor argument (a plain op's
+// cu_seqlens) arrives as an undefined tensor: not given either, for the library to name.
+bool given(const OptTensor& t) { return t.has_value() && t->defined(); }
+
 // An optional argument's view, and the tensor it views (the caller's, or a copy), kept where
 // the options can point at them.
 struct OptionalView {
   Tensor kept;
-  std::optional<hfa::Tensor> tensor;
+  std::optional<hfa_tensor> tensor;
   OptionalView(const OptTensor& t, const char* name, Strides strides = Strides::usable) {
-    if (t.has_value()) tensor = view(keep(*t, strides), name);
+    if (given(t)) tensor = view(keep(*t, strides), name);
   }
   OptionalView(const OptTensor& t, hfa_dtype code, const char* name,
                Strides strides = Strides::usable) {
-    if (t.has_value()) tensor = view(keep(*t, strides), code, name);
+    if (given(t)) tensor = view(keep(*t, strides), code, name);
   }
-  const hfa::Tensor* get() const { return tensor ? &*tensor : nullptr; }
+  const hfa_tensor* get() const { return tensor ? &*tensor : nullptr; }
 
  private:
   const Tensor& keep(const Tensor& t, Strides strides) {
@@ -142,14 +153,16 @@ std::string callers_words(const std::string& message) {
   return message;
 }
 
-void check(const hfa::Status& status) {
-  if (status) return;
-  const std::string message = callers_words(status.message());
-  switch (status.code()) {
-    case hfa::Code::invalid_argument: TORCH_CHECK_VALUE(false, message);
-    case hfa::Code::not_supported: TORCH_CHECK_NOT_IMPLEMENTED(false, message);
-    default: TORCH_CHECK(false, "hfa: ", hfa_status_name(static_cast<hfa_status>(status.code())),
-                         ": ", message);
+// A failed status as torch's error, with hfa_last_error()'s message (this thread's, read before
+// anything else calls libhfa).
+void check(hfa_status status) {
+  if (status == HFA_SUCCESS) return;
+  const char* last_error = hfa_last_error();
+  const std::string message = callers_words(last_error != nullptr ? last_error : "");
+  switch (status) {
+    case HFA_ERROR_INVALID_ARGUMENT: TORCH_CHECK_VALUE(false, message);
+    case HFA_ERROR_NOT_SUPPORTED: TORCH_CHECK_NOT_IMPLEMENTED(false, message);
+    default: TORCH_CHECK(false, "hfa: ", hfa_status_name(status), ": ", message);
   }
 }
 
@@ -168,12 +181,26 @@ void* current_stream(const Tensor& t) {
       .native_handle();
 }
 
-// Scratch memory from torch's caching allocator: no cudaMalloc, capturable in a CUDA graph.
-Tensor workspace(const Tensor& like, std::size_t bytes, void** data) {
-  if (bytes == 0) return {};
-  Tensor scratch = at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
-  *data = scratch.data_ptr();
-  return scratch;
+// A call of libhfa, validated once: prepare(&call, &bytes) is an hfa_prepare_* with its arguments
+// bound; the workspace it asks for comes from torch's caching allocator on like's device (no
+// cudaMalloc, capturable in a CUDA graph), freed once the call is queued (the allocator reuses it
+// in stream order); then hfa_run.
+template <class Prepare>
+void prepare_and_run(const Tensor& like, Prepare prepare) {
+  hfa_call call;
+  std::size_t bytes = 0;
+  check(prepare(&call, &bytes));
+  Tensor scratch;
+  if (bytes > 0)
+    scratch = at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
+  check(hfa_run(&call, bytes > 0 ? scratch.data_ptr() : nullptr, bytes));
+}
+
+// A SCALE option's two fields (hfa/options.def); None leaves the default (no value).
+void set_scale(int32_t& has_value, float& value, std::optional<double> given) {
+  if (!given) return;
+  has_value = 1;
+  value = static_cast<float>(*given);
 }
 
 at::ScalarType out_dtype(const Tensor& q) {
@@ -182,6 +209,12 @@ at::ScalarType out_dtype(const Tensor& q) {
 }
 
 // --- hfa::fwd, hfa::fwd_into -------------------------------------------------------------------
+
+// A varlen call's q, k, v and out are (total_tokens, heads, headdim): one with either cu_seqlens
+// given (the library names the other when it is missing).
+bool is_varlen(const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k) {
+  return given(cu_seqlens_q) || given(cu_seqlens_k);
+}
 
 struct AttentionArgs {  // what hfa::fwd and hfa::bwd share after q, k, v
   const OptTensor& cu_seqlens_q;
@@ -206,20 +239,19 @@ struct AttentionViews {
         sinks(a.sinks, "learnable_sink"), used_q(a.seqused_q, "seqused_q"),
         used_k(a.seqused_k, "seqused_k") {}
 
-  hfa::Options options(const AttentionArgs& a, const Tensor& q) const {
-    TORCH_CHECK_VALUE(a.cu_seqlens_q.has_value() == a.cu_seqlens_k.has_value(),
-                      "cu_seqlens_q, cu_seqlens_k: give both or neither");
-    hfa::Options o;
-    if (a.softmax_scale) o.softmax_scale = static_cast<float>(*a.softmax_scale);
-    o.causal = a.causal;
-    o.window_left = static_cast<int32_t>(a.window_left);
-    o.window_right = static_cast<int32_t>(a.window_right);
+  // cu_seqlens_q without cu_seqlens_k, or the other way round, is the library's to name.
+  hfa_options options(const AttentionArgs& a, const Tensor& q) const {
+    hfa_options o = hfa_default_options();
+    set_scale(o.has_softmax_scale, o.softmax_scale, a.softmax_scale);
+    o.causal = a.causal ? 1 : 0;
+    o.window_left = to_int32(a.window_left, "window_left");
+    o.window_right = to_int32(a.window_right, "window_right");
     o.softcap = static_cast<float>(a.softcap);
     o.cu_seqlens_q = cu_q.get();
     o.cu_seqlens_k = cu_k.get();
-    o.max_seqlen_q = static_cast<int32_t>(a.max_seqlen_q);
-    o.max_seqlen_k = static_cast<int32_t>(a.max_seqlen_k);
-    o.deterministic = a.deterministic;
+    o.max_seqlen_q = to_int32(a.max_seqlen_q, "max_seqlen_q");
+    o.max_seqlen_k = to_int32(a.max_seqlen_k, "max_seqlen_k");
+    o.deterministic = a.deterministic ? 1 : 0;
     o.sinks = sinks.get();
     o.seqused_q = used_q.get();
     o.seqused_k = used_k.get();
@@ -247,12 +279,12 @@ struct Fp8Views {
         k(a.k_descale, "k_descale", Strides::as_given),
         v(a.v_descale, "v_descale", Strides::as_given) {}
 
-  void apply(const Fp8Args& a, hfa::Options& o) const {
+  void apply(const Fp8Args& a, hfa_options& o) const {
     o.q_descale = q.get();
     o.k_descale = k.get();
     o.v_descale = v.get();
-    o.descale_block_q = static_cast<int32_t>(a.block_q);
-    o.descale_block_kv = static_cast<int32_t>(a.block_kv);
+    o.descale_block_q = to_int32(a.block_q, "descale_block_q");
+    o.descale_block_kv = to_int32(a.block_kv, "descale_block_kv");
   }
 };
 
@@ -272,18 +304,16 @@ void forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const T
   Tensor q = usable_strides(q_in), k = usable_strides(k_in), v = usable_strides(v_in);
   OnDevice on_device(q);
   AttentionViews vectors(a);
-  hfa::Options o = vectors.options(a, q);
+  hfa_options o = vectors.options(a, q);
   Fp8Views descales(fp8);
   descales.apply(fp8, o);
-  hfa::Tensor qt = view(q, "q"), kt = view(k, "k"), vt = view(v, "v");
-  hfa::Tensor ot = view(out, "out");
-  std::optional<hfa::Tensor> lt;
+  const hfa_tensor qt = view(q, "q"), kt = view(k, "k"), vt = view(v, "v");
+  const hfa_tensor ot = view(out, "out");
+  std::optional<hfa_tensor> lt;
   if (lse != nullptr) lt = view(*lse, "lse");
-  std::size_t bytes = 0;
-  check(hfa::forward_workspace_size(qt, kt, vt, o, &bytes));
-  Tensor scratch = workspace(q, bytes, &o.workspace);
-  o.workspace_bytes = bytes;
-  check(hfa::forward(qt, kt, vt, ot, lt ? &*lt : nullptr, o));
+  prepare_and_run(q, [&](hfa_call* call, std::size_t* bytes) {
+    return hfa_prepare_forward(&qt, &kt, &vt, &ot, lt ? &*lt : nullptr, &o, call, bytes);
+  });
 }
 
 std::array<int64_t, 3> lse_shape(const Tensor& q, bool varlen) {
@@ -324,7 +354,7 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const Tensor& v
                   causal, window_left, window_right, softcap, deterministic, sinks,
                   seqused_q, seqused_k, sm_margin};
   Fp8Args fp8{q_descale, k_descale, v_descale, descale_block_q, descale_block_kv};
-  bool varlen = cu_seqlens_q.has_value();
+  bool varlen = is_varlen(cu_seqlens_q, cu_seqlens_k);
   Tensor out = new_out(q, v, varlen, seqused_q.has_value());
   Tensor lse = empty_lse(q, varlen, seqused_q.has_value());
   forward(q, k, v, out, &lse, a, fp8);
@@ -343,7 +373,7 @@ Tensor fwd_into(const Tensor& q, const Tensor& k, const Tensor& v,
                   causal, window_left, window_right, softcap, false, sinks,
                   seqused_q, seqused_k, sm_margin};
   Fp8Args fp8{q_descale, k_descale, v_descale, descale_block_q, descale_block_kv};
-  bool varlen = cu_seqlens_q.has_value();
+  bool varlen = is_varlen(cu_seqlens_q, cu_seqlens_k);
   check_rank(q, "q", varlen);
   TORCH_CHECK_VALUE(out.device() == q.device(), "out: on ", out.device(), ", q on ", q.device());
   Tensor lse = empty_lse(q, varlen, seqused_q.has_value());
@@ -374,19 +404,18 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd(
   std::vector<int64_t> dsinks_shape = sinks ? sinks->sizes().vec() : std::vector<int64_t>{0};
   Tensor dsinks = at::empty(dsinks_shape, q.options().dtype(at::kFloat));
   AttentionViews vectors(a);
-  hfa::Options o = vectors.options(a, q);
-  hfa::Tensor dsinks_view;
+  hfa_options o = vectors.options(a, q);
+  hfa_tensor dsinks_view;
   if (sinks) {
     dsinks_view = view(dsinks, "dsinks");
     o.dsinks = &dsinks_view;
   }
-  hfa::Tensor qt = view(q, "q"), kt = view(k, "k"), vt = view(v, "v");
-  std::size_t bytes = 0;
-  check(hfa::backward_workspace_size(qt, kt, vt, o, &bytes));
-  Tensor scratch = workspace(q, bytes, &o.workspace);
-  o.workspace_bytes = bytes;
-  check(hfa::backward(view(dout, "dout"), qt, kt, vt, view(out, "out"), view(lse, "lse"),
-                      view(dq, "dq"), view(dk, "dk"), view(dv, "dv"), o));
+  const hfa_tensor dot = view(dout, "dout"), qt = view(q, "q"), kt = view(k, "k"),
+                   vt = view(v, "v"), ot = view(out, "out"), lt = view(lse, "lse"),
+                   dqt = view(dq, "dq"), dkt = view(dk, "dk"), dvt = view(dv, "dv");
+  prepare_and_run(q, [&](hfa_call* call, std::size_t* bytes) {
+    return hfa_prepare_backward(&dot, &qt, &kt, &vt, &ot, &lt, &dqt, &dkt, &dvt, &o, call, bytes);
+  });
   return {dq, dk, dv, dsinks};
 }
 
@@ -538,7 +567,8 @@ hfa_dtype own_code(const Tensor& t, int64_t bytes, const char* name) {
 }
 
 OptionalView own_view(const OptTensor& t, int64_t bytes, const char* name, Strides strides) {
-  return t ? OptionalView(t, own_code(*t, bytes, name), name, strides) : OptionalView(t, name);
+  if (!given(t)) return OptionalView(t, name);
+  return OptionalView(t, own_code(*t, bytes, name), name, strides);
 }
 
 void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_cache,
@@ -552,7 +582,7 @@ void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_
   const Strides caches = appends ? Strides::as_given : Strides::usable;
   const Strides scales = appends && a.k_scale && a.k_scale->dim() > 1 ? caches : Strides::usable;
   Tensor seqlens_kept = usable_strides(a.cache_seqlens);
-  hfa::Tensor seqlens = view(seqlens_kept, "cache_seqlens");
+  const hfa_tensor seqlens = view(seqlens_kept, "cache_seqlens");
   OptionalView table(a.block_table, "page_table"),
       k_scale = own_view(a.k_scale, a.scale_code, "k_scale", scales),
       v_scale = own_view(a.v_scale, a.scale_code, "v_scale", scales),
@@ -560,40 +590,39 @@ void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_
       k_new(a.k_new, "k"), v_new(a.v_new, "v"), cos_table(a.rotary_cos, "rotary_cos"),
       sin_table(a.rotary_sin, "rotary_sin"), cu_q(a.cu_seqlens_q, "cu_seqlens_q"),
       cu_k_new(a.cu_seqlens_k_new, "cu_seqlens_k_new");
-  hfa::KVCacheOptions o;
+  hfa_kvcache_options o = hfa_default_kvcache_options();
   o.cache_seqlens = &seqlens;
   o.block_table = table.get();
   o.k_scale = k_scale.get();
   o.v_scale = v_scale.get();
   o.k_global_scale = k_global.get();
   o.v_global_scale = v_global.get();
-  if (a.softmax_scale) o.softmax_scale = static_cast<float>(*a.softmax_scale);
-  o.causal = a.causal;
-  o.window_left = static_cast<int32_t>(a.window_left);
-  o.window_right = static_cast<int32_t>(a.window_right);
+  set_scale(o.has_softmax_scale, o.softmax_scale, a.softmax_scale);
+  o.causal = a.causal ? 1 : 0;
+  o.window_left = to_int32(a.window_left, "window_left");
+  o.window_right = to_int32(a.window_right, "window_right");
   o.softcap = static_cast<float>(a.softcap);
-  o.num_splits = static_cast<int32_t>(a.num_splits);
+  o.num_splits = to_int32(a.num_splits, "num_splits");
   o.stream = current_stream(q);
   o.k_new = k_new.get();
   o.v_new = v_new.get();
   o.rotary_cos = cos_table.get();
   o.rotary_sin = sin_table.get();
-  o.rotary_interleaved = a.rotary_interleaved;
-  o.split_size = static_cast<int32_t>(a.split_size);
+  o.rotary_interleaved = a.rotary_interleaved ? 1 : 0;
+  o.split_size = to_int32(a.split_size, "split_size");
   o.cu_seqlens_q = cu_q.get();
-  o.max_seqlen_q = static_cast<int32_t>(a.max_seqlen_q);
+  o.max_seqlen_q = to_int32(a.max_seqlen_q, "max_seqlen_q");
   o.cu_seqlens_k_new = cu_k_new.get();
   o.sm_margin = to_int32(a.sm_margin, "sm_margin");
   OptionalView k_view(k_cache, own_code(k_cache, a.cache_code, "k_cache"), "k_cache", caches),
       v_view(v_cache, own_code(v_cache, a.cache_code, "v_cache"), "v_cache", caches);
-  hfa::Tensor qt = view(q, "q"), kt = *k_view.get(), vt = *v_view.get();
-  std::size_t bytes = 0;
-  check(hfa::forward_kvcache_workspace_size(qt, kt, vt, o, &bytes));
-  Tensor scratch = workspace(q, bytes, &o.workspace);
-  o.workspace_bytes = bytes;
-  std::optional<hfa::Tensor> lt;
+  const hfa_tensor qt = view(q, "q"), ot = view(out, "out");
+  std::optional<hfa_tensor> lt;
   if (lse != nullptr) lt = view(*lse, "lse");
-  check(hfa::forward_kvcache(qt, kt, vt, view(out, "out"), lt ? &*lt : nullptr, o));
+  prepare_and_run(q, [&](hfa_call* call, std::size_t* bytes) {
+    return hfa_prepare_forward_kvcache(&qt, k_view.get(), v_view.get(), &ot, lt ? &*lt : nullptr,
+                                       &o, call, bytes);
+  });
 }
 
 #define HFA_KVCACHE_PARAMETERS                                                                  \
@@ -663,7 +692,7 @@ Tensor plain_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, deterministic, kNone, kNone,
                   kNone, /*sm_margin=*/0};
-  Tensor out = new_out(q, v, cu_seqlens_q.has_value(), false);
+  Tensor out = new_out(q, v, is_varlen(cu_seqlens_q, cu_seqlens_k), false);
   forward(q, k, v, out, nullptr, a, kNoFp8);
   return out;
 }
