@@ -114,15 +114,19 @@ if NATIVE:
         varlen = is_varlen(cu_seqlens_q, cu_seqlens_k)
         return q.new_empty(lse_shape(q, varlen), dtype=torch.float32)
 
+    # Where cu_seqlens_q (varlen queries) lies in the KV-cache ops' arguments after scale_code.
+    _KV_CU_SEQLENS_Q = [a.name for a in _fwd_kvcache._schema.arguments].index("cu_seqlens_q") - 5
+
     @torch.library.register_fake("hfa::fwd_kvcache")
     def _fwd_kvcache_fake(q, k_cache, v_cache, cache_code, scale_code, *args):
-        varlen = args[11] is not None  # cu_seqlens_q
+        varlen = args[_KV_CU_SEQLENS_Q] is not None
         return (q.new_empty(_kvcache_out_shape(q, v_cache, cache_code)),
                 q.new_empty(lse_shape(q, varlen), dtype=torch.float32))
 
     @torch.library.register_fake("hfa::fwd_kvcache_into")
     def _fwd_kvcache_into_fake(q, k_cache, v_cache, cache_code, scale_code, *args, out):
-        return q.new_empty(lse_shape(q, args[11] is not None), dtype=torch.float32)
+        varlen = args[_KV_CU_SEQLENS_Q] is not None
+        return q.new_empty(lse_shape(q, varlen), dtype=torch.float32)
 
     # The plain calls' ops (out alone, fewer arguments: src/torch/ops.cpp says why).
     _attention = torch.ops.hfa.attention.default

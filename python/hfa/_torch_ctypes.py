@@ -8,7 +8,8 @@ op's out= form) is a plain function here, for what hfa::fwd cannot return: an f1
 inputs.
 
 This module deliberately has no `from __future__ import annotations`: custom_op infers the op
-schema from the real annotation objects.
+schema from the real annotation objects. python/tests/test_torch_schema.py checks those schemas
+against the native ops' and their option arguments against the library's description.
 """
 
 from typing import Optional, Tuple
