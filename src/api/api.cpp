@@ -38,11 +38,16 @@ Status plan(const BackwardArgs& args, BackwardProblem* problem, std::size_t* wor
   return dispatch_backward_workspace_size(*problem, workspace_bytes);
 }
 
+// No query rows: no rotated queries and no partials to keep, whatever the backend.
+Status kvcache_workspace_size(const KVCacheProblem& problem, std::size_t* workspace_bytes) {
+  *workspace_bytes = 0;
+  if (problem.total_query_rows() == 0) return Status::ok();
+  return dispatch_forward_kvcache_workspace_size(problem, workspace_bytes);
+}
+
 Status plan(const KVCacheArgs& args, KVCacheProblem* problem, std::size_t* workspace_bytes) {
   HFA_RETURN_IF_ERROR(build_kvcache_problem(args, Purpose::run, problem));
-  *workspace_bytes = 0;  // no query rows: no rotated queries and no partials to keep
-  if (problem->total_query_rows() == 0) return Status::ok();
-  return dispatch_forward_kvcache_workspace_size(*problem, workspace_bytes);
+  return kvcache_workspace_size(*problem, workspace_bytes);
 }
 
 // `call` holds no call (a fresh PreparedCall) and gets one when the plan succeeds.
@@ -190,9 +195,7 @@ Status forward_kvcache_workspace_size(const Tensor& q, const Tensor& k_cache,
     HFA_RETURN_IF_ERROR(build_kvcache_problem({&q, &k_cache, &v_cache, &out, nullptr, &options},
                                               Purpose::workspace_query, &problem));
     // Written only now: a rejected query leaves *bytes as it was, as every rejected call does.
-    *bytes = 0;
-    if (problem.total_query_rows() == 0) return Status::ok();
-    return dispatch_forward_kvcache_workspace_size(problem, bytes);
+    return kvcache_workspace_size(problem, bytes);
   });
 }
 
