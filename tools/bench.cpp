@@ -109,12 +109,8 @@ void print_table_row(const Row& r) {
   std::fflush(stdout);
 }
 
-// One shape of the grid, and whether the CPU's GEMM yardstick is measured beside it (before each
-// of its passes).
-struct Shape {
-  Spec spec;
-  bool gemm = false;
-};
+// On the CPU each pass of a shape is measured against the GEMM yardstick, timed before it.
+bool measures_gemm(const Spec& s) { return s.device.kind == DeviceKind::cpu; }
 
 // FLOPs of the yardstick's two products, S = Q·Kᵀ and O = S·V, over one head.
 double gemm_flops(const Spec& s) { return 4.0 * static_cast<double>(s.seqlen_q) * s.seqlen_k * s.hdim; }
@@ -127,23 +123,23 @@ double gemm_bytes(const Spec& s) {
 
 // The passes of one shape: the forward (and backward) calls, and the yardstick's runs before
 // each: a warm-up and three timed ones of each of its two GEMMs (OpenBLAS and hfa's own).
-std::vector<Pass> shape_passes(const Shape& shape, bool backward, int iterations) {
+std::vector<Pass> shape_passes(const Spec& shape, bool backward, int iterations) {
   std::vector<Pass> passes = {{"forward", iterations + 1, forward_flops}};
   if (backward) passes.push_back({"backward", iterations + 1, backward_flops});
-  if (shape.gemm) passes.push_back({"GEMM", (backward ? 2 : 1) * 2 * 4, gemm_flops});
+  if (measures_gemm(shape)) passes.push_back({"GEMM", (backward ? 2 : 1) * 2 * 4, gemm_flops});
   return passes;
 }
 
-Footprint shape_footprint(const Shape& shape, bool backward) {
-  Footprint footprint = workload_footprint(shape.spec, backward);
-  if (shape.gemm) footprint.host_bytes += gemm_bytes(shape.spec);
+Footprint shape_footprint(const Spec& shape, bool backward) {
+  Footprint footprint = workload_footprint(shape, backward);
+  if (measures_gemm(shape)) footprint.host_bytes += gemm_bytes(shape);
   return footprint;
 }
 
-// Times a sample of `shape`: the workload's calls, and one run of the yardstick's GEMMs.
-SampleTiming time_shape(const Shape& shape, const Spec& sample, bool backward) {
+// Times a sample of a shape: the workload's calls, and one run of the yardstick's GEMMs.
+SampleTiming time_shape(const Spec& sample, bool backward) {
   SampleTiming timing = time_workload(sample, backward);
-  if (shape.gemm) {
+  if (measures_gemm(sample)) {
     const double gflops = cpu::measure_attention_gemm_gflops(static_cast<int>(sample.seqlen_q),
                                                              static_cast<int>(sample.seqlen_k),
                                                              static_cast<int>(sample.hdim), nullptr, 0.0);
@@ -154,26 +150,26 @@ SampleTiming time_shape(const Shape& shape, const Spec& sample, bool backward) {
 
 // Checks every shape's memory, then, when the grid may take long, prints the estimated time of
 // each shape (measured on samples) and holds the total to --max-time.
-void check_budget(const std::vector<Shape>& grid, bool backward, int iterations, double max_seconds) {
+void check_budget(const std::vector<Spec>& grid, bool backward, int iterations, double max_seconds) {
   bool long_run = false;
-  for (const Shape& shape : grid) {
+  for (const Spec& shape : grid) {
     const Footprint footprint = shape_footprint(shape, backward);
-    require_memory(footprint, shape.spec.device,
-                   "lower --seqlen, --batch (or --tokens) or --heads (at " + shape.spec.describe() + ")");
-    long_run = long_run || may_take_long(shape.spec, shape_passes(shape, backward, iterations), footprint);
+    require_memory(footprint, shape.device,
+                   "lower --seqlen, --batch (or --tokens) or --heads (at " + shape.describe() + ")");
+    long_run = long_run || may_take_long(shape, shape_passes(shape, backward, iterations), footprint);
   }
   if (!long_run) return;
   std::fprintf(stderr, "hfa bench: estimate, from rates measured on a sample of each shape:\n");
   double total = 0;
-  for (const Shape& shape : grid) {
+  for (const Spec& shape : grid) {
     const std::vector<Pass> passes = shape_passes(shape, backward, iterations);
     const Estimate estimate = estimate_time(
-        shape.spec, passes, [&](const Spec& s) { return shape_footprint({s, shape.gemm}, backward); },
-        [&](const Spec& sample) { return time_shape(shape, sample, backward); });
+        shape, passes, [&](const Spec& s) { return shape_footprint(s, backward); },
+        [&](const Spec& sample) { return time_shape(sample, backward); });
     std::string line;
     for (std::size_t i = 0; i < passes.size(); ++i)
-      line += (i ? ", " : "") + describe_pass(estimate, passes, i, shape.spec);
-    std::fprintf(stderr, "  %s: %s; %s\n", shape.spec.describe().c_str(), line.c_str(),
+      line += (i ? ", " : "") + describe_pass(estimate, passes, i, shape);
+    std::fprintf(stderr, "  %s: %s; %s\n", shape.describe().c_str(), line.c_str(),
                  format_seconds(estimate.total_seconds()).c_str());
     total += estimate.total_seconds();
   }
@@ -205,13 +201,12 @@ int bench_command(Args& args) {
   const double max_seconds = parse_max_time(args);
   args.finish();
 
-  std::vector<Shape> grid;
+  std::vector<Spec> grid;
   for (int64_t hdim : hdims)
     for (int64_t seqlen : seqlens)
       for (bool causal : {false, true}) {
         if ((causal && mask == "none") || (!causal && mask == "causal")) continue;
-        Shape shape;
-        Spec& spec = shape.spec;
+        Spec spec;
         spec.device = device;
         spec.dtype = dtype;
         spec.hdim = spec.hdim_v = hdim;
@@ -219,8 +214,7 @@ int bench_command(Args& args) {
         spec.batch = fixed_batch > 0 ? fixed_batch : std::max<int64_t>(1, tokens / seqlen);
         spec.heads = spec.kv_heads = fixed_heads > 0 ? fixed_heads : std::max<int64_t>(1, 2048 / hdim);
         spec.causal = causal;
-        shape.gemm = cpu;
-        grid.push_back(shape);
+        grid.push_back(spec);
       }
 
   const std::string device_name = describe_device(device);
@@ -238,8 +232,7 @@ int bench_command(Args& args) {
 
   std::vector<Row> rows;
   std::string gemm_name;
-  for (const Shape& shape : grid) {
-    const Spec& spec = shape.spec;
+  for (const Spec& spec : grid) {
     std::unique_ptr<Workload> workload;
     try {
       workload = std::make_unique<Workload>(spec, 0, backward);
@@ -252,7 +245,7 @@ int bench_command(Args& args) {
       // The same S = QKᵀ and O = PV products as dense fp32 GEMMs: the ceiling the tiled kernel
       // is measured against (it does the same FLOPs, plus the softmax). Timed right before each
       // pass, so that a ratio's two rates see the same load from other processes.
-      const double gemm = !shape.gemm ? 0.0
+      const double gemm = !measures_gemm(spec) ? 0.0
                                       : cpu::measure_attention_gemm_gflops(
                                             static_cast<int>(spec.seqlen_q), static_cast<int>(spec.seqlen_k),
                                             static_cast<int>(spec.hdim), &gemm_name);
