@@ -46,7 +46,7 @@ namespace {
 #define HFA_DEFAULT_C_REAL HFA_DEFAULT_C_VALUE
 #define HFA_DEFAULT_C_BYTES HFA_DEFAULT_C_VALUE
 
-// ---- value checks, by kind -----------------------------------------------------------------------
+// ---- value checks, by kind ---------------------------------------------------------------------
 
 // "must be >= low (note), got v", or "must be in [low, high] ..." where the range has a top of
 // its own (more than the C ABI's int32 gives).
@@ -75,7 +75,7 @@ Status out_of_range(const char* name, double low, double high, const char* note,
 #define HFA_CHECK_HANDLE HFA_CHECK_NONE
 #define HFA_CHECK_BYTES HFA_CHECK_NONE
 
-// ---- the description -----------------------------------------------------------------------------
+// ---- the description ---------------------------------------------------------------------------
 
 #define HFA_FLAG_OFFSET_SCALE(type, name) offsetof(type, has_##name)
 #define HFA_FLAG_OFFSET_SAME(type, name) offsetof(type, name)

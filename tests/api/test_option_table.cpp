@@ -45,7 +45,8 @@ void write(void* c, const hfa_option_info& row, double value) {
   auto* at = static_cast<unsigned char*>(c) + row.offset;
   if (row.kind == HFA_KIND_INT32) *reinterpret_cast<int32_t*>(at) = static_cast<int32_t>(value);
   else *reinterpret_cast<float*>(at) = static_cast<float>(value);  // REAL, SCALE
-  if (row.kind == HFA_KIND_SCALE) *reinterpret_cast<int32_t*>(static_cast<unsigned char*>(c) + row.flag_offset) = 1;
+  if (row.kind == HFA_KIND_SCALE)
+    *reinterpret_cast<int32_t*>(static_cast<unsigned char*>(c) + row.flag_offset) = 1;
 }
 
 bool ranged(const hfa_option_info& row) {
