@@ -47,7 +47,10 @@ typedef HFA_ENUM(hfa_dtype) {
   /* KV-cache storage (hfa_forward_kvcache only). */
   HFA_FP4_E2M1X2 = 6, /* two FP4 E2M1 values per byte, element 2i in the low nibble; a tensor's
                          last extent counts bytes (headdim / 2) */
-  HFA_UE8M0 = 7       /* a power-of-two scale 2^(e - 127), one byte (MXFP4 block scales) */
+  HFA_UE8M0 = 7,      /* a power-of-two scale 2^(e - 127), one byte (MXFP4 block scales) */
+  HFA_FP8_MLA = 8     /* FlashMLA's FP8 MLA token (DeepSeek-V3.2), a 656-byte record: 512 e4m3
+                         latent codes, 4 fp32 scales (one per 128 of them), 64 bf16 rotary values;
+                         a tensor's last extent counts bytes (src/quant/mla_fp8.hpp) */
 } hfa_dtype;
 
 typedef HFA_ENUM(hfa_device_kind) { HFA_CPU = 0, HFA_CUDA = 1 } hfa_device_kind;
@@ -159,6 +162,15 @@ HFA_API hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_te
  *     value = e2m1 · (e4m3 · global) (src/quant/nvfp4.hpp).
  *   - MXFP4: HFA_FP4_E2M1X2 caches, HFA_UE8M0 k_scale / v_scale with last extent d / 32, no
  *     global scale; value = e2m1 · 2^(scale − 127) (src/quant/mxfp4.hpp).
+ * MLA (DeepSeek's Multi-head Latent Attention absorbed for decode, FlashMLA's calls) is this
+ * call with its shape: q of headdim 576 ([latent 512 ; rotary 64]), one latent cache as k_cache
+ * (usually heads_kv 1, page_size 64) and the view of its first 512 columns as v_cache
+ * (k_cache[..., :512]: the same data and strides; inputs may share memory, below), out of
+ * headdim 512. Headdim 576 takes only a V of 512, and 512 only a K of 576. Its caches: plain,
+ * or HFA_FP8_MLA, FlashMLA's FP8 cache: k_cache (..., 656) of records (the latent as e4m3 with
+ * a scale per 128 values, the rotary part as bf16; src/quant/mla_fp8.hpp), v_cache the view of
+ * their first 512 bytes (required: V's scales are read from the record), no k_scale / v_scale.
+ * Sparse MLA (DeepSeek-V3.2's top-k): options->indices lists each query row's tokens.
  * Causal and windows are bottom-right aligned within each sequence: query i sees cache key j
  * iff j <= cache_seqlens[b] - seqlen_q + i (+ window_right), as in hfa_forward with
  * seqlen_k = cache_seqlens[b] (seqlen_q: sequence b's own query count when varlen). A row that
@@ -173,11 +185,12 @@ typedef struct hfa_kvcache_options {
 
 HFA_API hfa_kvcache_options hfa_default_kvcache_options(void);
 
-/* options may be NULL only to get an error: cache_seqlens is required. On a Hopper GPU:
- * bf16/fp16 q, headdim 64, 128 or 256 (the same for K and V), cache rows (and FP4/per-token
- * scale rows) at 16-byte (4-byte) aligned addresses and strides (MXFP4 at headdim 64: its
- * 2-byte scale rows padded to 4); other CUDA calls answer HFA_ERROR_NOT_SUPPORTED (the CPU
- * backend implements everything above). The fast path: headdim 128, at most 8 query rows per
+/* options may be NULL only to get an error: cache_seqlens (or indices) is required. On a Hopper
+ * GPU: bf16/fp16 q, headdim 64, 128 or 256 (the same for K and V), cache rows (and
+ * FP4/per-token scale rows) at 16-byte (4-byte) aligned addresses and strides (MXFP4 at headdim
+ * 64: its 2-byte scale rows padded to 4); other CUDA calls answer HFA_ERROR_NOT_SUPPORTED (the
+ * CPU backend implements everything above), every MLA form (headdim 576, HFA_FP8_MLA, indices)
+ * by the argument that asks for it. The fast path: headdim 128, at most 8 query rows per
  * kv-head (heads_q / heads_kv · seqlen_q), a contiguous cache or a page size that is a multiple
  * of 16. A CUDA call makes no allocation and no host synchronization (validation mode aside):
  * split partials and rotated queries go to options->workspace, sized by the query below. */

@@ -25,6 +25,7 @@ enum class DType : int32_t {
   i32 = HFA_I32,
   fp4_e2m1x2 = HFA_FP4_E2M1X2,  // two E2M1 values per byte (KV caches)
   ue8m0 = HFA_UE8M0,            // MXFP4 block scales
+  fp8_mla = HFA_FP8_MLA,        // FlashMLA's 656-byte FP8 MLA token record (KV caches)
 };
 
 enum class DeviceKind : int32_t { cpu = HFA_CPU, cuda = HFA_CUDA };

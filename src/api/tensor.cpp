@@ -48,6 +48,7 @@ std::size_t dtype_size(DType dtype) {
     case DType::i32: return 4;
     case DType::fp4_e2m1x2: return 1;  // one byte holds two values
     case DType::ue8m0: return 1;
+    case DType::fp8_mla: return 1;  // a record's bytes
   }
   return 0;  // not a dtype: callers treat size 0 as "unknown"
 }
@@ -62,6 +63,7 @@ const char* dtype_name(DType dtype) {
     case DType::i32: return "i32";
     case DType::fp4_e2m1x2: return "fp4_e2m1x2";
     case DType::ue8m0: return "ue8m0";
+    case DType::fp8_mla: return "fp8_mla";
   }
   return "unknown";
 }

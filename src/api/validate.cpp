@@ -18,7 +18,7 @@ namespace {
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
-bool is_known_dtype(hfa_dtype d) { return d >= HFA_F32 && d <= HFA_UE8M0; }
+bool is_known_dtype(hfa_dtype d) { return d >= HFA_F32 && d <= HFA_FP8_MLA; }
 const char* name_of(hfa_dtype d) { return dtype_name(static_cast<DType>(d)); }
 
 // The logical axes of an attention operand. Fixed length: (batch, seqlen, heads, headdim);

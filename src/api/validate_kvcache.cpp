@@ -15,6 +15,7 @@
 #include "api/overlap.hpp"
 #include "common/environment.hpp"
 #include "common/errors.hpp"
+#include "common/mla.hpp"
 #include "api/validate.hpp"
 #include "common/rotary.hpp"
 
@@ -46,9 +47,41 @@ Status expect_extent(const char* name, const Tensor& t, int dim, const char* wha
   return invalid(name, "expected ", what, " ", want, " (as ", ref, "), got ", t.shape[dim]);
 }
 
-// The values a cache row holds: one per element, two per byte for packed FP4.
+// The values a cache row holds: one per element, two per byte for packed FP4; an FP8 MLA
+// record's 656 bytes hold 576 (K), and V's view of its first 512 bytes the 512 latent values.
 int64_t values_per_row(const Tensor& cache) {
+  if (cache.dtype == HFA_FP8_MLA && cache.shape[3] == quant::kMlaRecordBytes) return kMlaHeadDimQK;
   return cache.dtype == HFA_FP4_E2M1X2 ? 2 * cache.shape[3] : cache.shape[3];
+}
+
+// k_cache's row extent for hdim_qk values in its dtype, and what it counts, for messages.
+int64_t row_extent(const Tensor& k, int64_t hdim_qk, const char** unit) {
+  if (k.dtype == HFA_FP8_MLA) {
+    *unit = "bytes per fp8_mla record (656 for MLA's 576-wide keys)";
+    return hdim_qk == kMlaHeadDimQK ? quant::kMlaRecordBytes : -1;
+  }
+  *unit = k.dtype == HFA_FP4_E2M1X2 ? "headdim / 2 (packed bytes)" : "headdim";
+  return k.dtype == HFA_FP4_E2M1X2 ? hdim_qk / 2 : hdim_qk;
+}
+
+// The MLA head dims (576 / 512) where the generic ones are not: V's 512 only with K's 576.
+Status check_head_dims(int64_t hdim_qk, int64_t hdim_v) {
+  if (hdim_qk == kMlaHeadDimQK) {
+    if (hdim_v != kMlaHeadDimV)
+      return invalid("v_cache", "headdim must be ", kMlaHeadDimV, " with q's ", kMlaHeadDimQK,
+                     " (MLA: V is the latent part of the key), got ", hdim_v);
+    return Status::ok();
+  }
+  if (hdim_v == kMlaHeadDimV)
+    return invalid("q", "headdim must be ", kMlaHeadDimQK, " with v_cache's ", kMlaHeadDimV,
+                   " (MLA), got ", hdim_qk);
+  return check_supported_head_dim("v_cache", hdim_v);
+}
+
+// V as a view of K's first columns: the same data and (page, slot, head) strides.
+bool is_prefix_view(const Tensor& v, const Tensor& k) {
+  return v.data == k.data && v.stride[0] == k.stride[0] && v.stride[1] == k.stride[1] &&
+         v.stride[2] == k.stride[2];
 }
 
 // A scale tensor of a quantized cache. Per-kv-head fp32 scales are (heads_kv); every other
@@ -107,6 +140,8 @@ Status cache_format(const Tensor& q, const Tensor& k_cache, const KVCacheOptions
   } else if (k_cache.dtype == HFA_E4M3) {
     *format = o.k_scale != nullptr && o.k_scale->rank == 1 ? CacheFormat::fp8_per_head
                                                           : CacheFormat::fp8_per_token;
+  } else if (k_cache.dtype == HFA_FP8_MLA) {
+    *format = CacheFormat::mla_fp8;
   } else if (k_cache.dtype == HFA_FP4_E2M1X2) {
     if (o.k_scale == nullptr)
       return invalid("k_scale", "is null, but an fp4_e2m1x2 k_cache needs e4m3 (NVFP4) or ue8m0 "
@@ -121,7 +156,7 @@ Status cache_format(const Tensor& q, const Tensor& k_cache, const KVCacheOptions
     }
   } else {
     return invalid("k_cache", "dtype ", name_of(k_cache.dtype), " is not supported (expected ",
-                   name_of(q.dtype), " as q, e4m3, or fp4_e2m1x2)");
+                   name_of(q.dtype), " as q, e4m3, fp4_e2m1x2, or fp8_mla)");
   }
   return Status::ok();
 }
@@ -130,13 +165,14 @@ Status cache_format(const Tensor& q, const Tensor& k_cache, const KVCacheOptions
 Status check_scales(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                     const KVCacheOptions& o, KVCacheProblem* p) {
   const bool fp4 = p->format == CacheFormat::nvfp4 || p->format == CacheFormat::mxfp4;
-  if (p->format == CacheFormat::plain) {
+  if (p->format == CacheFormat::plain || p->format == CacheFormat::mla_fp8) {
     const std::pair<const char*, const Tensor*> unused[] = {
         {"k_scale", o.k_scale}, {"v_scale", o.v_scale},
         {"k_global_scale", o.k_global_scale}, {"v_global_scale", o.v_global_scale}};
+    const char* why = p->format == CacheFormat::plain ? " cache (q's dtype)"
+                                                      : " cache (its scales are in its records)";
     for (const auto& [name, t] : unused)
-      if (t != nullptr)
-        return invalid(name, "must be null for a ", name_of(k_cache.dtype), " cache (q's dtype)");
+      if (t != nullptr) return invalid(name, "must be null for a ", name_of(k_cache.dtype), why);
     return Status::ok();
   }
   hfa_dtype scale_dtype = HFA_F32;
@@ -185,6 +221,8 @@ Status check_splits(const KVCacheOptions& o) {
 Status check_append(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p) {
   if (o.k_new == nullptr && o.v_new != nullptr) return invalid("k_new", "is null, but v_new is given");
   if (o.k_new != nullptr && o.v_new == nullptr) return invalid("v_new", "is null, but k_new is given");
+  if (o.k_new != nullptr && p->format == CacheFormat::mla_fp8)
+    return not_supported("k_new: appending to an fp8_mla cache is not supported yet");
   if (o.k_new == nullptr) {
     if (o.rotary_cos != nullptr || o.rotary_sin != nullptr)
       return invalid(o.rotary_cos ? "rotary_cos" : "rotary_sin",
@@ -263,6 +301,75 @@ Status check_append(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p)
   return Status::ok();
 }
 
+// cache_seqlens and the block table of a dense call (p->batch set).
+Status check_lengths(const Tensor& q, const KVCacheOptions& o, const char* batch_owner,
+                     KVCacheProblem* p) {
+  const int64_t batch = p->batch;
+  if (o.cache_seqlens == nullptr)
+    return invalid("cache_seqlens", "is null (it is required without indices)");
+  HFA_RETURN_IF_ERROR(check_tensor_form("cache_seqlens", o.cache_seqlens, 1, "(batch)", false));
+  if (o.cache_seqlens->dtype != HFA_I32)
+    return invalid("cache_seqlens", "expected dtype i32, got ", name_of(o.cache_seqlens->dtype));
+  if (o.cache_seqlens->shape[0] != batch)
+    return invalid("cache_seqlens", "expected shape (", batch, ") (batch, as ", batch_owner, "), got ",
+                   tensor_shape_string(*o.cache_seqlens));
+  HFA_RETURN_IF_ERROR(check_same_device("cache_seqlens", *o.cache_seqlens, q));
+  if (o.block_table != nullptr) {
+    const Tensor& table = *o.block_table;
+    HFA_RETURN_IF_ERROR(check_tensor_form("block_table", &table, 2, "(batch, max_pages)", false));
+    if (table.dtype != HFA_I32)
+      return invalid("block_table", "expected dtype i32, got ", name_of(table.dtype));
+    if (table.shape[0] != batch)
+      return invalid("block_table", "expected ", batch, " rows (batch, as ", batch_owner, "), got ",
+                     table.shape[0]);
+    if (table.shape[1] > kInt32Max)
+      return invalid("block_table", "max_pages ", table.shape[1], " exceeds int32");
+    HFA_RETURN_IF_ERROR(check_same_device("block_table", table, q));
+    p->block_table = static_cast<const int32_t*>(table.data);
+    p->block_table_stride = table.stride[0];
+    p->max_pages = static_cast<int32_t>(table.shape[1]);
+  }
+  p->cache_seqlens = static_cast<const int32_t*>(o.cache_seqlens->data);
+  return Status::ok();
+}
+
+// Sparse attention's indices (int32, contiguous (batch, seqlen_q, topk)) and what they exclude:
+// the tensors and options that would choose the keys another way.
+Status check_indices(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p) {
+  const Tensor& t = *o.indices;
+  const char* layout = "(batch, seqlen_q, topk)";
+  HFA_RETURN_IF_ERROR(check_tensor_form("indices", &t, 3, layout, false));
+  if (t.dtype != HFA_I32) return invalid("indices", "expected dtype i32, got ", name_of(t.dtype));
+  HFA_RETURN_IF_ERROR(check_same_device("indices", t, q));
+  if (o.cu_seqlens_q != nullptr)
+    return not_supported("cu_seqlens_q: varlen queries with indices are not supported yet");
+  if (t.shape[0] != p->batch || t.shape[1] != p->seqlen_q)
+    return invalid("indices", "expected shape (", p->batch, ", ", p->seqlen_q,
+                   ", topk) (batch and seqlen_q as q), got ", tensor_shape_string(t));
+  if (t.shape[2] > kInt32Max) return invalid("indices", "topk ", t.shape[2], " exceeds int32");
+  HFA_RETURN_IF_ERROR(check_contiguous("indices", t, layout));
+  // The keys are the indices' alone: nothing else may choose or add any.
+  struct Excluded {
+    const char* name;
+    bool given;
+    const char* want;
+  };
+  const Excluded excluded[] = {
+      {"cache_seqlens", o.cache_seqlens != nullptr, "null"},
+      {"block_table", o.block_table != nullptr, "null"}, {"causal", o.causal != 0, "off"},
+      {"window_left", o.window_left >= 0, "-1"}, {"window_right", o.window_right >= 0, "-1"},
+      {"k_new", o.k_new != nullptr, "null"}};
+  for (const Excluded& e : excluded)
+    if (e.given)
+      return invalid(e.name, "must be ", e.want,
+                     " with indices (the indices alone choose each row's keys)");
+  p->indices = static_cast<const int32_t*>(t.data);
+  p->topk = static_cast<int32_t>(t.shape[2]);
+  p->indices_row_stride = t.shape[2];  // contiguous
+  p->indices_batch_stride = t.shape[1] * t.shape[2];
+  return Status::ok();
+}
+
 // The memory rule (overlap.hpp) over every tensor of the call, in argument order. An append
 // writes the caches, and the scales of a format with one per row (FP8 per token, NVFP4, MXFP4).
 Status check_kvcache_memory(const KVCacheArgs& args, const KVCacheProblem& p) {
@@ -277,7 +384,7 @@ Status check_kvcache_memory(const KVCacheArgs& args, const KVCacheProblem& p) {
       {"v_scale", o.v_scale, scales_written}, {"k_global_scale", o.k_global_scale},
       {"v_global_scale", o.v_global_scale}, {"k_new", o.k_new}, {"v_new", o.v_new},
       {"rotary_cos", o.rotary_cos}, {"rotary_sin", o.rotary_sin}, {"cu_seqlens_q", o.cu_seqlens_q},
-      {"cu_seqlens_k_new", o.cu_seqlens_k_new}};
+      {"cu_seqlens_k_new", o.cu_seqlens_k_new}, {"indices", o.indices}};
   return check_shared_memory(tensors);
 }
 
@@ -287,6 +394,20 @@ Status check_kvcache_memory(const KVCacheArgs& args, const KVCacheProblem& p) {
 // a page of the cache. Entries past a sequence's last page are never read and not checked
 // (engines pad block tables with anything).
 Status check_kvcache_values(const KVCacheProblem& p) {
+  if (p.indices != nullptr) {  // the only values a sparse call reads (no lengths, no table)
+    const int64_t tokens = p.num_pages * p.page_size;
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t i = 0; i < p.seqlen_q; ++i)
+        for (int64_t n = 0; n < p.topk; ++n) {
+          const int32_t token =
+              p.indices[b * p.indices_batch_stride + i * p.indices_row_stride + n];
+          if (token < -1 || token >= tokens)
+            return invalid("indices", "element (", b, ", ", i, ", ", n, ") = ", token,
+                           " is neither -1 nor a token of the cache [0, ", tokens,
+                           ") (num_pages · page_size)");
+        }
+    return Status::ok();
+  }
   if (p.is_varlen())
     HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.total_q,
                                                 "q", "max_seqlen_q", p.seqlen_q));
@@ -334,7 +455,7 @@ Status check_kvcache_values(const KVCacheProblem& p) {
 
 Status check_kvcache_values_on_device(const KVCacheProblem& p) {
   const auto batch = static_cast<std::size_t>(p.batch);
-  std::vector<int32_t> lengths, table, offsets, new_offsets;
+  std::vector<int32_t> lengths, table, offsets, new_offsets, indices;
   std::vector<HostRead> reads;
   // `count` int32 values into `copy`: one array, or `rows` rows of them `row_stride` apart.
   auto read = [&](const char* name, const int32_t* device, std::vector<int32_t>& copy,
@@ -343,7 +464,11 @@ Status check_kvcache_values_on_device(const KVCacheProblem& p) {
     reads.push_back({name, copy.data(), device, count * sizeof(int32_t), rows,
                      static_cast<std::size_t>(row_stride) * sizeof(int32_t)});
   };
-  read("cache_seqlens", p.cache_seqlens, lengths, batch);
+  if (p.indices != nullptr)  // contiguous (batch, seqlen_q, topk); no lengths with them
+    read("indices", p.indices, indices,
+         batch * static_cast<std::size_t>(p.seqlen_q) * static_cast<std::size_t>(p.topk));
+  else
+    read("cache_seqlens", p.cache_seqlens, lengths, batch);
   // The table's rows whole: which entries a sequence uses depends on its length, not read yet
   // (knowing first would take a second synchronization).
   if (p.block_table != nullptr)
@@ -354,7 +479,8 @@ Status check_kvcache_values_on_device(const KVCacheProblem& p) {
   HFA_RETURN_IF_ERROR(dispatch_read_to_host(reads, p.device, p.stream));
 
   KVCacheProblem host = p;
-  host.cache_seqlens = lengths.data();
+  host.cache_seqlens = p.indices != nullptr ? nullptr : lengths.data();
+  if (p.indices != nullptr) host.indices = indices.data();
   if (p.is_varlen()) host.cu_seqlens_q = offsets.data();
   if (p.is_varlen_new()) host.cu_seqlens_k_new = new_offsets.data();
   if (p.block_table != nullptr) {
@@ -375,10 +501,13 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
   count_validation();
   if (args.options == nullptr) return invalid("options", "is null");
   const KVCacheOptions& o = *args.options;
-  const bool paged = o.block_table != nullptr;
+  // Sparse calls address the caches as a pool of pages through the indices alone.
+  const bool sparse = o.indices != nullptr;
+  const bool paged = o.block_table != nullptr || sparse;
   const bool varlen = o.cu_seqlens_q != nullptr;
-  const char* cache_layout = paged ? "(num_pages, page_size, heads_kv, headdim) with block_table"
-                                   : "(batch, max_seqlen_cache, heads_kv, headdim)";
+  const char* cache_layout = sparse  ? "(num_pages, page_size, heads_kv, headdim) with indices"
+                             : paged ? "(num_pages, page_size, heads_kv, headdim) with block_table"
+                                     : "(batch, max_seqlen_cache, heads_kv, headdim)";
 
   // Each tensor on its own.
   // Varlen q and out are (total_q, heads_q, headdim): their dims from `row` on are the fixed
@@ -435,23 +564,32 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
   p.heads_q = static_cast<int32_t>(q.shape[head]);
   p.hdim_qk = static_cast<int32_t>(q.shape[dim]);
   if (p.heads_q == 0) return invalid("q", "heads must be at least 1, got 0");
-  HFA_RETURN_IF_ERROR(check_supported_head_dim("q", p.hdim_qk));
+  if (p.hdim_qk != kMlaHeadDimQK) HFA_RETURN_IF_ERROR(check_supported_head_dim("q", p.hdim_qk));
   if (k.shape[2] == 0) return invalid("k_cache", "heads must be at least 1, got 0");
   if (p.heads_q % k.shape[2] != 0)
     return invalid("k_cache", "heads ", k.shape[2], " must divide q's heads ", p.heads_q,
                    " (GQA/MQA need heads_q % heads_kv == 0)");
   p.heads_kv = static_cast<int32_t>(k.shape[2]);
-  const char* row_unit = k.dtype == HFA_FP4_E2M1X2 ? "headdim / 2 (packed bytes)" : "headdim";
-  HFA_RETURN_IF_ERROR(expect_extent("k_cache", k, 3, row_unit,
-                                    k.dtype == HFA_FP4_E2M1X2 ? p.hdim_qk / 2 : p.hdim_qk, "q"));
+  const char* row_unit = "";
+  const int64_t row_size = row_extent(k, p.hdim_qk, &row_unit);
+  if (row_size < 0)
+    return invalid("k_cache", "an fp8_mla cache holds MLA's ", kMlaHeadDimQK,
+                   "-wide keys, but q's headdim is ", p.hdim_qk);
+  HFA_RETURN_IF_ERROR(expect_extent("k_cache", k, 3, row_unit, row_size, "q"));
   if (!paged) HFA_RETURN_IF_ERROR(expect_extent("k_cache", k, 0, "batch", batch, batch_owner));
   if (paged && k.shape[1] == 0) return invalid("k_cache", "page_size must be at least 1, got 0");
   HFA_RETURN_IF_ERROR(expect_extent("v_cache", v, 0, paged ? "num_pages" : "batch", k.shape[0], "k_cache"));
   HFA_RETURN_IF_ERROR(expect_extent("v_cache", v, 1, paged ? "page_size" : "max_seqlen_cache",
                                     k.shape[1], "k_cache"));
   HFA_RETURN_IF_ERROR(expect_extent("v_cache", v, 2, "heads", k.shape[2], "k_cache"));
+  // The FP8 record's scales are read through K's row: V must be that row's first 512 bytes.
+  if (p.format == CacheFormat::mla_fp8 &&
+      !(is_prefix_view(v, k) && v.shape[3] == kMlaHeadDimV))
+    return invalid("v_cache", "must be the view of k_cache's first ", kMlaHeadDimV,
+                   " bytes (k_cache[..., :", kMlaHeadDimV, "], the latent codes: same data and "
+                   "strides) for an fp8_mla cache, got shape ", tensor_shape_string(v));
   p.hdim_v = static_cast<int32_t>(values_per_row(v));
-  HFA_RETURN_IF_ERROR(check_supported_head_dim("v_cache", p.hdim_v));
+  HFA_RETURN_IF_ERROR(check_head_dims(p.hdim_qk, p.hdim_v));
   if (varlen) {
     HFA_RETURN_IF_ERROR(expect_extent("out", out, 0, "total_q", p.total_q, "q"));
   } else {
@@ -484,31 +622,8 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
     p.lse_head_stride = varlen ? p.total_q : p.seqlen_q;
   }
 
-  // cache_seqlens and block_table.
-  if (o.cache_seqlens == nullptr) return invalid("cache_seqlens", "is null (it is required)");
-  HFA_RETURN_IF_ERROR(check_tensor_form("cache_seqlens", o.cache_seqlens, 1, "(batch)", false));
-  if (o.cache_seqlens->dtype != HFA_I32)
-    return invalid("cache_seqlens", "expected dtype i32, got ", name_of(o.cache_seqlens->dtype));
-  if (o.cache_seqlens->shape[0] != batch)
-    return invalid("cache_seqlens", "expected shape (", batch, ") (batch, as ", batch_owner, "), got ",
-                   tensor_shape_string(*o.cache_seqlens));
-  HFA_RETURN_IF_ERROR(check_same_device("cache_seqlens", *o.cache_seqlens, q));
-  if (paged) {
-    const Tensor& table = *o.block_table;
-    HFA_RETURN_IF_ERROR(check_tensor_form("block_table", &table, 2, "(batch, max_pages)", false));
-    if (table.dtype != HFA_I32)
-      return invalid("block_table", "expected dtype i32, got ", name_of(table.dtype));
-    if (table.shape[0] != batch)
-      return invalid("block_table", "expected ", batch, " rows (batch, as ", batch_owner, "), got ",
-                     table.shape[0]);
-    if (table.shape[1] > kInt32Max)
-      return invalid("block_table", "max_pages ", table.shape[1], " exceeds int32");
-    HFA_RETURN_IF_ERROR(check_same_device("block_table", table, q));
-    p.block_table = static_cast<const int32_t*>(table.data);
-    p.block_table_stride = table.stride[0];
-    p.max_pages = static_cast<int32_t>(table.shape[1]);
-  }
-  p.cache_seqlens = static_cast<const int32_t*>(o.cache_seqlens->data);
+  // The keys: listed by indices, or each sequence's first cache_seqlens[b] tokens.
+  HFA_RETURN_IF_ERROR(sparse ? check_indices(q, o, &p) : check_lengths(q, o, batch_owner, &p));
   p.page_size = static_cast<int32_t>(k.shape[1]);
   p.num_pages = k.shape[0];
 
@@ -548,7 +663,8 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
   p.workspace_bytes = o.workspace_bytes;
   p.sm_margin = o.sm_margin;
   if (p.split_size > 0) {  // a sequence's chunks, like num_splits, are at most kMaxKVSplits
-    const int64_t capacity = int64_t{p.max_pages} * p.page_size;
+    // A sparse row splits its topk indices; a dense sequence its cache.
+    const int64_t capacity = sparse ? int64_t{p.topk} : int64_t{p.max_pages} * p.page_size;
     const int64_t least = (capacity + kMaxKVSplits - 1) / kMaxKVSplits;
     if (p.split_size < least)
       return invalid("split_size", "must be at least ", least, " for this cache (", kMaxKVSplits,

@@ -7,6 +7,7 @@
 
 #include "common/kvcache_problem.hpp"
 #include "quant/fp8_kv.hpp"
+#include "quant/mla_fp8.hpp"
 #include "quant/mxfp4.hpp"
 #include "quant/nvfp4.hpp"
 
@@ -33,6 +34,9 @@ HFA_HD inline void decode_columns(CacheFormat format, const CacheSide& side, int
     case CacheFormat::mxfp4:
       quant::mxfp4_dequantize_row(codes + first / 2, scales + first / quant::kMxfp4BlockSize, count,
                                   out);
+      return;
+    case CacheFormat::mla_fp8:  // the scales are inside the record
+      quant::mla_fp8_decode_columns(codes, first, count, out);
       return;
     case CacheFormat::plain:
       return;  // not a quantized format: the callers read plain rows themselves

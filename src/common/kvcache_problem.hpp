@@ -18,6 +18,8 @@ enum class CacheFormat {
   fp8_per_token,  // E4M3 codes, fp32 scale per (token, kv-head)
   nvfp4,          // packed E2M1, E4M3 scale per 16 values, fp32 global scale
   mxfp4,          // packed E2M1, UE8M0 scale per 32 values
+  mla_fp8,        // FlashMLA's 656-byte FP8 MLA record (quant/mla_fp8.hpp), scales inside it;
+                  // K and V sides point at the same records (V: the first 512 values)
 };
 
 // A (page, slot, head, ...) tensor: the element (page, slot, head) starts at
@@ -54,6 +56,16 @@ struct KVCacheProblem {
   int32_t heads_kv = 0;  // heads_q % heads_kv == 0
   int32_t hdim_qk = 0;
   int32_t hdim_v = 0;
+
+  // Sparse (top-k) attention, DeepSeek-V3.2's: query row i of sequence b attends to the cache
+  // tokens indices[b·indices_batch_stride + i·indices_row_stride + n], n < topk, each the flat
+  // token page·page_size + slot of the cache (the page table folded in), -1 for none. Null:
+  // dense (cache_seqlens and the block table say the keys). With indices there is no
+  // cache_seqlens, block table, causal or window (the API rejects them).
+  const int32_t* indices = nullptr;
+  int64_t indices_batch_stride = 0;
+  int64_t indices_row_stride = 0;
+  int32_t topk = 0;
 
   // Varlen queries: int32 offsets (batch + 1) on q's device; null: fixed length. q and out are
   // then (total_q, heads, d) with batch stride 0, and sequence b's rows are the tokens

@@ -69,33 +69,57 @@ float attend(const KVCacheProblem& p, const Scratch& s, int64_t first, int64_t l
   return running_max + std::log(running_sum);
 }
 
-// One (sequence, kv-head): every query head of its GQA group shares the gathered rows.
+// Sparse attention: the valid tokens query row i of sequence b lists, gathered into s.k / s.v
+// in their order (-1 entries skipped); their count.
+int64_t gather_indexed(const KVCacheProblem& p, int64_t b, int64_t i, int64_t kv_head,
+                       Scratch& s) {
+  const int32_t* listed = p.indices + b * p.indices_batch_stride + i * p.indices_row_stride;
+  int64_t n = 0;
+  for (int64_t k = 0; k < p.topk; ++k) {
+    const int64_t token = listed[k];
+    if (token < 0) continue;  // padding (the API admits -1 only)
+    const int64_t page = token / p.page_size, slot = token % p.page_size;
+    decode_row(p.format, p.cache_dtype, p.k, page, slot, kv_head, s.k.data() + n * p.hdim_qk);
+    decode_row(p.format, p.cache_dtype, p.v, page, slot, kv_head, s.v.data() + n * p.hdim_v);
+    ++n;
+  }
+  return n;
+}
+
+// One (sequence, kv-head): every query head of its GQA group shares the gathered rows (a
+// sparse call's rows are each query row's own).
 void run_group(const KVCacheProblem& p, int64_t b, int64_t kv_head, Scratch& s) {
-  const int64_t seqlen_k = cache_length(p, b);
+  const bool sparse = p.indices != nullptr;
+  int64_t seqlen_k = sparse ? p.topk : cache_length(p, b);
   s.k.resize(static_cast<std::size_t>(seqlen_k * p.hdim_qk));
   s.v.resize(static_cast<std::size_t>(seqlen_k * p.hdim_v));
-  for (int64_t j = 0; j < seqlen_k; ++j) {
-    load_cache_row(p, p.k, b, j, kv_head, s.k.data() + j * p.hdim_qk);
-    load_cache_row(p, p.v, b, j, kv_head, s.v.data() + j * p.hdim_v);
+  if (!sparse) {
+    for (int64_t j = 0; j < seqlen_k; ++j) {
+      load_cache_row(p, p.k, b, j, kv_head, s.k.data() + j * p.hdim_qk);
+      load_cache_row(p, p.v, b, j, kv_head, s.v.data() + j * p.hdim_v);
+    }
   }
 
-  const int32_t splits = kvcache_splits(p, seqlen_k);
-  // Keys per split: fixed (split_size, the same boundaries whatever the batch) or even.
-  const int64_t chunk = p.split_size > 0 ? p.split_size
-                                         : std::max<int64_t>(1, (seqlen_k + splits - 1) / splits);
   const int64_t group = p.heads_q / p.heads_kv;
   const std::size_t q_bytes = element_bytes(p.dtype);
   const std::size_t out_bytes = element_bytes(p.out_dtype);
   const int64_t seqlen_q = p.query_rows(b);
   const int64_t first_row = p.query_begin(b);
-  for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
-    for (int64_t i = 0; i < seqlen_q; ++i) {
-      const int64_t row = first_row + i;
+  for (int64_t i = 0; i < seqlen_q; ++i) {
+    const int64_t row = first_row + i;
+    // A sparse row sees all its gathered keys; a dense one its window of the cache.
+    if (sparse) seqlen_k = gather_indexed(p, b, i, kv_head, s);
+    const CacheKeyRange seen =
+        sparse ? CacheKeyRange{0, seqlen_k - 1} : cache_keys_seen(p, seqlen_q, seqlen_k, i);
+    const int32_t splits = kvcache_splits(p, seqlen_k);
+    // Keys per split: fixed (split_size, the same boundaries whatever the batch) or even.
+    const int64_t chunk = p.split_size > 0 ? p.split_size
+                                           : std::max<int64_t>(1, (seqlen_k + splits - 1) / splits);
+    for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
       const int64_t q_offset = b * p.q_stride.batch + row * p.q_stride.row + h * p.q_stride.head;
       load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes, p.hdim_qk,
                      s.q.data());
       if (p.rotary_cos != nullptr) apply_rotary(p, query_position(p, b, i), s.q.data());
-      const CacheKeyRange seen = cache_keys_seen(p, seqlen_q, seqlen_k, i);
       for (int32_t split = 0; split < splits; ++split) {
         const int64_t first = std::max(seen.first, split * chunk);
         const int64_t last = std::min(seen.last, (split + 1) * chunk - 1);
@@ -127,9 +151,16 @@ Status kvcache_forward(const KVCacheProblem& p) {
   // guard turns bad_alloc into one); the workers only resize K/V, whose largest size is
   // reserved up front.
   int64_t longest = 0;
-  for (int64_t b = 0; b < p.batch; ++b) longest = std::max(longest, cache_length(p, b));
+  if (p.indices != nullptr) {  // a row's keys are at most its topk indices
+    longest = p.topk;
+  } else {
+    for (int64_t b = 0; b < p.batch; ++b) longest = std::max(longest, cache_length(p, b));
+  }
   int32_t most_splits = 1;
-  for (int64_t b = 0; b < p.batch; ++b) most_splits = std::max(most_splits, kvcache_splits(p, cache_length(p, b)));
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t keys = p.indices != nullptr ? p.topk : cache_length(p, b);
+    most_splits = std::max(most_splits, kvcache_splits(p, keys));
+  }
   std::vector<Scratch> scratch(static_cast<std::size_t>(pool.thread_count()));
   for (Scratch& s : scratch) {
     s.k.reserve(static_cast<std::size_t>(longest * p.hdim_qk));

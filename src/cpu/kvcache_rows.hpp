@@ -81,6 +81,10 @@ inline void encode_row(detail::CacheFormat format, DType cache_dtype, const deta
     case CacheFormat::mxfp4:
       quant::mxfp4_quantize_row(values, d, codes, scales + scale_offset);
       return;
+    case CacheFormat::mla_fp8:
+      // K's side writes the whole record; V's is that record's prefix, nothing of its own.
+      if (d == quant::kMlaHeadDim) quant::mla_fp8_quantize_row(values, codes);
+      return;
   }
 }
 

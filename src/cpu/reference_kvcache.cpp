@@ -14,11 +14,10 @@ namespace {
 // Row (b, j, kv_head) of one side of the cache as float64, addressed and decoded here rather
 // than through load_cache_row, so that a gather bug in the backend's path cannot hide in both.
 // The element decoders are the codecs themselves (the values they define).
-std::vector<double> cache_row(const detail::KVCacheProblem& p, const detail::CacheSide& side,
-                              int64_t b, int64_t j, int64_t kv_head) {
+// The row at (page, slot, kv_head) of one side; cache_row below finds a sequence's token.
+std::vector<double> row_at(const detail::KVCacheProblem& p, const detail::CacheSide& side,
+                           int64_t page, int64_t slot, int64_t kv_head) {
   using detail::CacheFormat;
-  const int64_t page = p.block_table ? p.block_table[b * p.block_table_stride + j / p.page_size] : b;
-  const int64_t slot = j % p.page_size;
   const int64_t at = page * side.stride.page + slot * side.stride.slot + kv_head * side.stride.head;
   const int64_t scale_at = page * side.scale_stride.page + slot * side.scale_stride.slot +
                            kv_head * side.scale_stride.head;
@@ -47,8 +46,17 @@ std::vector<double> cache_row(const detail::KVCacheProblem& p, const detail::Cac
         row[c] = quant::mxfp4_decode(quant::e2m1_unpack(bytes[at + c / 2], c % 2),
                                      scale_bytes[scale_at + c / quant::kMxfp4BlockSize]);
       break;
+    case CacheFormat::mla_fp8:  // V's row is K's record, read up to its 512 latent values
+      quant::mla_fp8_decode_columns(bytes + at, 0, side.hdim, row.data());
+      break;
   }
   return {row.begin(), row.end()};
+}
+
+std::vector<double> cache_row(const detail::KVCacheProblem& p, const detail::CacheSide& side,
+                              int64_t b, int64_t j, int64_t kv_head) {
+  const int64_t page = p.block_table ? p.block_table[b * p.block_table_stride + j / p.page_size] : b;
+  return row_at(p, side, page, j % p.page_size, kv_head);
 }
 
 // Whether query row i of a sequence of seqlen_q rows sees cache key j: the bottom-right aligned
@@ -61,9 +69,65 @@ bool visible(const detail::KVCacheProblem& p, int64_t seqlen_q, int64_t seqlen_k
   return true;
 }
 
+
+// One query row's attention over its keys k[n], v[n] (already chosen and masked), in float64:
+// out[0, hdim_v) and the row's LSE (O = 0 and -inf for no key).
+double attend_row(const detail::KVCacheProblem& p, const std::vector<float>& q,
+                  const std::vector<const std::vector<double>*>& k,
+                  const std::vector<const std::vector<double>*>& v, double* o) {
+  std::fill(o, o + p.hdim_v, 0.0);
+  if (k.empty()) return -std::numeric_limits<double>::infinity();
+  std::vector<double> scores;
+  for (const std::vector<double>* key : k) {
+    double s = 0.0;
+    for (int64_t c = 0; c < p.hdim_qk; ++c) s += double{q[c]} * (*key)[c];
+    s *= p.softmax_scale;
+    if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
+    scores.push_back(s);
+  }
+  const double max = *std::max_element(scores.begin(), scores.end());
+  double sum = 0.0;
+  for (double& s : scores) sum += (s = std::exp(s - max));
+  for (std::size_t n = 0; n < scores.size(); ++n)
+    for (int64_t c = 0; c < p.hdim_v; ++c) o[c] += scores[n] / sum * (*v[n])[c];
+  return max + std::log(sum);
+}
+
+// Sparse attention: each query row over the tokens its indices list (-1 skipped), each token
+// read by its page and slot.
+void reference_sparse(const detail::KVCacheProblem& p, double* out, double* lse) {
+  const int64_t group = p.heads_q / p.heads_kv;
+  const std::size_t q_bytes = p.dtype == DType::f32 ? 4 : 2;
+  std::vector<float> row(static_cast<std::size_t>(p.hdim_qk));
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t i = 0; i < p.seqlen_q; ++i)
+      for (int64_t h = 0; h < p.heads_q; ++h) {
+        std::vector<std::vector<double>> k, v;
+        const int32_t* listed = p.indices + b * p.indices_batch_stride + i * p.indices_row_stride;
+        for (int64_t n = 0; n < p.topk; ++n) {
+          if (listed[n] == -1) continue;
+          const int64_t page = listed[n] / p.page_size, slot = listed[n] % p.page_size;
+          k.push_back(row_at(p, p.k, page, slot, h / group));
+          v.push_back(row_at(p, p.v, page, slot, h / group));
+        }
+        std::vector<const std::vector<double>*> keys, values;
+        for (std::size_t n = 0; n < k.size(); ++n) {
+          keys.push_back(&k[n]);
+          values.push_back(&v[n]);
+        }
+        const int64_t q_offset = b * p.q_stride.batch + i * p.q_stride.row + h * p.q_stride.head;
+        load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes, p.hdim_qk,
+                       row.data());
+        const int64_t token = b * p.seqlen_q + i;
+        const double row_lse = attend_row(p, row, keys, values, out + (token * p.heads_q + h) * p.hdim_v);
+        if (lse != nullptr) lse[(b * p.heads_q + h) * p.seqlen_q + i] = row_lse;
+      }
+}
+
 }  // namespace
 
 void reference_forward_kvcache(const detail::KVCacheProblem& p, double* out, double* lse) {
+  if (p.indices != nullptr) return reference_sparse(p, out, lse);
   const int64_t group = p.heads_q / p.heads_kv;
   const std::size_t q_bytes = p.dtype == DType::f32 ? 4 : 2;
   std::vector<float> row(static_cast<std::size_t>(p.hdim_qk));
@@ -71,46 +135,32 @@ void reference_forward_kvcache(const detail::KVCacheProblem& p, double* out, dou
   for (int64_t b = 0; b < p.batch; first_token += p.query_rows(b), ++b) {
     const int64_t seqlen_q = p.query_rows(b);
     const int64_t seqlen_k = std::clamp<int64_t>(p.cache_seqlens[b], 0, int64_t{p.max_pages} * p.page_size);
-    for (int64_t h = 0; h < p.heads_q; ++h) {
-      // The cache rows of this head's kv-head, dequantized, widened to float64.
-      const int64_t kv_head = h / group;
+    for (int64_t kv_head = 0; kv_head < p.heads_kv; ++kv_head) {
+      // The cache rows of this kv-head, dequantized, widened to float64.
       std::vector<std::vector<double>> k, v;
       for (int64_t j = 0; j < seqlen_k; ++j) {
         k.push_back(cache_row(p, p.k, b, j, kv_head));
         v.push_back(cache_row(p, p.v, b, j, kv_head));
       }
-      for (int64_t i = 0; i < seqlen_q; ++i) {
-        const int64_t token = first_token + i;  // the row's index in the packed outputs
-        const int64_t q_offset =
-            b * p.q_stride.batch + (p.query_begin(b) + i) * p.q_stride.row + h * p.q_stride.head;
-        load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes, p.hdim_qk,
-                       row.data());
-        std::vector<int64_t> keys;
-        std::vector<double> scores;
-        for (int64_t j = 0; j < seqlen_k; ++j) {
-          if (!visible(p, seqlen_q, seqlen_k, i, j)) continue;
-          double s = 0.0;
-          for (int64_t c = 0; c < p.hdim_qk; ++c) s += double{row[c]} * k[j][c];
-          s *= p.softmax_scale;
-          if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
-          keys.push_back(j);
-          scores.push_back(s);
-        }
-        double* o = out + (token * p.heads_q + h) * p.hdim_v;
-        std::fill(o, o + p.hdim_v, 0.0);
-        double row_lse = -std::numeric_limits<double>::infinity();
-        if (!scores.empty()) {
-          const double max = *std::max_element(scores.begin(), scores.end());
-          double sum = 0.0;
-          for (double& s : scores) sum += (s = std::exp(s - max));
-          for (std::size_t n = 0; n < scores.size(); ++n) {
-            const std::vector<double>& value = v[keys[n]];
-            for (int64_t c = 0; c < p.hdim_v; ++c) o[c] += scores[n] / sum * value[c];
+      for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+        for (int64_t i = 0; i < seqlen_q; ++i) {
+          const int64_t token = first_token + i;  // the row's index in the packed outputs
+          const int64_t q_offset =
+              b * p.q_stride.batch + (p.query_begin(b) + i) * p.q_stride.row + h * p.q_stride.head;
+          load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes,
+                         p.hdim_qk, row.data());
+          std::vector<const std::vector<double>*> keys, values;
+          for (int64_t j = 0; j < seqlen_k; ++j) {
+            if (!visible(p, seqlen_q, seqlen_k, i, j)) continue;
+            keys.push_back(&k[j]);
+            values.push_back(&v[j]);
           }
-          row_lse = max + std::log(sum);
+          const double row_lse =
+              attend_row(p, row, keys, values, out + (token * p.heads_q + h) * p.hdim_v);
+          if (lse != nullptr)
+            lse[p.is_varlen() ? h * p.total_q + token : (b * p.heads_q + h) * p.seqlen_q + i] =
+                row_lse;
         }
-        if (lse != nullptr)
-          lse[p.is_varlen() ? h * p.total_q + token : (b * p.heads_q + h) * p.seqlen_q + i] = row_lse;
       }
     }
   }

@@ -11,6 +11,7 @@
 
 #include "common/backend.hpp"
 #include "common/errors.hpp"
+#include "common/mla.hpp"
 #include "sm90/bwd/launch.hpp"
 #include "sm90/device.hpp"
 #include "sm90/fwd/launch.hpp"
@@ -156,14 +157,28 @@ Status read_to_host(std::span<const detail::HostRead> reads, Device device, void
   return Status::ok();
 }
 
+// The KV-cache entries behind the one check every MLA form needs first: no decode kernel here
+// reads an FP8 MLA record or sparse indices (the generic ones would misread the one and ignore
+// the other), so each is refused by name before a plan is made.
+Status forward_kvcache_checked(const detail::KVCacheProblem& p) {
+  HFA_RETURN_IF_ERROR(detail::refuse_mla_on_gpu(p, "sm90 KV-cache forward"));
+  return forward_kvcache(p);
+}
+
+Status forward_kvcache_workspace_size_checked(const detail::KVCacheProblem& p, std::size_t* bytes) {
+  *bytes = 0;
+  HFA_RETURN_IF_ERROR(detail::refuse_mla_on_gpu(p, "sm90 KV-cache forward"));
+  return forward_kvcache_workspace_size(p, bytes);
+}
+
 const detail::Backend kBackend{
     .name = "sm90",
     .forward = forward,
     .forward_workspace_size = forward_workspace_size,
     .backward = backward,
     .backward_workspace_size = backward_workspace_size,
-    .forward_kvcache = forward_kvcache,
-    .forward_kvcache_workspace_size = forward_kvcache_workspace_size,
+    .forward_kvcache = forward_kvcache_checked,
+    .forward_kvcache_workspace_size = forward_kvcache_workspace_size_checked,
     .quantize_kv = quantize_kv,
     .quantize_fp8 = quantize_fp8,
     .hadamard_signs = hadamard_signs,

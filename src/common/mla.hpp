@@ -1,0 +1,56 @@
+// Multi-head Latent Attention (DeepSeek-V2/V3/V3.2) as hfa_forward_kvcache takes it: absorbed
+// for decode, MLA is MQA over one latent KV head whose key is the 576-wide cache row
+// [latent (512) ; rotary (64)] and whose value is the first 512 columns of that same row. hfa
+// has no MLA operation of its own: MLA is a shape of the KV-cache problem (head dims 576 / 512,
+// v_cache a view of k_cache's first 512 columns), one more cache format (FlashMLA's 656-byte
+// FP8 record, quant/mla_fp8.hpp) and the sparse top-k option (indices). What is true of MLA
+// problems in general is here, for the API's checks and the backends' support checks alike.
+#pragma once
+
+#include <string>
+
+#include "common/errors.hpp"
+#include "common/kvcache_problem.hpp"
+#include "quant/mla_fp8.hpp"
+
+namespace hfa::detail {
+
+inline constexpr int32_t kMlaHeadDimQK = quant::kMlaHeadDim;    // 576
+inline constexpr int32_t kMlaHeadDimV = quant::kMlaLatentDim;   // 512
+
+// The MLA shape: K's 576 columns, V's 512.
+inline bool is_mla_shape(int64_t hdim_qk, int64_t hdim_v) {
+  return hdim_qk == kMlaHeadDimQK && hdim_v == kMlaHeadDimV;
+}
+
+// Whether a problem uses any of the MLA forms: the shape, the FP8 record, sparse indices.
+inline bool uses_mla_forms(const KVCacheProblem& p) {
+  return is_mla_shape(p.hdim_qk, p.hdim_v) || p.format == CacheFormat::mla_fp8 ||
+         p.indices != nullptr;
+}
+
+// Whether V reads K's own rows: the same data and (page, slot, head) strides, so V's row is the
+// prefix of K's. (The API checks the tensors themselves; this is the problem's view of it.)
+inline bool v_is_prefix_of_k(const KVCacheProblem& p) {
+  return p.v.data == p.k.data && p.v.stride.page == p.k.stride.page &&
+         p.v.stride.slot == p.k.stride.slot && p.v.stride.head == p.k.stride.head;
+}
+
+// A GPU backend without an MLA decode kernel: not_supported naming the argument that asks for
+// one (the first MLA form found), ok for every other problem. Host code, so that a build
+// without a GPU tests what a GPU build answers. Every form must be refused here: the generic
+// decode kernels would read an FP8 record as per-token FP8 and ignore the indices.
+inline Status refuse_mla_on_gpu(const KVCacheProblem& p, const char* family) {
+  auto refuse = [&](const char* argument, const std::string& what) {
+    return Status{Code::not_supported, std::string(argument) + ": " + what + " is not supported by the " +
+                                           family + " yet (the CPU backend computes it)"};
+  };
+  if (p.indices != nullptr) return refuse("indices", "sparse (top-k) MLA decode");
+  if (p.format == CacheFormat::mla_fp8)
+    return refuse("k_cache", "FlashMLA's FP8 MLA cache (dtype fp8_mla, 656-byte records)");
+  if (is_mla_shape(p.hdim_qk, p.hdim_v))
+    return refuse("q", "MLA decode (headdim 576 with v_cache's 512)");
+  return Status::ok();
+}
+
+}  // namespace hfa::detail
