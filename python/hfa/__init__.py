@@ -19,12 +19,13 @@ from . import _args
 from ._lib import (HfaError, HfaInvalidArgument, HfaNotSupported, candidate_paths,
                    cuda_device_count, library_path, version)
 from ._merge import merge_partials
+from ._mla import flash_mla_with_kvcache, get_mla_metadata
 from ._quant import dequantize_kv, hadamard_signs, quantize_fp8, quantize_kv
 from ._version import __version__  # noqa: F401  (hfa.__version__)
 
 __all__ = [
     "flash_attn_func", "flash_attn_varlen_func", "flash_attn_backward", "flash_attn_with_kvcache",
-    "flash_attn_accumulate",
+    "flash_attn_accumulate", "flash_mla_with_kvcache", "get_mla_metadata",
     "quantize_kv", "dequantize_kv", "quantize_fp8", "hadamard_signs", "merge_partials",
     "HfaError", "HfaInvalidArgument", "HfaNotSupported",
     "version", "cuda_device_count", "library_path", "candidate_paths",

@@ -79,6 +79,7 @@ INTEGERS = {
     "block": (1, INT32_MAX),  # quantize_fp8's rows per scale
     "d": (1, INT32_MAX),  # hadamard_signs' length
     "seed": (0, 2 ** 64 - 1),  # a uint64
+    "head_dim_v": (512, 512),  # flash_mla_with_kvcache's: MLA's latent width
 }
 
 
@@ -137,7 +138,7 @@ def lengths(value, name: str):
 # or FP4 codes and their block scales, and the call's format says which (array_code's bytes_as).
 KIND_CODES = {"f32": _lib.F32, "f16": _lib.F16, "bf16": _lib.BF16, "e4m3": _lib.E4M3,
               "e5m2": _lib.E5M2, "e8m0": _lib.UE8M0, "i32": _lib.I32}
-BYTE_CODES = (_lib.E4M3, _lib.UE8M0, _lib.FP4_E2M1X2)
+BYTE_CODES = (_lib.E4M3, _lib.UE8M0, _lib.FP4_E2M1X2, _lib.FP8_MLA)
 
 
 def array_code(name: str, kind, dtype, bytes_as=None) -> int:

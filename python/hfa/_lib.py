@@ -24,8 +24,10 @@ ERROR_INTERNAL = 4
 
 F32, F16, BF16, E4M3, E5M2, I32 = 0, 1, 2, 3, 4, 5
 FP4_E2M1X2, UE8M0 = 6, 7  # KV caches: two E2M1 values per byte; MXFP4 block scales
+FP8_MLA = 8  # FlashMLA's 656-byte FP8 MLA token records (bytes)
 DTYPE_NAMES = {F32: "float32", F16: "float16", BF16: "bfloat16", E4M3: "float8_e4m3",
-               E5M2: "float8_e5m2", I32: "int32", FP4_E2M1X2: "fp4_e2m1x2", UE8M0: "ue8m0"}
+               E5M2: "float8_e5m2", I32: "int32", FP4_E2M1X2: "fp4_e2m1x2", UE8M0: "ue8m0",
+               FP8_MLA: "fp8_mla"}
 
 CPU, CUDA = 0, 1
 MAX_RANK = 4

@@ -78,10 +78,14 @@ Status check_head_dims(int64_t hdim_qk, int64_t hdim_v) {
   return check_supported_head_dim("v_cache", hdim_v);
 }
 
-// V as a view of K's first columns: the same data and (page, slot, head) strides.
+// V as a view of K's first columns: the same data and (page, slot, head) strides (those of a
+// dim of one element excepted: frameworks report any stride there). Extents 0-2 are checked
+// equal apart.
 bool is_prefix_view(const Tensor& v, const Tensor& k) {
-  return v.data == k.data && v.stride[0] == k.stride[0] && v.stride[1] == k.stride[1] &&
-         v.stride[2] == k.stride[2];
+  if (v.data != k.data) return false;
+  for (int d = 0; d < 3; ++d)
+    if (k.shape[d] > 1 && v.stride[d] != k.stride[d]) return false;
+  return true;
 }
 
 // A scale tensor of a quantized cache. Per-kv-head fp32 scales are (heads_kv); every other

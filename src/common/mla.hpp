@@ -29,13 +29,6 @@ inline bool uses_mla_forms(const KVCacheProblem& p) {
          p.indices != nullptr;
 }
 
-// Whether V reads K's own rows: the same data and (page, slot, head) strides, so V's row is the
-// prefix of K's. (The API checks the tensors themselves; this is the problem's view of it.)
-inline bool v_is_prefix_of_k(const KVCacheProblem& p) {
-  return p.v.data == p.k.data && p.v.stride.page == p.k.stride.page &&
-         p.v.stride.slot == p.k.stride.slot && p.v.stride.head == p.k.stride.head;
-}
-
 // A GPU backend without an MLA decode kernel: not_supported naming the argument that asks for
 // one (the first MLA form found), ok for every other problem. Host code, so that a build
 // without a GPU tests what a GPU build answers. Every form must be refused here: the generic

@@ -1,0 +1,248 @@
+"""FlashMLA's Python API (flash_mla.flash_mla_with_kvcache, get_mla_metadata) over
+hfa_forward_kvcache, for numpy arrays and torch tensors: a serving engine switches by changing
+the import. MLA is no separate operation in hfa: the latent cache is k_cache, its first
+head_dim_v columns (a view, never a copy) are v_cache, FlashMLA's FP8 cache is the fp8_mla
+cache dtype, and sparse attention the indices option (hfa.h).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+from . import _args, _lib
+
+# The library's names for what this API calls otherwise: v_cache is the view head_dim_v makes.
+_NAMES = {"v_cache": "head_dim_v", "k_scale": "k_cache", "v_scale": "k_cache"}
+
+
+@dataclasses.dataclass
+class MlaSchedule:
+    """get_mla_metadata's holder (FlashMLA's FlashMLASchedMeta): the shapes of the first call
+    that used it, checked on every later one, as FlashMLA does.
+
+    hfa's split plan depends on shapes only, never on cache_seqlens' values (the GPU plan is
+    made on the host from the shapes and the SM count; the CPU splits by each sequence's length
+    as it reads it), so there is no per-step schedule to compute or store yet: one holder may
+    serve every layer of a step and every CUDA-graph replay. It is where the GPU MLA kernel's
+    batch-balanced schedule (fixed size, made once per step) will live."""
+
+    @dataclasses.dataclass
+    class Config:
+        b: int
+        s_q: int
+        h_q: int
+        page_block_size: int
+        h_k: int
+        causal: bool
+        is_fp8_kvcache: bool
+        topk: Optional[int]
+
+    have_initialized: bool = False
+    config: Optional[Config] = None
+    # FlashMLA's tensors, for callers that read them: hfa has none yet.
+    tile_scheduler_metadata: None = None
+    num_splits: None = None
+
+
+def get_mla_metadata(*args, **kwargs):
+    """(MlaSchedule(), None), as FlashMLA since its 2026 API. The arguments of the older API
+    (cache_seqlens, num_q_tokens_per_head_k, num_heads_k, ...) are accepted and not needed:
+    callers of that API pass the pair on to flash_mla_with_kvcache, which takes it."""
+    return MlaSchedule(), None
+
+
+def _check_schedule(schedule, config):
+    if schedule is None:
+        return
+    if not isinstance(schedule, MlaSchedule):
+        raise TypeError(f"tile_scheduler_metadata: expected what hfa.get_mla_metadata returns, "
+                        f"got {type(schedule).__name__}")
+    if not schedule.have_initialized:
+        schedule.have_initialized = True
+        schedule.config = config
+        return
+    for field in dataclasses.fields(config):
+        was, now = getattr(schedule.config, field.name), getattr(config, field.name)
+        if was != now:
+            raise ValueError(f"tile_scheduler_metadata: made for {field.name} = {was}, called "
+                             f"with {now} (one schedule serves calls of the same shapes)")
+
+
+def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
+                           tile_scheduler_metadata, num_splits=None, softmax_scale=None,
+                           causal=False, is_fp8_kvcache=False, indices=None, attn_sink=None,
+                           extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
+                           extra_topk_length=None):
+    """MLA decode (FlashMLA's signature and results). Returns (out, lse).
+
+    q (batch, seqlen_q, heads_q, 576); k_cache (num_blocks, page_block_size, heads_k, 576) of
+    q's dtype, or with is_fp8_kvcache FlashMLA's FP8 cache (num_blocks, page_block_size, 1, 656)
+    (float8_e4m3fn, int8 or uint8 bytes: 512 e4m3 latent codes, 4 float32 scales, 64 bf16 rotary
+    values per token); head_dim_v 512 (V is the first 512 columns of the same rows).
+    Dense: block_table (batch, max_blocks) and cache_seqlens (batch,) int32; causal is
+    bottom-right aligned (speculative tokens see one more key each).
+    Sparse (DeepSeek-V3.2): indices (batch, seqlen_q, topk) int32, each page * page_block_size +
+    slot, -1 for none; block_table and cache_seqlens are then not read; topk_length (batch,)
+    int32 keeps each sequence's first topk_length[b] indices; attn_sink (heads_q,) float32 scales
+    the output by exp(lse) / (exp(lse) + exp(attn_sink)) (lse unchanged). hfa's sparse form also
+    takes a bf16 cache.
+    tile_scheduler_metadata: get_mla_metadata()[0] (or None); num_splits must be None (hfa plans
+    its splits). softmax_scale: default 1/sqrt(576).
+    out (batch, seqlen_q, heads_q, 512) of q's dtype; lse (batch, heads_q, seqlen_q) float32,
+    natural log. A row with no key gets out 0 and lse -inf (FlashMLA: +inf), the value that
+    merges correctly with other partial results.
+    On a GPU every MLA form raises NotImplementedError for now; the CPU computes them all.
+    Not supported: extra_k_cache, extra_indices_in_kvcache, extra_topk_length (MODEL1's).
+    """
+    for name, value in (("extra_k_cache", extra_k_cache),
+                        ("extra_indices_in_kvcache", extra_indices_in_kvcache),
+                        ("extra_topk_length", extra_topk_length)):
+        if value is not None:
+            raise NotImplementedError(f"{name}: not supported by hfa yet")
+    if num_splits is not None:
+        raise ValueError("num_splits: must be None (hfa plans its splits itself)")
+    head_dim_v = _args.integer(head_dim_v, "head_dim_v")
+    causal = _args.flag(causal, "causal")
+    is_fp8_kvcache = _args.flag(is_fp8_kvcache, "is_fp8_kvcache")
+    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
+    for name, a in (("q", q), ("k_cache", k_cache)):
+        if getattr(a, "ndim", None) != 4:
+            raise ValueError(f"{name}: expected rank 4, got shape {tuple(getattr(a, 'shape', ()))}")
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(q.shape[-1])
+    sparse = indices is not None
+    if sparse:
+        if causal:
+            raise ValueError("causal: must be False with indices (they choose each row's keys)")
+        block_table = cache_seqlens = None  # FlashMLA's sparse decode does not read them
+    else:
+        for name, value in (("attn_sink", attn_sink), ("topk_length", topk_length)):
+            if value is not None:
+                raise ValueError(f"{name}: only used with indices (sparse attention)")
+        if block_table is None or cache_seqlens is None:
+            raise ValueError(f"{'block_table' if block_table is None else 'cache_seqlens'}: "
+                             f"required without indices (dense attention)")
+    b, s_q, h_q = (int(n) for n in q.shape[:3])
+    _check_schedule(tile_scheduler_metadata, MlaSchedule.Config(
+        b, s_q, h_q, int(k_cache.shape[1]), int(k_cache.shape[2]), causal, is_fp8_kvcache,
+        int(indices.shape[-1]) if sparse else None))
+    if s_q == 1:
+        causal = False  # one row sees every key either way (FlashMLA's rule)
+
+    from . import _frontend
+    fe = _frontend(q)
+    torch_like = fe is not None
+    out, lse = (_torch_call if torch_like else _numpy_call)(
+        q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
+        is_fp8_kvcache, indices, topk_length)
+    if attn_sink is not None:
+        out = _apply_sink(out, lse, attn_sink, torch_like)
+    return out, lse
+
+
+def _call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
+          is_fp8_kvcache, indices, view, alloc, stream, alloc_workspace):
+    """The library call shared by the front ends: view(a, name, bytes_as) -> (kept, Tensor);
+    alloc(shape, like_q) an empty output (q's dtype, else float32)."""
+    b, s_q, h_q = (int(n) for n in q.shape[:3])
+    v_cache = k_cache[..., :head_dim_v]
+    bytes_as = _lib.FP8_MLA if is_fp8_kvcache else None
+    out = alloc((b, s_q, h_q, head_dim_v), True)
+    lse = alloc((b, h_q, s_q), False)
+    keep = []
+
+    def tensor(a, name, bytes_as=None):
+        if a is None:
+            return None
+        kept, t = view(a, name, bytes_as)
+        keep.append((kept, t))
+        return t
+
+    options = _lib.make_kvcache_options(
+        cache_seqlens=tensor(cache_seqlens, "cache_seqlens"),
+        block_table=tensor(block_table, "block_table"), indices=tensor(indices, "indices"),
+        softmax_scale=softmax_scale, causal=causal, stream=stream)
+    prepared = _lib.prepare_forward_kvcache(
+        tensor(q, "q"), tensor(k_cache, "k_cache", bytes_as), tensor(v_cache, "v_cache", bytes_as),
+        tensor(out, "out"), tensor(lse, "lse"), options)
+    _lib.run(prepared, alloc_workspace)
+    return out, lse
+
+
+def _renamed(call):
+    """call() with the library's argument names turned into this API's in its errors."""
+    try:
+        return call()
+    except (ValueError, TypeError, NotImplementedError) as e:
+        from . import _rename_arguments
+        _rename_arguments(e, _NAMES)
+        raise
+
+
+def _numpy_call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
+                is_fp8_kvcache, indices, topk_length):
+    import numpy as np
+
+    from . import _numpy
+    if is_fp8_kvcache:
+        if k_cache.dtype.itemsize != 1:
+            raise TypeError(f"k_cache: an FP8 cache holds bytes (uint8 or int8), got "
+                            f"{k_cache.dtype}")
+        k_cache = k_cache.view(np.uint8)
+    if topk_length is not None and indices is not None:
+        position = np.arange(indices.shape[-1], dtype=np.int64)[None, None, :]
+        limit = np.asarray(topk_length, dtype=np.int64)[:, None, None]
+        indices = np.where(position < limit, indices, -1).astype(np.int32)
+
+    def alloc(shape, like_q):
+        return np.empty(shape, dtype=q.dtype if like_q else np.float32)
+
+    return _renamed(lambda: _call(
+        q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
+        is_fp8_kvcache, indices, _numpy.view, alloc, None, _numpy.workspace))
+
+
+def _torch_call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
+                is_fp8_kvcache, indices, topk_length):
+    import ctypes
+
+    import torch
+
+    from . import _torch_calls
+    if is_fp8_kvcache:
+        if k_cache.element_size() != 1:
+            raise TypeError(f"k_cache: an FP8 cache holds bytes (float8_e4m3fn, int8 or uint8), "
+                            f"got {k_cache.dtype}")
+        k_cache = k_cache.view(torch.uint8)
+    if topk_length is not None and indices is not None:
+        position = torch.arange(indices.shape[-1], device=indices.device)[None, None, :]
+        indices = torch.where(position < topk_length[:, None, None], indices,
+                              torch.full_like(indices, -1))
+    stream = None
+    if q.device.type == "cuda":
+        stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream).value
+
+    def alloc(shape, like_q):
+        return torch.empty(shape, dtype=q.dtype if like_q else torch.float32, device=q.device)
+
+    with torch.no_grad(), _torch_calls.on_device(q):
+        return _renamed(lambda: _call(
+            q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
+            is_fp8_kvcache, indices, _torch_calls.view, alloc, stream,
+            lambda n: _torch_calls.workspace(n, q.device)))
+
+
+def _apply_sink(out, lse, attn_sink, torch_like):
+    """out · exp(lse) / (exp(lse) + exp(sink)) per (row, head), in float32, back to out's dtype;
+    rows with no key (lse -inf) stay 0."""
+    if torch_like:
+        sink = attn_sink.to(lse.dtype).reshape(1, -1, 1)
+        factor = 1.0 / (1.0 + (sink - lse).exp())
+        return (out.float() * factor.transpose(1, 2).unsqueeze(-1)).to(out.dtype)
+    import numpy as np
+    sink = np.asarray(attn_sink, dtype=np.float32).reshape(1, -1, 1)
+    with np.errstate(over="ignore"):
+        factor = 1.0 / (1.0 + np.exp(sink - lse))
+    return (out.astype(np.float32) * factor.transpose(0, 2, 1)[..., None]).astype(out.dtype)

@@ -1,0 +1,130 @@
+"""hfa.flash_mla_with_kvcache on torch CPU tensors as a serving engine calls FlashMLA: bf16 q
+and cache, FlashMLA's FP8 cache written by FlashMLA's quantizer rule (here, in torch: a power-of-
+two scale per 128 latent values, codes by torch's float8_e4m3fn cast), sparse indices; against
+the float64 attention of test_mla.py over the values the cache holds. On a GPU every MLA form is
+refused (NotImplementedError naming the argument) until its kernel lands."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import hfa  # noqa: E402
+from test_mla import D, DV, PAGE, dense_reference, expect_close, sparse_reference  # noqa: E402
+
+
+def flashmla_quantize(x):
+    """(..., 576) float values -> (..., 656) float8_e4m3fn records, FlashMLA's reference rule:
+    scale = 2^ceil(log2(max(amax / 448, 1e-4))) per 128 latent values, codes x / scale cast
+    to e4m3, the 64 rotary values kept as bf16."""
+    lead = x.shape[:-1]
+    records = torch.empty(lead + (656,), dtype=torch.uint8)
+    latent = x[..., :512].float().reshape(lead + (4, 128))
+    scale = (latent.abs().amax(-1) / 448.0).clamp_min(1e-4).log2().ceil().exp2()
+    codes = (latent / scale[..., None]).to(torch.float8_e4m3fn).view(torch.uint8)
+    records[..., :512] = codes.reshape(lead + (512,))
+    records[..., 512:528] = scale.contiguous().view(torch.uint8).reshape(lead + (16,))
+    records[..., 528:] = x[..., 512:].to(torch.bfloat16).contiguous().view(torch.uint8)
+    return records.view(torch.float8_e4m3fn)
+
+
+def dequantize(records):
+    r = records.view(torch.uint8)
+    lead = r.shape[:-1]
+    codes = r[..., :512].contiguous().view(torch.float8_e4m3fn).double().reshape(lead + (4, 128))
+    scale = r[..., 512:528].contiguous().view(torch.float32).double()
+    rope = r[..., 528:].contiguous().view(torch.bfloat16).double()
+    return torch.cat([(codes * scale[..., None]).reshape(lead + (512,)), rope], -1)
+
+
+def paged(lengths, generator, fp8):
+    """cache, its values (pages, 64, 576) float64, block_table, cache_seqlens: pages shuffled,
+    every unused slot NaN."""
+    used = [(n + PAGE - 1) // PAGE for n in lengths]
+    pages = sum(used) + 2
+    order = torch.randperm(pages, generator=generator).int()
+    table = torch.full((len(lengths), max(max(used), 1)), -1, dtype=torch.int32)
+    start = 0
+    for b, n in enumerate(used):
+        table[b, :n] = order[start:start + n]
+        start += n
+    x = torch.randn(pages, PAGE, 1, D, generator=generator) * torch.randn(
+        pages, PAGE, 1, 1, generator=generator).exp()
+    valid = torch.zeros(pages, PAGE, dtype=torch.bool)
+    for b, n in enumerate(lengths):
+        for j in range(n):
+            valid[table[b, j // PAGE], j % PAGE] = True
+    if fp8:
+        cache = flashmla_quantize(x)
+        values = dequantize(cache)[:, :, 0]
+        cache.view(torch.uint8)[~valid] = 0xFF  # NaN codes, scales and rotary values
+    else:
+        cache = x.to(torch.bfloat16)
+        values = cache[:, :, 0].double()
+        cache[~valid] = float("nan")
+    return cache, values.numpy(), table, torch.tensor(lengths, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.parametrize("heads,s_q", [(16, 1), (64, 2), (128, 4)])
+def test_dense_matches_float64(fp8, heads, s_q):
+    g = torch.Generator().manual_seed(heads * 10 + s_q)
+    cache, values, table, seqlens = paged([0, 1, 100, 257], g, fp8)
+    q = torch.randn(4, s_q, heads, D, generator=g).to(torch.bfloat16)
+    meta, splits = hfa.get_mla_metadata(seqlens, s_q * heads, 1, is_fp8_kvcache=fp8)
+    out, lse = hfa.flash_mla_with_kvcache(q, cache, table, seqlens, DV, meta, splits,
+                                          softmax_scale=0.05, causal=True, is_fp8_kvcache=fp8)
+    assert out.dtype == torch.bfloat16 and out.shape == (4, s_q, heads, DV)
+    assert lse.dtype == torch.float32 and lse.shape == (4, heads, s_q)
+    want_out, want_lse = dense_reference(q.double().numpy(), values, table.numpy(),
+                                         seqlens.numpy(), True, 0.05)
+    expect_close(out.float().numpy(), lse.numpy(), want_out, want_lse, 1e-2)
+
+
+def test_fp8_cache_close_to_bf16_cache():
+    """The FP8 cache's error against the values it quantizes: what FP8 costs, bounded (E4M3's
+    relative step is 1/16; averaged over keys the output's relative error is far smaller)."""
+    g = torch.Generator().manual_seed(3)
+    cache = torch.randn(6, PAGE, 1, D, generator=g).to(torch.bfloat16)
+    table = torch.tensor([[4, 1, 0], [5, 2, 3]], dtype=torch.int32)
+    seqlens = torch.tensor([150, 192], dtype=torch.int32)
+    q = torch.randn(2, 1, 16, D, generator=g).to(torch.bfloat16)
+    exact, _ = hfa.flash_mla_with_kvcache(q, cache, table, seqlens, DV, None)
+    approx, _ = hfa.flash_mla_with_kvcache(q, flashmla_quantize(cache.float()), table, seqlens,
+                                           DV, None, is_fp8_kvcache=True)
+    error = (approx.float() - exact.float()).norm() / exact.float().norm()
+    assert 0 < error < 0.05
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_sparse_matches_float64(fp8):
+    g = torch.Generator().manual_seed(17)
+    cache, values, table, seqlens = paged([500, 0, 64], g, fp8)
+    b, s_q, heads, topk = 3, 2, 128, 64
+    q = torch.randn(b, s_q, heads, D, generator=g).to(torch.bfloat16)
+    indices = torch.full((b, s_q, topk), -1, dtype=torch.int32)
+    for bi in range(b):
+        n = int(seqlens[bi])
+        for i in range(s_q):
+            if n:
+                picked = torch.randint(0, n, (topk - 5,), generator=g)
+                indices[bi, i, :topk - 5] = table[bi, picked // PAGE] * PAGE + picked % PAGE
+            indices[bi, i] = indices[bi, i, torch.randperm(topk, generator=g)]
+    out, lse = hfa.flash_mla_with_kvcache(q, cache, None, None, DV, hfa.get_mla_metadata()[0],
+                                          indices=indices, is_fp8_kvcache=fp8)
+    want_out, want_lse = sparse_reference(q.double().numpy(), values, indices.numpy(),
+                                          D ** -0.5)
+    expect_close(out.float().numpy(), lse.numpy(), want_out, want_lse, 1e-2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_gpu_refuses_every_form_by_name():
+    g = torch.Generator().manual_seed(1)
+    cache, _, table, seqlens = paged([70], g, False)
+    q = torch.randn(1, 1, 16, D, generator=g).to(torch.bfloat16).cuda()
+    cache, table, seqlens = cache.cuda(), table.cuda(), seqlens.cuda()
+    with pytest.raises(NotImplementedError, match="^q: MLA decode"):
+        hfa.flash_mla_with_kvcache(q, cache, table, seqlens, DV, None)
+    indices = torch.zeros(1, 1, 64, dtype=torch.int32, device="cuda")
+    with pytest.raises(NotImplementedError, match="^indices: sparse"):
+        hfa.flash_mla_with_kvcache(q, cache, None, None, DV, None, indices=indices)
