@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "check.hpp"
+#include "quant/mla_fp8.hpp"
 #include "timer.hpp"
 
 namespace hfa::tool {
@@ -33,10 +34,19 @@ constexpr Format kFormats[] = {
     {"mxfp4", Scales::per_block, KVFormat::mxfp4, DType::fp4_e2m1x2, 2, DType::ue8m0, 32},
 };
 
-const Format& format_of(const std::string& name) {
+// MLA's FP8 cache: FlashMLA's 656-byte records, the scales inside them (quant/mla_fp8.hpp).
+constexpr Format kMlaFp8{"fp8", Scales::none, {}, DType::fp8_mla, 1, DType::f32, 0};
+
+const Format& format_of(const CacheSpec& cache) {
+  if (cache.mla && cache.format == "fp8") return kMlaFp8;
   for (const Format& f : kFormats)
-    if (name == f.name) return f;
+    if (cache.format == f.name) return f;
   return kFormats[0];  // Args::choice let only the names above through
+}
+
+// Bytes of one MLA cache row: a bf16 row of 576, or one FP8 record.
+int64_t mla_row_bytes(const Format& f) {
+  return f.codes == DType::fp8_mla ? quant::kMlaRecordBytes : quant::kMlaHeadDim * 2;
 }
 
 // Scales for the formats whose scale is an input: FP8 per kv-head saturates at 8 (4.5 standard
@@ -72,7 +82,9 @@ double scale_row_bytes(const Format& f, int64_t dim) {
 }  // namespace
 
 double cache_bytes_read(const Spec& s, const CacheSpec& cache) {
-  const Format& f = format_of(cache.format);
+  const Format& f = format_of(cache);
+  // MLA reads each row once, for K and V both (FlashMLA's counting).
+  if (cache.mla) return static_cast<double>(s.total_k()) * mla_row_bytes(f);
   double bytes = static_cast<double>(s.total_k()) * s.kv_heads;
   bytes *= code_row_bytes(f, s.hdim) + scale_row_bytes(f, s.hdim) + code_row_bytes(f, s.hdim_v) +
            scale_row_bytes(f, s.hdim_v);
@@ -81,7 +93,7 @@ double cache_bytes_read(const Spec& s, const CacheSpec& cache) {
 }
 
 Footprint kvcache_footprint(const Spec& s, const CacheSpec& cache) {
-  const Format& f = format_of(cache.format);
+  const Format& f = format_of(cache);
   const PageCount count = count_pages(s, cache.page_size);
   const double slots = static_cast<double>(count.pages) * cache.page_size * s.kv_heads;
   const double gathered = static_cast<double>(s.total_k()) * s.kv_heads;
@@ -122,7 +134,7 @@ SampleTiming time_kvcache(const Spec& sample, const CacheSpec& cache) {
   return timing;
 }
 
-CacheSpec parse_kvcache(Args& args, Spec* spec) {
+CacheSpec parse_kvcache(Args& args, Spec* spec, bool mla) {
   if (args.value("seqlen-k")) throw UsageError("--seqlen-k: not with --kvcache (the cache length is --cache-len)");
   for (const char* other : {"varlen", "varlen-k"})
     if (args.value(other)) throw UsageError(std::string("--") + other + ": not with --kvcache");
@@ -130,17 +142,33 @@ CacheSpec parse_kvcache(Args& args, Spec* spec) {
     if (args.flag(other))
       throw UsageError(std::string("--") + other + ": not with --kvcache (a decode is one forward over the cache)");
   CacheSpec cache;
-  cache.format = args.choice("cache-format", "", {"bf16", "fp16", "fp8", "fp8-token", "nvfp4", "mxfp4"});
+  cache.mla = mla;
+  cache.format = mla ? args.choice("cache-format", "bf16", {"bf16", "fp8"})
+                     : args.choice("cache-format", "", {"bf16", "fp16", "fp8", "fp8-token", "nvfp4", "mxfp4"});
+  if (mla) {
+    for (const auto& [flag, want] : {std::pair{"hdim", quant::kMlaHeadDim}, {"hdim-v", quant::kMlaLatentDim},
+                                     {"kv-heads", 1}})
+      if (const auto given = args.value(flag); given && *given != std::to_string(want))
+        throw UsageError(std::string("--") + flag + ": MLA's is " + std::to_string(want) + ", got " + *given);
+    spec->heads = 16;
+    spec->hdim = quant::kMlaHeadDim;
+  }
   cache.page_size = args.integer("page-size", cache.page_size, 1, 1 << 20);
   const std::vector<int64_t> lengths = args.integers("cache-len", {1024}, 0, INT32_MAX);
   if (cache.format == "fp16") spec->dtype = DType::f16;  // the default queries of a plain fp16 cache
   if (lengths.size() > 1) spec->batch = static_cast<int64_t>(lengths.size());
   spec->seqlen_q = 1;
   parse_spec(args, spec);
+  if (mla) {  // parse_spec's defaults follow --heads and --hdim
+    spec->kv_heads = 1;
+    spec->hdim_v = quant::kMlaLatentDim;
+    if (spec->dtype != DType::bf16)
+      throw UsageError("--dtype: MLA's queries are bf16 (FlashMLA's), got " + std::string(dtype_name(spec->dtype)));
+  }
 
   if (cache.format.empty()) cache.format = spec->dtype == DType::f16 ? "fp16" : "bf16";
-  const Format& f = format_of(cache.format);
-  if (f.scales == Scales::none && spec->dtype != f.codes)
+  const Format& f = format_of(cache);
+  if (!mla && f.scales == Scales::none && spec->dtype != f.codes)
     throw UsageError("--cache-format " + cache.format + ": a plain cache has the queries' dtype, not --dtype " +
                      dtype_name(spec->dtype) + " (pick a quantized format, or --dtype to match)");
   for (const auto& [flag, dim] : {std::pair{"--hdim", spec->hdim}, std::pair{"--hdim-v", spec->hdim_v}})
@@ -158,7 +186,7 @@ CacheSpec parse_kvcache(Args& args, Spec* spec) {
 KVCacheWorkload::KVCacheWorkload(const Spec& spec, const CacheSpec& cache, uint64_t seed)
     : spec_(spec), cache_(cache) {
   const Spec& s = spec_;
-  const Format& f = format_of(cache.format);
+  const Format& f = format_of(cache);
   std::mt19937_64 rng(seed);
 
   // The page table: each sequence's pages, in a shuffled order over the whole cache.
@@ -186,8 +214,14 @@ KVCacheWorkload::KVCacheWorkload(const Spec& spec, const CacheSpec& cache, uint6
     options_.k_global_scale = options_.v_global_scale = &global_dev_.tensor;
   }
 
-  k_ = make_side(s.hdim, rng);
-  v_ = make_side(s.hdim_v, rng);
+  if (cache.mla) {
+    k_ = make_mla_cache(rng);
+    v_.codes.tensor = k_.codes.tensor;  // the view of each row's first 512 values (or bytes)
+    v_.codes.tensor.shape[3] = quant::kMlaLatentDim;
+  } else {
+    k_ = make_side(s.hdim, rng);
+    v_ = make_side(s.hdim_v, rng);
+  }
   q_ = HostArray(s.dtype, s.batch * s.seqlen_q * s.heads * s.hdim);
   q_.fill_normal(rng);
   out_ = HostArray(s.dtype, s.batch * s.seqlen_q * s.heads * s.hdim_v);
@@ -220,7 +254,7 @@ KVCacheWorkload::KVCacheWorkload(const Spec& spec, const CacheSpec& cache, uint6
 
 KVCacheWorkload::Side KVCacheWorkload::make_side(int64_t dim, std::mt19937_64& rng) {
   const Spec& s = spec_;
-  const Format& f = format_of(cache_.format);
+  const Format& f = format_of(cache_);
   const int64_t page = cache_.page_size, heads = s.kv_heads;
   Side side;
   side.values = HostArray(DType::f32, pages_ * page * heads * dim);
@@ -268,13 +302,40 @@ KVCacheWorkload::Side KVCacheWorkload::make_side(int64_t dim, std::mt19937_64& r
   return side;
 }
 
+KVCacheWorkload::Side KVCacheWorkload::make_mla_cache(std::mt19937_64& rng) {
+  const Format& f = format_of(cache_);
+  const int64_t rows = pages_ * cache_.page_size, d = quant::kMlaHeadDim;
+  const int64_t row_extent = f.codes == DType::fp8_mla ? quant::kMlaRecordBytes : d;
+  Side side;
+  side.values = HostArray(DType::f32, rows * d);
+  side.values.fill_normal(rng);
+  HostArray codes(f.codes, rows * row_extent);
+  auto* values = static_cast<float*>(side.values.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = values + r * d;
+    if (f.codes == DType::fp8_mla) {  // what the records hold, decoded as the decode reads them
+      auto* record = static_cast<uint8_t*>(codes.data()) + r * row_extent;
+      quant::mla_fp8_quantize_row(row, record);
+      quant::mla_fp8_decode_columns(record, 0, d, row);
+    } else {
+      for (int64_t c = 0; c < d; ++c) {
+        codes.set(r * d + c, row[c]);
+        row[c] = codes.get(r * d + c);
+      }
+    }
+  }
+  side.codes = to_device(spec_.device, codes, {pages_, cache_.page_size, 1, row_extent}, true);
+  return side;
+}
+
 Status KVCacheWorkload::forward() {
   return forward_kvcache(q_dev_.tensor, k_.codes.tensor, v_.codes.tensor, out_dev_.tensor, &lse_dev_.tensor,
                          options_);
 }
 
-// The cached tokens of every sequence in order, through the page table: (total, kv_heads, dim).
-HostArray KVCacheWorkload::gather(const Side& side, int64_t dim) const {
+// The cached tokens of every sequence in order, through the page table: (total, kv_heads, dim),
+// the first dim of each `width` values a kv-head holds (MLA's V: 512 of the 576).
+HostArray KVCacheWorkload::gather(const Side& side, int64_t dim, int64_t width) const {
   const Spec& s = spec_;
   const int64_t row = s.kv_heads * dim, page = cache_.page_size;
   HostArray packed(DType::f32, s.total_k() * row);
@@ -284,7 +345,9 @@ HostArray KVCacheWorkload::gather(const Side& side, int64_t dim) const {
   for (int64_t b = 0, first = 0; b < s.batch; first += s.seqlen_k_of(b++))
     for (int64_t j = 0; j < s.seqlen_k_of(b); ++j) {
       const int64_t slot = table[b * max_pages_ + j / page] * page + j % page;
-      std::memcpy(to + (first + j) * row, from + slot * row, row * sizeof(float));
+      for (int64_t h = 0; h < s.kv_heads; ++h)
+        std::memcpy(to + (first + j) * row + h * dim, from + (slot * s.kv_heads + h) * width,
+                    dim * sizeof(float));
     }
   return packed;
 }
@@ -296,8 +359,8 @@ HostProblem KVCacheWorkload::reference() {
   HostProblem problem(spec_);
   problem.q = HostArray(DType::f32, q_.size());
   for (int64_t i = 0; i < q_.size(); ++i) problem.q.set(i, q_.get(i));
-  problem.k = gather(k_, spec_.hdim);
-  problem.v = gather(v_, spec_.hdim_v);
+  problem.k = gather(k_, spec_.hdim, spec_.hdim);
+  problem.v = cache_.mla ? gather(k_, spec_.hdim_v, spec_.hdim) : gather(v_, spec_.hdim_v, spec_.hdim_v);
   problem.out = out_;
   problem.lse = lse_;
   return problem;

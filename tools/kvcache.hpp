@@ -17,12 +17,16 @@ namespace hfa::tool {
 struct CacheSpec {
   std::string format;  // bf16, fp16 (plain: the queries' dtype), fp8, fp8-token, nvfp4, mxfp4
   int64_t page_size = 64;
+  // MLA (--mla): one latent cache of 576-wide rows (bf16, or FlashMLA's FP8 records for
+  // format fp8), V the view of its first 512 columns, one kv-head.
+  bool mla = false;
 };
 
 // Reads --cache-format, --page-size and --cache-len, then the shape flags (parse_spec) with one
 // query row per sequence by default. The cache lengths land in spec->varlen_k (queries stay
-// fixed length: spec->seqlen_q rows per sequence).
-CacheSpec parse_kvcache(Args& args, Spec* spec);
+// fixed length: spec->seqlen_q rows per sequence). With `mla`, MLA's shape: head dims 576 / 512,
+// one kv-head, 16 query heads by default.
+CacheSpec parse_kvcache(Args& args, Spec* spec, bool mla = false);
 
 // Bytes of K and V codes and scales one decode reads: those of every cached token.
 double cache_bytes_read(const Spec& spec, const CacheSpec& cache);
@@ -54,7 +58,8 @@ class KVCacheWorkload {
     HostArray values;  // what the codes dequantize to, f32 (pages, page_size, kv_heads, d)
   };
   Side make_side(int64_t dim, std::mt19937_64& rng);
-  HostArray gather(const Side& side, int64_t dim) const;
+  Side make_mla_cache(std::mt19937_64& rng);  // the one latent cache, values as it holds them
+  HostArray gather(const Side& side, int64_t dim, int64_t width) const;
 
   Spec spec_;
   CacheSpec cache_;

@@ -51,6 +51,10 @@ float64 reference on a sample of rows. Exits 1 when the comparison fails.
                                                                             [= --dtype]
     --page-size N          tokens per page (pages shuffled in the table)    [64]
     --seqlen N             query rows per sequence                          [1]
+  --mla                    MLA decode (DeepSeek, FlashMLA's shapes): --kvcache with q and K of
+                           head dim 576, V the first 512 columns of the same cache rows, one
+                           latent kv-head, bf16 queries, --heads 16 by default; --cache-format
+                           bf16 or fp8 (FlashMLA's 656-byte records)   [bf16]
   --seed N                 seed of the random inputs                       [0]
   --iters N                timed iterations (after one warm-up)            [cuda 20, cpu 3]
   --max-time S             refuse a run estimated over S seconds; 0: no limit [600]
@@ -140,8 +144,9 @@ int run_command(Args& args) {
   }
   Spec spec;
   spec.device = parse_device(args);
-  const bool kvcache = args.flag("kvcache");
-  const CacheSpec cache = kvcache ? parse_kvcache(args, &spec) : CacheSpec{};
+  const bool mla = args.flag("mla");
+  const bool kvcache = args.flag("kvcache") || mla;
+  const CacheSpec cache = kvcache ? parse_kvcache(args, &spec, mla) : CacheSpec{};
   if (!kvcache) {
     for (const char* option : {"cache-len", "cache-format", "page-size"})
       if (args.value(option)) throw UsageError(std::string("--") + option + ": needs --kvcache");
@@ -156,7 +161,8 @@ int run_command(Args& args) {
   args.finish();
 
   std::printf("hfa run: %s%s on %s\n", spec.describe().c_str(),
-              kvcache ? (", " + cache.format + " paged cache (page " + std::to_string(cache.page_size) + ")").c_str() : "",
+              kvcache ? (", " + cache.format + (mla ? " MLA" : "") + " paged cache (page " +
+                         std::to_string(cache.page_size) + ")").c_str() : "",
               describe_device(spec.device).c_str());
   std::fflush(stdout);
   if (kvcache) return run_kvcache(spec, cache, seed, iterations, progress, max_seconds);
