@@ -110,6 +110,10 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     for name, a in (("q", q), ("k_cache", k_cache)):
         if getattr(a, "ndim", None) != 4:
             raise ValueError(f"{name}: expected rank 4, got shape {tuple(getattr(a, 'shape', ()))}")
+    for name, a in (("block_table", block_table), ("cache_seqlens", cache_seqlens),
+                    ("indices", indices), ("topk_length", topk_length), ("attn_sink", attn_sink)):
+        if a is not None and not hasattr(a, "shape"):
+            raise TypeError(f"{name}: expected an array or tensor, got {type(a).__name__}")
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.shape[-1])
     sparse = indices is not None
@@ -125,6 +129,15 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
             raise ValueError(f"{'block_table' if block_table is None else 'cache_seqlens'}: "
                              f"required without indices (dense attention)")
     b, s_q, h_q = (int(n) for n in q.shape[:3])
+    # What this layer reads itself (the library checks the rest): FlashMLA's shapes and dtypes.
+    for name, a, shape, dtype in (("topk_length", topk_length, (b,), "int32"),
+                                  ("attn_sink", attn_sink, (h_q,), "float32")):
+        if a is not None and (tuple(a.shape) != shape or not str(a.dtype).endswith(dtype)):
+            raise ValueError(f"{name}: expected {dtype} of shape {shape}, got {a.dtype} of "
+                             f"shape {tuple(a.shape)}")
+    if sparse and (getattr(indices, "ndim", 0) != 3 or tuple(indices.shape[:2]) != (b, s_q)):
+        raise ValueError(f"indices: expected shape ({b}, {s_q}, topk) (batch, seqlen_q as q), "
+                         f"got {tuple(indices.shape)}")
     _check_schedule(tile_scheduler_metadata, MlaSchedule.Config(
         b, s_q, h_q, int(k_cache.shape[1]), int(k_cache.shape[2]), causal, is_fp8_kvcache,
         int(indices.shape[-1]) if sparse else None))
@@ -147,7 +160,6 @@ def _call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, cau
     """The library call shared by the front ends: view(a, name, bytes_as) -> (kept, Tensor);
     alloc(shape, like_q) an empty output (q's dtype, else float32)."""
     b, s_q, h_q = (int(n) for n in q.shape[:3])
-    v_cache = k_cache[..., :head_dim_v]
     bytes_as = _lib.FP8_MLA if is_fp8_kvcache else None
     out = alloc((b, s_q, h_q, head_dim_v), True)
     lse = alloc((b, h_q, s_q), False)
@@ -160,13 +172,18 @@ def _call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, cau
         keep.append((kept, t))
         return t
 
+    qt = tensor(q, "q")
+    kt = tensor(k_cache, "k_cache", bytes_as)
+    # V is a view of the cache the library reads, which may be a copy of the caller's (a layout
+    # it cannot take as it is): sliced from that one.
+    vt = tensor(keep[-1][0][..., :head_dim_v], "v_cache", bytes_as)
+
     options = _lib.make_kvcache_options(
         cache_seqlens=tensor(cache_seqlens, "cache_seqlens"),
         block_table=tensor(block_table, "block_table"), indices=tensor(indices, "indices"),
         softmax_scale=softmax_scale, causal=causal, stream=stream)
-    prepared = _lib.prepare_forward_kvcache(
-        tensor(q, "q"), tensor(k_cache, "k_cache", bytes_as), tensor(v_cache, "v_cache", bytes_as),
-        tensor(out, "out"), tensor(lse, "lse"), options)
+    prepared = _lib.prepare_forward_kvcache(qt, kt, vt, tensor(out, "out"), tensor(lse, "lse"),
+                                            options)
     _lib.run(prepared, alloc_workspace)
     return out, lse
 

@@ -229,6 +229,31 @@ def kvcache_case(rng):
                          ("k_cache", "k_scale")])
 
 
+def mla_case(rng):
+    """flash_mla_with_kvcache: dense (paged) or sparse, a float cache of q's dtype or FlashMLA's
+    FP8 records (random bytes: any value, NaN included, is a record's to hold)."""
+    dtype = rng.choice([np.float32, np.float16])
+    b, s_q, pages = 2, int(rng.integers(1, 3)), 3
+    fp8 = bool(rng.integers(2))
+    cache = (rng.integers(0, 256, (pages, 64, 1, 656), dtype=np.uint8) if fp8
+             else _values(rng, (pages, 64, 1, 576), dtype))
+    args = {"q": _values(rng, (b, s_q, 16, 576), dtype), "k_cache": cache,
+            "block_table": None, "cache_seqlens": None, "head_dim_v": 512,
+            "tile_scheduler_metadata": hfa.get_mla_metadata()[0], "is_fp8_kvcache": fp8}
+    if rng.integers(2):
+        args["block_table"] = rng.permutation(pages).astype(np.int32)[:2].reshape(b, 1)
+        args["cache_seqlens"] = rng.integers(0, 65, b).astype(np.int32)
+        args["causal"] = bool(rng.integers(2))
+    else:
+        args["indices"] = rng.integers(-1, pages * 64, (b, s_q, 64)).astype(np.int32)
+        if rng.integers(2):
+            args["topk_length"] = rng.integers(0, 65, b).astype(np.int32)
+        if rng.integers(2):
+            args["attn_sink"] = _values(rng, (16,))
+    return Case(hfa.flash_mla_with_kvcache, args, integers=["head_dim_v"],
+                floats=["softmax_scale"])
+
+
 def merge_case(rng):
     n = int(rng.integers(1, 4))
     shape = (2, 5, 3, 40)
@@ -266,7 +291,8 @@ def dequantize_case(rng):
 NUMPY_CASES = {"flash_attn_func": forward_case, "flash_attn_varlen_func": varlen_case,
                "flash_attn_backward": backward_case, "flash_attn_accumulate": accumulate_case,
                "flash_attn_with_kvcache": kvcache_case, "merge_partials": merge_case,
-               "quantize_kv": quantize_case, "dequantize_kv": dequantize_case}
+               "quantize_kv": quantize_case, "dequantize_kv": dequantize_case,
+               "flash_mla_with_kvcache": mla_case}
 
 
 # --- one fuzzed call ----------------------------------------------------------------------------

@@ -8,11 +8,12 @@ import pytest
 import hfa
 from fuzz_api import ITERATIONS, NUMPY_CASES, NumpyArrays, fuzz, valid_case
 
-# What hfa exports that takes no numpy array: the errors, the library's facts, and the
-# torch-only FP8 helpers (their torch fuzz is test_torch_fuzz_api.py).
+# What hfa exports that takes no numpy array: the errors, the library's facts, the torch-only
+# FP8 helpers (their torch fuzz is test_torch_fuzz_api.py), and get_mla_metadata (it takes
+# anything and reads nothing).
 NO_NUMPY_ARRAYS = {"HfaError", "HfaInvalidArgument", "HfaNotSupported", "version",
                    "cuda_device_count", "library_path", "candidate_paths", "quantize_fp8",
-                   "hadamard_signs"}
+                   "hadamard_signs", "get_mla_metadata"}
 
 
 def test_every_entry_point_is_fuzzed():

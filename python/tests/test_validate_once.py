@@ -65,6 +65,15 @@ def test_kvcache_validates_once():
     assert count == 1
 
 
+def test_mla_validates_once():
+    rng = np.random.default_rng(6)
+    q, cache = arrays(rng, (2, 2, 16, 576), (4, 64, 1, 576))
+    table, seqlens = np.array([[2, 0], [1, 3]], np.int32), np.array([100, 7], np.int32)
+    count, _ = validations_of(lambda: hfa.flash_mla_with_kvcache(
+        q, cache, table, seqlens, 512, hfa.get_mla_metadata()[0], causal=True))
+    assert count == 1
+
+
 # The varlen pairing is checked once, in the library: its message reaches the caller.
 def test_a_lone_cu_seqlens_is_named_by_the_library():
     q, k, v = arrays(np.random.default_rng(4), (9, 4, 64), (12, 2, 64), (12, 2, 64))

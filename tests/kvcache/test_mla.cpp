@@ -355,14 +355,9 @@ TEST(MlaArgs, Fp8RecordLayout) {
   c.out.tensor.shape[3] = 128;
   EXPECT_TRUE(MlaRejected(c, "k_cache", "576-wide keys"));
   c.build();
-  float scale = 1.0f;
-  Tensor k_scale{};
-  k_scale.data = &scale;
-  k_scale.dtype = HFA_F32;
-  k_scale.rank = 1;
-  k_scale.shape[0] = 1;
-  k_scale.stride[0] = 1;
-  c.options.k_scale = &k_scale;
+  Storage k_scale;  // per kv-head, as an FP8 cache of another format would take
+  k_scale.make(DType::f32, {1});
+  c.options.k_scale = &k_scale.tensor;
   EXPECT_TRUE(MlaRejected(c, "k_scale", "scales are in its records"));
 }
 
@@ -406,14 +401,9 @@ TEST(MlaArgs, Indices) {
   *c.indices.at<int32_t>({0, 0, 0}) = tokens;
   EXPECT_TRUE(MlaRejected(c, "indices", "is neither -1 nor a token of the cache"));
   c.build();
-  int32_t length = 70;
-  Tensor lengths{};
-  lengths.data = &length;
-  lengths.dtype = HFA_I32;
-  lengths.rank = 1;
-  lengths.shape[0] = 2;
-  lengths.stride[0] = 1;
-  c.options.cache_seqlens = &lengths;
+  Storage lengths;
+  lengths.make(DType::i32, {2});
+  c.options.cache_seqlens = &lengths.tensor;
   EXPECT_TRUE(MlaRejected(c, "cache_seqlens", "must be null with indices"));
   c.build();
   c.options.causal = true;
