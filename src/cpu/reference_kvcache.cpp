@@ -101,26 +101,30 @@ void reference_sparse(const detail::KVCacheProblem& p, double* out, double* lse)
   std::vector<float> row(static_cast<std::size_t>(p.hdim_qk));
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t i = 0; i < p.seqlen_q; ++i)
-      for (int64_t h = 0; h < p.heads_q; ++h) {
+      for (int64_t kv_head = 0; kv_head < p.heads_kv; ++kv_head) {
+        // The row's listed tokens of this kv-head, in their order, repeats kept.
         std::vector<std::vector<double>> k, v;
         const int32_t* listed = p.indices + b * p.indices_batch_stride + i * p.indices_row_stride;
         for (int64_t n = 0; n < p.topk; ++n) {
           if (listed[n] == -1) continue;
           const int64_t page = listed[n] / p.page_size, slot = listed[n] % p.page_size;
-          k.push_back(row_at(p, p.k, page, slot, h / group));
-          v.push_back(row_at(p, p.v, page, slot, h / group));
+          k.push_back(row_at(p, p.k, page, slot, kv_head));
+          v.push_back(row_at(p, p.v, page, slot, kv_head));
         }
         std::vector<const std::vector<double>*> keys, values;
         for (std::size_t n = 0; n < k.size(); ++n) {
           keys.push_back(&k[n]);
           values.push_back(&v[n]);
         }
-        const int64_t q_offset = b * p.q_stride.batch + i * p.q_stride.row + h * p.q_stride.head;
-        load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes, p.hdim_qk,
-                       row.data());
-        const int64_t token = b * p.seqlen_q + i;
-        const double row_lse = attend_row(p, row, keys, values, out + (token * p.heads_q + h) * p.hdim_v);
-        if (lse != nullptr) lse[(b * p.heads_q + h) * p.seqlen_q + i] = row_lse;
+        for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+          const int64_t q_offset = b * p.q_stride.batch + i * p.q_stride.row + h * p.q_stride.head;
+          load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes,
+                         p.hdim_qk, row.data());
+          const int64_t token = b * p.seqlen_q + i;
+          const double row_lse =
+              attend_row(p, row, keys, values, out + (token * p.heads_q + h) * p.hdim_v);
+          if (lse != nullptr) lse[(b * p.heads_q + h) * p.seqlen_q + i] = row_lse;
+        }
       }
 }
 

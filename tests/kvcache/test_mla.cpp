@@ -217,40 +217,6 @@ TEST(MlaDecode, SameBytesAsTheGenericPath) {
   }
 }
 
-// The FP8 record: FlashMLA's rule for the scales (the smallest power of two >= amax / 448, at
-// least 1e-4), latent values within E4M3's half step, rotary values exactly bf16.
-TEST(MlaFp8Record, QuantizerFollowsFlashMlaRule) {
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(quant::kMlaHeadDim), back(quant::kMlaHeadDim);
-  std::vector<uint8_t> record(quant::kMlaRecordBytes);
-  for (int trial = 0; trial < 50; ++trial) {
-    const float gain = trial == 0 ? 0.0f : std::exp(3.0f * normal(rng));
-    for (float& value : x) value = normal(rng) * gain;
-    quant::mla_fp8_quantize_row(x.data(), record.data());
-    quant::mla_fp8_decode_columns(record.data(), 0, quant::kMlaHeadDim, back.data());
-    for (int t = 0; t < quant::kMlaTiles; ++t) {
-      float amax = 0.0f;
-      for (int c = t * 128; c < (t + 1) * 128; ++c) amax = std::max(amax, std::abs(x[c]));
-      float scale;
-      std::memcpy(&scale, record.data() + 512 + 4 * t, 4);
-      const float floor = std::max(amax / 448.0f, 1e-4f);
-      int exponent = 0;
-      EXPECT_EQ(std::frexp(scale, &exponent), 0.5f) << "scale " << scale << " is a power of two";
-      EXPECT_GE(scale, floor);
-      EXPECT_LT(scale, 2.0f * floor);
-      for (int c = t * 128; c < (t + 1) * 128; ++c)
-        EXPECT_LE(std::abs(back[c] - x[c]), std::max(std::abs(x[c]) / 16.0f, scale * 0x1p-9f)) << c;
-    }
-    for (int c = 512; c < 576; ++c) {
-      uint16_t bits;
-      std::memcpy(&bits, record.data() + 528 + 2 * (c - 512), 2);
-      EXPECT_EQ(bits, detail::float_to_bf16(x[c]));
-      EXPECT_EQ(back[c], detail::bf16_to_float(bits));
-    }
-  }
-}
-
 // Sparse (top-k) decode: FlashMLA's head counts, seqlen_q 1-4, indices with -1 padding (rows of
 // only padding included: O = 0, LSE = -inf), repeated tokens, bf16 and FP8 caches.
 TEST(MlaSparse, MatchesOracle) {
