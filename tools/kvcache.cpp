@@ -144,12 +144,15 @@ CacheSpec parse_kvcache(Args& args, Spec* spec, bool mla) {
   CacheSpec cache;
   cache.mla = mla;
   cache.format = mla ? args.choice("cache-format", "bf16", {"bf16", "fp8"})
-                     : args.choice("cache-format", "", {"bf16", "fp16", "fp8", "fp8-token", "nvfp4", "mxfp4"});
+                     : args.choice("cache-format", "",
+                                   {"bf16", "fp16", "fp8", "fp8-token", "nvfp4", "mxfp4"});
   if (mla) {
-    for (const auto& [flag, want] : {std::pair{"hdim", quant::kMlaHeadDim}, {"hdim-v", quant::kMlaLatentDim},
-                                     {"kv-heads", 1}})
+    const std::pair<const char*, int> fixed[] = {
+        {"hdim", quant::kMlaHeadDim}, {"hdim-v", quant::kMlaLatentDim}, {"kv-heads", 1}};
+    for (const auto& [flag, want] : fixed)
       if (const auto given = args.value(flag); given && *given != std::to_string(want))
-        throw UsageError(std::string("--") + flag + ": MLA's is " + std::to_string(want) + ", got " + *given);
+        throw UsageError(std::string("--") + flag + ": MLA's is " + std::to_string(want) +
+                         ", got " + *given);
     spec->heads = 16;
     spec->hdim = quant::kMlaHeadDim;
   }
@@ -163,7 +166,8 @@ CacheSpec parse_kvcache(Args& args, Spec* spec, bool mla) {
     spec->kv_heads = 1;
     spec->hdim_v = quant::kMlaLatentDim;
     if (spec->dtype != DType::bf16)
-      throw UsageError("--dtype: MLA's queries are bf16 (FlashMLA's), got " + std::string(dtype_name(spec->dtype)));
+      throw UsageError("--dtype: MLA's queries are bf16 (FlashMLA's), got " +
+                       std::string(dtype_name(spec->dtype)));
   }
 
   if (cache.format.empty()) cache.format = spec->dtype == DType::f16 ? "fp16" : "bf16";
@@ -360,7 +364,8 @@ HostProblem KVCacheWorkload::reference() {
   problem.q = HostArray(DType::f32, q_.size());
   for (int64_t i = 0; i < q_.size(); ++i) problem.q.set(i, q_.get(i));
   problem.k = gather(k_, spec_.hdim, spec_.hdim);
-  problem.v = cache_.mla ? gather(k_, spec_.hdim_v, spec_.hdim) : gather(v_, spec_.hdim_v, spec_.hdim_v);
+  problem.v = cache_.mla ? gather(k_, spec_.hdim_v, spec_.hdim)  // V: K's first 512 columns
+                         : gather(v_, spec_.hdim_v, spec_.hdim_v);
   problem.out = out_;
   problem.lse = lse_;
   return problem;

@@ -315,8 +315,8 @@ Status check_lengths(const Tensor& q, const KVCacheOptions& o, const char* batch
   if (o.cache_seqlens->dtype != HFA_I32)
     return invalid("cache_seqlens", "expected dtype i32, got ", name_of(o.cache_seqlens->dtype));
   if (o.cache_seqlens->shape[0] != batch)
-    return invalid("cache_seqlens", "expected shape (", batch, ") (batch, as ", batch_owner, "), got ",
-                   tensor_shape_string(*o.cache_seqlens));
+    return invalid("cache_seqlens", "expected shape (", batch, ") (batch, as ", batch_owner,
+                   "), got ", tensor_shape_string(*o.cache_seqlens));
   HFA_RETURN_IF_ERROR(check_same_device("cache_seqlens", *o.cache_seqlens, q));
   if (o.block_table != nullptr) {
     const Tensor& table = *o.block_table;

@@ -15,8 +15,8 @@
 
 namespace hfa::detail {
 
-inline constexpr int32_t kMlaHeadDimQK = quant::kMlaHeadDim;    // 576
-inline constexpr int32_t kMlaHeadDimV = quant::kMlaLatentDim;   // 512
+inline constexpr int32_t kMlaHeadDimQK = quant::kMlaHeadDim;   // 576
+inline constexpr int32_t kMlaHeadDimV = quant::kMlaLatentDim;  // 512
 
 // The MLA shape: K's 576 columns, V's 512.
 inline bool is_mla_shape(int64_t hdim_qk, int64_t hdim_v) {
@@ -35,8 +35,9 @@ inline bool uses_mla_forms(const KVCacheProblem& p) {
 // decode kernels would read an FP8 record as per-token FP8 and ignore the indices.
 inline Status refuse_mla_on_gpu(const KVCacheProblem& p, const char* family) {
   auto refuse = [&](const char* argument, const std::string& what) {
-    return Status{Code::not_supported, std::string(argument) + ": " + what + " is not supported by the " +
-                                           family + " yet (the CPU backend computes it)"};
+    return Status{Code::not_supported, std::string(argument) + ": " + what +
+                                           " is not supported by the " + family +
+                                           " yet (the CPU backend computes it)"};
   };
   if (p.indices != nullptr) return refuse("indices", "sparse (top-k) MLA decode");
   if (p.format == CacheFormat::mla_fp8)

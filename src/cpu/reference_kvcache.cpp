@@ -55,7 +55,8 @@ std::vector<double> row_at(const detail::KVCacheProblem& p, const detail::CacheS
 
 std::vector<double> cache_row(const detail::KVCacheProblem& p, const detail::CacheSide& side,
                               int64_t b, int64_t j, int64_t kv_head) {
-  const int64_t page = p.block_table ? p.block_table[b * p.block_table_stride + j / p.page_size] : b;
+  const int64_t page =
+      p.block_table ? p.block_table[b * p.block_table_stride + j / p.page_size] : b;
   return row_at(p, side, page, j % p.page_size, kv_head);
 }
 

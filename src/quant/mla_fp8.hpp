@@ -26,9 +26,9 @@ inline constexpr int kMlaRopeDim = 64;
 inline constexpr int kMlaHeadDim = kMlaLatentDim + kMlaRopeDim;  // 576: K's values per record
 inline constexpr int kMlaTile = 128;                             // latent values per scale
 inline constexpr int kMlaTiles = kMlaLatentDim / kMlaTile;
-inline constexpr int kMlaScaleOffset = kMlaLatentDim;                              // 512
-inline constexpr int kMlaRopeOffset = kMlaScaleOffset + kMlaTiles * 4;             // 528
-inline constexpr int kMlaRecordBytes = kMlaRopeOffset + kMlaRopeDim * 2;           // 656
+inline constexpr int kMlaScaleOffset = kMlaLatentDim;                     // 512
+inline constexpr int kMlaRopeOffset = kMlaScaleOffset + kMlaTiles * 4;    // 528
+inline constexpr int kMlaRecordBytes = kMlaRopeOffset + kMlaRopeDim * 2;  // 656
 static_assert(kMlaRecordBytes == 656, "FlashMLA's V3.2 FP8 token is 656 bytes");
 
 // FlashMLA's floor on amax / 448 before rounding up to a power of two.
@@ -48,8 +48,8 @@ HFA_HD inline float mla_fp8_scale(float amax) {
 // The 4 scales of a record (unaligned reads: a record need not start at a 4-byte boundary).
 HFA_HD inline float mla_fp8_tile_scale(const uint8_t* record, int tile) {
   const uint8_t* at = record + kMlaScaleOffset + 4 * tile;
-  const uint32_t bits = uint32_t{at[0]} | uint32_t{at[1]} << 8 | uint32_t{at[2]} << 16 |
-                        uint32_t{at[3]} << 24;
+  const uint32_t bits =
+      uint32_t{at[0]} | uint32_t{at[1]} << 8 | uint32_t{at[2]} << 16 | uint32_t{at[3]} << 24;
   return from_bits(bits);
 }
 

@@ -71,7 +71,8 @@ struct MlaCase {
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t i = 0; i < seqlen_q; ++i)
         for (int64_t h = 0; h < heads_q; ++h)
-          for (int64_t c = 0; c < kD; ++c) store_float(DType::bf16, normal(rng), q.at<uint8_t>({b, i, h, c}));
+          for (int64_t c = 0; c < kD; ++c)
+            store_float(DType::bf16, normal(rng), q.at<uint8_t>({b, i, h, c}));
     out.make(DType::bf16, {batch, seqlen_q, heads_q, kDv});
     lse.make(DType::f32, {batch, heads_q, seqlen_q});  // 0xff bytes: NaN everywhere
 
@@ -128,9 +129,11 @@ struct MlaCase {
           // Up to topk tokens of the sequence (repeats allowed, as an indexer may give), the
           // rest -1, shuffled together.
           std::vector<int32_t> row(static_cast<std::size_t>(topk), -1);
-          const int64_t n = cache_seqlens[b] == 0 ? 0 : std::uniform_int_distribution<int64_t>(0, topk)(rng);
+          const int64_t n =
+              cache_seqlens[b] == 0 ? 0 : std::uniform_int_distribution<int64_t>(0, topk)(rng);
           for (int64_t k = 0; k < n; ++k)
-            row[k] = flat_token(b, std::uniform_int_distribution<int64_t>(0, cache_seqlens[b] - 1)(rng));
+            row[k] =
+                flat_token(b, std::uniform_int_distribution<int64_t>(0, cache_seqlens[b] - 1)(rng));
           std::shuffle(row.begin(), row.end(), rng);
           std::copy(row.begin(), row.end(), indices.at<int32_t>({b, i, 0}));
         }
@@ -142,14 +145,17 @@ struct MlaCase {
       std::copy(cache_seqlens.begin(), cache_seqlens.end(), seqlens.at<int32_t>({0}));
       table.make(DType::i32, {batch, max_pages}, 3);  // padding and unused entries: -1
       for (int64_t b = 0; b < batch; ++b)
-        for (std::size_t p = 0; p < pages_of[b].size(); ++p) *table.at<int32_t>({b, int64_t(p)}) = pages_of[b][p];
+        for (std::size_t p = 0; p < pages_of[b].size(); ++p)
+          *table.at<int32_t>({b, int64_t(p)}) = pages_of[b][p];
       options.cache_seqlens = &seqlens.tensor;
       options.block_table = &table.tensor;
       options.indices = nullptr;
     }
   }
 
-  Status run() { return forward_kvcache(q.tensor, cache.tensor, v, out.tensor, &lse.tensor, options); }
+  Status run() {
+    return forward_kvcache(q.tensor, cache.tensor, v, out.tensor, &lse.tensor, options);
+  }
 
   float out_at(int64_t b, int64_t i, int64_t h, int64_t c) {
     return load_float(DType::bf16, out.at<uint8_t>({b, i, h, c}));

@@ -44,19 +44,25 @@ void expect_matches(MlaCase& c, const MlaOracle& o) {
   for (int64_t b = 0; b < c.batch(); ++b)
     for (int64_t i = 0; i < c.seqlen_q; ++i)
       for (int64_t h = 0; h < c.heads_q; ++h) {
-        const double want_lse = o.lse[static_cast<std::size_t>((b * c.heads_q + h) * c.seqlen_q + i)];
+        const double want_lse =
+            o.lse[static_cast<std::size_t>((b * c.heads_q + h) * c.seqlen_q + i)];
         const float got_lse = c.lse_at(b, h, i);
         const bool empty = std::isinf(want_lse) && want_lse < 0;
         if (empty ? !(std::isinf(got_lse) && got_lse < 0)
                   : !(std::abs(got_lse - want_lse) <= 1e-4 * std::max(1.0, std::abs(want_lse)))) {
-          if (++failures <= 5) ADD_FAILURE() << "lse(" << b << ", " << h << ", " << i << ") = " << got_lse << ", oracle " << want_lse;
+          if (++failures <= 5)
+            ADD_FAILURE() << "lse(" << b << ", " << h << ", " << i << ") = " << got_lse
+                          << ", oracle " << want_lse;
         }
         for (int64_t d = 0; d < MlaCase::kDv; ++d) {
-          const double want = o.out[static_cast<std::size_t>(((b * c.seqlen_q + i) * c.heads_q + h) * MlaCase::kDv + d)];
+          const double want = o.out[static_cast<std::size_t>(
+              ((b * c.seqlen_q + i) * c.heads_q + h) * MlaCase::kDv + d)];
           const float got = c.out_at(b, i, h, d);
-          const bool ok = empty ? got == 0.0f : std::abs(got - want) <= 1e-2 * (1.0 + std::abs(want));
+          const bool ok =
+              empty ? got == 0.0f : std::abs(got - want) <= 1e-2 * (1.0 + std::abs(want));
           if (!ok && ++failures <= 5)
-            ADD_FAILURE() << "out(" << b << ", " << i << ", " << h << ", " << d << ") = " << got << ", oracle " << want;
+            ADD_FAILURE() << "out(" << b << ", " << i << ", " << h << ", " << d << ") = " << got
+                          << ", oracle " << want;
         }
       }
   EXPECT_EQ(failures, 0);
@@ -191,7 +197,8 @@ TEST(MlaDecode, SameBytesAsTheGenericPath) {
       for (int64_t i = 0; i < c.seqlen_q; ++i)
         for (int64_t h = 0; h < c.heads_q; ++h)
           for (int64_t d = 0; d < MlaCase::kD; ++d)
-            store_float(dtype, load_float(DType::bf16, c.q.at<uint8_t>({b, i, h, d})), q.at<uint8_t>({b, i, h, d}));
+            store_float(dtype, load_float(DType::bf16, c.q.at<uint8_t>({b, i, h, d})),
+                        q.at<uint8_t>({b, i, h, d}));
       for (int64_t j = 0; j < c.cache_seqlens[b]; ++j)
         for (int64_t d = 0; d < MlaCase::kD; ++d) {
           store_float(dtype, c.values[b][j][d], k.at<uint8_t>({b, j, 0, d}));
@@ -206,7 +213,8 @@ TEST(MlaDecode, SameBytesAsTheGenericPath) {
       for (int64_t h = 0; h < c.heads_q; ++h)
         for (int64_t i = 0; i < c.seqlen_q; ++i) {
           const float want = *lse.at<float>({b, h, i});
-          EXPECT_EQ(std::memcmp(&want, c.lse.at<float>({b, h, i}), 4), 0) << b << " " << h << " " << i;
+          EXPECT_EQ(std::memcmp(&want, c.lse.at<float>({b, h, i}), 4), 0)
+              << b << " " << h << " " << i;
           for (int64_t d = 0; d < MlaCase::kDv; ++d) {
             // bf16 out of an f32 result: the generic f32 out rounded as the MLA call rounds it.
             const float generic = load_float(dtype, out.at<uint8_t>({b, i, h, d}));
@@ -254,7 +262,8 @@ TEST(MlaSparse, ListingTheSequenceIsDenseAttention) {
     for (int64_t b = 0; b < sparse.batch(); ++b)
       for (int64_t i = 0; i < sparse.seqlen_q; ++i)
         for (int64_t k = 0; k < sparse.topk; ++k)
-          *sparse.indices.at<int32_t>({b, i, k}) = k < sparse.cache_seqlens[b] ? sparse.flat_token(b, k) : -1;
+          *sparse.indices.at<int32_t>({b, i, k}) =
+              k < sparse.cache_seqlens[b] ? sparse.flat_token(b, k) : -1;
     ASSERT_TRUE(sparse.run().is_ok());
     EXPECT_EQ(sparse.out.bytes, dense.out.bytes) << (fp8 ? "fp8" : "bf16");
     EXPECT_EQ(sparse.lse.bytes, dense.lse.bytes) << (fp8 ? "fp8" : "bf16");
@@ -401,9 +410,9 @@ TEST(MlaGpuSupport, EveryFormRefusedByName) {
     MlaCase c = valid_case(form.fp8, form.topk);
     c.build();
     detail::KVCacheProblem p;
-    ASSERT_TRUE(detail::build_kvcache_problem({&c.q.tensor, &c.cache.tensor, &c.v, &c.out.tensor,
-                                               &c.lse.tensor, &c.options},
-                                              detail::Purpose::run, &p)
+    ASSERT_TRUE(detail::build_kvcache_problem(
+                    {&c.q.tensor, &c.cache.tensor, &c.v, &c.out.tensor, &c.lse.tensor, &c.options},
+                    detail::Purpose::run, &p)
                     .is_ok());
     EXPECT_TRUE(detail::uses_mla_forms(p));
     EXPECT_TRUE(Rejected(detail::refuse_mla_on_gpu(p, "sm90 KV-cache forward"), Code::not_supported,
@@ -413,11 +422,11 @@ TEST(MlaGpuSupport, EveryFormRefusedByName) {
   KVCase generic;
   generic.build();
   detail::KVCacheProblem p;
-  ASSERT_TRUE(detail::build_kvcache_problem({&generic.q.tensor, &generic.k.tensor, &generic.v.tensor,
-                                             &generic.out.tensor, &generic.lse.tensor,
-                                             &generic.options},
-                                            detail::Purpose::run, &p)
-                  .is_ok());
+  ASSERT_TRUE(
+      detail::build_kvcache_problem({&generic.q.tensor, &generic.k.tensor, &generic.v.tensor,
+                                     &generic.out.tensor, &generic.lse.tensor, &generic.options},
+                                    detail::Purpose::run, &p)
+          .is_ok());
   EXPECT_FALSE(detail::uses_mla_forms(p));
   EXPECT_TRUE(detail::refuse_mla_on_gpu(p, "sm90 KV-cache forward").is_ok());
 }
