@@ -68,6 +68,17 @@ void expect_matches(MlaCase& c, const MlaOracle& o) {
   EXPECT_EQ(failures, 0);
 }
 
+// A small valid case to vary: 16 heads, 2 query rows, a sequence of 70 tokens and an empty one.
+MlaCase valid_case(bool fp8, int32_t topk = 0) {
+  MlaCase c;
+  c.fp8 = fp8;
+  c.topk = topk;
+  c.heads_q = 16;
+  c.seqlen_q = 2;
+  c.cache_seqlens = {70, 0};
+  return c;
+}
+
 void expect_matches_oracle(MlaCase& c) {
   SCOPED_TRACE(c.describe());
   c.build();
@@ -149,10 +160,7 @@ TEST(MlaDecode, SplitsMatchOneSplit) {
 TEST(MlaDecode, EmptySequencesGiveZeroAndMinusInf) {
   for (bool fp8 : {false, true})
     for (int32_t splits : {1, 4}) {
-      MlaCase c;
-      c.fp8 = fp8;
-      c.heads_q = 16;
-      c.seqlen_q = 2;
+      MlaCase c = valid_case(fp8);
       c.cache_seqlens = {0, 70, 0};
       c.options.num_splits = splits;
       c.build();
@@ -174,10 +182,7 @@ TEST(MlaDecode, EmptySequencesGiveZeroAndMinusInf) {
 TEST(MlaDecode, SameBytesAsTheGenericPath) {
   for (bool fp8 : {false, true}) {
     SCOPED_TRACE(fp8 ? "fp8_mla" : "bf16");
-    MlaCase c;
-    c.fp8 = fp8;
-    c.heads_q = 16;
-    c.seqlen_q = 2;
+    MlaCase c = valid_case(fp8);
     c.cache_seqlens = {100, 0, 64};
     c.options.causal = true;
     c.build();
@@ -282,15 +287,6 @@ TEST(MlaSparse, ListingTheSequenceIsDenseAttention) {
   return ::testing::AssertionSuccess();
 }
 
-MlaCase valid_case(bool fp8, int32_t topk = 0) {
-  MlaCase c;
-  c.fp8 = fp8;
-  c.topk = topk;
-  c.heads_q = 16;
-  c.seqlen_q = 2;
-  c.cache_seqlens = {70, 0};
-  return c;
-}
 
 TEST(MlaArgs, ValidCasesRun) {
   for (bool fp8 : {false, true})
