@@ -21,6 +21,19 @@ concept WindowFields = requires(const P& p) {
   { p.window_right } -> std::convertible_to<int>;
 };
 
+// The window's two bounds for one query, unclamped, from the key on its diagonal (query +
+// diagonal): the first key its left bound lets it see and the last its right bound does (each
+// meaningful only when that bound is set, >= 0). The decode's key ranges (decode/work.cuh) are
+// these, clamped to the sequence.
+template <WindowFields P>
+__device__ __forceinline__ int window_first_key(const P& p, int diagonal_key) {
+  return diagonal_key - p.window_left;
+}
+template <WindowFields P>
+__device__ __forceinline__ int window_last_key(const P& p, int diagonal_key) {
+  return diagonal_key + p.window_right;
+}
+
 // Blocks [begin, end) of a walk; empty when end <= begin.
 struct BlockRange {
   int begin;

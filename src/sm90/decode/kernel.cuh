@@ -30,6 +30,7 @@
 #include "sm90/decode/params.hpp"
 #include "sm90/decode/row_output.cuh"
 #include "sm90/decode/sequence.cuh"
+#include "sm90/decode/work.cuh"
 #include "sm90/ptx/cp_async.cuh"
 #include "sm90/ptx/fragment.cuh"
 #include "sm90/ptx/matrix_move.cuh"
@@ -40,8 +41,6 @@ namespace hfa::sm90::decode {
 
 inline constexpr int kChunkBytes = 16;          // one cp.async, one ldmatrix row
 inline constexpr int kSwizzleRows = 8;          // chunks XOR (row mod 8): conflict-free ldmatrix
-inline constexpr int kWarpSize = 32;
-inline constexpr unsigned kFullWarp = 0xffffffffu;
 // mma.sync m16n8k16 and ldmatrix's 8x8 tiles: the 8s and 16s of the fragment index math.
 inline constexpr int kMmaN = 8;
 inline constexpr int kMmaK = 16;
@@ -91,20 +90,14 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
   constexpr int kS = C::kStages;
   extern __shared__ __align__(128) unsigned char smem[];
 
-  const int split = blockIdx.x;
-  const int kv_head = blockIdx.y / p.row_tiles;
-  const int row_tile = blockIdx.y % p.row_tiles;
-  const int b = blockIdx.z;
-  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int g = lane / 4, c = lane % 4;  // mma fragment row group and column pair
-
-  const DecodeSequence seq = decode_sequence(p, b);
-  const int first_row = row_tile * C::kRowsPerTile;
-  const TileKeys keys = tile_keys<kN>(p, seq, first_row, C::kRowsPerTile, split);
-  const int rows = keys.rows;
+  const DecodeWork work = decode_work<C::kRowsPerTile, kN>(p);
   // A tile past the sequence's rows has no row: no output, and no partial the combine reads.
-  if (first_row >= rows) return;
-  const int key_end = keys.key_end, first_tile = keys.first_tile, n_tiles = keys.n_tiles;
+  if (!work.has_rows()) return;
+  const int split = work.split, kv_head = work.kv_head, b = work.batch;
+  const int tid = threadIdx.x, warp = work.warp, lane = work.lane, g = work.g, c = work.c;
+  const DecodeSequence& seq = work.seq;
+  const int first_row = work.first_row, rows = work.rows;
+  const int key_end = work.key_end, first_tile = work.first_tile, n_tiles = work.n_tiles;
 
   unsigned char* const q_tile = smem + C::kQOffset;
   RowOffsets* const row_table = reinterpret_cast<RowOffsets*>(smem + C::kRowTableOffset);
@@ -294,7 +287,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
   int key_lo[2], key_hi[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const RowKeys k = row_keys(p, seq, keys, first_row + g + 8 * half);
+    const RowKeys k = work.row_keys(p, first_row + g + 8 * half);
     key_lo[half] = k.lo;
     key_hi[half] = k.hi;
   }

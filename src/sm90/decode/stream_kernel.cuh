@@ -83,19 +83,14 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
   constexpr int kTileKeys = stream::kKeysPerWarp;
   extern __shared__ __align__(128) unsigned char smem[];
 
-  const int split = blockIdx.x;
-  const int kv_head = blockIdx.y / p.row_tiles;
-  const int row_tile = blockIdx.y % p.row_tiles;
-  const int b = blockIdx.z;
-  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int g = lane / 4, c = lane % 4;  // mma fragment row group and column pair
-
-  const DecodeSequence seq = decode_sequence(p, b);
-  const int first_row = row_tile * C::kRowsPerTile;
-  const TileKeys keys = tile_keys<kN>(p, seq, first_row, C::kRowsPerTile, split);
-  const int rows = keys.rows;
-  if (first_row >= rows) return;  // past the sequence's rows (varlen): nothing to write
-  const int key_end = keys.key_end, first_tile = keys.first_tile, n_tiles = keys.n_tiles;
+  const DecodeWork work = decode_work<C::kRowsPerTile, kN>(p);
+  // A tile past the sequence's rows has no row: no output, and no partial the combine reads.
+  if (!work.has_rows()) return;
+  const int split = work.split, kv_head = work.kv_head, b = work.batch;
+  const int warp = work.warp, lane = work.lane, g = work.g, c = work.c;
+  const DecodeSequence& seq = work.seq;
+  const int first_row = work.first_row, rows = work.rows;
+  const int key_end = work.key_end, first_tile = work.first_tile, n_tiles = work.n_tiles;
 
   auto stage_base = [&](int stage) { return smem + stage * C::kStageBytes; };
   auto k_codes = [&](int stage) { return stage_base(stage); };
@@ -166,7 +161,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
   int key_lo[2], key_hi[2];  // fragment columns 2c and 2c + 1: query rows
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const RowKeys k = row_keys(p, seq, keys, first_row + 2 * c + h);
+    const RowKeys k = work.row_keys(p, first_row + 2 * c + h);
     key_lo[h] = k.lo;
     key_hi[h] = k.hi;
   }
