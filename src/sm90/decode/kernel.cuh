@@ -28,8 +28,9 @@
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/dequant.cuh"
 #include "sm90/decode/params.hpp"
-#include "sm90/decode/row_output.cuh"
+#include "sm90/decode/epilogue.cuh"
 #include "sm90/decode/sequence.cuh"
+#include "sm90/decode/softmax.cuh"
 #include "sm90/decode/work.cuh"
 #include "sm90/ptx/cp_async.cuh"
 #include "sm90/ptx/fragment.cuh"
@@ -295,8 +296,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
   float o[kD / kMmaN][4];
 #pragma unroll
   for (int n = 0; n < kD / kMmaN; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.0f, 0.0f};
+  RowSoftmax<1, 4> softmax;  // a row's scores lie in lanes 4g … 4g+3
 
   // Prologue: page numbers of the first stages, then their copies.
   if (owns_row)
@@ -372,21 +372,12 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
 #pragma unroll
         for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
     }
-    bool grew = false;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      tile_max[half] = fmaxf(tile_max[half], __shfl_xor_sync(kFullWarp, tile_max[half], 1));
-      tile_max[half] = fmaxf(tile_max[half], __shfl_xor_sync(kFullWarp, tile_max[half], 2));
-      grew |= tile_max[half] > row_max[half];
-    }
+    const bool grew = softmax.reduce_tile_max(tile_max);
     // Rescale only when some row's max grew: after the first tiles it rarely does.
     if (__any_sync(kFullWarp, grew)) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const float new_max = fmaxf(row_max[half], tile_max[half]);
-        const float rescale = row_max[half] == -INFINITY ? 0.0f : exp2f(row_max[half] - new_max);
-        row_max[half] = new_max;
-        row_sum[half] *= rescale;
+        const float rescale = softmax.raise_max(half, tile_max[half]);
 #pragma unroll
         for (int n = 0; n < kD / kMmaN; ++n) {
           o[n][2 * half] *= rescale;
@@ -398,12 +389,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int half = e / 2;
-        const float base = row_max[half] == -INFINITY ? 0.0f : row_max[half];
-        p_values[nt][e] = exp2f(s[nt][e] - base);
-        row_sum[half] += p_values[nt][e];
-      }
+      for (int e = 0; e < 4; ++e) p_values[nt][e] = softmax.probability(e / 2, s[nt][e]);
     const uint32_t p_frag[4] = {ptx::pack_pair<Element>(p_values[0][0], p_values[0][1]),
                                 ptx::pack_pair<Element>(p_values[0][2], p_values[0][3]),
                                 ptx::pack_pair<Element>(p_values[1][0], p_values[1][1]),
@@ -420,28 +406,27 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
     }
   }
 
-  // Merge the warps: each writes its normalized partial and LSE (row_output.cuh merges them).
+  // Merge the warps: each writes its normalized partial and LSE (epilogue.cuh merges them).
   ptx::cp_async_wait<0>();
   __syncthreads();
-  float* merge_out = reinterpret_cast<float*>(stage_base(0));  // (warp, row, stored column)
-  float* merge_lse = merge_out + C::kWarps * C::kRowsPerTile * kD;  // (row, warp)
+  const WarpPartials<C::kWarps, C::kRowsPerTile, kD> partials(stage_base(0));
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    row_sum[half] += __shfl_xor_sync(kFullWarp, row_sum[half], 1);
-    row_sum[half] += __shfl_xor_sync(kFullWarp, row_sum[half], 2);
+    softmax.sum_lanes(half);
     const int row = g + 8 * half;
-    const float inverse = row_max[half] == -INFINITY || !(row_sum[half] > 0.0f) ? 0.0f : 1.0f / row_sum[half];
+    const float inverse = softmax.normalizer(half);
 #pragma unroll
     for (int n = 0; n < kD / kMmaN; ++n) {
-      float* dst = merge_out + (warp * C::kRowsPerTile + row) * kD + n * 8 + 2 * c;
+      // One pointer expression: partials.row(warp, row) + n * 8 + 2 * c changes the SASS.
+      float* dst = partials.out + (warp * C::kRowsPerTile + row) * kD + n * 8 + 2 * c;
       dst[0] = o[n][2 * half] * inverse;
       dst[1] = o[n][2 * half + 1] * inverse;
     }
-    if (c == 0) merge_lse[row * C::kWarps + warp] = warp_partial_lse(row_max[half], row_sum[half]);
+    if (c == 0) partials.set_lse(warp, row, softmax.lse(half));
   }
   __syncthreads();
   merge_warps_and_store<Element, kD, C::kRowsPerTile, C::kWarps, C::kThreads>(
-      p, seq, b, kv_head, first_row, rows, split, merge_out, merge_lse, v_multiplier,
+      p, seq, b, kv_head, first_row, rows, split, partials, v_multiplier,
       [](int stored) { return stored_to_column<kStorage>(stored); });
 }
 

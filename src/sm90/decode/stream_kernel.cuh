@@ -170,8 +170,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
   float o[stream::kDimTiles][4];
 #pragma unroll
   for (int mt = 0; mt < stream::kDimTiles; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.0f, 0.0f};
+  RowSoftmax<4, kWarpSize> softmax;  // a row's scores lie in lanes c, c + 4, … c + 28
   const bool per_token = kFp8 && p.scale_kind == ScaleKind::fp8_per_token;
   // Per-token V: o is in units of 2^(v_exponent - 127) (a biased exponent, only ever raised)
   // and each tile's weights are P · scale · v_relative, v_relative = 2^(127 - v_exponent). The
@@ -368,14 +367,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
         s[kt][e] = x;
         tile_max[h] = fmaxf(tile_max[h], x);
       }
-    bool grew = false;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int mask = 4; mask < kWarpSize; mask *= 2)
-        tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(kFullWarp, tile_max[h], mask));
-      grew |= tile_max[h] > row_max[h];
-    }
+    bool grew = softmax.reduce_tile_max(tile_max);
     // Per-token V: each scale times 2^(127 - v_exponent) must stay below kScaleHeadroom (P · that
     // then fits fp16 with room to spare). Only when one does not (the first tile, and a scale
     // far above all before it) is the reference moved up to the warp's largest exponent, o
@@ -409,10 +401,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float new_max = fmaxf(row_max[h], tile_max[h]);
-        const float rescale = row_max[h] == -INFINITY ? 0.0f : exp2f(row_max[h] - new_max);
-        row_max[h] = new_max;
-        row_sum[h] *= rescale;
+        const float rescale = softmax.raise_max(h, tile_max[h]);
 #pragma unroll
         for (int mt = 0; mt < stream::kDimTiles; ++mt) {
           o[mt][h] *= rescale * exponent_rescale;
@@ -432,13 +421,8 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
     for (int kt = 0; kt < C::kKeyTiles; ++kt) {
       float weight[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e % 2;
-        const float base = row_max[h] == -INFINITY ? 0.0f : row_max[h];
-        const float probability = exp2f(s[kt][e] - base);
-        row_sum[h] += probability;
-        weight[e] = probability * value_scale[kt][e / 2];
-      }
+      for (int e = 0; e < 4; ++e)
+        weight[e] = softmax.probability(e % 2, s[kt][e]) * value_scale[kt][e / 2];
       // Pᵀ as the B operand: the accumulator's 8x8 halves transposed (keys become its k).
       const uint32_t p_lo = ptx::movmatrix_trans(ptx::pack_pair<Mma>(weight[0], weight[1]));
       const uint32_t p_hi = ptx::movmatrix_trans(ptx::pack_pair<Mma>(weight[2], weight[3]));
@@ -478,30 +462,27 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
     }
   }
 
-  // Merge the warps: each writes its normalized partial and LSE (row_output.cuh merges them).
+  // Merge the warps: each writes its normalized partial and LSE (epilogue.cuh merges them).
   ptx::cp_async_wait<0>();
   __syncthreads();
-  float* merge_out = reinterpret_cast<float*>(smem);                // (warp, row, column)
-  float* merge_lse = merge_out + C::kWarps * C::kRowsPerTile * kD;  // (row, warp)
+  const WarpPartials<C::kWarps, C::kRowsPerTile, kD> partials(smem);
   const float value_unit = per_token ? exp2f(float(v_exponent - 127)) : 1.0f;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int mask = 4; mask < kWarpSize; mask *= 2)
-      row_sum[h] += __shfl_xor_sync(kFullWarp, row_sum[h], mask);
+    softmax.sum_lanes(h);
     const int row = 2 * c + h;
-    const float inverse = row_max[h] == -INFINITY || !(row_sum[h] > 0.0f) ? 0.0f : value_unit / row_sum[h];
+    const float inverse = softmax.normalizer<kFp8>(h, value_unit);
 #pragma unroll
     for (int mt = 0; mt < stream::kDimTiles; ++mt) {
-      float* dst = merge_out + (warp * C::kRowsPerTile + row) * kD;
+      float* dst = partials.row(warp, row);
       dst[stream::output_dim<kStorage>(g, mt, 0)] = o[mt][h] * inverse;
       dst[stream::output_dim<kStorage>(g, mt, 1)] = o[mt][h + 2] * inverse;
     }
-    if (g == 0) merge_lse[row * C::kWarps + warp] = warp_partial_lse(row_max[h], row_sum[h]);
+    if (g == 0) partials.set_lse(warp, row, softmax.lse(h));
   }
   __syncthreads();
   merge_warps_and_store<Element, kD, C::kRowsPerTile, C::kWarps, C::kThreads>(
-      p, seq, b, kv_head, first_row, rows, split, merge_out, merge_lse, v_multiplier,
+      p, seq, b, kv_head, first_row, rows, split, partials, v_multiplier,
       [](int column) { return column; });
 }
 
