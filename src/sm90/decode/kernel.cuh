@@ -14,8 +14,14 @@
 // of the copies that need them, so the block table's latency hides behind a tile of compute.
 // Quantized codes are widened per stage into a bf16/fp16 tile (dequant.cuh) that the same
 // ldmatrix + mma.sync code reads as a plain cache's tile. The warps merge through shared
-// memory at the end (row_output.cuh), then write the output, or the split's partial when the
+// memory at the end (epilogue.cuh), then write the output, or the split's partial when the
 // keys are split across CTAs.
+//
+// The body reads as the decode skeleton's parts (README.md in this folder): scheduler
+// (work.cuh), producer, consumer (with softmax.cuh), epilogue (epilogue.cuh). The producer and
+// the consumer's math stay written out here, in lambdas and the loop, because the SASS is the
+// proof that a refactoring keeps the speed: moving them into functions or structs reorders the
+// PTX (the lambdas' closures, the loop's phis) and ptxas schedules it differently.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,8 +33,8 @@
 #include "sm90/common/math.hpp"
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/dequant.cuh"
-#include "sm90/decode/params.hpp"
 #include "sm90/decode/epilogue.cuh"
+#include "sm90/decode/params.hpp"
 #include "sm90/decode/sequence.cuh"
 #include "sm90/decode/softmax.cuh"
 #include "sm90/decode/work.cuh"
@@ -40,7 +46,6 @@
 
 namespace hfa::sm90::decode {
 
-inline constexpr int kChunkBytes = 16;          // one cp.async, one ldmatrix row
 inline constexpr int kSwizzleRows = 8;          // chunks XOR (row mod 8): conflict-free ldmatrix
 // mma.sync m16n8k16 and ldmatrix's 8x8 tiles: the 8s and 16s of the fragment index math.
 inline constexpr int kMmaN = 8;
@@ -67,19 +72,6 @@ __device__ __forceinline__ int stored_to_column(int stored) {
   else return stored;
 }
 
-// The constant a side's codes are multiplied by, beyond what the tile holds: the FP8 per-head
-// scale, NVFP4's global scale, the FP4 product shifts (dequant.cuh).
-template <typename Element>
-__device__ __forceinline__ float side_multiplier(const Params& p, const CacheView& side,
-                                                 int kv_head) {
-  switch (p.scale_kind) {
-    case ScaleKind::fp8_per_head: return side.head_scale[kv_head * side.head_scale_stride];
-    case ScaleKind::nvfp4: return *side.global_scale * power_of_two(kNvfp4ProductShift);
-    case ScaleKind::mxfp4: return power_of_two(kMxfp4ProductShift<Element>);
-    default: return 1.0f;
-  }
-}
-
 template <typename Element, Storage kStorage, int kHeadDim>
 __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
                                   Config<kStorage, kHeadDim>::kMinBlocksPerSM)
@@ -91,6 +83,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
   constexpr int kS = C::kStages;
   extern __shared__ __align__(128) unsigned char smem[];
 
+  // ---- scheduler (work.cuh): the CTA's sequence, kv-head, query rows and split of keys.
   const DecodeWork work = decode_work<C::kRowsPerTile, kN>(p);
   // A tile past the sequence's rows has no row: no output, and no partial the combine reads.
   if (!work.has_rows()) return;
@@ -112,7 +105,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
   unsigned char* const k_dequant = smem + C::kDequantOffset;
   unsigned char* const v_dequant = k_dequant + C::kTileBytes;
 
-  // Q: the tile's rows (row r = query i · group + head in group), zeros past the last row.
+  // ---- consumer: Q. The tile's rows (row r = query i · group + head in group), zeros past the last row.
   {
     const auto* q = static_cast<const Element*>(p.q);
     for (int idx = tid; idx < C::kRowsPerTile * kD; idx += C::kThreads) {
@@ -127,7 +120,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
     }
   }
 
-  // Lanes 0-15 of each warp own one key row of the warp's 16 in every stage.
+  // ---- producer: pages, copies, widening. Lanes 0-15 of each warp own one key row of the warp's 16 in every stage.
   constexpr int kWarpRows = C::kKeysPerWarp;
   const int own_row = warp * kWarpRows + lane;  // meaningful for lane < kWarpRows
   const bool owns_row = lane < kWarpRows;
@@ -262,6 +255,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
     }
   };
 
+  // ---- consumer: Q's fragments, the score multiplier, the fragment rows' keys, O.
   // Q's A fragment of k step ks, from the Q tile.
   auto load_q = [&](int ks, uint32_t (&frag)[4]) {
     const int m = lane / 8;
@@ -298,7 +292,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
   for (int n = 0; n < kD / kMmaN; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   RowSoftmax<1, 4> softmax;  // a row's scores lie in lanes 4g … 4g+3
 
-  // Prologue: page numbers of the first stages, then their copies.
+  // ---- the pipeline. Prologue: page numbers of the first stages, then their copies.
   if (owns_row)
     for (int u = 0; u < kS - 1; ++u) publish_page(u, fetch_page(u));
   int pending_page = owns_row ? fetch_page(kS - 1) : -1;
@@ -323,7 +317,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
       v_tile = v_dequant;
     }
 
-    // S = Q Kᵀ for this warp's 16 keys: two 16x8 tiles.
+    // ---- consumer: the stage's math. S = Q Kᵀ for this warp's 16 keys: two 16x8 tiles.
     const int key_base = warp * C::kKeysPerWarp;
     float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll
@@ -406,7 +400,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
     }
   }
 
-  // Merge the warps: each writes its normalized partial and LSE (epilogue.cuh merges them).
+  // ---- epilogue: each warp writes its normalized partial and LSE, epilogue.cuh merges them.
   ptx::cp_async_wait<0>();
   __syncthreads();
   const WarpPartials<C::kWarps, C::kRowsPerTile, kD> partials(stage_base(0));

@@ -21,6 +21,10 @@
 //
 // Copies: cp.async of 16-key tiles, one block-table read per tile; each of the 4 warps copies
 // and consumes its own tiles of a stage, so warps meet only at the final merge.
+//
+// The skeleton's parts (README.md in this folder): scheduler (work.cuh), producer, consumer
+// (with softmax.cuh, stream_fragments.cuh), epilogue (epilogue.cuh); kernel.cuh says why the
+// producer and the math stay written out in the body.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,44 +34,21 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "sm90/decode/kernel.cuh"
+#include "sm90/common/math.hpp"
+#include "sm90/decode/config.hpp"
+#include "sm90/decode/dequant.cuh"
+#include "sm90/decode/epilogue.cuh"
+#include "sm90/decode/params.hpp"
+#include "sm90/decode/softmax.cuh"
 #include "sm90/decode/stream_fragments.cuh"
+#include "sm90/decode/work.cuh"
+#include "sm90/ptx/cp_async.cuh"
+#include "sm90/ptx/fragment.cuh"
+#include "sm90/ptx/matrix_move.cuh"
+#include "sm90/ptx/mbarrier.cuh"
+#include "sm90/ptx/mma_sync.cuh"
 
 namespace hfa::sm90::decode {
-
-template <Storage kStorage>
-struct StreamConfig {
-  static constexpr int kHeadDim = stream::kHeadDim;
-  static constexpr int kRowsPerTile = stream::kRowsPerTile;
-  static constexpr int kWarps = 4;
-  static constexpr int kThreads = kWarps * 32;
-  // 16-key mma tiles a warp takes per stage: FP4 takes two, which spreads the stage's fixed
-  // work (block-table reads, the softmax's shuffles, the loop) over twice the keys; FP8 keeps
-  // one (its V fragments of a second tile would not fit the 128 registers).
-  static constexpr int kKeyTiles = kStorage == Storage::fp4 ? 2 : 1;
-  static constexpr int kWarpKeys = kKeyTiles * stream::kKeysPerWarp;
-  static constexpr int kBlockN = kWarps * kWarpKeys;  // keys per pipeline stage
-  static constexpr int kMinBlocksPerSM = stream::blocks_per_sm(kStorage);
-
-  static constexpr int kCodeRowBytes = kStorage == Storage::plain ? 2 * kHeadDim
-                                       : kStorage == Storage::fp8 ? kHeadDim
-                                                                  : kHeadDim / 2;
-  // Per row: an fp32 (FP8 per token), 8 E4M3 bytes (NVFP4) or 4 UE8M0 bytes (MXFP4).
-  static constexpr int kScaleRowBytes = kStorage == Storage::plain ? 0 : kStorage == Storage::fp8 ? 4 : 8;
-  // (stages - 1) stages in flight per CTA, four CTAs per SM: 100-140 KB of codes in flight.
-  static constexpr int kStages = 3;
-
-  static constexpr int kCodeTileBytes = kBlockN * kCodeRowBytes;
-  static constexpr int kScaleTileBytes = kBlockN * kScaleRowBytes;
-  static constexpr int kStageBytes = 2 * (kCodeTileBytes + kScaleTileBytes);  // K then V
-  static constexpr int kSmemBytes = kStages * kStageBytes;
-
-  // After the main loop the stage buffers hold each warp's partial output and LSE.
-  static constexpr int kMergeOutBytes = kWarps * kRowsPerTile * kHeadDim * 4;
-  static constexpr int kMergeLseBytes = kRowsPerTile * kWarps * 4;
-  static_assert(kMergeOutBytes + kMergeLseBytes <= kSmemBytes);
-  static_assert((kSmemBytes + kSmemReservedPerBlock) * kMinBlocksPerSM <= kSmemPerSM);
-};
 
 template <typename Element, Storage kStorage>
 __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig<kStorage>::kMinBlocksPerSM)
@@ -83,6 +64,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
   constexpr int kTileKeys = stream::kKeysPerWarp;
   extern __shared__ __align__(128) unsigned char smem[];
 
+  // ---- scheduler (work.cuh): the CTA's sequence, kv-head, query rows and split of keys.
   const DecodeWork work = decode_work<C::kRowsPerTile, kN>(p);
   // A tile past the sequence's rows has no row: no output, and no partial the combine reads.
   if (!work.has_rows()) return;
@@ -111,6 +93,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
     else return stream::fp4_v_row(row) * C::kCodeRowBytes + stream::fp4_v_chunk(row, chunk) * kChunkBytes;
   };
 
+  // ---- consumer: Q, the score multiplier, the fragment rows' keys, O.
   // Qᵀ as the B operand, at the dims the K fragments hold: lane (g, c) holds row g's values.
   const float k_multiplier = side_multiplier<Element>(p, p.k, kv_head);
   const float v_multiplier = side_multiplier<Element>(p, p.v, kv_head);
@@ -181,7 +164,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
   // stays under 2^14, far inside fp16's 65504.
   constexpr float kScaleHeadroom = 16384.0f;
 
-  // The copy pipeline. Each 16-key tile of a warp's stage lies in one page (the dispatch sends
+  // ---- producer: pages and copies. Each 16-key tile of a warp's stage lies in one page (the dispatch sends
   // only page sizes that are multiples of 16 here), so a tile costs one block-table read (one
   // stage ahead of its copies, which hides its latency behind a stage of compute) and each copy
   // one 64-bit add: row r of the tile is r slot strides from its first.
@@ -256,6 +239,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
     ptx::cp_async_commit();
   };
 
+  // ---- the pipeline: the first stages' copies, then a stage a step.
   for (int u = 0; u < kS - 1; ++u) {
     StagePages pages;
     fetch_pages(u, pages);
@@ -280,6 +264,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
     const unsigned char* v_tile = v_codes(stage);
     const int warp_key0 = (first_tile + t) * kN + warp * kWarpRows;
 
+    // ---- consumer: the stage's math.
     // Sᵀ = K Qᵀ for each of the warp's 16-key tiles, widened a k step at a time. Two accumulators
     // a tile (even and odd k steps) halve its chain of dependent mma: that latency, not the mma
     // count, is what the rest of the stage waits for.
@@ -462,7 +447,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
     }
   }
 
-  // Merge the warps: each writes its normalized partial and LSE (epilogue.cuh merges them).
+  // ---- epilogue: each warp writes its normalized partial and LSE, epilogue.cuh merges them.
   ptx::cp_async_wait<0>();
   __syncthreads();
   const WarpPartials<C::kWarps, C::kRowsPerTile, kD> partials(smem);
