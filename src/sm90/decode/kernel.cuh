@@ -72,6 +72,29 @@ __device__ __forceinline__ int stored_to_column(int stored) {
   else return stored;
 }
 
+// The consumer's Q tile: the CTA's query rows (row r = query i · group + head in group, zeros
+// past the last row) in the swizzled layout the K tiles have.
+template <typename Element, Storage kStorage, int kHeadDim>
+__device__ __forceinline__ void load_query_tile(const Params& p, const DecodeSequence& seq,
+                                                int first_row, int rows, int kv_head, int b,
+                                                int tid, unsigned char* q_tile) {
+  using C = Config<kStorage, kHeadDim>;
+  constexpr int kD = C::kHeadDim;
+  constexpr int kRowBytes = C::kTileRowBytes;
+  const auto* q = static_cast<const Element*>(p.q);
+  for (int idx = tid; idx < C::kRowsPerTile * kD; idx += C::kThreads) {
+    const int local = idx / kD, stored = idx % kD, r = first_row + local;
+    Element value = ptx::to_element<Element>(0.0f);
+    if (r < rows) {
+      const int i = r / p.group, h = kv_head * p.group + r % p.group;
+      value = q[b * p.q_batch_stride + (seq.q_begin + i) * p.q_row_stride +
+                h * p.q_head_stride + stored_to_column<kStorage>(stored)];
+    }
+    *reinterpret_cast<Element*>(q_tile + swizzled<kRowBytes>(local, stored / 8) +
+                                (stored % 8) * 2) = value;
+  }
+}
+
 template <typename Element, Storage kStorage, int kHeadDim>
 __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
                                   Config<kStorage, kHeadDim>::kMinBlocksPerSM)
@@ -105,22 +128,11 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
   unsigned char* const k_dequant = smem + C::kDequantOffset;
   unsigned char* const v_dequant = k_dequant + C::kTileBytes;
 
-  // ---- consumer: Q. The tile's rows (row r = query i · group + head in group), zeros past the last row.
-  {
-    const auto* q = static_cast<const Element*>(p.q);
-    for (int idx = tid; idx < C::kRowsPerTile * kD; idx += C::kThreads) {
-      const int local = idx / kD, stored = idx % kD, r = first_row + local;
-      Element value = ptx::to_element<Element>(0.0f);
-      if (r < rows) {
-        const int i = r / p.group, h = kv_head * p.group + r % p.group;
-        value = q[b * p.q_batch_stride + (seq.q_begin + i) * p.q_row_stride + h * p.q_head_stride +
-                  stored_to_column<kStorage>(stored)];
-      }
-      *reinterpret_cast<Element*>(q_tile + swizzled<kRowBytes>(local, stored / 8) + (stored % 8) * 2) = value;
-    }
-  }
+  // ---- consumer: Q's tile.
+  load_query_tile<Element, kStorage, kHeadDim>(p, seq, first_row, rows, kv_head, b, tid, q_tile);
 
-  // ---- producer: pages, copies, widening. Lanes 0-15 of each warp own one key row of the warp's 16 in every stage.
+  // ---- producer: pages, copies, widening. Lanes 0-15 of each warp own one key row of the
+  // warp's 16 in every stage.
   constexpr int kWarpRows = C::kKeysPerWarp;
   const int own_row = warp * kWarpRows + lane;  // meaningful for lane < kWarpRows
   const bool owns_row = lane < kWarpRows;
