@@ -17,7 +17,7 @@
 // memory at the end (epilogue.cuh), then write the output, or the split's partial when the
 // keys are split across CTAs.
 //
-// The body reads as the decode skeleton's parts (README.md in this folder): scheduler
+// The body reads as the decode skeleton's parts (src/sm90/README.md): scheduler
 // (work.cuh), producer, consumer (with softmax.cuh), epilogue (epilogue.cuh). The producer and
 // the consumer's math stay written out here, in lambdas and the loop, because the SASS is the
 // proof that a refactoring keeps the speed: moving them into functions or structs reorders the

@@ -22,7 +22,7 @@
 // Copies: cp.async of 16-key tiles, one block-table read per tile; each of the 4 warps copies
 // and consumes its own tiles of a stage, so warps meet only at the final merge.
 //
-// The skeleton's parts (README.md in this folder): scheduler (work.cuh), producer, consumer
+// The skeleton's parts (src/sm90/README.md): scheduler (work.cuh), producer, consumer
 // (with softmax.cuh, stream_fragments.cuh), epilogue (epilogue.cuh); kernel.cuh says why the
 // producer and the math stay written out in the body.
 #pragma once
