@@ -22,6 +22,8 @@ __device__ __forceinline__ float warp_partial_lse(float row_max_log2, float row_
 
 template <int kFirstMask, int kEndMask>
 struct RowSoftmax {
+  // The sums before the maxima: the order the kernels declared them in, which their loops' phi
+  // order and so the SASS follow.
   float row_sum[2] = {0.0f, 0.0f};
   float row_max[2] = {-INFINITY, -INFINITY};
 

@@ -26,7 +26,8 @@ struct RowKeys {
 struct DecodeWork {
   int split, kv_head, batch;
   // The thread: its warp and lane, and the lane's mma.sync fragment coordinates (row group g,
-  // column pair c).
+  // column pair c). Computed here, before the sequence, where the kernels always computed them:
+  // their SASS follows the order.
   int warp, lane, g, c;
   DecodeSequence seq;
   int first_row;            // the CTA's first query row of its kv-head
