@@ -21,6 +21,19 @@ concept WindowFields = requires(const P& p) {
   { p.window_right } -> std::convertible_to<int>;
 };
 
+// The window's two bounds for one query, unclamped, from the key on its diagonal (query +
+// diagonal): the first key its left bound lets it see and the last its right bound does (each
+// meaningful only when that bound is set, >= 0). The block ranges below and the decode's key
+// ranges (decode/work.cuh) are these, rounded and clamped.
+template <WindowFields P>
+__device__ __forceinline__ int window_first_key(const P& p, int diagonal_key) {
+  return diagonal_key - p.window_left;
+}
+template <WindowFields P>
+__device__ __forceinline__ int window_last_key(const P& p, int diagonal_key) {
+  return diagonal_key + p.window_right;
+}
+
 // Blocks [begin, end) of a walk; empty when end <= begin.
 struct BlockRange {
   int begin;
@@ -39,11 +52,11 @@ __device__ __forceinline__ BlockRange key_blocks(const P& p, const Sequence& seq
   } else {
     int begin = 0, end = n_blocks;
     if (p.window_right >= 0) {
-      const int last_key = last_query + seq.diagonal() + p.window_right;
+      const int last_key = window_last_key(p, last_query + seq.diagonal());
       end = last_key < 0 ? 0 : min(n_blocks, last_key / kBlockN + 1);
     }
     if (p.window_left >= 0) {
-      const int first_key = first_query + seq.diagonal() - p.window_left;
+      const int first_key = window_first_key(p, first_query + seq.diagonal());
       begin = first_key <= 0 ? 0 : first_key / kBlockN;
     }
     return {begin, max(begin, end)};
@@ -81,8 +94,8 @@ __device__ __forceinline__ bool block_needs_mask(const P& p, const Sequence& seq
                                                  int last_query, int first_key, int last_key) {
   bool needed = last_key >= seq.seqlen_k;
   // The first query has the lowest right bound, the last query the highest left bound.
-  if (p.window_right >= 0) needed |= last_key > first_query + seq.diagonal() + p.window_right;
-  if (p.window_left >= 0) needed |= first_key < last_query + seq.diagonal() - p.window_left;
+  if (p.window_right >= 0) needed |= last_key > window_last_key(p, first_query + seq.diagonal());
+  if (p.window_left >= 0) needed |= first_key < window_first_key(p, last_query + seq.diagonal());
   return needed;
 }
 

@@ -1,5 +1,6 @@
-// Tile sizes and the shared-memory layout of the decode kernel, per cache storage format and
-// head dim.
+// Tile sizes and the shared-memory layout of the decode kernels, per cache storage format and
+// head dim: Config for the tile kernel (kernel.cuh), StreamConfig for the stream kernel
+// (stream_kernel.cuh).
 #pragma once
 
 #include <cstddef>
@@ -8,6 +9,7 @@
 #include "quant/nvfp4.hpp"
 #include "sm90/decode/head_dim.hpp"
 #include "sm90/decode/params.hpp"
+#include "sm90/decode/stream_shape.hpp"
 
 namespace hfa::sm90::decode {
 
@@ -15,6 +17,9 @@ namespace hfa::sm90::decode {
 // multiples of this, and a row shorter than a word (MXFP4 at hdim 64: 2 bytes) reads only its
 // own bytes of the word.
 inline constexpr int kScaleWordBytes = 4;
+
+// Codes are copied in 16-byte chunks: one cp.async, one ldmatrix row.
+inline constexpr int kChunkBytes = 16;
 
 // Hopper's shared memory: 228 KB per SM, of which one CTA may take 227 KB, and 1 KB of every
 // CTA's share is reserved by the system.
@@ -99,6 +104,42 @@ struct Config {
   static_assert(kSmemBytes <= kMaxSmemPerBlock);
   static_assert((kSmemBytes + kSmemReservedPerBlock) * kMinBlocksPerSM <= kSmemPerSM);
   static_assert(kStages >= 2, "one stage in flight while another is read");
+};
+
+template <Storage kStorage>
+struct StreamConfig {
+  static constexpr int kHeadDim = stream::kHeadDim;
+  static constexpr int kRowsPerTile = stream::kRowsPerTile;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  // 16-key mma tiles a warp takes per stage: FP4 takes two, which spreads the stage's fixed
+  // work (block-table reads, the softmax's shuffles, the loop) over twice the keys; FP8 keeps
+  // one (its V fragments of a second tile would not fit the 128 registers).
+  static constexpr int kKeyTiles = kStorage == Storage::fp4 ? 2 : 1;
+  static constexpr int kWarpKeys = kKeyTiles * stream::kKeysPerWarp;
+  static constexpr int kBlockN = kWarps * kWarpKeys;  // keys per pipeline stage
+  static constexpr int kMinBlocksPerSM = stream::blocks_per_sm(kStorage);
+
+  static constexpr int kCodeRowBytes = kStorage == Storage::plain ? 2 * kHeadDim
+                                       : kStorage == Storage::fp8 ? kHeadDim
+                                                                  : kHeadDim / 2;
+  // Per row: an fp32 (FP8 per token), 8 E4M3 bytes (NVFP4) or 4 UE8M0 bytes (MXFP4).
+  static constexpr int kScaleRowBytes = kStorage == Storage::plain ? 0
+                                        : kStorage == Storage::fp8 ? 4
+                                                                   : 8;
+  // (stages - 1) stages in flight per CTA, four CTAs per SM: 100-140 KB of codes in flight.
+  static constexpr int kStages = 3;
+
+  static constexpr int kCodeTileBytes = kBlockN * kCodeRowBytes;
+  static constexpr int kScaleTileBytes = kBlockN * kScaleRowBytes;
+  static constexpr int kStageBytes = 2 * (kCodeTileBytes + kScaleTileBytes);  // K then V
+  static constexpr int kSmemBytes = kStages * kStageBytes;
+
+  // After the main loop the stage buffers hold each warp's partial output and LSE.
+  static constexpr int kMergeOutBytes = kWarps * kRowsPerTile * kHeadDim * 4;
+  static constexpr int kMergeLseBytes = kRowsPerTile * kWarps * 4;
+  static_assert(kMergeOutBytes + kMergeLseBytes <= kSmemBytes);
+  static_assert((kSmemBytes + kSmemReservedPerBlock) * kMinBlocksPerSM <= kSmemPerSM);
 };
 
 }  // namespace hfa::sm90::decode

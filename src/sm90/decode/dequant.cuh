@@ -177,4 +177,17 @@ __device__ __forceinline__ void e4m3x16_to(uint4 codes, float row_scale, uint4& 
   hi = make_uint4(c.x, c.y, d.x, d.y);
 }
 
+// The constant a side's codes are multiplied by, beyond what the tile holds: the FP8 per-head
+// scale, NVFP4's global scale, the FP4 product shifts (above).
+template <typename Element>
+__device__ __forceinline__ float side_multiplier(const Params& p, const CacheView& side,
+                                                 int kv_head) {
+  switch (p.scale_kind) {
+    case ScaleKind::fp8_per_head: return side.head_scale[kv_head * side.head_scale_stride];
+    case ScaleKind::nvfp4: return *side.global_scale * power_of_two(kNvfp4ProductShift);
+    case ScaleKind::mxfp4: return power_of_two(kMxfp4ProductShift<Element>);
+    default: return 1.0f;
+  }
+}
+
 }  // namespace hfa::sm90::decode

@@ -14,8 +14,14 @@
 // of the copies that need them, so the block table's latency hides behind a tile of compute.
 // Quantized codes are widened per stage into a bf16/fp16 tile (dequant.cuh) that the same
 // ldmatrix + mma.sync code reads as a plain cache's tile. The warps merge through shared
-// memory at the end (row_output.cuh), then write the output, or the split's partial when the
+// memory at the end (epilogue.cuh), then write the output, or the split's partial when the
 // keys are split across CTAs.
+//
+// The body reads as the decode skeleton's parts (src/sm90/README.md): scheduler
+// (work.cuh), producer, consumer (with softmax.cuh), epilogue (epilogue.cuh). The producer and
+// the consumer's math stay written out here, in lambdas and the loop, because the SASS is the
+// proof that a refactoring keeps the speed: moving them into functions or structs reorders the
+// PTX (the lambdas' closures, the loop's phis) and ptxas schedules it differently.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,9 +33,11 @@
 #include "sm90/common/math.hpp"
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/dequant.cuh"
+#include "sm90/decode/epilogue.cuh"
 #include "sm90/decode/params.hpp"
-#include "sm90/decode/row_output.cuh"
 #include "sm90/decode/sequence.cuh"
+#include "sm90/decode/softmax.cuh"
+#include "sm90/decode/work.cuh"
 #include "sm90/ptx/cp_async.cuh"
 #include "sm90/ptx/fragment.cuh"
 #include "sm90/ptx/matrix_move.cuh"
@@ -38,10 +46,7 @@
 
 namespace hfa::sm90::decode {
 
-inline constexpr int kChunkBytes = 16;          // one cp.async, one ldmatrix row
 inline constexpr int kSwizzleRows = 8;          // chunks XOR (row mod 8): conflict-free ldmatrix
-inline constexpr int kWarpSize = 32;
-inline constexpr unsigned kFullWarp = 0xffffffffu;
 // mma.sync m16n8k16 and ldmatrix's 8x8 tiles: the 8s and 16s of the fragment index math.
 inline constexpr int kMmaN = 8;
 inline constexpr int kMmaK = 16;
@@ -67,16 +72,26 @@ __device__ __forceinline__ int stored_to_column(int stored) {
   else return stored;
 }
 
-// The constant a side's codes are multiplied by, beyond what the tile holds: the FP8 per-head
-// scale, NVFP4's global scale, the FP4 product shifts (dequant.cuh).
-template <typename Element>
-__device__ __forceinline__ float side_multiplier(const Params& p, const CacheView& side,
-                                                 int kv_head) {
-  switch (p.scale_kind) {
-    case ScaleKind::fp8_per_head: return side.head_scale[kv_head * side.head_scale_stride];
-    case ScaleKind::nvfp4: return *side.global_scale * power_of_two(kNvfp4ProductShift);
-    case ScaleKind::mxfp4: return power_of_two(kMxfp4ProductShift<Element>);
-    default: return 1.0f;
+// The consumer's Q tile: the CTA's query rows (row r = query i · group + head in group, zeros
+// past the last row) in the swizzled layout the K tiles have.
+template <typename Element, Storage kStorage, int kHeadDim>
+__device__ __forceinline__ void load_query_tile(const Params& p, const DecodeSequence& seq,
+                                                int first_row, int rows, int kv_head, int b,
+                                                int tid, unsigned char* q_tile) {
+  using C = Config<kStorage, kHeadDim>;
+  constexpr int kD = C::kHeadDim;
+  constexpr int kRowBytes = C::kTileRowBytes;
+  const auto* q = static_cast<const Element*>(p.q);
+  for (int idx = tid; idx < C::kRowsPerTile * kD; idx += C::kThreads) {
+    const int local = idx / kD, stored = idx % kD, r = first_row + local;
+    Element value = ptx::to_element<Element>(0.0f);
+    if (r < rows) {
+      const int i = r / p.group, h = kv_head * p.group + r % p.group;
+      value = q[b * p.q_batch_stride + (seq.q_begin + i) * p.q_row_stride +
+                h * p.q_head_stride + stored_to_column<kStorage>(stored)];
+    }
+    *reinterpret_cast<Element*>(q_tile + swizzled<kRowBytes>(local, stored / 8) +
+                                (stored % 8) * 2) = value;
   }
 }
 
@@ -91,20 +106,15 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
   constexpr int kS = C::kStages;
   extern __shared__ __align__(128) unsigned char smem[];
 
-  const int split = blockIdx.x;
-  const int kv_head = blockIdx.y / p.row_tiles;
-  const int row_tile = blockIdx.y % p.row_tiles;
-  const int b = blockIdx.z;
-  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int g = lane / 4, c = lane % 4;  // mma fragment row group and column pair
-
-  const DecodeSequence seq = decode_sequence(p, b);
-  const int first_row = row_tile * C::kRowsPerTile;
-  const TileKeys keys = tile_keys<kN>(p, seq, first_row, C::kRowsPerTile, split);
-  const int rows = keys.rows;
+  // ---- scheduler (work.cuh): the CTA's sequence, kv-head, query rows and split of keys.
+  const DecodeWork work = decode_work<C::kRowsPerTile, kN>(p);
   // A tile past the sequence's rows has no row: no output, and no partial the combine reads.
-  if (first_row >= rows) return;
-  const int key_end = keys.key_end, first_tile = keys.first_tile, n_tiles = keys.n_tiles;
+  if (!work.has_rows()) return;
+  const int split = work.split, kv_head = work.kv_head, b = work.batch;
+  const int tid = threadIdx.x, warp = work.warp, lane = work.lane, g = work.g, c = work.c;
+  const DecodeSequence& seq = work.seq;
+  const int first_row = work.first_row, rows = work.rows;
+  const int key_end = work.key_end, first_tile = work.first_tile, n_tiles = work.n_tiles;
 
   unsigned char* const q_tile = smem + C::kQOffset;
   RowOffsets* const row_table = reinterpret_cast<RowOffsets*>(smem + C::kRowTableOffset);
@@ -118,22 +128,11 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
   unsigned char* const k_dequant = smem + C::kDequantOffset;
   unsigned char* const v_dequant = k_dequant + C::kTileBytes;
 
-  // Q: the tile's rows (row r = query i · group + head in group), zeros past the last row.
-  {
-    const auto* q = static_cast<const Element*>(p.q);
-    for (int idx = tid; idx < C::kRowsPerTile * kD; idx += C::kThreads) {
-      const int local = idx / kD, stored = idx % kD, r = first_row + local;
-      Element value = ptx::to_element<Element>(0.0f);
-      if (r < rows) {
-        const int i = r / p.group, h = kv_head * p.group + r % p.group;
-        value = q[b * p.q_batch_stride + (seq.q_begin + i) * p.q_row_stride + h * p.q_head_stride +
-                  stored_to_column<kStorage>(stored)];
-      }
-      *reinterpret_cast<Element*>(q_tile + swizzled<kRowBytes>(local, stored / 8) + (stored % 8) * 2) = value;
-    }
-  }
+  // ---- consumer: Q's tile.
+  load_query_tile<Element, kStorage, kHeadDim>(p, seq, first_row, rows, kv_head, b, tid, q_tile);
 
-  // Lanes 0-15 of each warp own one key row of the warp's 16 in every stage.
+  // ---- producer: pages, copies, widening. Lanes 0-15 of each warp own one key row of the
+  // warp's 16 in every stage.
   constexpr int kWarpRows = C::kKeysPerWarp;
   const int own_row = warp * kWarpRows + lane;  // meaningful for lane < kWarpRows
   const bool owns_row = lane < kWarpRows;
@@ -268,6 +267,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
     }
   };
 
+  // ---- consumer: Q's fragments, the score multiplier, the fragment rows' keys, O.
   // Q's A fragment of k step ks, from the Q tile.
   auto load_q = [&](int ks, uint32_t (&frag)[4]) {
     const int m = lane / 8;
@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
   int key_lo[2], key_hi[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const RowKeys k = row_keys(p, seq, keys, first_row + g + 8 * half);
+    const RowKeys k = work.row_keys(p, first_row + g + 8 * half);
     key_lo[half] = k.lo;
     key_hi[half] = k.hi;
   }
@@ -302,10 +302,9 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
   float o[kD / kMmaN][4];
 #pragma unroll
   for (int n = 0; n < kD / kMmaN; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.0f, 0.0f};
+  RowSoftmax<1, 4> softmax;  // a row's scores lie in lanes 4g … 4g+3
 
-  // Prologue: page numbers of the first stages, then their copies.
+  // ---- the pipeline. Prologue: page numbers of the first stages, then their copies.
   if (owns_row)
     for (int u = 0; u < kS - 1; ++u) publish_page(u, fetch_page(u));
   int pending_page = owns_row ? fetch_page(kS - 1) : -1;
@@ -330,7 +329,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
       v_tile = v_dequant;
     }
 
-    // S = Q Kᵀ for this warp's 16 keys: two 16x8 tiles.
+    // ---- consumer: the stage's math. S = Q Kᵀ for this warp's 16 keys: two 16x8 tiles.
     const int key_base = warp * C::kKeysPerWarp;
     float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll
@@ -379,21 +378,12 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
 #pragma unroll
         for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
     }
-    bool grew = false;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      tile_max[half] = fmaxf(tile_max[half], __shfl_xor_sync(kFullWarp, tile_max[half], 1));
-      tile_max[half] = fmaxf(tile_max[half], __shfl_xor_sync(kFullWarp, tile_max[half], 2));
-      grew |= tile_max[half] > row_max[half];
-    }
+    const bool grew = softmax.reduce_tile_max(tile_max);
     // Rescale only when some row's max grew: after the first tiles it rarely does.
     if (__any_sync(kFullWarp, grew)) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const float new_max = fmaxf(row_max[half], tile_max[half]);
-        const float rescale = row_max[half] == -INFINITY ? 0.0f : exp2f(row_max[half] - new_max);
-        row_max[half] = new_max;
-        row_sum[half] *= rescale;
+        const float rescale = softmax.raise_max(half, tile_max[half]);
 #pragma unroll
         for (int n = 0; n < kD / kMmaN; ++n) {
           o[n][2 * half] *= rescale;
@@ -405,12 +395,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int half = e / 2;
-        const float base = row_max[half] == -INFINITY ? 0.0f : row_max[half];
-        p_values[nt][e] = exp2f(s[nt][e] - base);
-        row_sum[half] += p_values[nt][e];
-      }
+      for (int e = 0; e < 4; ++e) p_values[nt][e] = softmax.probability(e / 2, s[nt][e]);
     const uint32_t p_frag[4] = {ptx::pack_pair<Element>(p_values[0][0], p_values[0][1]),
                                 ptx::pack_pair<Element>(p_values[0][2], p_values[0][3]),
                                 ptx::pack_pair<Element>(p_values[1][0], p_values[1][1]),
@@ -427,28 +412,27 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
     }
   }
 
-  // Merge the warps: each writes its normalized partial and LSE (row_output.cuh merges them).
+  // ---- epilogue: each warp writes its normalized partial and LSE, epilogue.cuh merges them.
   ptx::cp_async_wait<0>();
   __syncthreads();
-  float* merge_out = reinterpret_cast<float*>(stage_base(0));  // (warp, row, stored column)
-  float* merge_lse = merge_out + C::kWarps * C::kRowsPerTile * kD;  // (row, warp)
+  const WarpPartials<C::kWarps, C::kRowsPerTile, kD> partials(stage_base(0));
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    row_sum[half] += __shfl_xor_sync(kFullWarp, row_sum[half], 1);
-    row_sum[half] += __shfl_xor_sync(kFullWarp, row_sum[half], 2);
+    softmax.sum_lanes(half);
     const int row = g + 8 * half;
-    const float inverse = row_max[half] == -INFINITY || !(row_sum[half] > 0.0f) ? 0.0f : 1.0f / row_sum[half];
+    const float inverse = softmax.normalizer(half);
 #pragma unroll
     for (int n = 0; n < kD / kMmaN; ++n) {
-      float* dst = merge_out + (warp * C::kRowsPerTile + row) * kD + n * 8 + 2 * c;
+      // One pointer expression: partials.row(warp, row) + n * 8 + 2 * c changes the SASS.
+      float* dst = partials.out + (warp * C::kRowsPerTile + row) * kD + n * 8 + 2 * c;
       dst[0] = o[n][2 * half] * inverse;
       dst[1] = o[n][2 * half + 1] * inverse;
     }
-    if (c == 0) merge_lse[row * C::kWarps + warp] = warp_partial_lse(row_max[half], row_sum[half]);
+    if (c == 0) partials.set_lse(warp, row, softmax.lse(half));
   }
   __syncthreads();
   merge_warps_and_store<Element, kD, C::kRowsPerTile, C::kWarps, C::kThreads>(
-      p, seq, b, kv_head, first_row, rows, split, merge_out, merge_lse, v_multiplier,
+      p, seq, b, kv_head, first_row, rows, split, partials, v_multiplier,
       [](int stored) { return stored_to_column<kStorage>(stored); });
 }
 

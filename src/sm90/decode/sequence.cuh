@@ -1,22 +1,30 @@
-// Where a sequence's query rows and keys are, for the decode kernel and its combine: fixed length
-// or varlen queries (cu_seqlens_q), the keys of the cache plus the appended tokens, and the
-// numbering of query rows that out, lse and the split partials share.
+// Where a sequence's query rows and keys are, for the decode kernels and their combine: fixed
+// length or varlen queries (cu_seqlens_q), the keys of the cache plus the appended tokens, and
+// the numbering of query rows that out, lse and the split partials share. The sequence is the
+// one every kernel family sees (common/sequence.cuh); only where its lengths come from is the
+// cache's own.
 #pragma once
 
 #include <cstdint>
 
+#include "sm90/common/sequence.cuh"
 #include "sm90/decode/params.hpp"
 
 namespace hfa::sm90::decode {
 
-struct DecodeSequence {
-  int64_t q_begin;  // the token of row 0 in q / out (varlen), else 0
-  int seqlen_q;     // query rows
-  int seqlen_k;     // keys attended: cache_seqlens[b] + its new tokens, clamped to the capacity
+// The sequence every kernel family sees (common/sequence.cuh), with q_offset also as the 64-bit
+// q_begin that every index into q and out starts from (widened once, where it is read).
+struct DecodeSequence : Sequence {
+  int64_t q_begin;
 };
 
+// q_offset: the token of row 0 in q and out (varlen), else 0. seqlen_k: the keys attended,
+// cache_seqlens[b] plus its new tokens, clamped to the capacity. The cache has no k_offset: its
+// pages are found through the block table.
 __device__ __forceinline__ DecodeSequence decode_sequence(const Params& p, int b) {
   DecodeSequence s;
+  s.k_offset = 0;
+  s.map_batch = b;
   if (p.cu_seqlens_q != nullptr) {
     s.q_begin = p.cu_seqlens_q[b];
     s.seqlen_q = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
@@ -24,68 +32,13 @@ __device__ __forceinline__ DecodeSequence decode_sequence(const Params& p, int b
     s.q_begin = 0;
     s.seqlen_q = p.seqlen_q;
   }
+  s.q_offset = int(s.q_begin);
   const int64_t appended = p.cu_seqlens_k_new != nullptr
                                ? int64_t(p.cu_seqlens_k_new[b + 1]) - p.cu_seqlens_k_new[b]
                                : int64_t(p.seqlen_new);
   const int64_t keys = int64_t(p.cache_seqlens[b]) + appended;
   s.seqlen_k = int(keys < 0 ? 0 : (keys > p.capacity ? p.capacity : keys));
   return s;
-}
-
-// What one CTA of (sequence, kv-head, row tile, split) attends: its query rows and its keys,
-// bottom-right aligned: query i sees key j iff i + offset - window_left <= j <=
-// i + offset + window_right and j < seqlen_k. Both decode kernels start from this.
-struct TileKeys {
-  int rows;                 // the sequence's query rows of one kv-head (group · seqlen_q)
-  int offset;               // seqlen_k - seqlen_q
-  int key_begin, key_end;   // the CTA's keys [key_begin, key_end)
-  int first_tile, n_tiles;  // its stages of block_n keys
-};
-
-// With split_size, split s takes chunk s at fixed boundaries (whatever the batch), which need
-// not fall on a stage: row_keys cuts the chunk's first and last stage. Else an even share of the
-// stages.
-template <int kBlockN>
-__device__ __forceinline__ TileKeys tile_keys(const Params& p, const DecodeSequence& seq,
-                                              int first_row, int rows_per_tile, int split) {
-  TileKeys t;
-  t.rows = p.group * seq.seqlen_q;
-  t.offset = seq.seqlen_k - seq.seqlen_q;
-  const int last_row = min(t.rows, first_row + rows_per_tile) - 1;
-  t.key_begin = 0;
-  t.key_end = seq.seqlen_k;
-  if (p.window_left >= 0) t.key_begin = max(0, first_row / p.group + t.offset - p.window_left);
-  if (p.window_right >= 0) t.key_end = min(t.key_end, last_row / p.group + t.offset + p.window_right + 1);
-  if (p.split_size > 0) {
-    const int64_t chunk_begin = int64_t(split) * p.split_size;
-    t.key_begin = int(max(int64_t(t.key_begin), chunk_begin));
-    t.key_end = int(min(int64_t(t.key_end), chunk_begin + p.split_size));
-    t.first_tile = t.key_begin / kBlockN;
-    t.n_tiles = t.key_end > t.key_begin ? (t.key_end + kBlockN - 1) / kBlockN - t.first_tile : 0;
-  } else {
-    const int tile_base = t.key_begin / kBlockN;
-    const int tiles_total = t.key_end > t.key_begin ? (t.key_end + kBlockN - 1) / kBlockN - tile_base : 0;
-    const int tiles_per_split = (tiles_total + p.num_splits - 1) / p.num_splits;
-    t.first_tile = tile_base + split * tiles_per_split;
-    t.n_tiles = min(max(tiles_total - split * tiles_per_split, 0), tiles_per_split);
-  }
-  return t;
-}
-
-// The keys [lo, hi] row r of the tile sees, clamped to the CTA's keys (a no-op for an even share,
-// whose stages hold whole rows' ranges; the cut of a split_size chunk). hi = -1: no row.
-struct RowKeys {
-  int lo, hi;
-};
-__device__ __forceinline__ RowKeys row_keys(const Params& p, const DecodeSequence& seq,
-                                            const TileKeys& t, int r) {
-  const int i = r / p.group;
-  RowKeys k;
-  k.lo = max(t.key_begin, p.window_left >= 0 ? i + t.offset - p.window_left : 0);
-  k.hi = r < t.rows ? min(t.key_end - 1, p.window_right >= 0 ? i + t.offset + p.window_right
-                                                             : seq.seqlen_k - 1)
-                    : -1;
-  return k;
 }
 
 // Row i of query head h of a sequence whose row 0 is token q_begin: its index in lse's order,

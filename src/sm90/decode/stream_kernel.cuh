@@ -21,6 +21,10 @@
 //
 // Copies: cp.async of 16-key tiles, one block-table read per tile; each of the 4 warps copies
 // and consumes its own tiles of a stage, so warps meet only at the final merge.
+//
+// The skeleton's parts (src/sm90/README.md): scheduler (work.cuh), producer, consumer
+// (with softmax.cuh, stream_fragments.cuh), epilogue (epilogue.cuh); kernel.cuh says why the
+// producer and the math stay written out in the body.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,44 +34,21 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "sm90/decode/kernel.cuh"
+#include "sm90/common/math.hpp"
+#include "sm90/decode/config.hpp"
+#include "sm90/decode/dequant.cuh"
+#include "sm90/decode/epilogue.cuh"
+#include "sm90/decode/params.hpp"
+#include "sm90/decode/softmax.cuh"
 #include "sm90/decode/stream_fragments.cuh"
+#include "sm90/decode/work.cuh"
+#include "sm90/ptx/cp_async.cuh"
+#include "sm90/ptx/fragment.cuh"
+#include "sm90/ptx/matrix_move.cuh"
+#include "sm90/ptx/mbarrier.cuh"
+#include "sm90/ptx/mma_sync.cuh"
 
 namespace hfa::sm90::decode {
-
-template <Storage kStorage>
-struct StreamConfig {
-  static constexpr int kHeadDim = stream::kHeadDim;
-  static constexpr int kRowsPerTile = stream::kRowsPerTile;
-  static constexpr int kWarps = 4;
-  static constexpr int kThreads = kWarps * 32;
-  // 16-key mma tiles a warp takes per stage: FP4 takes two, which spreads the stage's fixed
-  // work (block-table reads, the softmax's shuffles, the loop) over twice the keys; FP8 keeps
-  // one (its V fragments of a second tile would not fit the 128 registers).
-  static constexpr int kKeyTiles = kStorage == Storage::fp4 ? 2 : 1;
-  static constexpr int kWarpKeys = kKeyTiles * stream::kKeysPerWarp;
-  static constexpr int kBlockN = kWarps * kWarpKeys;  // keys per pipeline stage
-  static constexpr int kMinBlocksPerSM = stream::blocks_per_sm(kStorage);
-
-  static constexpr int kCodeRowBytes = kStorage == Storage::plain ? 2 * kHeadDim
-                                       : kStorage == Storage::fp8 ? kHeadDim
-                                                                  : kHeadDim / 2;
-  // Per row: an fp32 (FP8 per token), 8 E4M3 bytes (NVFP4) or 4 UE8M0 bytes (MXFP4).
-  static constexpr int kScaleRowBytes = kStorage == Storage::plain ? 0 : kStorage == Storage::fp8 ? 4 : 8;
-  // (stages - 1) stages in flight per CTA, four CTAs per SM: 100-140 KB of codes in flight.
-  static constexpr int kStages = 3;
-
-  static constexpr int kCodeTileBytes = kBlockN * kCodeRowBytes;
-  static constexpr int kScaleTileBytes = kBlockN * kScaleRowBytes;
-  static constexpr int kStageBytes = 2 * (kCodeTileBytes + kScaleTileBytes);  // K then V
-  static constexpr int kSmemBytes = kStages * kStageBytes;
-
-  // After the main loop the stage buffers hold each warp's partial output and LSE.
-  static constexpr int kMergeOutBytes = kWarps * kRowsPerTile * kHeadDim * 4;
-  static constexpr int kMergeLseBytes = kRowsPerTile * kWarps * 4;
-  static_assert(kMergeOutBytes + kMergeLseBytes <= kSmemBytes);
-  static_assert((kSmemBytes + kSmemReservedPerBlock) * kMinBlocksPerSM <= kSmemPerSM);
-};
 
 template <typename Element, Storage kStorage>
 __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig<kStorage>::kMinBlocksPerSM)
@@ -83,19 +64,15 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
   constexpr int kTileKeys = stream::kKeysPerWarp;
   extern __shared__ __align__(128) unsigned char smem[];
 
-  const int split = blockIdx.x;
-  const int kv_head = blockIdx.y / p.row_tiles;
-  const int row_tile = blockIdx.y % p.row_tiles;
-  const int b = blockIdx.z;
-  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int g = lane / 4, c = lane % 4;  // mma fragment row group and column pair
-
-  const DecodeSequence seq = decode_sequence(p, b);
-  const int first_row = row_tile * C::kRowsPerTile;
-  const TileKeys keys = tile_keys<kN>(p, seq, first_row, C::kRowsPerTile, split);
-  const int rows = keys.rows;
-  if (first_row >= rows) return;  // past the sequence's rows (varlen): nothing to write
-  const int key_end = keys.key_end, first_tile = keys.first_tile, n_tiles = keys.n_tiles;
+  // ---- scheduler (work.cuh): the CTA's sequence, kv-head, query rows and split of keys.
+  const DecodeWork work = decode_work<C::kRowsPerTile, kN>(p);
+  // A tile past the sequence's rows has no row: no output, and no partial the combine reads.
+  if (!work.has_rows()) return;
+  const int split = work.split, kv_head = work.kv_head, b = work.batch;
+  const int warp = work.warp, lane = work.lane, g = work.g, c = work.c;
+  const DecodeSequence& seq = work.seq;
+  const int first_row = work.first_row, rows = work.rows;
+  const int key_end = work.key_end, first_tile = work.first_tile, n_tiles = work.n_tiles;
 
   auto stage_base = [&](int stage) { return smem + stage * C::kStageBytes; };
   auto k_codes = [&](int stage) { return stage_base(stage); };
@@ -116,6 +93,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
     else return stream::fp4_v_row(row) * C::kCodeRowBytes + stream::fp4_v_chunk(row, chunk) * kChunkBytes;
   };
 
+  // ---- consumer: Q, the score multiplier, the fragment rows' keys, O.
   // Qᵀ as the B operand, at the dims the K fragments hold: lane (g, c) holds row g's values.
   const float k_multiplier = side_multiplier<Element>(p, p.k, kv_head);
   const float v_multiplier = side_multiplier<Element>(p, p.v, kv_head);
@@ -166,7 +144,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
   int key_lo[2], key_hi[2];  // fragment columns 2c and 2c + 1: query rows
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const RowKeys k = row_keys(p, seq, keys, first_row + 2 * c + h);
+    const RowKeys k = work.row_keys(p, first_row + 2 * c + h);
     key_lo[h] = k.lo;
     key_hi[h] = k.hi;
   }
@@ -175,8 +153,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
   float o[stream::kDimTiles][4];
 #pragma unroll
   for (int mt = 0; mt < stream::kDimTiles; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.0f, 0.0f};
+  RowSoftmax<4, kWarpSize> softmax;  // a row's scores lie in lanes c, c + 4, … c + 28
   const bool per_token = kFp8 && p.scale_kind == ScaleKind::fp8_per_token;
   // Per-token V: o is in units of 2^(v_exponent - 127) (a biased exponent, only ever raised)
   // and each tile's weights are P · scale · v_relative, v_relative = 2^(127 - v_exponent). The
@@ -187,7 +164,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
   // stays under 2^14, far inside fp16's 65504.
   constexpr float kScaleHeadroom = 16384.0f;
 
-  // The copy pipeline. Each 16-key tile of a warp's stage lies in one page (the dispatch sends
+  // ---- producer: pages and copies. Each 16-key tile of a warp's stage lies in one page (the dispatch sends
   // only page sizes that are multiples of 16 here), so a tile costs one block-table read (one
   // stage ahead of its copies, which hides its latency behind a stage of compute) and each copy
   // one 64-bit add: row r of the tile is r slot strides from its first.
@@ -262,6 +239,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
     ptx::cp_async_commit();
   };
 
+  // ---- the pipeline: the first stages' copies, then a stage a step.
   for (int u = 0; u < kS - 1; ++u) {
     StagePages pages;
     fetch_pages(u, pages);
@@ -286,6 +264,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
     const unsigned char* v_tile = v_codes(stage);
     const int warp_key0 = (first_tile + t) * kN + warp * kWarpRows;
 
+    // ---- consumer: the stage's math.
     // Sᵀ = K Qᵀ for each of the warp's 16-key tiles, widened a k step at a time. Two accumulators
     // a tile (even and odd k steps) halve its chain of dependent mma: that latency, not the mma
     // count, is what the rest of the stage waits for.
@@ -373,14 +352,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
         s[kt][e] = x;
         tile_max[h] = fmaxf(tile_max[h], x);
       }
-    bool grew = false;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int mask = 4; mask < kWarpSize; mask *= 2)
-        tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(kFullWarp, tile_max[h], mask));
-      grew |= tile_max[h] > row_max[h];
-    }
+    bool grew = softmax.reduce_tile_max(tile_max);
     // Per-token V: each scale times 2^(127 - v_exponent) must stay below kScaleHeadroom (P · that
     // then fits fp16 with room to spare). Only when one does not (the first tile, and a scale
     // far above all before it) is the reference moved up to the warp's largest exponent, o
@@ -414,10 +386,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float new_max = fmaxf(row_max[h], tile_max[h]);
-        const float rescale = row_max[h] == -INFINITY ? 0.0f : exp2f(row_max[h] - new_max);
-        row_max[h] = new_max;
-        row_sum[h] *= rescale;
+        const float rescale = softmax.raise_max(h, tile_max[h]);
 #pragma unroll
         for (int mt = 0; mt < stream::kDimTiles; ++mt) {
           o[mt][h] *= rescale * exponent_rescale;
@@ -437,13 +406,8 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
     for (int kt = 0; kt < C::kKeyTiles; ++kt) {
       float weight[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e % 2;
-        const float base = row_max[h] == -INFINITY ? 0.0f : row_max[h];
-        const float probability = exp2f(s[kt][e] - base);
-        row_sum[h] += probability;
-        weight[e] = probability * value_scale[kt][e / 2];
-      }
+      for (int e = 0; e < 4; ++e)
+        weight[e] = softmax.probability(e % 2, s[kt][e]) * value_scale[kt][e / 2];
       // Pᵀ as the B operand: the accumulator's 8x8 halves transposed (keys become its k).
       const uint32_t p_lo = ptx::movmatrix_trans(ptx::pack_pair<Mma>(weight[0], weight[1]));
       const uint32_t p_hi = ptx::movmatrix_trans(ptx::pack_pair<Mma>(weight[2], weight[3]));
@@ -483,30 +447,27 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
     }
   }
 
-  // Merge the warps: each writes its normalized partial and LSE (row_output.cuh merges them).
+  // ---- epilogue: each warp writes its normalized partial and LSE, epilogue.cuh merges them.
   ptx::cp_async_wait<0>();
   __syncthreads();
-  float* merge_out = reinterpret_cast<float*>(smem);                // (warp, row, column)
-  float* merge_lse = merge_out + C::kWarps * C::kRowsPerTile * kD;  // (row, warp)
+  const WarpPartials<C::kWarps, C::kRowsPerTile, kD> partials(smem);
   const float value_unit = per_token ? exp2f(float(v_exponent - 127)) : 1.0f;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int mask = 4; mask < kWarpSize; mask *= 2)
-      row_sum[h] += __shfl_xor_sync(kFullWarp, row_sum[h], mask);
+    softmax.sum_lanes(h);
     const int row = 2 * c + h;
-    const float inverse = row_max[h] == -INFINITY || !(row_sum[h] > 0.0f) ? 0.0f : value_unit / row_sum[h];
+    const float inverse = softmax.normalizer<kFp8>(h, value_unit);
 #pragma unroll
     for (int mt = 0; mt < stream::kDimTiles; ++mt) {
-      float* dst = merge_out + (warp * C::kRowsPerTile + row) * kD;
+      float* dst = partials.row(warp, row);
       dst[stream::output_dim<kStorage>(g, mt, 0)] = o[mt][h] * inverse;
       dst[stream::output_dim<kStorage>(g, mt, 1)] = o[mt][h + 2] * inverse;
     }
-    if (g == 0) merge_lse[row * C::kWarps + warp] = warp_partial_lse(row_max[h], row_sum[h]);
+    if (g == 0) partials.set_lse(warp, row, softmax.lse(h));
   }
   __syncthreads();
   merge_warps_and_store<Element, kD, C::kRowsPerTile, C::kWarps, C::kThreads>(
-      p, seq, b, kv_head, first_row, rows, split, merge_out, merge_lse, v_multiplier,
+      p, seq, b, kv_head, first_row, rows, split, partials, v_multiplier,
       [](int column) { return column; });
 }
 

@@ -1,0 +1,98 @@
+// The decode scheduler: what one CTA does. The grid is (split, kv-head × row tile, sequence): a
+// CTA takes one sequence's query rows of one kv-head (the rows of a GQA group, group · seqlen_q
+// of them, row r = query r / group of head r % group) and one split of their keys. The split plan
+// (how many splits, and split_size for fixed chunks) is the host's (plan.cpp); here it becomes the
+// CTA's stages of kBlockN keys. Every decode kernel starts from this, whatever its math.
+#pragma once
+
+#include <cstdint>
+
+#include "sm90/common/window.cuh"
+#include "sm90/decode/params.hpp"
+#include "sm90/decode/sequence.cuh"
+
+namespace hfa::sm90::decode {
+
+inline constexpr int kWarpSize = 32;
+inline constexpr unsigned kFullWarp = 0xffffffffu;
+
+// The keys one fragment row sees, [lo, hi], clamped to the CTA's keys. hi = -1: no row.
+struct RowKeys {
+  int lo, hi;
+};
+
+// Query rows and keys are bottom-right aligned (common/window.cuh): query i sees key j iff the
+// window lets it and j < seqlen_k.
+struct DecodeWork {
+  int split, kv_head, batch;
+  // The thread: its warp and lane, and the lane's mma.sync fragment coordinates (row group g,
+  // column pair c). Computed here, before the sequence, where the kernels always computed them:
+  // their SASS follows the order.
+  int warp, lane, g, c;
+  DecodeSequence seq;
+  int first_row;            // the CTA's first query row of its kv-head
+  int rows;                 // the sequence's query rows of one kv-head (group · seqlen_q)
+  int key_begin, key_end;   // the CTA's keys [key_begin, key_end)
+  int first_tile, n_tiles;  // its stages of kBlockN keys
+
+  // A CTA past its sequence's rows (varlen: the grid covers the longest) has nothing to write,
+  // not even a partial: the combine reads only the rows that exist.
+  __device__ __forceinline__ bool has_rows() const { return first_row < rows; }
+
+  // Row r's keys: the window's bounds for its query, cut to the CTA's (a no-op for an even share,
+  // whose stages hold whole rows' ranges; the cut of a split_size chunk).
+  __device__ __forceinline__ RowKeys row_keys(const Params& p, int r) const {
+    const int i = r / p.group;
+    RowKeys k;
+    const int diagonal_key = i + seq.diagonal();
+    k.lo = max(key_begin, p.window_left >= 0 ? window_first_key(p, diagonal_key) : 0);
+    k.hi = r < rows ? min(key_end - 1, p.window_right >= 0 ? window_last_key(p, diagonal_key)
+                                                           : seq.seqlen_k - 1)
+                    : -1;
+    return k;
+  }
+};
+
+// With split_size, split s takes chunk s at fixed boundaries (whatever the batch), which need
+// not fall on a stage: row_keys cuts the chunk's first and last stage. Else an even share of the
+// stages.
+template <int kRowsPerTile, int kBlockN>
+__device__ __forceinline__ DecodeWork decode_work(const Params& p) {
+  DecodeWork w;
+  w.split = blockIdx.x;
+  w.kv_head = blockIdx.y / p.row_tiles;
+  const int row_tile = blockIdx.y % p.row_tiles;
+  w.batch = blockIdx.z;
+  w.warp = int(threadIdx.x) / kWarpSize;
+  w.lane = int(threadIdx.x) % kWarpSize;
+  w.g = w.lane / 4;
+  w.c = w.lane % 4;
+  w.seq = decode_sequence(p, w.batch);
+  w.first_row = row_tile * kRowsPerTile;
+  w.rows = p.group * w.seq.seqlen_q;
+  const int diagonal = w.seq.diagonal();
+  const int last_row = min(w.rows, w.first_row + kRowsPerTile) - 1;
+  w.key_begin = 0;
+  w.key_end = w.seq.seqlen_k;
+  if (p.window_left >= 0)
+    w.key_begin = max(0, window_first_key(p, w.first_row / p.group + diagonal));
+  if (p.window_right >= 0)
+    w.key_end = min(w.key_end, window_last_key(p, last_row / p.group + diagonal) + 1);
+  if (p.split_size > 0) {
+    const int64_t chunk_begin = int64_t(w.split) * p.split_size;
+    w.key_begin = int(max(int64_t(w.key_begin), chunk_begin));
+    w.key_end = int(min(int64_t(w.key_end), chunk_begin + p.split_size));
+    w.first_tile = w.key_begin / kBlockN;
+    w.n_tiles = w.key_end > w.key_begin ? (w.key_end + kBlockN - 1) / kBlockN - w.first_tile : 0;
+  } else {
+    const int tile_base = w.key_begin / kBlockN;
+    const int tiles_total =
+        w.key_end > w.key_begin ? (w.key_end + kBlockN - 1) / kBlockN - tile_base : 0;
+    const int tiles_per_split = (tiles_total + p.num_splits - 1) / p.num_splits;
+    w.first_tile = tile_base + w.split * tiles_per_split;
+    w.n_tiles = min(max(tiles_total - w.split * tiles_per_split, 0), tiles_per_split);
+  }
+  return w;
+}
+
+}  // namespace hfa::sm90::decode
