@@ -151,10 +151,13 @@ class OptionInfo(ctypes.Structure):
 
 
 # hfa_option_kind, and each kind's C type.
-FLAG, INT32, REAL, SCALE, TENSOR, HANDLE, BYTES = range(7)
+FLAG, INT32, REAL, SCALE, TENSOR, HANDLE, BYTES, VECTOR = range(8)
 _KIND_TYPES = {FLAG: ctypes.c_int32, INT32: ctypes.c_int32, REAL: ctypes.c_float,
                SCALE: ctypes.c_float, TENSOR: ctypes.POINTER(Tensor), HANDLE: ctypes.c_void_p,
-               BYTES: ctypes.c_size_t}
+               BYTES: ctypes.c_size_t, VECTOR: ctypes.POINTER(Tensor)}
+_POINTERS = (TENSOR, VECTOR)  # the kinds a tensor is given for, as a pointer to its view
+# hfa_option_calls
+CALL_FORWARD, CALL_BACKWARD, CALL_KVCACHE = 1, 2, 4
 _OPTIONS_STRUCTS = {0: Options, 1: KVCacheOptions}  # hfa_options_struct
 OPTION_INFO = {}  # struct class -> {field name: OptionInfo}, once the library is loaded
 
@@ -327,7 +330,7 @@ def _options(struct, defaults, values) -> ctypes.Structure:
         if info.kind == SCALE:
             setattr(o, "has_" + name, 0 if value is None else 1)
             setattr(o, name, 0.0 if value is None else float(value))
-        elif info.kind == TENSOR:
+        elif info.kind in _POINTERS:
             setattr(o, name, None if value is None else ctypes.pointer(value))
         elif info.kind == FLAG:
             setattr(o, name, 1 if value else 0)

@@ -12,6 +12,7 @@
 #include "common/backend.hpp"
 #include "common/errors.hpp"
 #include "sm90/bwd/launch.hpp"
+#include "sm90/decode/launch.hpp"
 #include "sm90/device.hpp"
 #include "sm90/fwd/launch.hpp"
 #include "sm90/kernel_list.hpp"
@@ -58,10 +59,18 @@ Status check_partial_out_support(const ForwardProblem& p) {
   return Status::ok();
 }
 
+// A VECTOR option (hfa/options.def) given that these kernels do not read (none yet) is refused,
+// named, rather than silently ignored.
+template <class Vectors>
+Status check_vectors(const Vectors& vectors, const char* family) {
+  return detail::refuse_unread(vectors, family, {});
+}
+
 // Whether the compiled kernels hold the problem (kernel_list.def); `family` names the caller. The
 // head dims are the API's check, as for FP8.
 Status check_support(const ForwardProblem& p, const char* family) {
   auto not_supported = [&](const std::string& what) { return sm90::not_supported(family, what); };
+  HFA_RETURN_IF_ERROR(check_vectors(p.vectors, family));
   if (p.dtype == DType::e4m3 && family == fwd::kFamily) return check_fp8_support(p);
   if (p.dtype == DType::e4m3) return not_supported("FP8 backward");
   if (!is_compiled_dtype(p.dtype)) {
@@ -102,8 +111,17 @@ Status forward(const ForwardProblem& p) {
 }
 
 Status forward_workspace_size(const ForwardProblem& p, std::size_t* bytes) {
+  *bytes = 0;
+  HFA_RETURN_IF_ERROR(check_vectors(p.vectors, fwd::kFamily));  // refused at prepare, not run
   *bytes = fwd::workspace_bytes(p);
   return Status::ok();
+}
+
+// The decode entries (decode/entry.cpp) behind the same refusal of unread vectors.
+template <auto entry, class... Rest>
+Status kvcache_checked(const detail::KVCacheProblem& p, Rest... rest) {
+  HFA_RETURN_IF_ERROR(check_vectors(p.vectors, decode::kFamily));
+  return entry(p, rest...);
 }
 
 Status backward(const BackwardProblem& p) {
@@ -162,8 +180,9 @@ const detail::Backend kBackend{
     .forward_workspace_size = forward_workspace_size,
     .backward = backward,
     .backward_workspace_size = backward_workspace_size,
-    .forward_kvcache = forward_kvcache,
-    .forward_kvcache_workspace_size = forward_kvcache_workspace_size,
+    .forward_kvcache = kvcache_checked<forward_kvcache>,
+    .forward_kvcache_workspace_size =
+        kvcache_checked<forward_kvcache_workspace_size, std::size_t*>,
     .quantize_kv = quantize_kv,
     .quantize_fp8 = quantize_fp8,
     .hadamard_signs = hadamard_signs,
