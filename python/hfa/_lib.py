@@ -343,6 +343,34 @@ def _options(struct, defaults, values) -> ctypes.Structure:
     return o
 
 
+# The fields the Python entry points set by hand: named parameters (FlashAttention's names, in
+# its positions), values they derive (window_size, the varlen bounds) and what the call itself
+# supplies (stream, workspace, the outputs). Any other row is taken as a keyword argument by its
+# caller name (caller_rows): a new option needs no edit here.
+_HAND_SET = frozenset((
+    "softmax_scale", "causal", "window_left", "window_right", "softcap", "cu_seqlens_q",
+    "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "deterministic", "stream", "workspace",
+    "workspace_bytes", "sinks", "seqused_q", "seqused_k", "dsinks", "q_descale", "k_descale",
+    "v_descale", "descale_block_q", "descale_block_kv", "sm_margin", "accumulate", "softmax_d",
+    "cache_seqlens", "block_table", "k_scale", "v_scale", "k_global_scale", "v_global_scale",
+    "num_splits", "validate", "k_new", "v_new", "rotary_cos", "rotary_sin", "rotary_interleaved",
+    "split_size", "cu_seqlens_k_new"))
+_caller_rows = {}
+
+
+def caller_rows(struct, call: int) -> dict:
+    """{caller name: OptionInfo} of the rows of `struct` that `call` (CALL_*) reads and no
+    entry point sets by hand: the keyword arguments an entry point takes from the description."""
+    key = (struct, call)
+    rows = _caller_rows.get(key)
+    if rows is None:
+        library()
+        rows = {info.caller.decode(): info for name, info in OPTION_INFO[struct].items()
+                if info.calls & call and name not in _HAND_SET}
+        _caller_rows[key] = rows
+    return rows
+
+
 def make_options(**values) -> Options:
     """hfa_default_options() with `values` applied (_options)."""
     return _options(Options, library().hfa_default_options, values)
