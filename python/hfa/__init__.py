@@ -79,16 +79,6 @@ def _all_none(*arguments):
     return True
 
 
-def _table_options(fe, options, call, struct=_lib.Options):
-    """An entry point's **options: the options' rows no parameter names, by their caller names
-    (hfa._args.options). The torch front end takes none of them yet."""
-    fields = _args.options(options, struct, call)
-    if fields and fe is not None:
-        raise NotImplementedError(f"{next(iter(options))}: not taken by the torch front end yet "
-                                  "(numpy arrays and the C ABI take it)")
-    return fields
-
-
 def _frontend(q):
     """hfa._torch for torch tensors, None for numpy arrays.
 
@@ -136,6 +126,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     sm_margin (FlashAttention-3's): SMs the GPU forward leaves free for kernels that run beside
     it (NCCL's, in context parallelism), >= 0 and below the SM count; its backward checks it
     too but its grid is not limited by it (hfa.h); the CPU ignores it.
+    **options: every other row of the options' description (include/hfa/options.def) this call
+    reads, by its name (hfa._lib.caller_rows), checked as the named arguments are.
     Returns out, or (out, lse) when return_attn_probs (the LSE, not the probabilities, as FA3).
     """
     # The scalar arguments checked and normalized (hfa._args), one call each: this is the
@@ -150,12 +142,12 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     descale_block_q = _args.integer(descale_block_q, "descale_block_q")
     descale_block_kv = _args.integer(descale_block_kv, "descale_block_kv")
     fe = _frontend(q)
-    options = _table_options(fe, options, _lib.CALL_FORWARD)
+    options = _args.options(options, _lib.Options, _lib.CALL_FORWARD) if options else None
     if fe is not None:
         return fe.flash_attn_func(q, k, v, softmax_scale, causal, window_size, softcap,
                                   deterministic, return_attn_probs, learnable_sink, out,
                                   q_descale, k_descale, v_descale, descale_block_q,
-                                  descale_block_kv, sm_margin)
+                                  descale_block_kv, sm_margin, options)
     _no_descales_for_numpy(q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
     from . import _kvcache, _numpy
     _numpy.check_out(out)
@@ -214,20 +206,20 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                 cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale,
                 causal=causal, window_size=window_size, softcap=softcap, num_splits=num_splits,
                 q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-                sm_margin=sm_margin, return_softmax_lse=return_attn_probs, out=out)
+                sm_margin=sm_margin, return_softmax_lse=return_attn_probs, out=out, **options)
         except (ValueError, TypeError, NotImplementedError) as e:
             # Named as this call's caller passed them, not as flash_attn_with_kvcache's.
             _rename_arguments(e, {"cache_seqlens": "seqused_k", "k_cache": "k", "v_cache": "v"})
             raise
     fp8 = (q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
     fe = _frontend(q)
-    options = _table_options(fe, options, _lib.CALL_FORWARD)
+    options = _args.options(options, _lib.Options, _lib.CALL_FORWARD) if options else None
     if fe is not None:
         return fe.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                          max_seqlen_k, softmax_scale, causal, window_size,
                                          softcap, deterministic, return_attn_probs, seqused_q,
                                          seqused_k, learnable_sink, out, *fp8,
-                                         sm_margin=sm_margin)
+                                         sm_margin=sm_margin, options=options)
     _no_descales_for_numpy(*fp8)
     from . import _kvcache, _numpy
     _numpy.check_out(out)
@@ -260,13 +252,13 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     fe = _frontend(q)
-    options = _table_options(fe, options, _lib.CALL_BACKWARD)
+    options = _args.options(options, _lib.Options, _lib.CALL_BACKWARD) if options else None
     if fe is not None:
         return fe.flash_attn_backward(dout, q, k, v, out, lse, softmax_scale, causal,
                                       window_size, softcap, deterministic, cu_seqlens_q,
                                       cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
                                       seqused_q, seqused_k, sm_margin=sm_margin,
-                                      softmax_d=softmax_d)
+                                      softmax_d=softmax_d, options=options)
     from . import _numpy
     return _numpy.backward(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
                            window_size=window_size, softcap=softcap, deterministic=deterministic,
@@ -303,12 +295,12 @@ def flash_attn_accumulate(q, k, v, out, lse, softmax_scale=None, causal=False,
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     fe = _frontend(q)
-    options = _table_options(fe, options, _lib.CALL_FORWARD)
+    options = _args.options(options, _lib.Options, _lib.CALL_FORWARD) if options else None
     if fe is not None:
         return fe.flash_attn_accumulate(q, k, v, out, lse, softmax_scale, causal, window_size,
                                         softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                         max_seqlen_k, learnable_sink, seqused_q, seqused_k,
-                                        sm_margin)
+                                        sm_margin, options)
     from . import _numpy
     return _numpy.forward(q, k, v, softmax_scale=softmax_scale, causal=causal,
                           window_size=window_size, softcap=softcap, cu_seqlens_q=cu_seqlens_q,
@@ -381,9 +373,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     cache_seqlens = _args.lengths(cache_seqlens, "cache_seqlens")
     fe = _frontend(q)
-    options = _table_options(fe, options, _lib.CALL_KVCACHE, _lib.KVCacheOptions)
+    options = _args.options(options, _lib.KVCacheOptions, _lib.CALL_KVCACHE) if options else None
     if (fe is not None and fe.NATIVE
-            and not (return_softmax_lse or attention_chunk or split_size or sm_margin)
+            and not (return_softmax_lse or attention_chunk or split_size or sm_margin or options)
             and _all_none(k, v, qv, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad,
                           cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens,
                           q_descale, k_descale, v_descale, scheduler_metadata, k_scale, v_scale,

@@ -314,4 +314,4 @@ def _native_forward(_torch, q, k_cache, v_cache, out, kind_of, full_seqlens, lon
         v_scale, k_global_scale, v_global_scale, k, v, rotary_cos, rotary_sin,
         rotary_interleaved, cu_seqlens_q, 0 if max_seqlen_q is None else max_seqlen_q,
         cu_seqlens_k_new, softmax_scale, causal, window_size, softcap, num_splits, split_size,
-        sm_margin)
+        sm_margin, options)

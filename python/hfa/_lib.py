@@ -371,6 +371,28 @@ def caller_rows(struct, call: int) -> dict:
     return rows
 
 
+def vector_rows(struct) -> list:
+    """The VECTOR rows of `struct` in their order: the entries of the torch ops' `vectors`
+    argument (src/torch/ops.cpp)."""
+    library()
+    return [info for info in OPTION_INFO[struct].values() if info.kind == VECTOR]
+
+
+def vectors_of(struct, fields: dict):
+    """The torch ops' `vectors` argument for the rows given ({field: value}, hfa._args.options):
+    entry n for the n-th VECTOR row, None where not given; None when no row is given (the
+    usual call). A scalar row has no place in the ops yet: NotImplementedError naming it."""
+    if not fields:
+        return None
+    rows = vector_rows(struct)
+    for field in fields:
+        if OPTION_INFO[struct][field].kind != VECTOR:
+            raise NotImplementedError(f"{OPTION_INFO[struct][field].caller.decode()}: not "
+                                      "taken by the torch ops yet (numpy arrays and the C ABI "
+                                      "take it)")
+    return [fields.get(info.name.decode()) for info in rows]
+
+
 def make_options(**values) -> Options:
     """hfa_default_options() with `values` applied (_options)."""
     return _options(Options, library().hfa_default_options, values)
