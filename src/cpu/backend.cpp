@@ -39,7 +39,7 @@ Status check_types(const ForwardProblem& p) {
 // refused, named, rather than silently ignored.
 template <class Vectors>
 Status check_vectors(const Vectors& vectors) {
-  return refuse_unread(vectors, "cpu", {});
+  return refuse_unread(vectors, "cpu", {"alibi_slopes"});
 }
 
 Status forward(const ForwardProblem& p) {

@@ -93,6 +93,9 @@ void reference_forward_kvcache(const detail::KVCacheProblem& p, double* out, dou
           for (int64_t c = 0; c < p.hdim_qk; ++c) s += double{row[c]} * k[j][c];
           s *= p.softmax_scale;
           if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
+          if (p.vectors.alibi_slopes)  // after the softcap, as FlashAttention-2
+            s -= p.vectors.alibi_slopes.at<float>(b, h) *
+                 std::abs(static_cast<double>(i + seqlen_k - seqlen_q - j));
           keys.push_back(j);
           scores.push_back(s);
         }
