@@ -68,19 +68,22 @@ int64_t Args::integer(const std::string& name, int64_t fallback, int64_t min, in
   return text ? parse_integer("--" + name, *text, min, max) : fallback;
 }
 
-double Args::number(const std::string& name, double fallback, double min, double max) {
-  const auto text = value(name);
-  if (!text) return fallback;
+double parse_number(const std::string& flag, const std::string& text, double min, double max) {
   char* end = nullptr;
-  const double parsed = std::strtod(text->c_str(), &end);
-  if (text->empty() || *end != '\0' || !std::isfinite(parsed))
-    throw UsageError("--" + name + ": expected a number, got '" + *text + "'");
+  const double parsed = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(parsed))
+    throw UsageError(flag + ": expected a number, got '" + text + "'");
   if (parsed < min || parsed > max) {
     std::ostringstream message;
-    message << "--" << name << ": " << *text << " is out of range [" << min << ", " << max << "]";
+    message << flag << ": " << text << " is out of range [" << min << ", " << max << "]";
     throw UsageError(message.str());
   }
   return parsed;
+}
+
+double Args::number(const std::string& name, double fallback, double min, double max) {
+  const auto text = value(name);
+  return text ? parse_number("--" + name, *text, min, max) : fallback;
 }
 
 std::string Args::choice(const std::string& name, const std::string& fallback,

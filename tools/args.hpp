@@ -50,5 +50,7 @@ class Args {
 
 // Parses one integer in [min, max]; `flag` names the culprit in the error.
 int64_t parse_integer(const std::string& flag, const std::string& text, int64_t min, int64_t max);
+// A finite number in [min, max]; errors name `flag`.
+double parse_number(const std::string& flag, const std::string& text, double min, double max);
 
 }  // namespace hfa::tool

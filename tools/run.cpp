@@ -12,6 +12,7 @@
 #include "check.hpp"
 #include "commands.hpp"
 #include "kvcache.hpp"
+#include "option_flags.hpp"
 #include "timer.hpp"
 #include "workload.hpp"
 
@@ -38,7 +39,7 @@ float64 reference on a sample of rows. Exits 1 when the comparison fails.
   --sinks                  random attention sinks (one logit per query head)
   --sm-margin N            SMs the GPU call leaves free (FlashAttention-3's sm_margin;
                            the CPU ignores it)                             [0]
-  --backward               also run and check the backward
+%s  --backward               also run and check the backward
   --varlen L1,L2,...       a varlen batch (cu_seqlens) of these lengths, 0 allowed; sets
                            --batch and the lengths, checked sequence by sequence
   --varlen-k L1,L2,...     the sequences' key lengths apart                 [= --varlen]
@@ -139,7 +140,7 @@ int run_kvcache(const Spec& spec, const CacheSpec& cache, uint64_t seed, int ite
 
 int run_command(Args& args) {
   if (args.wants_help()) {
-    std::fputs(kUsage, stdout);
+    std::printf(kUsage, option_flags_usage().c_str());
     return 0;
   }
   Spec spec;
@@ -151,6 +152,7 @@ int run_command(Args& args) {
     for (const char* option : {"cache-len", "cache-format", "page-size"})
       if (args.value(option)) throw UsageError(std::string("--") + option + ": needs --kvcache");
     parse_spec(args, &spec);
+    parse_option_flags(args, &spec.rows);
   }
   const bool backward = !kvcache && args.flag("backward");  // parse_kvcache rejects it
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0, 0, INT64_MAX));

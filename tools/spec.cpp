@@ -19,10 +19,12 @@ int64_t start(const std::vector<int64_t>& lengths, int64_t fixed, int64_t b) {
 int64_t Spec::start_q(int64_t b) const { return start(varlen_q, seqlen_q, b); }
 int64_t Spec::start_k(int64_t b) const { return start(varlen_k, seqlen_k, b); }
 
-float Spec::softmax_scale() const { return 1.0f / std::sqrt(static_cast<float>(hdim)); }
+float Spec::softmax_scale() const {
+  return rows.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(hdim)));
+}
 
 Options Spec::options() const {
-  Options options;
+  Options options = rows;
   options.causal = causal;
   options.window_left = window_left;
   options.window_right = window_right;

@@ -28,6 +28,9 @@ struct Spec {
   float softcap = 0.0f;
   bool sinks = false;  // random attention sinks, one logit per query head
   int32_t sm_margin = 0;  // SMs left free (hfa_options.sm_margin); the CPU ignores it
+  // The options' other rows, from the flags made of them (option_flags.hpp); options() sets
+  // the fields above over these.
+  Options rows;
   // Varlen (--varlen): the query and key lengths of each sequence, packed one after the other
   // (batch = their count). Empty: every sequence has seqlen_q queries and seqlen_k keys.
   // Set apart: the lse of packed queries is (heads, total_q), of fixed ones (batch, heads, seqlen_q).
@@ -42,7 +45,7 @@ struct Spec {
   int64_t total_q() const { return start_q(batch); }
   int64_t total_k() const { return start_k(batch); }
 
-  float softmax_scale() const;  // the default, 1/sqrt(hdim)
+  float softmax_scale() const;  // rows.softmax_scale, else the default 1/sqrt(hdim)
   Options options() const;
   std::string describe() const;
 };

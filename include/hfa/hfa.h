@@ -93,6 +93,7 @@ typedef struct hfa_tensor {
 #define HFA_C_FIELD_REAL(name) float name;
 #define HFA_C_FIELD_SCALE(name) int32_t has_##name; float name; /* has_<name> 0: the default */
 #define HFA_C_FIELD_TENSOR(name) const hfa_tensor* name;    /* NULL: not given */
+#define HFA_C_FIELD_VECTOR HFA_C_FIELD_TENSOR
 #define HFA_C_FIELD_HANDLE(name) void* name;
 #define HFA_C_FIELD_BYTES(name) size_t name;
 
@@ -103,6 +104,14 @@ typedef HFA_ENUM(hfa_option_calls) {
   HFA_CALL_KVCACHE = 4   /* hfa_forward_kvcache, hfa_forward_kvcache_workspace_size,
                             hfa_prepare_forward_kvcache */
 } hfa_option_calls;
+
+/* The shapes a VECTOR option may take (its row's `high`, a set of these bits), in the call's
+ * dims: batch is the number of sequences, heads_q the query heads. */
+typedef HFA_ENUM(hfa_option_shape) {
+  HFA_SHAPE_HEADS = 1,       /* (heads_q) */
+  HFA_SHAPE_BATCH = 2,       /* (batch) */
+  HFA_SHAPE_BATCH_HEADS = 4  /* (batch, heads_q) */
+} hfa_option_shape;
 
 #define HFA_MAX_KVCACHE_SPLITS 256 /* the most split-KV chunks of one sequence */
 
@@ -264,7 +273,8 @@ typedef HFA_ENUM(hfa_option_kind) {
   HFA_KIND_SCALE = 3, /* a float with its has_<name> flag before it */
   HFA_KIND_TENSOR = 4,
   HFA_KIND_HANDLE = 5,
-  HFA_KIND_BYTES = 6
+  HFA_KIND_BYTES = 6,
+  HFA_KIND_VECTOR = 7 /* a tensor checked from its row: dtype low, shapes high */
 } hfa_option_kind;
 
 typedef struct hfa_option_info {
@@ -277,7 +287,8 @@ typedef struct hfa_option_info {
   size_t flag_offset;    /* a SCALE: of has_<name>; the others: offset */
   double default_value;  /* as hfa_default_options() sets it (0: NULL, off) */
   double low, high;      /* the accepted values of an INT32, REAL or SCALE (finite for the
-                            last two); others: unchecked */
+                            last two); a VECTOR's hfa_dtype and hfa_option_shape bits; others:
+                            unchecked */
 } hfa_option_info;
 
 /* The fields of `which` in their order, *count of them, and the struct's size in *size; NULL for

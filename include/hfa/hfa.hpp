@@ -77,6 +77,7 @@ class Status {
 #define HFA_CPP_MEMBER_REAL(name, value) float name = value;
 #define HFA_CPP_MEMBER_SCALE(name, value) std::optional<float> name;  // empty: the default
 #define HFA_CPP_MEMBER_TENSOR(name, value) const Tensor* name = nullptr;
+#define HFA_CPP_MEMBER_VECTOR HFA_CPP_MEMBER_TENSOR
 #define HFA_CPP_MEMBER_HANDLE(name, value) void* name = nullptr;
 #define HFA_CPP_MEMBER_BYTES(name, value) std::size_t name = value;
 

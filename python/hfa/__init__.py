@@ -15,7 +15,7 @@ use (HFA_LIBRARY, then next to this package, then the checkout's build/*/src/).
 import re
 import sys
 
-from . import _args
+from . import _args, _lib
 from ._lib import (HfaError, HfaInvalidArgument, HfaNotSupported, candidate_paths,
                    cuda_device_count, library_path, version)
 from ._merge import merge_partials
@@ -106,7 +106,8 @@ def _frontend(q):
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, deterministic=False, return_attn_probs=False,
                     learnable_sink=None, out=None, q_descale=None, k_descale=None,
-                    v_descale=None, descale_block_q=0, descale_block_kv=0, sm_margin=0):
+                    v_descale=None, descale_block_q=0, descale_block_kv=0, sm_margin=0,
+                    **options):
     """Attention over fixed-length batches (FlashAttention-3's signature).
 
     softmax_scale: default 1/sqrt(headdim). causal and window_size=(left, right) are aligned
@@ -126,6 +127,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     sm_margin (FlashAttention-3's): SMs the GPU forward leaves free for kernels that run beside
     it (NCCL's, in context parallelism), >= 0 and below the SM count; its backward checks it
     too but its grid is not limited by it (hfa.h); the CPU ignores it.
+    **options: every other row of the options' description (include/hfa/options.def) this call
+    reads, by its name (hfa._lib.caller_rows), checked as the named arguments are.
     Returns out, or (out, lse) when return_attn_probs (the LSE, not the probabilities, as FA3).
     """
     # The scalar arguments checked and normalized (hfa._args), one call each: this is the
@@ -140,17 +143,18 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     descale_block_q = _args.integer(descale_block_q, "descale_block_q")
     descale_block_kv = _args.integer(descale_block_kv, "descale_block_kv")
     fe = _frontend(q)
+    options = _args.options(options, _lib.Options, _lib.CALL_FORWARD) if options else None
     if fe is not None:
         return fe.flash_attn_func(q, k, v, softmax_scale, causal, window_size, softcap,
                                   deterministic, return_attn_probs, learnable_sink, out,
                                   q_descale, k_descale, v_descale, descale_block_q,
-                                  descale_block_kv, sm_margin)
+                                  descale_block_kv, sm_margin, options)
     _no_descales_for_numpy(q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
     from . import _kvcache, _numpy
     _numpy.check_out(out)
     result, lse = _kvcache.into(out, *_numpy.forward(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-        softcap=softcap, learnable_sink=learnable_sink, sm_margin=sm_margin))
+        softcap=softcap, learnable_sink=learnable_sink, sm_margin=sm_margin, options=options))
     return (result, lse) if return_attn_probs else result
 
 
@@ -160,7 +164,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            seqused_k=None, learnable_sink=None, out=None, block_table=None,
                            page_table=None, num_splits=0, q_descale=None, k_descale=None,
                            v_descale=None, s_aux=None, descale_block_q=0, descale_block_kv=0,
-                           sm_margin=0):
+                           sm_margin=0, **options):
     """Attention over variable-length sequences packed as (total_tokens, heads, headdim);
     sequence b is rows cu_seqlens[b]:cu_seqlens[b+1]. seqused_q / seqused_k (int32, (batch,),
     as in FlashAttention-3): only the first seqused[b] rows / keys of sequence b are used; the
@@ -203,19 +207,20 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                 cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale,
                 causal=causal, window_size=window_size, softcap=softcap, num_splits=num_splits,
                 q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-                sm_margin=sm_margin, return_softmax_lse=return_attn_probs, out=out)
+                sm_margin=sm_margin, return_softmax_lse=return_attn_probs, out=out, **options)
         except (ValueError, TypeError, NotImplementedError) as e:
             # Named as this call's caller passed them, not as flash_attn_with_kvcache's.
             _rename_arguments(e, {"cache_seqlens": "seqused_k", "k_cache": "k", "v_cache": "v"})
             raise
     fp8 = (q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
     fe = _frontend(q)
+    options = _args.options(options, _lib.Options, _lib.CALL_FORWARD) if options else None
     if fe is not None:
         return fe.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                          max_seqlen_k, softmax_scale, causal, window_size,
                                          softcap, deterministic, return_attn_probs, seqused_q,
                                          seqused_k, learnable_sink, out, *fp8,
-                                         sm_margin=sm_margin)
+                                         sm_margin=sm_margin, options=options)
     _no_descales_for_numpy(*fp8)
     from . import _kvcache, _numpy
     _numpy.check_out(out)
@@ -223,7 +228,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
         softcap=softcap, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, learnable_sink=learnable_sink,
-        seqused_q=seqused_q, seqused_k=seqused_k, sm_margin=sm_margin))
+        seqused_q=seqused_q, seqused_k=seqused_k, sm_margin=sm_margin, options=options))
     return (result, lse) if return_attn_probs else result
 
 
@@ -231,7 +236,7 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
                         window_size=(-1, -1), softcap=0.0, deterministic=False,
                         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                         max_seqlen_k=None, learnable_sink=None, seqused_q=None,
-                        seqused_k=None, sm_margin=0, softmax_d=None):
+                        seqused_k=None, sm_margin=0, softmax_d=None, **options):
     """(dq, dk, dv) for dout, given the forward's out and lse and the same options; with
     learnable_sink, (dq, dk, dv, dsink). Gradient rows beyond seqused_q/k are 0.
     For numpy arrays (no autograd there) and for torch users who call it directly.
@@ -248,25 +253,28 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     fe = _frontend(q)
+    options = _args.options(options, _lib.Options, _lib.CALL_BACKWARD) if options else None
     if fe is not None:
         return fe.flash_attn_backward(dout, q, k, v, out, lse, softmax_scale, causal,
                                       window_size, softcap, deterministic, cu_seqlens_q,
                                       cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
                                       seqused_q, seqused_k, sm_margin=sm_margin,
-                                      softmax_d=softmax_d)
+                                      softmax_d=softmax_d, options=options)
     from . import _numpy
     return _numpy.backward(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
                            window_size=window_size, softcap=softcap, deterministic=deterministic,
                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                            learnable_sink=learnable_sink, seqused_q=seqused_q,
-                           seqused_k=seqused_k, sm_margin=sm_margin, softmax_d=softmax_d)
+                           seqused_k=seqused_k, sm_margin=sm_margin, softmax_d=softmax_d,
+                           options=options)
 
 
 def flash_attn_accumulate(q, k, v, out, lse, softmax_scale=None, causal=False,
                           window_size=(-1, -1), softcap=0.0, cu_seqlens_q=None,
                           cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-                          learnable_sink=None, seqused_q=None, seqused_k=None, sm_margin=0):
+                          learnable_sink=None, seqused_q=None, seqused_k=None, sm_margin=0,
+                          **options):
     """Attention of q over these k, v merged into a running result (out, lse), in place:
     attention split over keys (a context-parallel ring's steps, a KV cache split across GPUs)
     without a partial output or a separate merge. out is float32 ((batch, seqlen_q, heads_q,
@@ -288,18 +296,20 @@ def flash_attn_accumulate(q, k, v, out, lse, softmax_scale=None, causal=False,
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     fe = _frontend(q)
+    options = _args.options(options, _lib.Options, _lib.CALL_FORWARD) if options else None
     if fe is not None:
         return fe.flash_attn_accumulate(q, k, v, out, lse, softmax_scale, causal, window_size,
                                         softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                         max_seqlen_k, learnable_sink, seqused_q, seqused_k,
-                                        sm_margin)
+                                        sm_margin, options)
     from . import _numpy
     return _numpy.forward(q, k, v, softmax_scale=softmax_scale, causal=causal,
                           window_size=window_size, softcap=softcap, cu_seqlens_q=cu_seqlens_q,
                           cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                           max_seqlen_k=max_seqlen_k, out=out, lse=lse,
                           learnable_sink=learnable_sink, seqused_q=seqused_q,
-                          seqused_k=seqused_k, sm_margin=sm_margin, accumulate=True)
+                          seqused_k=seqused_k, sm_margin=sm_margin, accumulate=True,
+                          options=options)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None,
@@ -311,7 +321,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             rotary_interleaved=True, scheduler_metadata=None, num_splits=0,
                             pack_gqa=None, sm_margin=0, return_softmax_lse=False, *,
                             block_table=None, k_scale=None, v_scale=None, k_global_scale=None,
-                            v_global_scale=None, split_size=0, out=None):
+                            v_global_scale=None, split_size=0, out=None, **options):
     """Attention of a few new query tokens over a KV cache (FlashAttention-3's signature).
 
     q (batch, seqlen_q, heads_q, headdim); k_cache / v_cache paged (num_pages, page_size,
@@ -364,8 +374,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     cache_seqlens = _args.lengths(cache_seqlens, "cache_seqlens")
     fe = _frontend(q)
+    options = _args.options(options, _lib.KVCacheOptions, _lib.CALL_KVCACHE) if options else None
     if (fe is not None and fe.NATIVE
-            and not (return_softmax_lse or attention_chunk or split_size or sm_margin)
+            and not (return_softmax_lse or attention_chunk or split_size or sm_margin or options)
             and _all_none(k, v, qv, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad,
                           cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens,
                           q_descale, k_descale, v_descale, scheduler_metadata, k_scale, v_scale,
@@ -398,7 +409,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
               rotary_cos=rotary_cos, rotary_sin=rotary_sin,
               rotary_interleaved=rotary_interleaved, split_size=split_size,
               cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
-              cu_seqlens_k_new=cu_seqlens_k_new, sm_margin=sm_margin)
+              cu_seqlens_k_new=cu_seqlens_k_new, sm_margin=sm_margin, options=options)
     try:
         if fe is not None:
             out, lse = _kvcache.torch_forward(q, k_cache, v_cache, out, **kw)

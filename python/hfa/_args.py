@@ -88,6 +88,13 @@ def integer(value, name: str, none_ok: bool = False):
     integer tensor: a host sync), not a bool; None too when none_ok (a length derived when not
     given). TypeError or ValueError naming the argument."""
     low, high = INTEGERS[name]
+    if type(value) is int and low <= value <= high:  # the usual call: no further call
+        return value
+    return bounded(value, name, low, high, none_ok)
+
+
+def bounded(value, name: str, low: int, high: int, none_ok: bool = False):
+    """value as an int in [low, high] (integer's rules)."""
     if type(value) is int and low <= value <= high:  # the usual call: no ABC check
         return value
     if value is None and none_ok:
@@ -121,6 +128,29 @@ def real(value, name: str, none_ok: bool = False):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name}: expected a real number, got {type(value).__name__} {value!r}")
     return float(value)
+
+
+def options(values: dict, struct, call: int) -> dict:
+    """The keyword arguments an entry point takes from the options' description rather than by
+    name (hfa._lib.caller_rows): {field: value}, each scalar checked by its row's kind as the
+    named ones are (a vector is the front end's to label; the library checks its dtype, shape and
+    device). TypeError for a name that is no such row's."""
+    if not values:  # the usual call
+        return values
+    rows = _lib.caller_rows(struct, call)
+    fields = {}
+    for name, value in values.items():
+        info = rows.get(name)
+        if info is None:
+            raise TypeError(f"{name}: not an argument of this call")
+        if info.kind == _lib.FLAG:
+            value = flag(value, name)
+        elif info.kind == _lib.INT32:
+            value = bounded(value, name, int(info.low), int(info.high))
+        elif info.kind in (_lib.REAL, _lib.SCALE):
+            value = real(value, name, none_ok=info.kind == _lib.SCALE)
+        fields[info.name.decode()] = value
+    return fields
 
 
 def lengths(value, name: str):

@@ -150,12 +150,14 @@ def run(q, k_cache, v_cache, *, kind_of, view, alloc_out, alloc_lse, full_seqlen
         cache_seqlens, page_table, k_scale, v_scale, k_global_scale, v_global_scale,
         softmax_scale, causal, window_size, softcap, num_splits, stream, k=None, v=None,
         rotary_cos=None, rotary_sin=None, rotary_interleaved=True, split_size=0,
-        cu_seqlens_q=None, max_seqlen_q=None, cu_seqlens_k_new=None, sm_margin=0):
+        cu_seqlens_q=None, max_seqlen_q=None, cu_seqlens_k_new=None, sm_margin=0,
+        options=None):
     """The front-end-independent part of the ctypes path. resolve() says what kind_of,
     full_seqlens and longest_sequence are; view(a, name, bytes_as, written) -> (kept, Tensor),
     a labelled with its own dtype (uint8 as the byte format bytes_as) and writeable when
     written; alloc_out(shape) and alloc_lse(shape) allocate outputs like q;
-    alloc_workspace(bytes) -> (kept, address) the split partials' scratch (GPU)."""
+    alloc_workspace(bytes) -> (kept, address) the split partials' scratch (GPU). options: the
+    rows given by their caller names ({field: value}, hfa._args.options)."""
     cache_code, scale_code, cache_seqlens, max_seqlen_q, batch = resolve(
         q, k_cache, v_cache, kind_of=kind_of, full_seqlens=full_seqlens,
         longest_sequence=longest_sequence, cache_seqlens=cache_seqlens, page_table=page_table,
@@ -193,8 +195,12 @@ def run(q, k_cache, v_cache, *, kind_of, view, alloc_out, alloc_lse, full_seqlen
     vt = tensor(v_cache, "v_cache", cache_code, written=appends)
     ot = tensor(out, "out")
     lt = tensor(lse, "lse")
+    rows = _lib.OPTION_INFO[_lib.KVCacheOptions]
+    by_row = {field: tensor(value, rows[field].caller.decode())
+              if rows[field].kind in _lib._POINTERS else value
+              for field, value in options.items()} if options else {}
     options = _lib.make_kvcache_options(
-        cache_seqlens=tensor(cache_seqlens, "cache_seqlens"),
+        **by_row, cache_seqlens=tensor(cache_seqlens, "cache_seqlens"),
         block_table=tensor(page_table, "page_table"),
         k_scale=tensor(k_scale, "k_scale", scale_code, written=scales_written),
         v_scale=tensor(v_scale, "v_scale", scale_code, written=scales_written),
@@ -297,7 +303,7 @@ def _native_forward(_torch, q, k_cache, v_cache, out, kind_of, full_seqlens, lon
                     v_global_scale, softmax_scale, causal, window_size, softcap, num_splits,
                     k=None, v=None, rotary_cos=None, rotary_sin=None, rotary_interleaved=True,
                     split_size=0, cu_seqlens_q=None, max_seqlen_q=None, cu_seqlens_k_new=None,
-                    sm_margin=0):
+                    sm_margin=0, options=None):
     cache_code, scale_code, cache_seqlens, max_seqlen_q, _ = resolve(
         q, k_cache, v_cache, kind_of=kind_of, full_seqlens=full_seqlens,
         longest_sequence=longest_sequence, cache_seqlens=cache_seqlens, page_table=page_table,
@@ -308,4 +314,4 @@ def _native_forward(_torch, q, k_cache, v_cache, out, kind_of, full_seqlens, lon
         v_scale, k_global_scale, v_global_scale, k, v, rotary_cos, rotary_sin,
         rotary_interleaved, cu_seqlens_q, 0 if max_seqlen_q is None else max_seqlen_q,
         cu_seqlens_k_new, softmax_scale, causal, window_size, softcap, num_splits, split_size,
-        sm_margin)
+        sm_margin, options)

@@ -153,10 +153,13 @@ class OptionInfo(ctypes.Structure):
 
 
 # hfa_option_kind, and each kind's C type.
-FLAG, INT32, REAL, SCALE, TENSOR, HANDLE, BYTES = range(7)
+FLAG, INT32, REAL, SCALE, TENSOR, HANDLE, BYTES, VECTOR = range(8)
 _KIND_TYPES = {FLAG: ctypes.c_int32, INT32: ctypes.c_int32, REAL: ctypes.c_float,
                SCALE: ctypes.c_float, TENSOR: ctypes.POINTER(Tensor), HANDLE: ctypes.c_void_p,
-               BYTES: ctypes.c_size_t}
+               BYTES: ctypes.c_size_t, VECTOR: ctypes.POINTER(Tensor)}
+_POINTERS = (TENSOR, VECTOR)  # the kinds a tensor is given for, as a pointer to its view
+# hfa_option_calls
+CALL_FORWARD, CALL_BACKWARD, CALL_KVCACHE = 1, 2, 4
 _OPTIONS_STRUCTS = {0: Options, 1: KVCacheOptions}  # hfa_options_struct
 OPTION_INFO = {}  # struct class -> {field name: OptionInfo}, once the library is loaded
 
@@ -329,7 +332,7 @@ def _options(struct, defaults, values) -> ctypes.Structure:
         if info.kind == SCALE:
             setattr(o, "has_" + name, 0 if value is None else 1)
             setattr(o, name, 0.0 if value is None else float(value))
-        elif info.kind == TENSOR:
+        elif info.kind in _POINTERS:
             setattr(o, name, None if value is None else ctypes.pointer(value))
         elif info.kind == FLAG:
             setattr(o, name, 1 if value else 0)
@@ -340,6 +343,56 @@ def _options(struct, defaults, values) -> ctypes.Structure:
         else:
             setattr(o, name, value)
     return o
+
+
+# The fields the Python entry points set by hand: named parameters (FlashAttention's names, in
+# its positions), values they derive (window_size, the varlen bounds) and what the call itself
+# supplies (stream, workspace, the outputs). Any other row is taken as a keyword argument by its
+# caller name (caller_rows): a new option needs no edit here.
+_HAND_SET = frozenset((
+    "softmax_scale", "causal", "window_left", "window_right", "softcap", "cu_seqlens_q",
+    "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "deterministic", "stream", "workspace",
+    "workspace_bytes", "sinks", "seqused_q", "seqused_k", "dsinks", "q_descale", "k_descale",
+    "v_descale", "descale_block_q", "descale_block_kv", "sm_margin", "accumulate", "softmax_d",
+    "cache_seqlens", "block_table", "k_scale", "v_scale", "k_global_scale", "v_global_scale",
+    "num_splits", "validate", "k_new", "v_new", "rotary_cos", "rotary_sin", "rotary_interleaved",
+    "split_size", "cu_seqlens_k_new"))
+_caller_rows = {}
+
+
+def caller_rows(struct, call: int) -> dict:
+    """{caller name: OptionInfo} of the rows of `struct` that `call` (CALL_*) reads and no
+    entry point sets by hand: the keyword arguments an entry point takes from the description."""
+    key = (struct, call)
+    rows = _caller_rows.get(key)
+    if rows is None:
+        library()
+        rows = {info.caller.decode(): info for name, info in OPTION_INFO[struct].items()
+                if info.calls & call and name not in _HAND_SET}
+        _caller_rows[key] = rows
+    return rows
+
+
+def vector_rows(struct) -> list:
+    """The VECTOR rows of `struct` in their order: the entries of the torch ops' `vectors`
+    argument (src/torch/ops.cpp)."""
+    library()
+    return [info for info in OPTION_INFO[struct].values() if info.kind == VECTOR]
+
+
+def vectors_of(struct, fields: dict):
+    """The torch ops' `vectors` argument for the rows given ({field: value}, hfa._args.options):
+    entry n for the n-th VECTOR row, None where not given; None when no row is given (the
+    usual call). A scalar row has no place in the ops yet: NotImplementedError naming it."""
+    if not fields:
+        return None
+    rows = vector_rows(struct)
+    for field in fields:
+        if OPTION_INFO[struct][field].kind != VECTOR:
+            raise NotImplementedError(f"{OPTION_INFO[struct][field].caller.decode()}: not "
+                                      "taken by the torch ops yet (numpy arrays and the C ABI "
+                                      "take it)")
+    return [fields.get(info.name.decode()) for info in rows]
 
 
 def make_options(**values) -> Options:

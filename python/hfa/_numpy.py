@@ -105,10 +105,20 @@ def _vector_view(a, name, dtype):
 
 def _options(softmax_scale, causal, window_size, softcap, deterministic, cu_q, cu_k,
              max_seqlen_q, max_seqlen_k, sinks=None, seqused_q=None, seqused_k=None,
-             dsinks=None, sm_margin=0, accumulate=False, softmax_d=None):
-    """Options plus the views it points at (keep both alive for the call)."""
+             dsinks=None, sm_margin=0, accumulate=False, softmax_d=None, options=None):
+    """Options plus the views it points at (keep both alive for the call). options: the rows
+    given by their caller names ({field: value}, hfa._args.options), each array labelled with
+    its own dtype for the library to check."""
     keep = []
     vectors = {}
+    if options:
+        for field, value in options.items():
+            info = _lib.OPTION_INFO[_lib.Options][field]
+            if info.kind in _lib._POINTERS and value is not None:
+                value, vectors[field] = view(value, info.caller.decode())
+                keep += [value, vectors[field]]
+            else:
+                vectors[field] = value
     for name, a, dtype in (("sinks", sinks, np.float32), ("seqused_q", seqused_q, np.int32),
                            ("seqused_k", seqused_k, np.int32), ("dsinks", dsinks, np.float32)):
         if a is not None:
@@ -141,7 +151,7 @@ def workspace(nbytes: int):
 def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
             cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
             out=None, lse=None, learnable_sink=None, seqused_q=None, seqused_k=None,
-            sm_margin=0, accumulate=False):
+            sm_margin=0, accumulate=False, options=None):
     """(out, lse) for host arrays. `out` / `lse` may be given (preallocated, any strides with
     a unit last one); out is of q's dtype or float32, lse float32 (batch, heads_q, seqlen_q), or
     (heads_q, total_q) for varlen. learnable_sink: one logit per query head (float32).
@@ -163,7 +173,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), 
     lse, lt = view(lse, "lse", written=True)
     opts, keep = _options(softmax_scale, causal, window_size, softcap, False, cu_seqlens_q,
                           cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink, seqused_q,
-                          seqused_k, sm_margin=sm_margin, accumulate=accumulate)
+                          seqused_k, sm_margin=sm_margin, accumulate=accumulate,
+                          options=options)
     _lib.run(_lib.prepare_forward(qt, kt, vt, ot, lt, opts), workspace)
     del keep
     return out, lse
@@ -172,7 +183,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), 
 def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, window_size=(-1, -1),
              softcap=0.0, deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None,
              max_seqlen_q=None, max_seqlen_k=None, learnable_sink=None, seqused_q=None,
-             seqused_k=None, sm_margin=0, softmax_d=None):
+             seqused_k=None, sm_margin=0, softmax_d=None, options=None):
     """(dq, dk, dv) for host arrays, given the forward's out and lse. With GQA, dk and dv hold
     the sum over the query heads of each group. With learnable_sink: (dq, dk, dv, dsink),
     dsink float32 like the sinks. Gradient rows beyond seqused_q/k are 0. softmax_d: the given
@@ -197,7 +208,8 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
         dsink = np.empty(np.shape(learnable_sink), dtype=np.float32)
     opts, keep = _options(softmax_scale, causal, window_size, softcap, deterministic,
                           cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
-                          seqused_q, seqused_k, dsink, sm_margin, softmax_d=d_t)
+                          seqused_q, seqused_k, dsink, sm_margin, softmax_d=d_t,
+                          options=options)
     _lib.run(_lib.prepare_backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, opts), workspace)
     del keep, softmax_d
     return (dq, dk, dv) if dsink is None else (dq, dk, dv, dsink)

@@ -81,7 +81,7 @@ _bwd = torch.ops.hfa.bwd.default
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
               causal, window_left, window_right, softcap, deterministic, sinks=None,
               seqused_q=None, seqused_k=None, q_descale=None, k_descale=None, v_descale=None,
-              descale_block_q=0, descale_block_kv=0, sm_margin=0):
+              descale_block_q=0, descale_block_kv=0, sm_margin=0, vectors=None):
     out_shape, lse = out_shapes(q, v, is_varlen(cu_seqlens_q, cu_seqlens_k))
     return (q.new_empty(out_shape, dtype=out_dtype(q.dtype)),
             q.new_empty(lse, dtype=torch.float32))
@@ -90,7 +90,7 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, s
 @torch.library.register_fake("hfa::bwd")
 def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
               softmax_scale, causal, window_left, window_right, softcap, deterministic,
-              sinks=None, seqused_q=None, seqused_k=None, sm_margin=0):
+              sinks=None, seqused_q=None, seqused_k=None, sm_margin=0, vectors=None):
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             q.new_empty(dsinks_shape(sinks), dtype=torch.float32))
 
@@ -109,8 +109,8 @@ if NATIVE:
     def _fwd_into_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                        softmax_scale, causal, window_left, window_right, softcap, sinks=None,
                        seqused_q=None, seqused_k=None, q_descale=None, k_descale=None,
-                       v_descale=None, descale_block_q=0, descale_block_kv=0, sm_margin=0, *,
-                       out):
+                       v_descale=None, descale_block_q=0, descale_block_kv=0, sm_margin=0,
+                       vectors=None, *, out):
         varlen = is_varlen(cu_seqlens_q, cu_seqlens_k)
         return q.new_empty(lse_shape(q, varlen), dtype=torch.float32)
 
@@ -179,24 +179,25 @@ _NO_FP8 = (None, None, None, 0, 0)
 
 
 def _forward(q, k, v, out, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
-             deterministic, sinks, seqused_q, seqused_k, fp8=_NO_FP8, sm_margin=0):
-    """(out, lse); into the caller's out when given (no autograd through it). fp8: _fp8's."""
+             deterministic, sinks, seqused_q, seqused_k, fp8=_NO_FP8, sm_margin=0, vectors=None):
+    """(out, lse); into the caller's out when given (no autograd through it). fp8: _fp8's;
+    vectors: the ops' VECTOR rows (hfa._lib.vectors_of)."""
     if out is None:
         return _fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
-                    deterministic, sinks, seqused_q, seqused_k, *fp8, sm_margin)
+                    deterministic, sinks, seqused_q, seqused_k, *fp8, sm_margin, vectors)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                        for t in (q, k, v, sinks)):
         raise ValueError("out: writing into a given out is not differentiable; call under "
                          "torch.no_grad() or leave out=None")
     into_args = (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, sinks,
-                 seqused_q, seqused_k, *fp8, sm_margin)
+                 seqused_q, seqused_k, *fp8, sm_margin, vectors)
     if NATIVE:
         return out, _fwd_into(*into_args, out=out)
     if out.dtype != out_dtype(q.dtype):  # an f16 out of FP8 inputs: hfa::fwd returns bf16
         from . import _torch_ctypes
         return out, _torch_ctypes.fwd_into(*into_args, out=out)
     result, lse = _fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
-                       deterministic, sinks, seqused_q, seqused_k, *fp8, sm_margin)
+                       deterministic, sinks, seqused_q, seqused_k, *fp8, sm_margin, vectors)
     if out.shape != result.shape or out.dtype != result.dtype or out.device != result.device:
         raise ValueError(f"out: expected {tuple(result.shape)} {result.dtype} on "
                          f"{result.device}, got {tuple(out.shape)} {out.dtype} on {out.device}")
@@ -211,6 +212,16 @@ def check_tensors(**arguments):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
 
 
+def _vectors(options, struct=_lib.Options):
+    """The ops' `vectors` for the rows given by their names ({field: value}, hfa._lib.vectors_of),
+    each a tensor (TypeError naming the argument otherwise)."""
+    vectors = _lib.vectors_of(struct, options)
+    if vectors is not None:
+        rows = _lib.OPTION_INFO[struct]
+        check_tensors(**{rows[field].caller.decode(): t for field, t in options.items()})
+    return vectors
+
+
 def _plain(learnable_sink, out, q_descale, k_descale, v_descale, descale_block_q,
            descale_block_kv):
     """Whether a forward gives none of what only hfa::fwd takes (sinks, out=, FP8 descales):
@@ -223,11 +234,13 @@ def _plain(learnable_sink, out, q_descale, k_descale, v_descale, descale_block_q
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, deterministic=False, return_attn_probs=False,
                     learnable_sink=None, out=None, q_descale=None, k_descale=None,
-                    v_descale=None, descale_block_q=0, descale_block_kv=0, sm_margin=0):
+                    v_descale=None, descale_block_q=0, descale_block_kv=0, sm_margin=0,
+                    options=None):
     check_tensors(k=k, v=v, learnable_sink=learnable_sink, out=out, q_descale=q_descale,
                   k_descale=k_descale, v_descale=v_descale)
     wl, wr = window_size  # ints: hfa.flash_attn_func normalized it (hfa._args.window)
-    if not (return_attn_probs or sm_margin) and _plain(learnable_sink, out, q_descale,
+    vectors = _vectors(options) if options else None
+    if not (return_attn_probs or sm_margin or vectors) and _plain(learnable_sink, out, q_descale,
                                                       k_descale, v_descale, descale_block_q,
                                                       descale_block_kv):
         return _attention(q, k, v, softmax_scale, bool(causal), wl, wr, float(softcap),
@@ -235,7 +248,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     out, lse = _forward(q, k, v, out, None, None, 0, 0, softmax_scale, bool(causal), wl, wr,
                         float(softcap), bool(deterministic), _sinks(learnable_sink), None, None,
                         _fp8(q_descale, k_descale, v_descale, descale_block_q,
-                             descale_block_kv), int(sm_margin))
+                             descale_block_kv), int(sm_margin), vectors)
     return (out, lse) if return_attn_probs else out
 
 
@@ -244,12 +257,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            deterministic=False, return_attn_probs=False, seqused_q=None,
                            seqused_k=None, learnable_sink=None, out=None, q_descale=None,
                            k_descale=None, v_descale=None, descale_block_q=0,
-                           descale_block_kv=0, sm_margin=0):
+                           descale_block_kv=0, sm_margin=0, options=None):
     check_tensors(k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                   seqused_q=seqused_q, seqused_k=seqused_k, learnable_sink=learnable_sink,
                   out=out, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     wl, wr = window_size  # normalized by hfa.flash_attn_varlen_func
-    if (not (return_attn_probs or sm_margin) and seqused_q is None and seqused_k is None
+    vectors = _vectors(options) if options else None
+    if (not (return_attn_probs or sm_margin or vectors) and seqused_q is None and seqused_k is None
             and _plain(learnable_sink, out, q_descale, k_descale, v_descale, descale_block_q,
                        descale_block_kv)):
         return _varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
@@ -262,7 +276,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                         wr, float(softcap), bool(deterministic), _sinks(learnable_sink),
                         seqused_q, seqused_k,
                         _fp8(q_descale, k_descale, v_descale, descale_block_q,
-                             descale_block_kv), int(sm_margin))
+                             descale_block_kv), int(sm_margin), vectors)
     return (out, lse) if return_attn_probs else out
 
 
@@ -276,29 +290,31 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
                         window_size=(-1, -1), softcap=0.0, deterministic=False,
                         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                         max_seqlen_k=None, learnable_sink=None, seqused_q=None,
-                        seqused_k=None, sm_margin=0, softmax_d=None):
+                        seqused_k=None, sm_margin=0, softmax_d=None, options=None):
     check_tensors(dout=dout, k=k, v=v, out=out, lse=lse, cu_seqlens_q=cu_seqlens_q,
                   cu_seqlens_k=cu_seqlens_k, learnable_sink=learnable_sink, seqused_q=seqused_q,
                   seqused_k=seqused_k, softmax_d=softmax_d)
     wl, wr = _window(window_size)
     mq, mk = _max_lengths(cu_seqlens_q, max_seqlen_q, max_seqlen_k)
     sinks = _sinks(learnable_sink)
-    options = (cu_seqlens_q, cu_seqlens_k, mq, mk, softmax_scale, bool(causal), wl, wr,
-               float(softcap), bool(deterministic), sinks, seqused_q, seqused_k, int(sm_margin))
+    vectors = _vectors(options) if options else None
+    arguments = (cu_seqlens_q, cu_seqlens_k, mq, mk, softmax_scale, bool(causal), wl, wr,
+                 float(softcap), bool(deterministic), sinks, seqused_q, seqused_k,
+                 int(sm_margin))
     if softmax_d is None:
-        dq, dk, dv, dsinks = _bwd(dout, q, k, v, out, lse, *options)
+        dq, dk, dv, dsinks = _bwd(dout, q, k, v, out, lse, *arguments, vectors)
     else:  # no op takes a given D: the C ABI directly
         from . import _torch_calls
         dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
         dsinks = torch.empty(dsinks_shape(sinks), dtype=torch.float32, device=q.device)
-        _torch_calls.backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, *options,
-                                   softmax_d=softmax_d)
+        _torch_calls.backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, *arguments,
+                                   softmax_d=softmax_d, vectors=vectors)
     return (dq, dk, dv) if sinks is None else (dq, dk, dv, dsinks)
 
 
 def flash_attn_accumulate(q, k, v, out, lse, softmax_scale, causal, window_size, softcap,
                           cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, learnable_sink,
-                          seqused_q, seqused_k, sm_margin):
+                          seqused_q, seqused_k, sm_margin, options=None):
     """hfa.flash_attn_accumulate on torch tensors: the C ABI directly (an in-place merge is no
     op's, and not differentiable)."""
     check_tensors(k=k, v=v, out=out, lse=lse, cu_seqlens_q=cu_seqlens_q,
@@ -314,7 +330,8 @@ def flash_attn_accumulate(q, k, v, out, lse, softmax_scale, causal, window_size,
     _torch_calls.forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, mq, mk,
                               softmax_scale, bool(causal), wl, wr, float(softcap),
                               _sinks(learnable_sink), seqused_q, seqused_k,
-                              sm_margin=int(sm_margin), accumulate=True)
+                              sm_margin=int(sm_margin), accumulate=True,
+                              vectors=_vectors(options))
     return out, lse
 
 
@@ -331,7 +348,7 @@ def forward_kvcache(q, k_cache, v_cache, out, cache_code, scale_code, cache_seql
                     k_scale, v_scale, k_global_scale, v_global_scale, k, v, rotary_cos,
                     rotary_sin, rotary_interleaved, cu_seqlens_q, max_seqlen_q,
                     cu_seqlens_k_new, softmax_scale, causal, window_size, softcap, num_splits,
-                    split_size, sm_margin=0):
+                    split_size, sm_margin=0, options=None):
     """(out, lse) through the native hfa::fwd_kvcache ops (python/hfa/_kvcache.py has already
     resolved the cache format and the lengths' defaults)."""
     wl, wr = _window(window_size)
@@ -339,7 +356,7 @@ def forward_kvcache(q, k_cache, v_cache, out, cache_code, scale_code, cache_seql
             v_scale, k_global_scale, v_global_scale, k, v, rotary_cos, rotary_sin,
             bool(rotary_interleaved), cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new,
             softmax_scale, bool(causal), wl, wr, float(softcap), num_splits, split_size,
-            int(sm_margin))
+            int(sm_margin), _vectors(options, _lib.KVCacheOptions))
     if out is None:
         return _fwd_kvcache(*args)
     return out, _fwd_kvcache_into(*args, out=out)

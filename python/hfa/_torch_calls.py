@@ -75,9 +75,14 @@ class CallArguments:
                  softmax_scale, causal, window_left, window_right, softcap, deterministic,
                  sinks=None, seqused_q=None, seqused_k=None, dsinks=None, q_descale=None,
                  k_descale=None, v_descale=None, descale_block_q=0, descale_block_kv=0,
-                 sm_margin=0, accumulate=False, softmax_d=None):
+                 sm_margin=0, accumulate=False, softmax_d=None, table_vectors=None):
         self.keep = []
         vectors = {}
+        # The ops' `vectors`: entry n sets the n-th VECTOR row (hfa._lib.vector_rows).
+        for info, t in zip(_lib.vector_rows(_lib.Options), table_vectors or ()):
+            if t is not None:
+                t, vectors[info.name.decode()] = view(t, info.caller.decode())
+                self.keep += [t, vectors[info.name.decode()]]
         # The options' field, and the caller's name of what is given there. cu_seqlens_q without
         # cu_seqlens_k, or the other way round, is the library's to name.
         for field, name, t in (("cu_seqlens_q", "cu_seqlens_q", cu_seqlens_q),
@@ -111,7 +116,7 @@ class CallArguments:
 def forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
              softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
              seqused_k, q_descale=None, k_descale=None, v_descale=None, descale_block_q=0,
-             descale_block_kv=0, sm_margin=0, accumulate=False) -> None:
+             descale_block_kv=0, sm_margin=0, accumulate=False, vectors=None) -> None:
     """The library's forward into out and lse, taken as they are (with accumulate: merged
     into them)."""
     q, qt = view(q, "q")
@@ -121,7 +126,8 @@ def forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     args = CallArguments(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                          softmax_scale, causal, window_left, window_right, softcap, False, sinks,
                          seqused_q, seqused_k, None, q_descale, k_descale, v_descale,
-                         descale_block_q, descale_block_kv, sm_margin, accumulate)
+                         descale_block_q, descale_block_kv, sm_margin, accumulate,
+                         table_vectors=vectors)
     with on_device(q):
         _lib.run(_lib.prepare_forward(qt, kt, vt, ot, lt, args.options),
                  lambda nbytes: workspace(nbytes, q.device))
@@ -130,7 +136,7 @@ def forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 def backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, cu_seqlens_q, cu_seqlens_k,
                   max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
                   softcap, deterministic, sinks, seqused_q, seqused_k, sm_margin=0,
-                  softmax_d=None) -> None:
+                  softmax_d=None, vectors=None) -> None:
     """The library's backward into dq, dk, dv (and dsinks with sinks), taken as they are.
     softmax_d: the given D = rowsum(dout * out), float32 laid out as lse (out is then not
     read)."""
@@ -144,7 +150,7 @@ def backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, cu_seqlens_q, cu_
     args = CallArguments(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                          softmax_scale, causal, window_left, window_right, softcap, deterministic,
                          sinks, seqused_q, seqused_k, dsinks if sinks is not None else None,
-                         sm_margin=sm_margin, softmax_d=softmax_d)
+                         sm_margin=sm_margin, softmax_d=softmax_d, table_vectors=vectors)
     with on_device(q):
         _lib.run(_lib.prepare_backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, args.options),
                  lambda nbytes: workspace(nbytes, q.device))

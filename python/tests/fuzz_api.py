@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 import hfa
+from hfa import _lib
 
 ITERATIONS = int(os.environ.get("HFA_FUZZ_ITERATIONS", "200"))
 CLEAN_ERRORS = (ValueError, TypeError, NotImplementedError)
@@ -124,6 +125,19 @@ def _cu(lengths):
     return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
 
 
+def _table_vectors(rng, args, struct, call, batch, heads):
+    """Each VECTOR row of the description the call reads (hfa/options.def), given by its caller
+    name half the time: an array of its dtype and one of its shapes, small positive values. So
+    a new row is fuzzed (and its rejections checked) with no edit here."""
+    shapes = {1: (heads,), 2: (batch,), 4: (batch, heads)}  # hfa_option_shape
+    for info in _lib.vector_rows(struct):
+        if not info.calls & call or not rng.integers(2):
+            continue
+        shape = shapes[int(rng.choice([bit for bit in shapes if int(info.high) & bit]))]
+        dtype = np.float32 if int(info.low) == _lib.F32 else np.int32
+        args[info.caller.decode()] = (rng.uniform(0, 0.5, shape)).astype(dtype)
+
+
 def forward_case(rng):
     dtype = rng.choice([np.float32, np.float16])
     b, sq, sk = 2, int(rng.integers(1, 7)), int(rng.integers(1, 9))
@@ -136,6 +150,7 @@ def forward_case(rng):
         args["learnable_sink"] = _values(rng, (4,))
     if rng.integers(2):
         args["out"] = np.zeros((b, sq, 4, 64), dtype)
+    _table_vectors(rng, args, _lib.Options, _lib.CALL_FORWARD, b, 4)
     return Case(hfa.flash_attn_func, args, written=["out"],
                 integers=["window_size", "sm_margin", "descale_block_q", "descale_block_kv"],
                 floats=["softmax_scale", "softcap"], aliases=[("out", "q"), ("out", "v")])
@@ -155,6 +170,7 @@ def varlen_case(rng):
         args["seqused_k"] = np.minimum(lk, 3).astype(np.int32)
     if rng.integers(2):
         args["out"] = np.zeros((tq, 4, 64), dtype)
+    _table_vectors(rng, args, _lib.Options, _lib.CALL_FORWARD, 3, 4)
     return Case(hfa.flash_attn_varlen_func, args, written=["out"],
                 integers=["max_seqlen_q", "max_seqlen_k", "window_size", "num_splits",
                           "sm_margin"],
@@ -172,6 +188,7 @@ def backward_case(rng):
     if rng.integers(2):
         args["softmax_d"] = np.sum(args["dout"].astype(np.float32) * out, -1).transpose(0, 2, 1)
         args["softmax_d"] = np.ascontiguousarray(args["softmax_d"])
+    _table_vectors(rng, args, _lib.Options, _lib.CALL_BACKWARD, 2, 2)
     return Case(hfa.flash_attn_backward, args, integers=["window_size", "sm_margin"],
                 floats=["softcap"])
 
@@ -183,6 +200,7 @@ def accumulate_case(rng):
     args = {"q": q, "k": _values(rng, (2, 3, 2, 64), dtype),
             "v": _values(rng, (2, 3, 2, 64), dtype), "out": out.astype(np.float32),
             "lse": lse, "causal": bool(rng.integers(2))}
+    _table_vectors(rng, args, _lib.Options, _lib.CALL_FORWARD, 2, 2)
     return Case(hfa.flash_attn_accumulate, args, written=["out", "lse"],
                 integers=["window_size", "sm_margin"], floats=["softmax_scale"],
                 aliases=[("out", "q"), ("lse", "q"), ("out", "k")])
@@ -214,6 +232,7 @@ def kvcache_case(rng):
         if rng.integers(2):
             angles = rng.uniform(0, 3, (cap, 16)).astype(dtype)
             args["rotary_cos"], args["rotary_sin"] = np.cos(angles), np.sin(angles)
+    _table_vectors(rng, args, _lib.KVCacheOptions, _lib.CALL_KVCACHE, b, 4)
     if rng.integers(3) == 0:
         args["num_splits"] = int(rng.integers(0, 4))
     elif rng.integers(2) == 0:
@@ -304,8 +323,9 @@ def _leading_names(message):
 
 
 def _argument_names(case):
-    """The caller's names: the entry point's parameters, and the partials of merge_partials."""
-    names = set(inspect.signature(case.entry).parameters)
+    """The caller's names: the entry point's parameters and the options' rows it takes as
+    keywords (given here), and the partials of merge_partials."""
+    names = set(inspect.signature(case.entry).parameters) | set(case.arguments)
     for name in ("outs", "lses"):
         names |= {f"{name}[{i}]" for i in range(len(case.arguments.get(name, [])))}
     return names

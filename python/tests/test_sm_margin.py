@@ -81,13 +81,13 @@ def test_numpy_integers_are_taken():
 
 
 def test_the_ctypes_structs_place_it_as_hfa_h():
-    # Appended in hfa.h after the fields that keep their offsets: the same in the mirror (the
-    # forward's options have gained accumulate and softmax_d after it since).
+    # Appended in hfa.h after the fields that keep their offsets: the same in the mirror (both
+    # structs have gained rows after it since).
     names = [name for name, _ in _lib.Options._fields_]
     assert names[names.index("descale_block_kv") + 1] == "sm_margin"
     assert dict(_lib.Options._fields_)["sm_margin"] == _lib.ctypes.c_int32
-    names = [name for name, _ in _lib.KVCacheOptions._fields_]
-    assert names[names.index("cu_seqlens_k_new") + 1] == "sm_margin"
+    kv_names = [name for name, _ in _lib.KVCacheOptions._fields_]
+    assert kv_names[kv_names.index("cu_seqlens_k_new") + 1] == "sm_margin"
     assert dict(_lib.KVCacheOptions._fields_)["sm_margin"] == _lib.ctypes.c_int32
     assert _lib.library().hfa_default_options().sm_margin == 0
     assert _lib.library().hfa_default_kvcache_options().sm_margin == 0

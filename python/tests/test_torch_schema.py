@@ -33,7 +33,12 @@ _lib.library()  # the description (OPTION_INFO) is read when the library loads
 KIND_TYPES = {_lib.FLAG: ("bool",), _lib.INT32: ("int",), _lib.REAL: ("float",),
               _lib.SCALE: ("float?",), _lib.TENSOR: ("Tensor?", "Tensor")}
 KIND_NAMES = {_lib.FLAG: "FLAG", _lib.INT32: "INT32", _lib.REAL: "REAL", _lib.SCALE: "SCALE",
-              _lib.TENSOR: "TENSOR", _lib.HANDLE: "HANDLE", _lib.BYTES: "BYTES"}
+              _lib.TENSOR: "TENSOR", _lib.HANDLE: "HANDLE", _lib.BYTES: "BYTES",
+              _lib.VECTOR: "VECTOR"}
+
+# The VECTOR rows have no argument of their own: every full op takes them all in one list,
+# entry n for the struct's n-th VECTOR row (src/torch/ops.cpp), so a new row needs no schema edit.
+VECTORS = ("vectors", "Tensor?[]?")
 
 # What an op takes besides options: the call's tensors, and the KV-cache ops' formats of the
 # caches and their scales (resolved by python/hfa/_kvcache.py).
@@ -67,9 +72,14 @@ OPS = {
 
 
 def spelled(t):
-    """torch's type as a schema spells it: Optional[float] -> float?"""
+    """torch's type as a schema spells it: Optional[float] -> float?,
+    Optional[List[Optional[Tensor]]] -> Tensor?[]?"""
     s = str(t)
-    return s[len("Optional["):-1] + "?" if s.startswith("Optional[") else s
+    if s.startswith("Optional["):
+        return spelled(s[len("Optional["):-1]) + "?"
+    if s.startswith("List["):
+        return spelled(s[len("List["):-1]) + "[]"
+    return s
 
 
 def disagreements(schema, rows, calls, complete):
@@ -78,6 +88,11 @@ def disagreements(schema, rows, calls, complete):
     problems, taken = [], set()
     for arg in schema.arguments:
         if arg.name in OPERANDS:
+            continue
+        if arg.name == VECTORS[0]:
+            if spelled(arg.type) != VECTORS[1]:
+                problems.append(f"vectors: {spelled(arg.type)} in the schema, not {VECTORS[1]}")
+            taken.update(name for name, row in rows.items() if row.kind == _lib.VECTOR)
             continue
         taken.add(arg.name)
         row = rows.get(arg.name)
@@ -135,6 +150,7 @@ def test_a_schema_that_drifted_from_its_row_is_named():
     assert problems("int stream") == [
         "stream: int in the schema, but its row's kind is HANDLE, which takes no argument"]
     assert problems("Tensor? q_descale", calls=B) == ["q_descale: the op's calls do not read it"]
+    assert problems("Tensor[] vectors") == ["vectors: Tensor[] in the schema, not Tensor?[]?"]
     missing = problems("float? softmax_scale", complete=True)
     assert "causal: a row the op's calls read, missing from the schema" in missing
     assert not any(m.startswith(tuple(NOT_ARGUMENTS)) for m in missing)

@@ -23,6 +23,7 @@ namespace {
 #define HFA_TO_C_INT32 HFA_TO_C_AS_IS
 #define HFA_TO_C_REAL HFA_TO_C_AS_IS
 #define HFA_TO_C_TENSOR HFA_TO_C_AS_IS
+#define HFA_TO_C_VECTOR HFA_TO_C_AS_IS
 #define HFA_TO_C_HANDLE HFA_TO_C_AS_IS
 #define HFA_TO_C_BYTES HFA_TO_C_AS_IS
 
@@ -33,12 +34,14 @@ namespace {
 #define HFA_FROM_C_INT32 HFA_FROM_C_AS_IS
 #define HFA_FROM_C_REAL HFA_FROM_C_AS_IS
 #define HFA_FROM_C_TENSOR HFA_FROM_C_AS_IS
+#define HFA_FROM_C_VECTOR HFA_FROM_C_AS_IS
 #define HFA_FROM_C_HANDLE HFA_FROM_C_AS_IS
 #define HFA_FROM_C_BYTES HFA_FROM_C_AS_IS
 
 // The C default of a field: the table's value, or nothing given (NULL, no scale).
 #define HFA_DEFAULT_C_SCALE(name, value) c.has_##name = 0, c.name = 0.0f;
 #define HFA_DEFAULT_C_TENSOR(name, value) c.name = nullptr;
+#define HFA_DEFAULT_C_VECTOR HFA_DEFAULT_C_TENSOR
 #define HFA_DEFAULT_C_HANDLE(name, value) c.name = nullptr;
 #define HFA_DEFAULT_C_VALUE(name, value) c.name = value;
 #define HFA_DEFAULT_C_FLAG HFA_DEFAULT_C_VALUE
@@ -72,6 +75,7 @@ Status out_of_range(const char* name, double low, double high, const char* note,
 #define HFA_CHECK_NONE(name, low, high, note)
 #define HFA_CHECK_FLAG HFA_CHECK_NONE
 #define HFA_CHECK_TENSOR HFA_CHECK_NONE
+#define HFA_CHECK_VECTOR HFA_CHECK_NONE  // its form: validate_options.cpp
 #define HFA_CHECK_HANDLE HFA_CHECK_NONE
 #define HFA_CHECK_BYTES HFA_CHECK_NONE
 
@@ -83,6 +87,7 @@ Status out_of_range(const char* name, double low, double high, const char* note,
 #define HFA_FLAG_OFFSET_INT32 HFA_FLAG_OFFSET_SAME
 #define HFA_FLAG_OFFSET_REAL HFA_FLAG_OFFSET_SAME
 #define HFA_FLAG_OFFSET_TENSOR HFA_FLAG_OFFSET_SAME
+#define HFA_FLAG_OFFSET_VECTOR HFA_FLAG_OFFSET_SAME
 #define HFA_FLAG_OFFSET_HANDLE HFA_FLAG_OFFSET_SAME
 #define HFA_FLAG_OFFSET_BYTES HFA_FLAG_OFFSET_SAME
 

@@ -10,6 +10,7 @@
 #include "api/devices.hpp"
 #include "api/options.hpp"
 #include "api/overlap.hpp"
+#include "api/validate_options.hpp"
 #include "common/head_dims.hpp"
 #include "common/errors.hpp"
 
@@ -461,6 +462,11 @@ ForwardProblem forward_problem_of(const Core& core, const Varlen& varlen, const 
   return problem;
 }
 
+// The dims a VECTOR option's shapes are written in.
+VectorDims vector_dims(const Core& core, const Varlen& varlen) {
+  return {varlen.cu_q ? varlen.batch : core.q.extent[kBatch], core.q.extent[kHeads]};
+}
+
 bool wants_varlen(const Options& options) {
   return options.cu_seqlens_q != nullptr || options.cu_seqlens_k != nullptr;
 }
@@ -493,7 +499,10 @@ Status check_forward_memory(const ForwardArgs& args) {
       {"q", args.q}, {"k", args.k}, {"v", args.v}, {"out", args.out, true}, {"lse", args.lse, true},
       {"cu_seqlens_q", o.cu_seqlens_q}, {"cu_seqlens_k", o.cu_seqlens_k}, {"sinks", o.sinks},
       {"seqused_q", o.seqused_q}, {"seqused_k", o.seqused_k}, {"q_descale", o.q_descale},
-      {"k_descale", o.k_descale}, {"v_descale", o.v_descale}};
+      {"k_descale", o.k_descale}, {"v_descale", o.v_descale},
+#define HFA_ATTENTION_OPTION(kind, name, ...) HFA_IF_VECTOR_##kind({#name, o.name},)
+#include "hfa/options.def"
+  };
   return check_shared_memory(tensors);
 }
 
@@ -505,7 +514,10 @@ Status check_backward_memory(const BackwardArgs& args) {
       {"lse", args.lse}, {"dq", args.dq, true}, {"dk", args.dk, true}, {"dv", args.dv, true},
       {"cu_seqlens_q", o.cu_seqlens_q}, {"cu_seqlens_k", o.cu_seqlens_k}, {"sinks", o.sinks},
       {"seqused_q", o.seqused_q}, {"seqused_k", o.seqused_k}, {"dsinks", o.dsinks, true},
-      {"softmax_d", o.softmax_d}};
+      {"softmax_d", o.softmax_d},
+#define HFA_ATTENTION_OPTION(kind, name, ...) HFA_IF_VECTOR_##kind({#name, o.name},)
+#include "hfa/options.def"
+  };
   return check_shared_memory(tensors);
 }
 
@@ -608,6 +620,8 @@ Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardPr
   if (options.accumulate) HFA_RETURN_IF_ERROR(check_accumulate(args, core, purpose));
   *problem = forward_problem_of(core, varlen, args.lse, options);
   problem->accumulate = options.accumulate;
+  HFA_RETURN_IF_ERROR(attach_vectors(options, HFA_CALL_FORWARD, vector_dims(core, varlen),
+                                     *args.q, &problem->vectors));
   HFA_RETURN_IF_ERROR(attach_descales(options, *args.q, problem));
   return purpose == Purpose::run ? check_forward_memory(args) : Status::ok();
 }
@@ -683,6 +697,8 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
   }
   problem->fwd = forward_problem_of(core, varlen, run ? args.lse : nullptr, options);
   problem->deterministic = options.deterministic;
+  HFA_RETURN_IF_ERROR(attach_vectors(options, HFA_CALL_BACKWARD, vector_dims(core, varlen),
+                                     *args.q, &problem->fwd.vectors));
   // Rejects any descale: the inputs are not e4m3.
   HFA_RETURN_IF_ERROR(attach_descales(options, *args.q, &problem->fwd));
   return run ? check_backward_memory(args) : Status::ok();

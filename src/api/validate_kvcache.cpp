@@ -17,6 +17,7 @@
 #include "common/errors.hpp"
 #include "common/mla.hpp"
 #include "api/validate.hpp"
+#include "api/validate_options.hpp"
 #include "common/rotary.hpp"
 
 namespace hfa::detail {
@@ -367,6 +368,9 @@ Status check_indices(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p
     if (e.given)
       return invalid(e.name, "must be ", e.want,
                      " with indices (the indices alone choose each row's keys)");
+  // ALiBi's bias is a distance between positions, and a pool token has none.
+  if (o.alibi_slopes != nullptr)
+    return invalid("alibi_slopes", "must be null with indices (pool tokens have no positions)");
   p->indices = static_cast<const int32_t*>(t.data);
   p->topk = static_cast<int32_t>(t.shape[2]);
   p->indices_row_stride = t.shape[2];  // contiguous
@@ -388,7 +392,10 @@ Status check_kvcache_memory(const KVCacheArgs& args, const KVCacheProblem& p) {
       {"v_scale", o.v_scale, scales_written}, {"k_global_scale", o.k_global_scale},
       {"v_global_scale", o.v_global_scale}, {"k_new", o.k_new}, {"v_new", o.v_new},
       {"rotary_cos", o.rotary_cos}, {"rotary_sin", o.rotary_sin}, {"cu_seqlens_q", o.cu_seqlens_q},
-      {"cu_seqlens_k_new", o.cu_seqlens_k_new}, {"indices", o.indices}};
+      {"cu_seqlens_k_new", o.cu_seqlens_k_new}, {"indices", o.indices},
+#define HFA_KVCACHE_OPTION(kind, name, ...) HFA_IF_VECTOR_##kind({#name, o.name},)
+#include "hfa/options.def"
+  };
   return check_shared_memory(tensors);
 }
 
@@ -636,6 +643,7 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
   HFA_RETURN_IF_ERROR(check_option_values(o));
   HFA_RETURN_IF_ERROR(check_splits(o));
   HFA_RETURN_IF_ERROR(check_append(q, o, &p));
+  HFA_RETURN_IF_ERROR(attach_vectors(o, {batch, p.heads_q}, q, &p.vectors));
 
   p.dtype = static_cast<DType>(q.dtype);
   p.out_dtype = p.dtype;

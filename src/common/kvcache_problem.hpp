@@ -132,6 +132,8 @@ struct KVCacheProblem {
   std::size_t workspace_bytes = 0;
   // SMs to leave free for other kernels (>= 0; the GPU plans its splits for the others).
   int32_t sm_margin = 0;
+  // The VECTOR options (hfa/options.def), checked, as ForwardProblem::vectors.
+  KVCacheVectors vectors;
 
   // The keys sequence b attends to: its cached tokens plus the appended ones.
   int64_t attended_length(int64_t b) const { return int64_t{cache_seqlens[b]} + new_tokens(b); }

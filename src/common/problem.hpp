@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/option_vectors.hpp"
 #include "common/scale_view.hpp"
 #include "hfa/hfa.hpp"
 
@@ -81,6 +82,9 @@ struct ForwardProblem {
   // Merge into out (f32) and lse rather than overwrite them (hfa_options.accumulate): both hold
   // a result over other keys; a row of lse −inf has none, and its out is not read.
   bool accumulate = false;
+  // The VECTOR options (hfa/options.def), checked; a backend that reads none of them rejects
+  // them (first_unread).
+  AttentionVectors vectors;
 
   bool is_varlen() const { return cu_seqlens_q != nullptr; }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/errors.hpp"
 #include "cpu/kvcache.hpp"
 #include "cpu/operations.hpp"
 #include "cpu/sequence.hpp"
@@ -34,7 +35,15 @@ Status check_types(const ForwardProblem& p) {
   return check_out_type(p);
 }
 
+// The VECTOR options (hfa/options.def) the CPU kernels read; one given that they do not is
+// refused, named, rather than silently ignored.
+template <class Vectors>
+Status check_vectors(const Vectors& vectors) {
+  return refuse_unread(vectors, "cpu", {"alibi_slopes"});
+}
+
 Status forward(const ForwardProblem& p) {
+  HFA_RETURN_IF_ERROR(check_vectors(p.vectors));
   if (p.dtype == DType::e4m3) {  // FP8: forward only, over dequantized copies
     if (Status status = check_out_type(p); !status) return status;
     return cpu::fp8_forward(p);
@@ -44,6 +53,7 @@ Status forward(const ForwardProblem& p) {
 }
 
 Status backward(const BackwardProblem& p) {
+  HFA_RETURN_IF_ERROR(check_vectors(p.fwd.vectors));
   if (Status status = check_types(p.fwd); !status) return status;
   const bool has_queries = p.fwd.batch > 0 && cpu::longest_queries(p.fwd) > 0;
   if (p.fwd.lse == nullptr && has_queries) return {Code::invalid_argument, "lse: the backward needs the forward's lse"};
@@ -51,6 +61,7 @@ Status backward(const BackwardProblem& p) {
 }
 
 Status forward_kvcache(const KVCacheProblem& p) {
+  HFA_RETURN_IF_ERROR(check_vectors(p.vectors));
   if (!is_supported(p.dtype)) {
     return {Code::not_supported, std::string("cpu backend: q of dtype ") + dtype_name(p.dtype) +
                                      " is not supported (f32, f16, bf16)"};

@@ -37,9 +37,17 @@ struct Scratch {
   std::vector<float> out;         // (hdim_v)
 };
 
+// ALiBi's bias of one query row: −slope·|diagonal − j| for key j (slope 0: none).
+struct RowBias {
+  float slope = 0.0f;
+  int64_t diagonal = 0;  // i + seqlen_k − seqlen_q
+  float at(int64_t j) const { return slope * static_cast<float>(std::abs(diagonal - j)); }
+};
+
 // Online softmax over keys [first, last] for one query row: the normalized output of those keys
 // and their log-sum-exp (−inf and zeros when the range is empty).
-float attend(const KVCacheProblem& p, const Scratch& s, int64_t first, int64_t last, float* o) {
+float attend(const KVCacheProblem& p, const Scratch& s, int64_t first, int64_t last,
+             RowBias bias, float* o) {
   const int dk = p.hdim_qk;
   const int dv = p.hdim_v;
   std::fill(o, o + dv, 0.0f);
@@ -52,6 +60,7 @@ float attend(const KVCacheProblem& p, const Scratch& s, int64_t first, int64_t l
     for (int c = 0; c < dk; ++c) score += s.q[c] * key[c];
     score *= p.softmax_scale;
     if (p.softcap > 0.0f) score = p.softcap * std::tanh(score / p.softcap);
+    score -= bias.at(j);  // after the softcap, as FlashAttention-2
     // A new maximum rescales what has been accumulated so far, keeping every exp <= 1.
     if (score > running_max) {
       const float rescale = running_max == -INFINITY ? 0.0f : std::exp(running_max - score);
@@ -120,10 +129,14 @@ void run_group(const KVCacheProblem& p, int64_t b, int64_t kv_head, Scratch& s) 
       load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes, p.hdim_qk,
                      s.q.data());
       if (p.rotary_cos != nullptr) apply_rotary(p, query_position(p, b, i), s.q.data());
+      RowBias bias;  // ALiBi: never with indices (validate_kvcache refuses the pair)
+      if (p.vectors.alibi_slopes)
+        bias = {p.vectors.alibi_slopes.at<float>(b, h), i + seqlen_k - seqlen_q};
       for (int32_t split = 0; split < splits; ++split) {
         const int64_t first = std::max(seen.first, split * chunk);
         const int64_t last = std::min(seen.last, (split + 1) * chunk - 1);
-        s.partial_lse[split] = attend(p, s, first, last, s.partial_out.data() + split * p.hdim_v);
+        s.partial_lse[split] = attend(p, s, first, last, bias,
+                                     s.partial_out.data() + split * p.hdim_v);
       }
       const float lse = detail::combine_splits(s.partial_lse.data(), s.partial_out.data(),
                                                p.hdim_v, splits, p.hdim_v, s.out.data());

@@ -78,11 +78,13 @@ struct HeadAttention {
   std::vector<Real> q, k, v;  // (seqlen, hdim)
   bool has_sink = false;
   Real sink = 0;  // the head's sink logit, when has_sink
+  Real alibi_slope = 0;  // 0: no ALiBi
 
   HeadAttention(const ForwardProblem& problem, int64_t b, int64_t head_q)
       : p(problem), seq(sequence_of(problem, b)), window(problem, seq) {
     has_sink = p.sinks != nullptr;
     if (has_sink) sink = static_cast<Real>(p.sinks[head_q]);
+    if (p.vectors.alibi_slopes) alibi_slope = p.vectors.alibi_slopes.at<float>(b, head_q);
     const int64_t head_kv = head_q / (p.heads_q / p.heads_kv);
     q = read_matrix<Real>(p.q, p.dtype, p.q_stride, b, seq.q_begin, head_q, seq.seqlen_q, p.hdim_qk,
                           p.q_descale);
@@ -93,6 +95,7 @@ struct HeadAttention {
   }
 
   // The score of (i, j) before the softmax; tanh_out gets tanh(s/softcap) when softcap is on.
+  // The ALiBi bias comes last, after the softcap, and adds nothing to the gradient.
   Real score(int64_t i, int64_t j, Real* tanh_out) const {
     Real s = 0;
     for (int64_t c = 0; c < p.hdim_qk; ++c) s += q[i * p.hdim_qk + c] * k[j * p.hdim_qk + c];
@@ -102,7 +105,8 @@ struct HeadAttention {
       *tanh_out = t;
       s = static_cast<Real>(p.softcap) * t;
     }
-    return s;
+    const int64_t distance = i + seq.seqlen_k - seq.seqlen_q - j;
+    return s - alibi_slope * static_cast<Real>(distance < 0 ? -distance : distance);
   }
 
   // Softmax probabilities of row i over its visible keys [first, last] (p[j − first]), with the

@@ -72,10 +72,12 @@ bool visible(const detail::KVCacheProblem& p, int64_t seqlen_q, int64_t seqlen_k
 
 
 // One query row's attention over its keys k[n], v[n] (already chosen and masked), in float64:
-// out[0, hdim_v) and the row's LSE (O = 0 and -inf for no key).
+// out[0, hdim_v) and the row's LSE (O = 0 and -inf for no key). bias[n], when given, is added
+// to key n's score after the softcap (ALiBi, as FlashAttention-2).
 double attend_row(const detail::KVCacheProblem& p, const std::vector<float>& q,
                   const std::vector<const std::vector<double>*>& k,
-                  const std::vector<const std::vector<double>*>& v, double* o) {
+                  const std::vector<const std::vector<double>*>& v,
+                  const std::vector<double>& bias, double* o) {
   std::fill(o, o + p.hdim_v, 0.0);
   if (k.empty()) return -std::numeric_limits<double>::infinity();
   std::vector<double> scores;
@@ -84,6 +86,7 @@ double attend_row(const detail::KVCacheProblem& p, const std::vector<float>& q,
     for (int64_t c = 0; c < p.hdim_qk; ++c) s += double{q[c]} * (*key)[c];
     s *= p.softmax_scale;
     if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
+    if (!bias.empty()) s += bias[scores.size()];
     scores.push_back(s);
   }
   const double max = *std::max_element(scores.begin(), scores.end());
@@ -123,7 +126,7 @@ void reference_sparse(const detail::KVCacheProblem& p, double* out, double* lse)
                          p.hdim_qk, row.data());
           const int64_t token = b * p.seqlen_q + i;
           const double row_lse =
-              attend_row(p, row, keys, values, out + (token * p.heads_q + h) * p.hdim_v);
+              attend_row(p, row, keys, values, {}, out + (token * p.heads_q + h) * p.hdim_v);
           if (lse != nullptr) lse[(b * p.heads_q + h) * p.seqlen_q + i] = row_lse;
         }
       }
@@ -155,13 +158,17 @@ void reference_forward_kvcache(const detail::KVCacheProblem& p, double* out, dou
           load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes,
                          p.hdim_qk, row.data());
           std::vector<const std::vector<double>*> keys, values;
+          std::vector<double> bias;
           for (int64_t j = 0; j < seqlen_k; ++j) {
             if (!visible(p, seqlen_q, seqlen_k, i, j)) continue;
             keys.push_back(&k[j]);
             values.push_back(&v[j]);
+            if (p.vectors.alibi_slopes)
+              bias.push_back(-p.vectors.alibi_slopes.at<float>(b, h) *
+                             std::abs(static_cast<double>(i + seqlen_k - seqlen_q - j)));
           }
           const double row_lse =
-              attend_row(p, row, keys, values, out + (token * p.heads_q + h) * p.hdim_v);
+              attend_row(p, row, keys, values, bias, out + (token * p.heads_q + h) * p.hdim_v);
           if (lse != nullptr)
             lse[p.is_varlen() ? h * p.total_q + token : (b * p.heads_q + h) * p.seqlen_q + i] =
                 row_lse;

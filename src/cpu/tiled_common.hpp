@@ -45,6 +45,38 @@ struct ScoreTransform {
   bool softcap() const { return softcap_log2 > 0.0f; }
 };
 
+// ALiBi of one (sequence, head) in the exp2 domain: score(i, j) −= log2(e)·slope·|d(i) − j|,
+// d(i) = i + seqlen_k − seqlen_q (the sequence's used lengths), after the softcap as in
+// FlashAttention-2. A constant of the scores: it changes P, and no gradient formula.
+struct AlibiBias {
+  float slope_log2 = 0.0f;  // 0: none
+  int64_t offset = 0;       // seqlen_k − seqlen_q
+
+  AlibiBias(const detail::ForwardProblem& p, int64_t b, int64_t h, const Sequence& seq) {
+    if (!p.vectors.alibi_slopes) return;
+    slope_log2 = static_cast<float>(p.vectors.alibi_slopes.at<float>(b, h) * kLog2e);
+    offset = seq.seqlen_k - seq.seqlen_q;
+  }
+  bool on() const { return slope_log2 != 0.0f; }
+  // Keys [j_first, j_first + n) of row i (a row of scores).
+  void row(float* x, int n, int64_t i, int64_t j_first) const {
+    subtract(x, n, i + offset - j_first, -1);
+  }
+  // Rows [i_first, i_first + n) of key j (a column of transposed scores).
+  void column(float* x, int n, int64_t i_first, int64_t j) const {
+    subtract(x, n, i_first + offset - j, 1);
+  }
+
+ private:
+  // x[c] −= slope·|start + step·c|
+  void subtract(float* x, int n, int64_t start, int step) const {
+    for (int c = 0; c < n; ++c) {
+      const int64_t distance = start + step * c;
+      x[c] -= slope_log2 * static_cast<float>(distance < 0 ? -distance : distance);
+    }
+  }
+};
+
 // LSE (natural log) into the exp2 domain as a shift for exp2((x − high) − low), carried as two
 // floats: one rounding of lse·log2(e) would cost up to 4e-6 relative in P when |lse| ~ 100.
 // A row that saw no key (LSE −inf) gets +inf, so that its probabilities come out 0, not NaN.

@@ -13,6 +13,7 @@
 #include "common/errors.hpp"
 #include "common/mla.hpp"
 #include "sm90/bwd/launch.hpp"
+#include "sm90/decode/launch.hpp"
 #include "sm90/device.hpp"
 #include "sm90/fwd/launch.hpp"
 #include "sm90/kernel_list.hpp"
@@ -59,10 +60,18 @@ Status check_partial_out_support(const ForwardProblem& p) {
   return Status::ok();
 }
 
+// A VECTOR option (hfa/options.def) given that these kernels do not read (none yet) is refused,
+// named, rather than silently ignored.
+template <class Vectors>
+Status check_vectors(const Vectors& vectors, const char* family) {
+  return detail::refuse_unread(vectors, family, {});
+}
+
 // Whether the compiled kernels hold the problem (kernel_list.def); `family` names the caller. The
 // head dims are the API's check, as for FP8.
 Status check_support(const ForwardProblem& p, const char* family) {
   auto not_supported = [&](const std::string& what) { return sm90::not_supported(family, what); };
+  HFA_RETURN_IF_ERROR(check_vectors(p.vectors, family));
   if (p.dtype == DType::e4m3 && family == fwd::kFamily) return check_fp8_support(p);
   if (p.dtype == DType::e4m3) return not_supported("FP8 backward");
   if (!is_compiled_dtype(p.dtype)) {
@@ -103,8 +112,20 @@ Status forward(const ForwardProblem& p) {
 }
 
 Status forward_workspace_size(const ForwardProblem& p, std::size_t* bytes) {
+  *bytes = 0;
+  HFA_RETURN_IF_ERROR(check_vectors(p.vectors, fwd::kFamily));  // refused at prepare, not run
   *bytes = fwd::workspace_bytes(p);
   return Status::ok();
+}
+
+// The decode entries (decode/entry.cpp) behind what no decode kernel here reads yet, each
+// refused by name before a plan is made: every MLA form (the generic kernels would misread an
+// FP8 MLA record and ignore sparse indices) and the VECTOR options.
+template <auto entry, class... Rest>
+Status kvcache_checked(const detail::KVCacheProblem& p, Rest... rest) {
+  HFA_RETURN_IF_ERROR(detail::refuse_mla_on_gpu(p, decode::kFamily));
+  HFA_RETURN_IF_ERROR(check_vectors(p.vectors, decode::kFamily));
+  return entry(p, rest...);
 }
 
 Status backward(const BackwardProblem& p) {
@@ -157,28 +178,15 @@ Status read_to_host(std::span<const detail::HostRead> reads, Device device, void
   return Status::ok();
 }
 
-// The KV-cache entries behind the one check every MLA form needs first: no decode kernel here
-// reads an FP8 MLA record or sparse indices (the generic ones would misread the one and ignore
-// the other), so each is refused by name before a plan is made.
-Status forward_kvcache_checked(const detail::KVCacheProblem& p) {
-  HFA_RETURN_IF_ERROR(detail::refuse_mla_on_gpu(p, "sm90 KV-cache forward"));
-  return forward_kvcache(p);
-}
-
-Status forward_kvcache_workspace_size_checked(const detail::KVCacheProblem& p, std::size_t* bytes) {
-  *bytes = 0;
-  HFA_RETURN_IF_ERROR(detail::refuse_mla_on_gpu(p, "sm90 KV-cache forward"));
-  return forward_kvcache_workspace_size(p, bytes);
-}
-
 const detail::Backend kBackend{
     .name = "sm90",
     .forward = forward,
     .forward_workspace_size = forward_workspace_size,
     .backward = backward,
     .backward_workspace_size = backward_workspace_size,
-    .forward_kvcache = forward_kvcache_checked,
-    .forward_kvcache_workspace_size = forward_kvcache_workspace_size_checked,
+    .forward_kvcache = kvcache_checked<forward_kvcache>,
+    .forward_kvcache_workspace_size =
+        kvcache_checked<forward_kvcache_workspace_size, std::size_t*>,
     .quantize_kv = quantize_kv,
     .quantize_fp8 = quantize_fp8,
     .hadamard_signs = hadamard_signs,

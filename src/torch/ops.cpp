@@ -133,6 +133,46 @@ struct OptionalView {
   }
 };
 
+// --- the VECTOR rows of hfa/options.def: one list argument of the full ops -----------------------
+//
+// Every full op takes `Tensor?[]? vectors=None` last (before fwd_into's out): entry n, when given,
+// sets the struct's n-th VECTOR row in the rows' order (hfa_describe_options), named by its caller
+// name in messages. So a new row reaches the ops, their autograd and the Python front end with no
+// edit here (python/tests/test_torch_schema.py checks the list against the description).
+using Vectors = std::optional<c10::List<std::optional<Tensor>>>;
+const Vectors kNoVectors;
+
+// The VECTOR rows of an options struct, described.
+std::vector<const hfa_option_info*> vector_rows(hfa_options_struct which) {
+  int32_t count = 0;
+  const hfa_option_info* rows = hfa_describe_options(which, &count, nullptr);
+  std::vector<const hfa_option_info*> vectors;
+  for (int32_t n = 0; n < count; ++n)
+    if (rows[n].kind == HFA_KIND_VECTOR) vectors.push_back(&rows[n]);
+  return vectors;
+}
+
+// The given vectors' views, alive for one call, set in the options struct.
+struct VectorViews {
+  std::vector<OptionalView> views;
+
+  template <class Options>
+  VectorViews(const Vectors& given, hfa_options_struct which, Options& options) {
+    if (!given.has_value() || given->empty()) return;
+    static const std::vector<const hfa_option_info*> kRows[2] = {
+        vector_rows(HFA_OPTIONS_ATTENTION), vector_rows(HFA_OPTIONS_KVCACHE)};
+    const std::vector<const hfa_option_info*>& rows = kRows[which];
+    TORCH_CHECK_VALUE(given->size() <= rows.size(), "vectors: ", given->size(),
+                      " given, but the options have ", rows.size(), " VECTOR rows");
+    views.reserve(given->size());
+    for (std::size_t n = 0; n < given->size(); ++n) {
+      views.emplace_back(given->get(n), rows[n]->caller);
+      *reinterpret_cast<const hfa_tensor**>(reinterpret_cast<char*>(&options) +
+                                            rows[n]->offset) = views.back().get();
+    }
+  }
+};
+
 // The inputs' GPU current for the call (libhfa launches on the current device).
 struct OnDevice {
   c10::OptionalDeviceGuard guard;
@@ -229,6 +269,7 @@ struct AttentionArgs {  // what hfa::fwd and hfa::bwd share after q, k, v
   const OptTensor& seqused_q;
   const OptTensor& seqused_k;
   int64_t sm_margin;
+  const Vectors& vectors = kNoVectors;
 };
 
 // The options' vectors (views), alive for one call.
@@ -303,8 +344,9 @@ void forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const T
              const Tensor* lse, const AttentionArgs& a, const Fp8Args& fp8) {
   Tensor q = usable_strides(q_in), k = usable_strides(k_in), v = usable_strides(v_in);
   OnDevice on_device(q);
-  AttentionViews vectors(a);
-  hfa_options o = vectors.options(a, q);
+  AttentionViews views(a);
+  hfa_options o = views.options(a, q);
+  const VectorViews table_vectors(a.vectors, HFA_OPTIONS_ATTENTION, o);
   Fp8Views descales(fp8);
   descales.apply(fp8, o);
   const hfa_tensor qt = view(q, "q"), kt = view(k, "k"), vt = view(v, "v");
@@ -349,10 +391,11 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const Tensor& v
                                const OptTensor& seqused_q, const OptTensor& seqused_k,
                                const OptTensor& q_descale, const OptTensor& k_descale,
                                const OptTensor& v_descale, int64_t descale_block_q,
-                               int64_t descale_block_kv, int64_t sm_margin) {
+                               int64_t descale_block_kv, int64_t sm_margin,
+                               const Vectors& vectors) {
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, deterministic, sinks,
-                  seqused_q, seqused_k, sm_margin};
+                  seqused_q, seqused_k, sm_margin, vectors};
   Fp8Args fp8{q_descale, k_descale, v_descale, descale_block_q, descale_block_kv};
   bool varlen = is_varlen(cu_seqlens_q, cu_seqlens_k);
   Tensor out = new_out(q, v, varlen, seqused_q.has_value());
@@ -368,10 +411,10 @@ Tensor fwd_into(const Tensor& q, const Tensor& k, const Tensor& v,
                 const OptTensor& sinks, const OptTensor& seqused_q, const OptTensor& seqused_k,
                 const OptTensor& q_descale, const OptTensor& k_descale,
                 const OptTensor& v_descale, int64_t descale_block_q, int64_t descale_block_kv,
-                int64_t sm_margin, const Tensor& out) {
+                int64_t sm_margin, const Vectors& vectors, const Tensor& out) {
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, false, sinks,
-                  seqused_q, seqused_k, sm_margin};
+                  seqused_q, seqused_k, sm_margin, vectors};
   Fp8Args fp8{q_descale, k_descale, v_descale, descale_block_q, descale_block_kv};
   bool varlen = is_varlen(cu_seqlens_q, cu_seqlens_k);
   check_rank(q, "q", varlen);
@@ -389,10 +432,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd(
     const OptTensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
     std::optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
     double softcap, bool deterministic, const OptTensor& sinks, const OptTensor& seqused_q,
-    const OptTensor& seqused_k, int64_t sm_margin) {
+    const OptTensor& seqused_k, int64_t sm_margin, const Vectors& vectors) {
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, deterministic, sinks,
-                  seqused_q, seqused_k, sm_margin};
+                  seqused_q, seqused_k, sm_margin, vectors};
   Tensor dout = usable_strides(dout_in), q = usable_strides(q_in);
   Tensor k = usable_strides(k_in), v = usable_strides(v_in), out = usable_strides(out_in);
   Tensor lse = usable_strides(lse_in);
@@ -403,8 +446,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd(
   // A custom op cannot return None: without sinks, dsinks is an empty tensor.
   std::vector<int64_t> dsinks_shape = sinks ? sinks->sizes().vec() : std::vector<int64_t>{0};
   Tensor dsinks = at::empty(dsinks_shape, q.options().dtype(at::kFloat));
-  AttentionViews vectors(a);
-  hfa_options o = vectors.options(a, q);
+  AttentionViews views(a);
+  hfa_options o = views.options(a, q);
+  const VectorViews table_vectors(a.vectors, HFA_OPTIONS_ATTENTION, o);
   hfa_tensor dsinks_view;
   if (sinks) {
     dsinks_view = view(dsinks, "dsinks");
@@ -439,7 +483,7 @@ constexpr const char* kSavedOptions[] = {"cu_seqlens_q", "cu_seqlens_k", "max_se
                                          "max_seqlen_k", "softmax_scale", "causal",
                                          "window_left", "window_right", "softcap",
                                          "deterministic", "sinks", "seqused_q", "seqused_k",
-                                         "sm_margin"};
+                                         "sm_margin", "vectors"};
 
 struct Attention : torch::autograd::Function<Attention> {
   static torch::autograd::variable_list forward(
@@ -449,20 +493,22 @@ struct Attention : torch::autograd::Function<Attention> {
       int64_t window_left, int64_t window_right, double softcap, bool deterministic,
       const OptTensor& sinks, const OptTensor& seqused_q, const OptTensor& seqused_k,
       const OptTensor& q_descale, const OptTensor& k_descale, const OptTensor& v_descale,
-      int64_t descale_block_q, int64_t descale_block_kv, int64_t sm_margin) {
+      int64_t descale_block_q, int64_t descale_block_kv, int64_t sm_margin,
+      const Vectors& vectors) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, lse] = fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, softmax_scale, causal, window_left,
                                   window_right, softcap, deterministic, sinks, seqused_q,
                                   seqused_k, q_descale, k_descale, v_descale,
-                                  descale_block_q, descale_block_kv, sm_margin);
+                                  descale_block_q, descale_block_kv, sm_margin, vectors);
     // No gradient flows through the LSE (libhfa's backward has no dLSE input, and
     // FlashAttention-3 drops it silently); marked, lse.requires_grad says so.
     ctx->mark_non_differentiable({lse});
     ctx->save_for_backward({q, k, v, out, lse});
     c10::IValue values[] = {cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                             softmax_scale, causal, window_left, window_right, softcap,
-                            deterministic, sinks, seqused_q, seqused_k, sm_margin};
+                            deterministic, sinks, seqused_q, seqused_k, sm_margin,
+                            vectors};
     static_assert(sizeof(values) / sizeof(values[0]) == std::size(kSavedOptions));
     for (std::size_t i = 0; i < std::size(kSavedOptions); ++i)
       ctx->saved_data[kSavedOptions[i]] = values[i];
@@ -485,11 +531,11 @@ struct Attention : torch::autograd::Function<Attention> {
         d["causal"].toBool(), d["window_left"].toInt(), d["window_right"].toInt(),
         d["softcap"].toDouble(), d["deterministic"].toBool(), sinks,
         d["seqused_q"].toOptional<Tensor>(), d["seqused_k"].toOptional<Tensor>(),
-        d["sm_margin"].toInt());
+        d["sm_margin"].toInt(), d["vectors"].toOptional<c10::List<std::optional<Tensor>>>());
     // One gradient per input of forward: q, k, v, ten options, sinks, seqused_q, seqused_k,
-    // the five FP8 arguments and sm_margin. (FP8 inputs have no backward: hfa::bwd says so.
-    // So no descale is saved.)
-    torch::autograd::variable_list result(22);
+    // the five FP8 arguments, sm_margin and the vectors (none: no VECTOR row has a gradient).
+    // (FP8 inputs have no backward: hfa::bwd says so. So no descale is saved.)
+    torch::autograd::variable_list result(23);
     result[0] = dq;
     result[1] = dk;
     result[2] = dv;
@@ -505,7 +551,7 @@ std::tuple<Tensor, Tensor> fwd_autograd(
     double softcap, bool deterministic, const OptTensor& sinks, const OptTensor& seqused_q,
     const OptTensor& seqused_k, const OptTensor& q_descale, const OptTensor& k_descale,
     const OptTensor& v_descale, int64_t descale_block_q, int64_t descale_block_kv,
-    int64_t sm_margin) {
+    int64_t sm_margin, const Vectors& vectors) {
   // Inference (no input wants a gradient): no autograd node, a plain redispatch.
   const bool wants_grad =
       at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() ||
@@ -515,12 +561,12 @@ std::tuple<Tensor, Tensor> fwd_autograd(
     return fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                          softmax_scale, causal, window_left, window_right, softcap,
                          deterministic, sinks, seqused_q, seqused_k, q_descale, k_descale,
-                         v_descale, descale_block_q, descale_block_kv, sm_margin);
+                         v_descale, descale_block_q, descale_block_kv, sm_margin, vectors);
   }
   torch::autograd::variable_list result = Attention::apply(
       q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
       window_left, window_right, softcap, deterministic, sinks, seqused_q, seqused_k, q_descale,
-      k_descale, v_descale, descale_block_q, descale_block_kv, sm_margin);
+      k_descale, v_descale, descale_block_q, descale_block_kv, sm_margin, vectors);
   return {result[0], result[1]};
 }
 
@@ -552,6 +598,7 @@ struct KVCacheArgs {
   int64_t window_left, window_right;
   double softcap;
   int64_t num_splits, split_size, sm_margin;
+  const Vectors& vectors = kNoVectors;
 };
 
 // A KV-cache argument's hfa_dtype: its own, never another argument's (the library trusts the
@@ -614,6 +661,7 @@ void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_
   o.max_seqlen_q = to_int32(a.max_seqlen_q, "max_seqlen_q");
   o.cu_seqlens_k_new = cu_k_new.get();
   o.sm_margin = to_int32(a.sm_margin, "sm_margin");
+  const VectorViews table_vectors(a.vectors, HFA_OPTIONS_KVCACHE, o);
   OptionalView k_view(k_cache, own_code(k_cache, a.cache_code, "k_cache"), "k_cache", caches),
       v_view(v_cache, own_code(v_cache, a.cache_code, "v_cache"), "v_cache", caches);
   const hfa_tensor qt = view(q, "q"), ot = view(out, "out");
@@ -634,13 +682,13 @@ void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_
       const OptTensor &cu_seqlens_q, int64_t max_seqlen_q, const OptTensor &cu_seqlens_k_new,  \
       std::optional<double> softmax_scale, bool causal, int64_t window_left,                   \
       int64_t window_right, double softcap, int64_t num_splits, int64_t split_size,            \
-      int64_t sm_margin
+      int64_t sm_margin, const Vectors &vectors
 #define HFA_KVCACHE_ARGUMENTS                                                                   \
   KVCacheArgs {                                                                                 \
     cache_code, scale_code, cache_seqlens, block_table, k_scale, v_scale, k_global_scale,       \
         v_global_scale, k_new, v_new, rotary_cos, rotary_sin, rotary_interleaved,               \
         cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new, softmax_scale, causal, window_left,       \
-        window_right, softcap, num_splits, split_size, sm_margin                                \
+        window_right, softcap, num_splits, split_size, sm_margin, vectors                       \
   }
 
 Tensor kvcache_lse(const Tensor& q, bool varlen) {
@@ -754,7 +802,7 @@ Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
   }
   return Attention::apply(q, k, v, kNone, kNone, 0, 0, softmax_scale, causal, window_left,
                           window_right, softcap, deterministic, kNone, kNone, kNone, kNone,
-                          kNone, kNone, 0, 0, /*sm_margin=*/0)[0];
+                          kNone, kNone, 0, 0, /*sm_margin=*/0, kNoVectors)[0];
 }
 
 Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -773,18 +821,19 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
   const OptTensor cu_q = cu_seqlens_q, cu_k = cu_seqlens_k;
   return Attention::apply(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                           causal, window_left, window_right, softcap, deterministic, kNone,
-                          kNone, kNone, kNone, kNone, kNone, 0, 0, /*sm_margin=*/0)[0];
+                          kNone, kNone, kNone, kNone, kNone, 0, 0, /*sm_margin=*/0,
+                          kNoVectors)[0];
 }
 
 }  // namespace
 
 // Schemas: the same as python/hfa/_torch_ctypes.py's custom ops (fwd, bwd), plus the out=
 // and KV-cache forms. Optional arguments after the options keep their defaults, so that older
-// callers of hfa::fwd still bind; sm_margin comes last in every op. An option argument is named
-// by its hfa/options.def row's field and typed by the row's kind (FLAG bool, INT32 int, REAL
-// float, SCALE float?, TENSOR Tensor?): python/tests/test_torch_schema.py checks every op
-// against the library's description (hfa_describe_options), and that the full ops take every
-// row their calls read.
+// callers of hfa::fwd still bind; sm_margin and then the VECTOR rows' list come last in every
+// full op. An option argument is named by its hfa/options.def row's field and typed by the row's
+// kind (FLAG bool, INT32 int, REAL float, SCALE float?, TENSOR Tensor?; the VECTOR rows are the
+// entries of `vectors`): python/tests/test_torch_schema.py checks every op against the library's
+// description (hfa_describe_options), and that the full ops take every row their calls read.
 #define HFA_ATTENTION_OPTIONS                                                                  \
   "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "      \
   "float? softmax_scale, bool causal, int window_left, int window_right, float softcap, "
@@ -793,8 +842,9 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
 #define HFA_FP8_ARGUMENTS                                                                      \
   ", Tensor? q_descale=None, Tensor? k_descale=None, Tensor? v_descale=None, "                 \
   "int descale_block_q=0, int descale_block_kv=0"
-// SMs left free for other kernels (hfa_options.sm_margin), last in every op.
-#define HFA_SM_MARGIN ", int sm_margin=0"
+// SMs left free for other kernels (hfa_options.sm_margin), and the VECTOR rows (VectorViews),
+// last in every full op.
+#define HFA_SM_MARGIN ", int sm_margin=0, Tensor?[]? vectors=None"
 #define HFA_KVCACHE_SCHEMA                                                                     \
   "Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, int cache_code, int scale_code, "         \
   "Tensor cache_seqlens, Tensor? block_table, Tensor? k_scale, Tensor? v_scale, "               \

@@ -15,6 +15,7 @@
 
 #include "api/fixture.hpp"
 #include "api/options.hpp"
+#include "api/validate.hpp"
 #include "kvcache/kv_case.hpp"
 
 namespace hfa::test {
@@ -36,6 +37,7 @@ double read(const void* c, const hfa_option_info& row) {
     case HFA_KIND_SCALE: return *reinterpret_cast<const float*>(at);
     case HFA_KIND_BYTES: return static_cast<double>(*reinterpret_cast<const std::size_t*>(at));
     case HFA_KIND_TENSOR:
+    case HFA_KIND_VECTOR:
     case HFA_KIND_HANDLE: return *reinterpret_cast<void* const*>(at) != nullptr;
   }
   return std::nan("");
@@ -137,6 +139,7 @@ void expect_round_trip(hfa_options_struct which, C c) {
       case HFA_KIND_SCALE: write(&c, row, 0.25 * distinct); break;
       case HFA_KIND_BYTES: *reinterpret_cast<std::size_t*>(at) = 1000u + distinct; break;
       case HFA_KIND_TENSOR:
+      case HFA_KIND_VECTOR:
       case HFA_KIND_HANDLE: *reinterpret_cast<void**>(at) = target + distinct % 64; break;
     }
   }
@@ -151,16 +154,22 @@ TEST(OptionTable, CThroughCppAndBack) {
                                                          hfa_default_kvcache_options());
 }
 
-// The fixture's call with one field of its options changed, through the C ABI: a forward for
-// the rows a forward reads, else a backward.
-hfa_status attention_call(Attention& a, const hfa_option_info& row, double value) {
+// The fixture's call with its C options changed by edit(c), through the C ABI: a forward for
+// a row a forward reads, else a backward.
+template <class Edit>
+hfa_status attention_call_edited(Attention& a, const hfa_option_info& row, Edit edit) {
   a.poison_outputs();
   hfa_options c = to_c(a.options);
-  write(&c, row, value);
+  edit(c);
   if (row.calls & HFA_CALL_FORWARD)
     return hfa_forward(&a.q.tensor, &a.k.tensor, &a.v.tensor, &a.out.tensor, &a.lse.tensor, &c);
   return hfa_backward(&a.dout.tensor, &a.q.tensor, &a.k.tensor, &a.v.tensor, &a.out.tensor,
                       &a.lse.tensor, &a.dq.tensor, &a.dk.tensor, &a.dv.tensor, &c);
+}
+
+// ... with one field set to `value`.
+hfa_status attention_call(Attention& a, const hfa_option_info& row, double value) {
+  return attention_call_edited(a, row, [&](hfa_options& c) { write(&c, row, value); });
 }
 
 TEST(OptionTable, AttentionValuesOutOfRangeAreRejected) {
@@ -216,6 +225,124 @@ TEST(OptionTable, KVCacheValuesOutOfRangeAreRejected) {
   }
   EXPECT_GE(ranged_rows, 8);  // the score options, num_splits, split_size, ...
   EXPECT_GE(tested, ranged_rows);
+}
+
+// ---- VECTOR rows: each tried with the forms its row accepts and with forms it does not ---------
+
+// A vector of `rank` dims of zeros over storage aligned for any dtype, packed unless `last`
+// (the last dim's stride) says otherwise.
+struct VectorArg {
+  std::vector<double> storage = std::vector<double>(512);
+  hfa_tensor tensor{};
+  VectorArg(hfa_dtype dtype, std::vector<int64_t> shape, int64_t last = 1) {
+    tensor.data = storage.data();
+    tensor.dtype = dtype;
+    tensor.rank = static_cast<int32_t>(shape.size());
+    int64_t stride = last;
+    for (int d = tensor.rank - 1; d >= 0; --d) {
+      tensor.shape[d] = shape[d];
+      tensor.stride[d] = stride;
+      stride *= shape[d];
+    }
+    tensor.device = HFA_CPU;
+  }
+};
+
+// The shapes a row accepts in a call of `batch` sequences and `heads` query heads.
+std::vector<std::vector<int64_t>> accepted_shapes(const hfa_option_info& row, int64_t batch,
+                                                  int64_t heads) {
+  std::vector<std::vector<int64_t>> shapes;
+  const auto bits = static_cast<uint32_t>(row.high);
+  if (bits & HFA_SHAPE_HEADS) shapes.push_back({heads});
+  if (bits & HFA_SHAPE_BATCH) shapes.push_back({batch});
+  if (bits & HFA_SHAPE_BATCH_HEADS) shapes.push_back({batch, heads});
+  return shapes;
+}
+
+// What a call must reject, each naming the row: another dtype, an extent off by one, one dim
+// more, a last stride of 2, another device.
+std::vector<VectorArg> rejected_vectors(const hfa_option_info& row, int64_t batch,
+                                        int64_t heads) {
+  const auto dtype = static_cast<hfa_dtype>(row.low);
+  std::vector<VectorArg> bad;
+  bad.emplace_back(dtype == HFA_F32 ? HFA_I32 : HFA_F32, accepted_shapes(row, batch, heads)[0]);
+  for (std::vector<int64_t> shape : accepted_shapes(row, batch, heads)) {
+    bad.emplace_back(dtype, shape, 2);
+    shape.back() += 1;
+    bad.emplace_back(dtype, shape);
+    shape.back() -= 1;
+    shape.push_back(2);
+    bad.emplace_back(dtype, shape);
+  }
+  bad.emplace_back(dtype, accepted_shapes(row, batch, heads)[0]);
+  bad.back().tensor.device = HFA_CUDA;
+  return bad;
+}
+
+void set_vector(void* c, const hfa_option_info& row, const hfa_tensor* t) {
+  *reinterpret_cast<const hfa_tensor**>(static_cast<unsigned char*>(c) + row.offset) = t;
+}
+
+hfa_status attention_call_with(Attention& a, const hfa_option_info& row, const hfa_tensor* t) {
+  return attention_call_edited(a, row, [&](hfa_options& c) { set_vector(&c, row, t); });
+}
+
+TEST(OptionTable, AttentionVectorsTakeTheirRowsFormsOnly) {
+  Attention a;
+  for (const hfa_option_info& row : rows(HFA_OPTIONS_ATTENTION)) {
+    if (row.kind != HFA_KIND_VECTOR) continue;
+    for (VectorArg& bad : rejected_vectors(row, a.batch, a.heads_q)) {
+      SCOPED_TRACE(std::string(row.name) + " of shape " +
+                   std::to_string(bad.tensor.shape[0]) + ", rank " +
+                   std::to_string(bad.tensor.rank));
+      EXPECT_TRUE(RejectedNaming(attention_call_with(a, row, &bad.tensor), row));
+      EXPECT_TRUE(a.forward_outputs_untouched() && a.backward_outputs_untouched());
+    }
+    // Every accepted form is read by the CPU backend; a backend whose kernels read no vector
+    // (sm90's check, refuse_unread with nothing read) refuses it, naming it: no row is ignored.
+    for (const std::vector<int64_t>& shape : accepted_shapes(row, a.batch, a.heads_q)) {
+      VectorArg good(static_cast<hfa_dtype>(row.low), shape);
+      EXPECT_EQ(attention_call_with(a, row, &good.tensor), HFA_SUCCESS)
+          << row.name << ": " << hfa_last_error();
+      hfa_options c = to_c(a.options);
+      set_vector(&c, row, &good.tensor);
+      const Options with_row = detail::from_c(c);
+      detail::ForwardProblem problem;
+      ASSERT_TRUE(detail::build_forward_problem(
+                      {&a.q.tensor, &a.k.tensor, &a.v.tensor, &a.out.tensor, nullptr, &with_row},
+                      detail::Purpose::run, &problem)
+                      .is_ok());
+      const Status refused = detail::refuse_unread(problem.vectors, "sm90 forward", {});
+      EXPECT_EQ(refused.code(), Code::not_supported);
+      EXPECT_EQ(refused.message().rfind(std::string(row.name) + ": not supported", 0), 0u)
+          << refused.message();
+    }
+  }
+}
+
+TEST(OptionTable, KVCacheVectorsTakeTheirRowsFormsOnly) {
+  for (const hfa_option_info& row : rows(HFA_OPTIONS_KVCACHE)) {
+    if (row.kind != HFA_KIND_VECTOR) continue;
+    KVCase c;
+    c.cache_seqlens = {5, 0, 40};
+    c.build();
+    auto call = [&](const hfa_tensor* t) {
+      hfa_kvcache_options o = to_c(c.options);
+      set_vector(&o, row, t);
+      return hfa_forward_kvcache(&c.q.tensor, &c.k.tensor, &c.v.tensor, &c.out.tensor,
+                                 &c.lse.tensor, &o);
+    };
+    const std::vector<unsigned char> out_before = c.out.bytes;
+    for (VectorArg& bad : rejected_vectors(row, c.batch(), c.heads_q())) {
+      SCOPED_TRACE(std::string(row.name) + " of rank " + std::to_string(bad.tensor.rank));
+      EXPECT_TRUE(RejectedNaming(call(&bad.tensor), row));
+      EXPECT_TRUE(c.out.bytes == out_before);
+    }
+    for (const std::vector<int64_t>& shape : accepted_shapes(row, c.batch(), c.heads_q())) {
+      VectorArg good(static_cast<hfa_dtype>(row.low), shape);
+      EXPECT_EQ(call(&good.tensor), HFA_SUCCESS) << row.name << ": " << hfa_last_error();
+    }
+  }
 }
 
 }  // namespace

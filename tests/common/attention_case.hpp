@@ -42,6 +42,9 @@ struct AttentionCase {
   std::vector<int32_t> seqused_q;
   std::vector<int32_t> seqused_k;
   bool sinks = false;        // random attention sinks (one logit per query head)
+  // ALiBi slopes (hfa_options.alibi_slopes), random and positive: one per query head, or one per
+  // (sequence, query head).
+  enum class Alibi { none, per_head, per_sequence_head } alibi = Alibi::none;
   int64_t padding = 0;       // unused elements after every head row: non-contiguous tensors
   double input_scale = 1.0;  // stddev of q and k (large values stress the softmax)
   uint64_t seed = 1;
@@ -80,6 +83,7 @@ struct AttentionCase {
     lengths("usedq", seqused_q);
     lengths("usedk", seqused_k);
     if (sinks) s << "_sinks";
+    if (alibi != Alibi::none) s << (alibi == Alibi::per_head ? "_alibi" : "_alibi_per_sequence");
     if (padding > 0) s << "_padded";
     if (input_scale != 1.0) s << "_large";
     return s.str();
@@ -128,6 +132,15 @@ class AttentionData {
       for (int64_t h = 0; h < c.heads_q; ++h) sinks.push_back(static_cast<float>(draw.get(h)));
       dsinks.assign(static_cast<std::size_t>(c.heads_q), std::numeric_limits<float>::quiet_NaN());
     }
+    if (c.alibi != AttentionCase::Alibi::none) {
+      // |N(0, 0.3)| + 0.01: a bias from a few hundredths to ~1 per key of distance, so that
+      // near keys dominate some rows and not others.
+      const int64_t rows = c.alibi == AttentionCase::Alibi::per_head ? 1 : c.sequences();
+      HostTensor draw(DType::f32, {rows * c.heads_q});
+      draw.fill_normal(c.seed * 8 + 6, 0.3);
+      for (int64_t n = 0; n < rows * c.heads_q; ++n)
+        alibi_slopes.push_back(static_cast<float>(std::fabs(draw.get(n)) + 0.01));
+    }
   }
 
   const AttentionCase& spec() const { return case_; }
@@ -167,6 +180,12 @@ class AttentionData {
     p.lse_batch_stride = c.is_varlen() ? 0 : lse.stride(0);
     p.lse_head_stride = c.is_varlen() ? lse.stride(0) : lse.stride(1);
     if (c.sinks) p.sinks = sinks.data();
+    if (c.alibi != AttentionCase::Alibi::none) {
+      p.vectors.alibi_slopes.data = alibi_slopes.data();
+      p.vectors.alibi_slopes.head_stride = 1;
+      if (c.alibi == AttentionCase::Alibi::per_sequence_head)
+        p.vectors.alibi_slopes.batch_stride = c.heads_q;
+    }
     if (!c.seqused_q.empty()) p.seqused_q = c.seqused_q.data();
     if (!c.seqused_k.empty()) p.seqused_k = c.seqused_k.data();
     p.softmax_scale = c.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(c.hdim_qk)));
@@ -211,6 +230,13 @@ class AttentionData {
 
   HostTensor q, k, v, out, lse, dout, dq, dk, dv;
   std::vector<float> sinks, dsinks;  // (heads_q) when the case has sinks; dsinks starts NaN
+  std::vector<float> alibi_slopes;   // (heads_q) or (sequences, heads_q), as the case says
+  // The slope of sequence b's head h.
+  float alibi_slope(int64_t b, int64_t h) const {
+    if (alibi_slopes.empty()) return 0.0f;
+    return alibi_slopes[static_cast<std::size_t>(
+        (case_.alibi == AttentionCase::Alibi::per_head ? 0 : b * case_.heads_q) + h)];
+  }
 
  private:
   static std::vector<int32_t> prefix_sums(const std::vector<int32_t>& lengths) {

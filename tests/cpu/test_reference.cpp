@@ -258,7 +258,8 @@ TEST(Reference, GradientsMatchFiniteDifferencesSinks) {
   check_gradients_by_finite_differences(c);
 }
 
-TEST(Reference, GradientsMatchFiniteDifferencesSinksSequsedVarlen) {
+// Varlen with an empty sequence, used lengths and GQA.
+AttentionCase varlen_seqused_case() {
   AttentionCase c = small_case();
   c.heads_q = 4;
   c.heads_kv = 2;
@@ -266,9 +267,120 @@ TEST(Reference, GradientsMatchFiniteDifferencesSinksSequsedVarlen) {
   c.varlen_k = {5, 2, 4};
   c.seqused_q = {2, 0, 4};
   c.seqused_k = {5, 1, 2};
+  return c;
+}
+
+TEST(Reference, GradientsMatchFiniteDifferencesSinksSequsedVarlen) {
+  AttentionCase c = varlen_seqused_case();
   c.causal = true;
   c.sinks = true;
   check_gradients_by_finite_differences(c);
+}
+
+// ---- ALiBi ---------------------------------------------------------------------------------
+
+// q (1 × 1), k = [0, 1], v = [1, 3], scale 1, slope 0.5: key j is 1 − j keys from the diagonal
+// (seqlen_k − seqlen_q = 1), so the scores [0, 1] become [−0.5, 1].
+TEST(Reference, AlibiByHand) {
+  AttentionData data = two_key_case(0.0f);
+  data.alibi_slopes = {0.5f};
+  detail::ForwardProblem p = data.forward_problem();
+  p.vectors.alibi_slopes = {data.alibi_slopes.data(), 0, 1};
+  double out = 0, lse = 0;
+  cpu::reference_forward(p, &out, &lse);
+  const double a = std::exp(-0.5), b = std::exp(1.0);
+  EXPECT_NEAR(out, (a * 1 + b * 3) / (a + b), 1e-15);
+  EXPECT_NEAR(lse, std::log(a + b), 1e-15);
+}
+
+// The oracle against attention written out densely here, in float64 and with none of the
+// oracle's code: every (i, j) scored, masked and biased by the definition in hfa/options.def.
+void expect_oracle_matches_dense(const AttentionCase& c) {
+  SCOPED_TRACE(c.name());
+  AttentionData data(c);
+  const detail::ForwardProblem p = data.forward_problem();
+  std::vector<double> out(static_cast<std::size_t>(data.out.numel())), lse(data.lse.numel());
+  cpu::reference_forward(p, out.data(), lse.data());
+
+  const int64_t group = c.heads_q / c.heads_kv;
+  for (int64_t b = 0; b < c.sequences(); ++b) {
+    const int64_t q0 = c.is_varlen() ? data.cu_seqlens_q()[b] : b * c.seqlen_q;
+    const int64_t k0 = c.is_varlen() ? data.cu_seqlens_k()[b] : b * c.seqlen_k;
+    int64_t sq = c.is_varlen() ? c.varlen_q[b] : c.seqlen_q;
+    int64_t sk = c.is_varlen() ? c.varlen_k[b] : c.seqlen_k;
+    if (!c.seqused_q.empty()) sq = c.seqused_q[b];
+    if (!c.seqused_k.empty()) sk = c.seqused_k[b];
+    for (int64_t h = 0; h < c.heads_q; ++h) {
+      const double slope = data.alibi_slope(b, h);
+      for (int64_t i = 0; i < sq; ++i) {
+        std::vector<double> score(static_cast<std::size_t>(sk), -kInf);
+        double max = -kInf;
+        for (int64_t j = 0; j < sk; ++j) {
+          const int64_t diagonal = i + sk - sq;
+          const int32_t right = c.effective_window_right();
+          if (right >= 0 && j > diagonal + right) continue;
+          if (c.window_left >= 0 && j < diagonal - c.window_left) continue;
+          double s = 0;
+          for (int64_t d = 0; d < c.hdim_qk; ++d)
+            s += data.q.get(((q0 + i) * c.heads_q + h) * c.hdim_qk + d) *
+                 data.k.get(((k0 + j) * c.heads_kv + h / group) * c.hdim_qk + d);
+          s *= c.softmax_scale.value_or(1 / std::sqrt(static_cast<float>(c.hdim_qk)));
+          if (c.softcap > 0) s = c.softcap * std::tanh(s / c.softcap);
+          score[j] = s - slope * std::abs(double(diagonal - j));
+          max = std::max(max, score[j]);
+        }
+        const int64_t lse_at = c.is_varlen() ? h * data.total_q() + q0 + i
+                                             : (b * c.heads_q + h) * c.seqlen_q + i;
+        double* out_row = &out[((q0 + i) * c.heads_q + h) * c.hdim_v];
+        if (max == -kInf) {  // a row that sees no key: O = 0, LSE = −inf
+          EXPECT_EQ(lse[lse_at], -kInf);
+          for (int64_t d = 0; d < c.hdim_v; ++d) EXPECT_EQ(out_row[d], 0.0);
+          continue;
+        }
+        double sum = 0;
+        for (double& x : score) sum += (x = std::exp(x - max));
+        EXPECT_NEAR(lse[lse_at], max + std::log(sum), 1e-12) << b << " " << h << " " << i;
+        for (int64_t d = 0; d < c.hdim_v; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j < sk; ++j)
+            o += score[j] / sum * data.v.get(((k0 + j) * c.heads_kv + h / group) * c.hdim_v + d);
+          EXPECT_NEAR(out_row[d], o, 1e-12);
+        }
+      }
+    }
+  }
+}
+
+TEST(Reference, AlibiMatchesDenseAttention) {
+  AttentionCase c = small_case();
+  c.softmax_scale = 0.4f;
+  c.alibi = AttentionCase::Alibi::per_head;
+  c.window_left = 3;
+  c.window_right = 1;
+  expect_oracle_matches_dense(c);
+  // Varlen with used lengths (the last sequence: 4 rows over 2 keys, negative distances),
+  // causal, softcap, GQA, a slope per (sequence, head).
+  AttentionCase varlen = varlen_seqused_case();
+  varlen.causal = true;
+  varlen.softcap = 2.0f;
+  varlen.alibi = AttentionCase::Alibi::per_sequence_head;
+  expect_oracle_matches_dense(varlen);
+}
+
+// Per head with causal, softcap and rows that see no key; per (sequence, head) with varlen,
+// used lengths, a window and sinks.
+TEST(Reference, GradientsMatchFiniteDifferencesAlibi) {
+  AttentionCase causal = small_case();
+  causal.seqlen_q = 9;
+  causal.causal = true;
+  causal.softcap = 3.0f;
+  causal.alibi = AttentionCase::Alibi::per_head;
+  check_gradients_by_finite_differences(causal);
+  AttentionCase varlen = varlen_seqused_case();
+  varlen.window_left = 2;
+  varlen.sinks = true;
+  varlen.alibi = AttentionCase::Alibi::per_sequence_head;
+  check_gradients_by_finite_differences(varlen);
 }
 
 }  // namespace

@@ -144,6 +144,39 @@ std::vector<AttentionCase> sink_and_seqused_cases() {
 }
 
 class TiledMatrix : public ::testing::TestWithParam<AttentionCase> {};
+// ALiBi (per head, per (sequence, head)) against every other option, on odd sizes: every dtype
+// meets causal, windows, softcap, GQA, varlen with empty sequences, used lengths and sinks.
+std::vector<AttentionCase> alibi_cases() {
+  std::vector<AttentionCase> cases;
+  auto add = case_adder(cases, 700);
+  using A = AttentionCase::Alibi;
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    add([&](AttentionCase& c) {
+      c.dtype = dtype, c.alibi = A::per_head, c.seqlen_q = 100, c.seqlen_k = 301, c.heads_q = 2;
+    });
+    add([&](AttentionCase& c) {
+      c.dtype = dtype, c.alibi = A::per_sequence_head, c.batch = 2, c.seqlen_q = 255;
+      c.seqlen_k = 17, c.causal = true, c.heads_q = 4, c.heads_kv = 2;
+    });
+    add([&](AttentionCase& c) {
+      c.dtype = dtype, c.alibi = A::per_head, c.seqlen_q = 199, c.seqlen_k = 151;
+      c.window_left = 30, c.window_right = 5, c.softcap = 5.0f, c.heads_q = 4, c.heads_kv = 1;
+      c.hdim_qk = c.hdim_v = 128;
+    });
+    add([&](AttentionCase& c) {
+      c.dtype = dtype, c.alibi = A::per_sequence_head, c.sinks = true, c.causal = true;
+      c.varlen_q = {0, 70, 131, 1}, c.varlen_k = {4, 0, 261, 9}, c.heads_q = 4, c.heads_kv = 2;
+    });
+    add([&](AttentionCase& c) {
+      c.dtype = dtype, c.alibi = A::per_sequence_head, c.padding = 3;
+      c.varlen_q = {150, 33}, c.varlen_k = {140, 200}, c.seqused_q = {129, 20};
+      c.seqused_k = {70, 199}, c.window_left = 40, c.window_right = 10, c.softcap = 5.0f;
+      c.heads_q = 6, c.heads_kv = 2, c.hdim_qk = c.hdim_v = 96;
+    });
+  }
+  return cases;
+}
+
 TEST_P(TiledMatrix, ForwardAndBackwardMatchReference) { check_forward_and_backward(GetParam()); }
 
 std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
@@ -152,6 +185,7 @@ std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Matrix, TiledMatrix, ::testing::ValuesIn(matrix_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Special, TiledMatrix, ::testing::ValuesIn(special_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Alibi, TiledMatrix, ::testing::ValuesIn(alibi_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(SinksSeqused, TiledMatrix, ::testing::ValuesIn(sink_and_seqused_cases()),
                          case_name);
 
