@@ -171,6 +171,14 @@ HFA_HD inline int window_first_key(int window_left, int diagonal_key) {
 HFA_HD inline int window_last_key(int window_right, int diagonal_key) {
   return diagonal_key + window_right;
 }
+// The inverse, for walks over the queries of a key (the backward): the first and last query that
+// see key j, from the query on its diagonal (j − diagonal).
+HFA_HD inline int window_first_query(int window_right, int diagonal_query) {
+  return diagonal_query - window_right;
+}
+HFA_HD inline int window_last_query(int window_left, int diagonal_query) {
+  return diagonal_query + window_left;
+}
 struct WindowRule {
   int left;   // −1: unbounded
   int right;  // −1: unbounded
