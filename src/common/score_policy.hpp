@@ -101,6 +101,26 @@ struct Softcap {
   }
 };
 
+// Softcap in the decode kernels' form: one kernel serves both (a uniform runtime branch, which
+// skips masked scores: they stay −inf), the score arrives as s·softmax_scale/c and leaves in the
+// log2 domain, c·log2(e)·tanh(x), through the library's tanhf.
+struct SoftcapLog2 {
+  static constexpr bool kPositional = false;
+  static constexpr bool kScalesGrad = false;  // decode has no backward
+
+  float cap_log2;  // c·log2(e)
+
+  template <typename T>
+  HFA_HD T score(T x, const ScorePosition& = {}) const {
+#if defined(__CUDA_ARCH__)
+    static_assert(std::is_same_v<T, float>, "device scores are fp32");
+    return cap_log2 * tanhf(x);
+#else
+    return T(cap_log2) * std::tanh(x);
+#endif
+  }
+};
+
 // ALiBi (FlashAttention-2's semantics): logits get −slope·|i + seqlen_k − seqlen_q − j|, after
 // the scale and after the softcap; slope_in_units is the slope in the tile's units. Additive:
 // the backward's dS needs no factor. Not instantiated in the GPU kernels yet.
