@@ -16,6 +16,12 @@
 // applied to the tile itself), so a modifier works in the tile's units: q·k without a softcap,
 // tanh(q·k·scale/c) with one (scale_log2 = c·log2(e) then). A bias b in logits becomes b / unit
 // in these units, unit = softmax_scale, or c under a softcap (score_unit below).
+//
+// The CPU backend adopts the same pieces (a later step): the float64 oracle (cpu/reference.cpp)
+// takes a raw q·k, gets its logit as mods.score(q·k, at, factor)·score_unit(...) (factor: the
+// backward's 1 − tanh² today) and its visible keys from WindowRule (KeyWindow's first/last are
+// window_first_key/window_last_key clamped); the tiled backend's ScoreTransform keeps its
+// folding (scale into Q, c·log2(e) after) and calls Softcap/Alibi per tile, as the GPU does.
 #pragma once
 
 #include <cmath>
@@ -39,6 +45,8 @@ struct ScorePosition {
     return d < 0 ? -d : d;
   }
 };
+
+inline constexpr float kLog2e = 1.4426950408889634f;
 
 // The logit unit of the tile's scores (see the header comment).
 HFA_HD inline float score_unit(float softmax_scale, float softcap) {
@@ -176,6 +184,16 @@ struct ScoreMods {
 // would add a switch here and a slot filled in ScoreMods' bias.
 template <bool kSoftcap>
 using ListedMods = std::conditional_t<kSoftcap, ScoreMods<Softcap>, ScoreMods<>>;
+
+// ---- Row terms ------------------------------------------------------------------------------
+
+// Attention sinks: per query head one more logit (in logits, problem.hpp) that joins every row's
+// softmax denominator and no value. In the kernels' log2 domain sink·log2(e); −inf without
+// sinks, so that a row that sees no key still gets O = 0 and LSE = −inf.
+struct SinkLogit {
+  const float* sinks;  // [heads_q]; null: none
+  HFA_HD float log2(int head) const { return sinks != nullptr ? sinks[head] * kLog2e : -INFINITY; }
+};
 
 // ---- The mask rule --------------------------------------------------------------------------
 
