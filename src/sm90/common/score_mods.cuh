@@ -21,8 +21,11 @@ __device__ __forceinline__ Mods score_mods(float softcap_prescale) {
   return mods;
 }
 
-// Transforms one thread's accumulator of a tile. Position-free modifiers only: a positional one
-// (ALiBi) needs the fragment's (query, key) coordinates, which the callers pass when it comes.
+// Transforms one thread's accumulator of a tile. Position-free modifiers only. A positional one
+// (ALiBi) takes an overload with the fragment's coordinates: register i holds the query of row
+// half fragment_row_half(i) (per half, since PackGQA's rows map to queries and heads through
+// query_of_row, the heads giving each half its slope) and the key first_key +
+// fragment_column(i, 0), as fwd/mask.cuh computes them (bwd/mask.cuh transposed).
 template <typename Mods, int kAcc>
 __device__ __forceinline__ void apply_score_mods(float (&s)[kAcc], const Mods& mods) {
   static_assert(!Mods::kPositional, "positional modifiers: not instantiated on the GPU yet");
