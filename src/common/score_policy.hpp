@@ -2,15 +2,18 @@
 // (query, key) pairs exist at all, stated once for every kernel (sm90 forward, backward, decode)
 // and, host/device, for the CPU backend and its float64 oracle.
 //
-// A policy is a compile-time composition, chosen by the kernel list (kernel_list.def) per
-// instantiation, so a kernel pays only for the modifiers it was compiled with:
-//   ScorePolicy<ScoreMods, MaskRule>
-//   - ScoreMods: score modifiers applied in order to each score of a tile. Today NoScoreMod or
-//     Softcap; Alibi below is ready for the kernels (added after the softcap, as in FA2).
-//   - MaskRule: which key blocks a query block visits, whether a visited block needs element
-//     masking, and the element mask. Today the window rule (causal, sliding, varlen bounds:
-//     WindowRule); BlockSparse below adds block lists and per-block bit masks on top of it.
-// Adding a modifier is one component here plus one option field (problem.hpp → Params).
+// A policy is chosen at compile time by the kernel list (kernel_list.def) per instantiation, so
+// a kernel pays only for what it was compiled with. It has two parts:
+//   - the score modifiers, ScoreMods<Cap, Bias>, applied in order to each score of a tile: today
+//     none or Softcap (ListedMods); Alibi below is ready for the kernels (after the softcap);
+//   - the mask rule: which key blocks a query block visits, whether a visited block needs
+//     element masking, and the element mask. Today the window rule (causal, sliding, varlen
+//     bounds: WindowRule; the kernels' switch kWindowed); BlockSparse below adds block lists
+//     and per-block bit masks on top of it.
+// Plus the rows' sinks (SinkLogit), a term of the softmax's denominator. The sm90 kernels apply
+// the modifiers in one place each (sm90/common/score_mods.cuh says where) and the rule through
+// sm90/common/window.cuh. Adding a modifier is one component here plus one option field
+// (problem.hpp → Params).
 //
 // Units. The kernels multiply a score by scale_log2 inside the softmax's exp2 (the scale is not
 // applied to the tile itself), so a modifier works in the tile's units: q·k without a softcap,
@@ -229,9 +232,12 @@ struct WindowRule {
 
 // Block-sparse masks in FlexAttention's BlockMask layout, on top of the window rule: per
 // (batch, head, query block) a list of key blocks to visit, split into full blocks (no element
-// mask) and partial blocks, each partial block with one bit per (query, key) pair. The
-// backward's transposed lists (per key block, the query blocks) have the same layout. Not
-// instantiated in the GPU kernels yet: the backends refuse block masks.
+// mask: full_kv_num_blocks, full_kv_indices) and partial blocks (kv_num_blocks, kv_indices),
+// each partial block with one bit per (query, key) pair. The backward's transposed lists (per
+// key block, the query blocks) have the same layout. Not instantiated in the GPU kernels yet:
+// the backends refuse block masks. In a kernel, the walk over a BlockRange becomes a walk over
+// visit(list, k) for k < count(list), block_needs_mask becomes `partial ||` the window's test,
+// and the element mask ANDs visible(bits_entry, row, column) into the window's.
 struct BlockSparse {
   // [batch·heads·row_blocks]: how many partial / full blocks a query block visits.
   const int32_t* partial_count;
@@ -246,8 +252,9 @@ struct BlockSparse {
   int block_rows;   // 128 in FlexAttention's default
   int block_cols;
 
-  HFA_HD int64_t list_base(int batch_head, int row_block, int row_blocks) const {
-    return (static_cast<int64_t>(batch_head) * row_blocks + row_block);
+  // The list of one query block: batch_head = batch·heads + head.
+  HFA_HD int64_t list_index(int batch_head, int row_block, int row_blocks) const {
+    return static_cast<int64_t>(batch_head) * row_blocks + row_block;
   }
   // The key blocks the query block visits: full ones first, then partial ones; visit k of
   // count() gives the key block and whether it needs its bits.
@@ -269,18 +276,6 @@ struct BlockSparse {
     const uint64_t* block = partial_bits + bits_entry * block_rows * words_per_row;
     return (block[row * words_per_row + column / 64] >> (column % 64)) & 1u;
   }
-};
-
-// A policy: the score modifiers and, for each visited block, the mask rule. The GPU kernels read
-// the parts as types (Policy::Mods, kWindowed) and apply them in one place each:
-//   forward:  fwd/mainloop.cuh ConsumerMainloop::softmax_step (score_tile, then the mask);
-//   backward: bwd/mainloop.cuh ConsumerMainloop::probabilities / score_gradients;
-//   decode:   decode/kernel.cuh and stream_kernel.cuh, the softcap branch.
-template <typename Mods_, bool kWindowed_, bool kBlockSparse_ = false>
-struct ScorePolicy {
-  using Mods = Mods_;
-  static constexpr bool kWindowed = kWindowed_;
-  static constexpr bool kBlockSparse = kBlockSparse_;
 };
 
 }  // namespace hfa::policy

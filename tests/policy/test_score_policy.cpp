@@ -55,7 +55,7 @@ TEST(ScorePolicy, AlibiBiasesTheLogitsAfterScaleAndSoftcap) {
         const ScorePosition at{i, j, seqlen_k - seqlen_q};
         const double tile = 0.3;  // a score in the tile's units
         const double logit = alibi.score(tile, at) * unit;
-        const double expected = tile * unit - slope * std::abs(i + seqlen_k - seqlen_q - j);
+        const double expected = tile * unit - double{slope} * std::abs(i + seqlen_k - seqlen_q - j);
         EXPECT_NEAR(logit, expected, 1e-6) << i << ' ' << j;
       }
     }
@@ -129,8 +129,8 @@ TEST(ScorePolicy, BlockSparseVisitsFullThenPartialBlocks) {
   const BlockSparse mask{partial_count.data(), full_count.data(), partial.data(), full.data(),
                          bits.data(),          max_blocks,        2,              2};
 
-  EXPECT_EQ(mask.count(mask.list_base(0, 1, 3)), 0);  // an empty row of blocks
-  const int64_t first = mask.list_base(0, 0, 3);
+  EXPECT_EQ(mask.count(mask.list_index(0, 1, 3)), 0);  // an empty row of blocks
+  const int64_t first = mask.list_index(0, 0, 3);
   ASSERT_EQ(mask.count(first), 2);
   EXPECT_EQ(mask.visit(first, 0).block, 0);
   EXPECT_FALSE(mask.visit(first, 0).partial);
@@ -141,7 +141,7 @@ TEST(ScorePolicy, BlockSparseVisitsFullThenPartialBlocks) {
   EXPECT_FALSE(mask.visible(v.bits_entry, 0, 1));
   EXPECT_TRUE(mask.visible(v.bits_entry, 1, 1));
 
-  const int64_t last = mask.list_base(0, 2, 3);
+  const int64_t last = mask.list_index(0, 2, 3);
   ASSERT_EQ(mask.count(last), 2);
   EXPECT_EQ(mask.visit(last, 0).block, 3);
   const BlockSparse::Visit d = mask.visit(last, 1);

@@ -52,9 +52,9 @@ struct TileConfig {
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr bool kWindowed = kWindowed_;
   static constexpr bool kSoftcap = kSoftcap_;
-  // The score policy (src/common/score_policy.hpp) the kernel list's switches select.
+  // The score policy (src/common/score_policy.hpp) the kernel list's switches select: these
+  // modifiers, and the window rule's masks where kWindowed (past seqlen_k always).
   using Mods = policy::ListedMods<kSoftcap>;
-  using Policy = policy::ScorePolicy<Mods, kWindowed>;
   static constexpr bool kDeterministic = kDeterministic_;
   static constexpr int kSlabsQK = kHeadDimQK / kSlabColumns;
   static constexpr int kSlabsV = kHeadDimV / kSlabColumns;

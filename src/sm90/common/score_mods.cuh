@@ -1,7 +1,9 @@
-// The score policy's modifiers (src/common/score_policy.hpp) applied to a tile in registers: the
-// one place each kernel transforms its scores. The kernels' tile configurations name the
-// modifiers (TileConfig::Mods, from the kernel list's softcap switch); the per-problem values
-// come from the kernel's parameters.
+// The score policy's modifiers (src/common/score_policy.hpp) applied to a tile in registers. The
+// kernels' tile configurations name the modifiers (TileConfig::Mods, from the kernel list's
+// softcap switch), the per-problem values come from the kernel's parameters, and each kernel
+// transforms its scores in one place: the forward in fwd/mainloop.cuh's softmax_step, the
+// backward in bwd/mainloop.cuh's probabilities (its factor in score_gradients); decode
+// (decode/kernel.cuh, stream_kernel.cuh) calls the policy's SoftcapLog2 in its uniform branch.
 #pragma once
 
 #include <type_traits>
