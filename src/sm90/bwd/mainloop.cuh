@@ -14,7 +14,7 @@
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/scheduler.cuh"
 #include "sm90/bwd/shared_storage.cuh"
-#include "sm90/common/softcap.cuh"
+#include "sm90/common/score_mods.cuh"
 #include "sm90/ptx/fragment.cuh"
 #include "sm90/ptx/global_reduce.cuh"
 #include "sm90/ptx/named_barrier.cuh"
@@ -29,7 +29,8 @@ struct ConsumerMainloop {
   using Dq = typename Storage::Dq;
   static constexpr WarpgroupRole kRole = Config::role(kWarpgroup);
   static constexpr int kSAcc = Config::kScoreColumns / 2;  // 64 × columns fp32 over 128 threads
-  static constexpr int kTanhAcc = Config::kSoftcap ? kSAcc : 1;  // 1 − tanh² of each score
+  // The score policy's dS factor of each score (softcap: 1 − tanh²).
+  static constexpr int kFactorAcc = Config::Mods::kScalesGrad ? kSAcc : 1;
   static constexpr int kDkAcc = kRole.dk_count * kSlabColumns / 2;
   static constexpr int kDvAcc = kRole.dv_count * kSlabColumns / 2;
   static constexpr int kDqAcc = kSlabColumns / 2;
@@ -136,15 +137,11 @@ struct ConsumerMainloop {
     return *reinterpret_cast<const float2*>(per_query + kRole.query_col0 + 8 * j + at.column_pair);
   }
 
-  // Sᵀ → P in place; under a softcap, dtanh = 1 − tanh² (taken before masking: at −inf it
-  // would be NaN).
-  __device__ __forceinline__ void probabilities(float (&s)[kSAcc], float (&dtanh)[kTanhAcc],
+  // Sᵀ → P in place, after the score policy's modifiers, which leave their dS factor in
+  // `factor` (taken before masking: softcap's 1 − tanh² would be NaN at −inf).
+  __device__ __forceinline__ void probabilities(float (&s)[kSAcc], float (&factor)[kFactorAcc],
                                                 const KeyTile& tile, int m_block, int stage) {
-    if constexpr (Config::kSoftcap) {
-      apply_softcap(s, p.softcap_prescale);
-#pragma unroll
-      for (int i = 0; i < kSAcc; ++i) dtanh[i] = fmaf(-s[i], s[i], 1.0f);
-    }
+    apply_score_mods(s, factor, score_mods<typename Config::Mods>(p.softcap_prescale));
     if (Scheduler<Config>::needs_mask(p, tile, m_block)) {
       mask_scores(
           s, tile.n_block * Config::kBlockN + kRole.key_row0 + at.row0,
@@ -165,7 +162,7 @@ struct ConsumerMainloop {
 
   // dPᵀ → dSᵀ in place.
   __device__ __forceinline__ void score_gradients(float (&dp)[kSAcc], const float (&prob)[kSAcc],
-                                                  const float (&dtanh)[kTanhAcc], int stage) {
+                                                  const float (&factor)[kFactorAcc], int stage) {
 #pragma unroll
     for (int j = 0; j < kSAcc / 4; ++j) {
       const float2 d = column_pair(smem.dpsum[stage], j);
@@ -174,9 +171,9 @@ struct ConsumerMainloop {
         const int i = 4 * j + 2 * half;
         dp[i] = prob[i] * (dp[i] - d.x);
         dp[i + 1] = prob[i + 1] * (dp[i + 1] - d.y);
-        if constexpr (Config::kSoftcap) {
-          dp[i] *= dtanh[i];
-          dp[i + 1] *= dtanh[i + 1];
+        if constexpr (Config::Mods::kScalesGrad) {
+          dp[i] *= factor[i];
+          dp[i + 1] *= factor[i + 1];
         }
       }
     }
@@ -245,7 +242,7 @@ struct ConsumerMainloop {
   __device__ void step(const KeyTile& tile, int head, int m_block, float (&dk)[kDkAcc],
                        float (&dv)[kDvAcc]) {
     const int q_stage = q_ring.stage, do_stage = do_ring.stage, scores_stage = scores_ring.stage;
-    float s[kSAcc], dp[kSAcc], dtanh[kTanhAcc];
+    float s[kSAcc], dp[kSAcc], factor[kFactorAcc];
 
     smem.q_full[q_stage].wait(q_ring.phase);
     const int valid_queries = tile.seq.seqlen_q - m_block * Config::kBlockM;
@@ -268,10 +265,10 @@ struct ConsumerMainloop {
     ptx::commit_group();
     ptx::wait_group<1>();
     ptx::fence_operands(s);
-    probabilities(s, dtanh, tile, m_block, q_stage);
+    probabilities(s, factor, tile, m_block, q_stage);
     ptx::wait_group<0>();
     ptx::fence_operands(dp);
-    score_gradients(dp, s, dtanh, do_stage);
+    score_gradients(dp, s, factor, do_stage);
 
     uint32_t prob[kSAcc / 2], grad[kSAcc / 2];
     ptx::accumulator_to_operand<Element>(s, prob);

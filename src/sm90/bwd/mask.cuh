@@ -26,8 +26,8 @@ __device__ __forceinline__ void mask_scores(float (&s)[kAcc], int first_key, int
       end = begin;
     } else {
       const int facing = key - seq.diagonal() - first_query;  // the query on the key's diagonal
-      if (p.window_right >= 0) begin = facing - p.window_right;
-      if (p.window_left >= 0) end = facing + p.window_left + 1;
+      if (p.window_right >= 0) begin = window_first_query(p, facing);
+      if (p.window_left >= 0) end = window_last_query(p, facing) + 1;
     }
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) {

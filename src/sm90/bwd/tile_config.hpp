@@ -16,6 +16,9 @@
 //     dK and dV (and computes its share of dQ's).
 #pragma once
 
+#include <type_traits>
+
+#include "common/score_policy.hpp"
 #include "sm90/common/wgmma_shape.hpp"
 
 // Tuning switches, overridable at build time for experiments (-D...).
@@ -49,6 +52,9 @@ struct TileConfig {
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr bool kWindowed = kWindowed_;
   static constexpr bool kSoftcap = kSoftcap_;
+  // The score policy (src/common/score_policy.hpp) the kernel list's switches select: these
+  // modifiers, and the window rule's masks where kWindowed (past seqlen_k always).
+  using Mods = policy::ListedMods<kSoftcap>;
   static constexpr bool kDeterministic = kDeterministic_;
   static constexpr int kSlabsQK = kHeadDimQK / kSlabColumns;
   static constexpr int kSlabsV = kHeadDimV / kSlabColumns;

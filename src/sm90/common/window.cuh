@@ -10,6 +10,7 @@
 
 #include <concepts>
 
+#include "common/score_policy.hpp"
 #include "sm90/common/sequence.cuh"
 #include "sm90/ptx/fragment.cuh"
 
@@ -23,15 +24,27 @@ concept WindowFields = requires(const P& p) {
 
 // The window's two bounds for one query, unclamped, from the key on its diagonal (query +
 // diagonal): the first key its left bound lets it see and the last its right bound does (each
-// meaningful only when that bound is set, >= 0). The block ranges below and the decode's key
-// ranges (decode/work.cuh) are these, rounded and clamped.
+// meaningful only when that bound is set, >= 0). The block ranges below, the element masks
+// (fwd/mask.cuh, bwd/mask.cuh) and the decode's key ranges (decode/work.cuh) are these, rounded
+// and clamped. The rule itself is the score policy's (src/common/score_policy.hpp), shared with
+// the CPU backend.
 template <WindowFields P>
 __device__ __forceinline__ int window_first_key(const P& p, int diagonal_key) {
-  return diagonal_key - p.window_left;
+  return policy::window_first_key(p.window_left, diagonal_key);
 }
 template <WindowFields P>
 __device__ __forceinline__ int window_last_key(const P& p, int diagonal_key) {
-  return diagonal_key + p.window_right;
+  return policy::window_last_key(p.window_right, diagonal_key);
+}
+// The inverse: the first and last query that see a key, from the query on its diagonal (key −
+// diagonal).
+template <WindowFields P>
+__device__ __forceinline__ int window_first_query(const P& p, int diagonal_query) {
+  return policy::window_first_query(p.window_right, diagonal_query);
+}
+template <WindowFields P>
+__device__ __forceinline__ int window_last_query(const P& p, int diagonal_query) {
+  return policy::window_last_query(p.window_left, diagonal_query);
 }
 
 // Blocks [begin, end) of a walk; empty when end <= begin.
@@ -76,11 +89,11 @@ __device__ __forceinline__ BlockRange query_blocks(const P& p, const Sequence& s
     const int last_key = min(first_key + block_keys, seq.seqlen_k) - 1;
     int begin = 0, end = m_blocks;
     if (p.window_right >= 0) {
-      const int first_query = first_key - seq.diagonal() - p.window_right;
+      const int first_query = window_first_query(p, first_key - seq.diagonal());
       begin = first_query <= 0 ? 0 : first_query / kBlockM;
     }
     if (p.window_left >= 0) {
-      const int last_query = last_key - seq.diagonal() + p.window_left;
+      const int last_query = window_last_query(p, last_key - seq.diagonal());
       end = last_query < 0 ? 0 : min(m_blocks, last_query / kBlockM + 1);
     }
     return {begin, max(begin, end)};

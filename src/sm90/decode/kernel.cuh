@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/score_policy.hpp"
 #include "sm90/common/math.hpp"
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/dequant.cuh"
@@ -290,7 +291,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
   const bool softcapped = p.softcap > 0.0f;
   const float score_multiplier =
       softcapped ? p.softmax_scale * k_multiplier / p.softcap : p.softmax_scale * k_multiplier * kLog2e;
-  const float softcap_log2 = p.softcap * kLog2e;
+  const policy::SoftcapLog2 softcap{p.softcap * kLog2e};  // the score policy's, applied below
   int key_lo[2], key_hi[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -371,7 +372,7 @@ __global__ void __launch_bounds__(Config<kStorage, kHeadDim>::kThreads,
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)  // masked scores stay -inf
-          if (s[nt][e] != -INFINITY) s[nt][e] = softcap_log2 * tanhf(s[nt][e]);
+          if (s[nt][e] != -INFINITY) s[nt][e] = softcap.score(s[nt][e]);
       tile_max[0] = tile_max[1] = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/score_policy.hpp"
 #include "sm90/common/math.hpp"
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/dequant.cuh"
@@ -140,7 +141,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
   const float unshift = exp2f(float(-q_shift));
   const float score_multiplier = softcapped ? p.softmax_scale * k_multiplier / p.softcap * unshift
                                             : p.softmax_scale * k_multiplier * kLog2e * unshift;
-  const float softcap_log2 = p.softcap * kLog2e;
+  const policy::SoftcapLog2 softcap{p.softcap * kLog2e};  // the score policy's, applied below
   int key_lo[2], key_hi[2];  // fragment columns 2c and 2c + 1: query rows
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -348,7 +349,7 @@ __global__ void __launch_bounds__(StreamConfig<kStorage>::kThreads, StreamConfig
         const int h = e % 2;
         float x = s[kt][e] * score_multiplier * key_scale[kt][e / 2];
         if (key < key_lo[h] || key > key_hi[h]) x = -INFINITY;
-        if (softcapped && x != -INFINITY) x = softcap_log2 * tanhf(x);
+        if (softcapped && x != -INFINITY) x = softcap.score(x);
         s[kt][e] = x;
         tile_max[h] = fmaxf(tile_max[h], x);
       }

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "common/combine_splits.hpp"
+#include "common/score_policy.hpp"
 #include "sm90/common/math.hpp"
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
@@ -48,13 +49,14 @@ struct Epilogue {
     const int row0 = warpgroup_first_row(tile) + at.row0;
     const int head_in_group_mask = (1 << p.pack_shift) - 1;
     int query[2], head[2];
+    const policy::SinkLogit sinks{p.sinks};  // the score policy's row term
     float sink_log2[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = row0 + 8 * half;
       query[half] = query_of_row(p, row);
       head[half] = (tile.head << p.pack_shift) + (row & head_in_group_mask);
-      sink_log2[half] = p.sinks != nullptr ? p.sinks[head[half]] * kLog2e : -INFINITY;
+      sink_log2[half] = sinks.log2(head[half]);
     }
     float normalizer[2], lse[2];
     softmax.finalize<Config::kMaxOffset, Config::kRowSumsByMma>(scale_log2, sink_log2,

@@ -14,7 +14,7 @@
 #include "sm90/fwd/params.hpp"
 #include "sm90/fwd/scheduler.cuh"
 #include "sm90/fwd/shared_storage.cuh"
-#include "sm90/common/softcap.cuh"
+#include "sm90/common/score_mods.cuh"
 #include "sm90/fwd/softmax.cuh"
 #include "sm90/ptx/fragment.cuh"
 #include "sm90/ptx/named_barrier.cuh"
@@ -225,8 +225,8 @@ struct ConsumerMainloop {
     }
   }
 
-  // Softcaps S, masks it where block n_block needs it (after the softcap: tanh(−inf) is not
-  // −inf), then turns it into unnormalized probabilities.
+  // Applies the score policy's modifiers to S (softcap), masks it where block n_block needs it
+  // (after the modifiers: tanh(−inf) is not −inf), then turns it into unnormalized probabilities.
   __device__ __forceinline__ void softmax_step(float (&s)[kSAcc], OnlineSoftmax& softmax,
                                                float (&rescale)[2], const WorkTile& tile,
                                                int n_block, const ptx::FragmentCoords& at,
@@ -234,7 +234,7 @@ struct ConsumerMainloop {
     if constexpr (Config::kFp8) {
       if (p.fp8_row_scales) scale_rows(s, block.score);
     }
-    if constexpr (Config::kSoftcap) apply_softcap(s, softcap_prescale());
+    apply_score_mods(s, score_mods<typename Config::Mods>(softcap_prescale()));
     // The softmax is inlined into both branches, as when the unmasked one took other exponentials
     // (exp2 on the FMA pipes, docs/decisions/002): one call after the if compiles to other SASS,
     // one copy of the softmax instead of two (not measured).

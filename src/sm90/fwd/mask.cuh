@@ -23,9 +23,9 @@ __device__ __forceinline__ void apply_mask(float (&s)[kAcc], int row0, int first
     if constexpr (kWindowed) {
       // The key on the diagonal of the row's query.
       const int facing = query_of_row(p, row0 + 8 * half) + seq.diagonal();
-      if (p.window_right >= 0) key_end = min(key_end, facing + p.window_right + 1);
+      if (p.window_right >= 0) key_end = min(key_end, window_last_key(p, facing) + 1);
       if (p.window_left >= 0) {
-        mask_row_half<true>(s, half, facing - p.window_left - first_column,
+        mask_row_half<true>(s, half, window_first_key(p, facing) - first_column,
                             key_end - first_column);
         continue;
       }

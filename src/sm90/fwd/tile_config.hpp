@@ -42,6 +42,7 @@
 #include <type_traits>
 
 #include "common/head_dims.hpp"
+#include "common/score_policy.hpp"
 #include "sm90/common/wgmma_shape.hpp"
 
 namespace hfa::sm90::fwd {
@@ -70,6 +71,9 @@ struct TileConfig {
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr bool kWindowed = kWindowed_;
   static constexpr bool kSoftcap = kSoftcap_;
+  // The score policy (src/common/score_policy.hpp) the kernel list's switches select: these
+  // modifiers, and the window rule's masks where kWindowed (past seqlen_k always).
+  using Mods = policy::ListedMods<kSoftcap>;
   static constexpr bool kFp8 = std::is_same_v<Element, __nv_fp8_e4m3>;
   static constexpr bool kShortRows = kShortRows_;
   static constexpr bool kKeyBlockScales = kKeyBlockScales_;
