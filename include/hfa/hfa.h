@@ -301,6 +301,11 @@ HFA_API const hfa_option_info* hfa_describe_options(hfa_options_struct which, in
  *   - HFA_KV_NVFP4: HFA_E4M3, values' shape with last extent d / 16 (written by quantize), and
  *     options->global_scale, fp32 (1), an input (the cache's k_global_scale / v_global_scale).
  *   - HFA_KV_MXFP4: HFA_UE8M0, values' shape with last extent d / 32 (written by quantize).
+ *   - HFA_KV_FP8_MLA: none (scale NULL): FlashMLA's FP8 MLA records carry their own scales.
+ *     values' d is 576 (MLA's [latent 512 ; rotary 64] row) and codes are HFA_FP8_MLA with last
+ *     extent 656, one record per row; each 128 latent values get the smallest power of two
+ *     >= max(amax / 448, 1e-4) as their scale, the rotary values are rounded to bf16
+ *     (src/quant/mla_fp8.hpp). The CPU only for now (a GPU call: HFA_ERROR_NOT_SUPPORTED).
  * All tensors on one device. On a GPU: d of 64, 128 or 256 and code rows at 16-byte aligned
  * addresses and strides (as the cache the decode reads); the call is queued on options->stream
  * with no allocation and no synchronization. options is required (it names the format). */
@@ -308,7 +313,8 @@ typedef HFA_ENUM(hfa_kv_format) {
   HFA_KV_FP8_PER_HEAD = 1,
   HFA_KV_FP8_PER_TOKEN = 2,
   HFA_KV_NVFP4 = 3,
-  HFA_KV_MXFP4 = 4
+  HFA_KV_MXFP4 = 4,
+  HFA_KV_FP8_MLA = 5
 } hfa_kv_format;
 
 typedef struct hfa_quantize_options {
@@ -317,7 +323,8 @@ typedef struct hfa_quantize_options {
   void* stream;                   /* cudaStream_t for CUDA tensors; ignored on the CPU */
 } hfa_quantize_options;
 
-/* codes (and, but for FP8 per kv-head, scale) are written. */
+/* codes (and, but for FP8 per kv-head and FP8 MLA, scale) are written. scale is NULL for
+ * HFA_KV_FP8_MLA (in both directions) and required by the other formats. */
 HFA_API hfa_status hfa_quantize_kv(const hfa_tensor* x, const hfa_tensor* codes,
                                    const hfa_tensor* scale, const hfa_quantize_options* options);
 /* out = the values the decode reads from codes and scale. */

@@ -225,3 +225,40 @@ def test_errors_name_the_argument():
     bad[1, 0, 3] = cache.shape[0] * PAGE
     with pytest.raises(ValueError, match=r"^indices: element \(1, 0, 3\)"):
         call(q, cache, None, None, DV, None, indices=bad)
+
+
+def test_quantize_writes_flashmla_records():
+    """hfa.quantize_kv(x, "fp8_mla"): FlashMLA's record per row, decoded here from its bytes:
+    power-of-two scales by FlashMLA's rule, latent values within half an E4M3 step, rotary values
+    x's rounded to bf16; dequantize_kv reads back what decode_records does."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((3, PAGE, 1, D)) *
+         np.exp(2 * rng.standard_normal((3, PAGE, 1, 1)))).astype(np.float32)
+    codes, scale = hfa.quantize_kv(x, "fp8_mla")
+    assert scale is None and codes.dtype == np.uint8 and codes.shape == (3, PAGE, 1, RECORD)
+    scales = np.ascontiguousarray(codes[..., 512:528]).view("<f4").astype(np.float64)
+    amax = np.abs(x[..., :512].astype(np.float64)).reshape(3, PAGE, 1, 4, 128).max(-1)
+    np.testing.assert_array_equal(scales, np.exp2(np.ceil(np.log2(np.maximum(amax / 448,
+                                                                             1e-4)))))
+    values = decode_records(codes)
+    latent_step = np.maximum(np.abs(x[..., :512]) / 16, np.repeat(scales, 128, -1) * 2.0 ** -10)
+    assert (np.abs(values[..., :512] - x[..., :512]) <= latent_step).all()
+    rope = (x[..., 512:].view(np.uint32) + 0x7FFF + ((x[..., 512:].view(np.uint32) >> 16) & 1))
+    rope = (rope & 0xFFFF0000).view(np.float32)  # round to nearest even bf16
+    np.testing.assert_array_equal(values[..., 512:], rope)
+    back = hfa.dequantize_kv(codes, None, "fp8_mla")
+    assert back.shape == x.shape
+    np.testing.assert_array_equal(back, values.astype(np.float32))
+
+
+def test_quantize_errors_name_the_argument():
+    x = np.ones((2, 1, D), dtype=np.float32)
+    with pytest.raises(ValueError, match="^scale: only fp8_per_head takes a scale"):
+        hfa.quantize_kv(x, "fp8_mla", scale=np.ones(1, np.float32))
+    with pytest.raises(ValueError, match="^x: headdim 512 must be 576 for fp8_mla"):
+        hfa.quantize_kv(x[..., :512].copy(), "fp8_mla")
+    codes, _ = hfa.quantize_kv(x, "fp8_mla")
+    with pytest.raises(ValueError, match="^scale: must be None for fp8_mla"):
+        hfa.dequantize_kv(codes, np.ones(2, np.float32), "fp8_mla")
+    with pytest.raises(ValueError, match="^codes: expected last extent 656"):
+        hfa.dequantize_kv(codes[..., :640].copy(), None, "fp8_mla")

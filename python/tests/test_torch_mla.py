@@ -128,3 +128,17 @@ def test_gpu_refuses_every_form_by_name():
     indices = torch.zeros(1, 1, 64, dtype=torch.int32, device="cuda")
     with pytest.raises(NotImplementedError, match="^indices: sparse"):
         hfa.flash_mla_with_kvcache(q, cache, None, None, DV, None, indices=indices)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_quantize_is_flashmla_quantizer(dtype):
+    """hfa.quantize_kv(x, "fp8_mla") writes the bytes of FlashMLA's reference quantizer (written
+    in torch above), and the cache it writes decodes as that one does."""
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(5, PAGE, 1, D, generator=g) *
+         torch.randn(5, PAGE, 1, 1, generator=g).exp()).to(dtype)
+    codes, scale = hfa.quantize_kv(x, "fp8_mla")
+    assert scale is None and codes.dtype == torch.uint8 and codes.shape == (5, PAGE, 1, 656)
+    assert torch.equal(codes, flashmla_quantize(x).view(torch.uint8))
+    back = hfa.dequantize_kv(codes, None, "fp8_mla")
+    assert torch.equal(back.double(), dequantize(codes))

@@ -171,6 +171,12 @@ Status forward_kvcache_workspace_size_checked(const detail::KVCacheProblem& p, s
   return forward_kvcache_workspace_size(p, bytes);
 }
 
+// No KV quantizer here writes or reads an FP8 MLA record: refused by name before the kernels.
+Status quantize_kv_checked(const detail::QuantizeProblem& p) {
+  HFA_RETURN_IF_ERROR(detail::refuse_mla_quantize_on_gpu(p, "sm90 KV quantizer"));
+  return quantize_kv(p);
+}
+
 const detail::Backend kBackend{
     .name = "sm90",
     .forward = forward,
@@ -179,7 +185,7 @@ const detail::Backend kBackend{
     .backward_workspace_size = backward_workspace_size,
     .forward_kvcache = forward_kvcache_checked,
     .forward_kvcache_workspace_size = forward_kvcache_workspace_size_checked,
-    .quantize_kv = quantize_kv,
+    .quantize_kv = quantize_kv_checked,
     .quantize_fp8 = quantize_fp8,
     .hadamard_signs = hadamard_signs,
     .merge_partials = merge_partials,
