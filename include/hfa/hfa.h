@@ -75,9 +75,10 @@ typedef struct hfa_tensor {
  * scales with one per row, which the append writes) shares no byte with any other tensor of the
  * call, input or output, and no two of its own elements share a byte. Outputs may still be
  * interleaved views of one buffer that share no byte (dq, dk and dv of one packed dqkv; k_cache
- * and v_cache of one KV pool). The one exception is an update in place where the operation is
+ * and v_cache of one KV pool). The exceptions are updates in place where the operation is
  * one: hfa_merge_partials' out may be the very view (same data, dtype, shape and strides) of an
- * outs[i], and its lse of an lses[i]. A call that breaks the rule fails with
+ * outs[i], and its lse of an lses[i]; an MLA append writes k_cache, of which v_cache is the view
+ * of the first 512 columns (at hfa_forward_kvcache). A call that breaks the rule fails with
  * HFA_ERROR_INVALID_ARGUMENT before anything is written, by a message naming both tensors
  * ("out: overlaps k (...)", "lse: overlaps out (...)") or the elements that meet
  * ("out: elements (0, 0, 1, 0) and (0, 0, 0, 32) share memory (...)"). The check is pointer
@@ -170,6 +171,10 @@ HFA_API hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_te
  * or HFA_FP8_MLA, FlashMLA's FP8 cache: k_cache (..., 656) of records (the latent as e4m3 with
  * a scale per 128 values, the rotary part as bf16; src/quant/mla_fp8.hpp), v_cache the view of
  * their first 512 bytes (required: V's scales are read from the record), no k_scale / v_scale.
+ * An append to such a cache (options->k_new) writes each new token once, its 576-wide k_new row
+ * (as bf16, or as the HFA_FP8_MLA record hfa_quantize_kv writes), through k_cache: v_new is NULL
+ * or the view k_new[..., :512] (same data and strides), and no rotary tables are taken (they
+ * would rotate the first columns, V's; MLA's rotary part is the last 64, the model's to rotate).
  * Sparse MLA (DeepSeek-V3.2's top-k): options->indices lists each query row's tokens.
  * Causal and windows are bottom-right aligned within each sequence: query i sees cache key j
  * iff j <= cache_seqlens[b] - seqlen_q + i (+ window_right), as in hfa_forward with

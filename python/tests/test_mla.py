@@ -262,3 +262,31 @@ def test_quantize_errors_name_the_argument():
         hfa.dequantize_kv(codes, np.ones(2, np.float32), "fp8_mla")
     with pytest.raises(ValueError, match="^codes: expected last extent 656"):
         hfa.dequantize_kv(codes[..., :640].copy(), None, "fp8_mla")
+
+
+def test_append_writes_the_latent_row_once():
+    """flash_attn_with_kvcache's append (k=) into an MLA cache (v_cache its view): each new
+    token's 576-wide row written once, v=None or k's view; the attention covers the new tokens
+    (float64 reference over the cache so written); a V of its own is refused by name."""
+    rng = np.random.default_rng(21)
+    before, new = [70, 0, 5], 2
+    cache, values, table, _ = make_case(rng, [n + new for n in before])
+    slots = [(table[b, j // PAGE], j % PAGE) for b, n in enumerate(before)
+             for j in range(n, n + new)]
+    for page, slot in slots:
+        cache[page, slot] = np.nan  # where the append writes
+    k = rng.standard_normal((3, new, 1, D)).astype(np.float32)
+    q = rng.standard_normal((3, 2, 16, D)).astype(np.float32)
+    seqlens = np.array(before, np.int32)
+    for v in (None, k[..., :DV]):
+        out, lse = hfa.flash_attn_with_kvcache(q, cache, cache[..., :DV], k=k, v=v,
+                                               cache_seqlens=seqlens, page_table=table,
+                                               causal=True, return_softmax_lse=True)
+        for n, (page, slot) in enumerate(slots):
+            np.testing.assert_array_equal(cache[page, slot, 0], k[n // new, n % new, 0])
+        values = cache[:, :, 0].astype(np.float64)
+        want = dense_reference(q, values, table, seqlens + new, True, 1 / np.sqrt(D))
+        expect_close(out, lse, *want, 2e-5)
+    with pytest.raises(ValueError, match=r"^v: must be null or the view k_new\[\.\.\., :512\]"):
+        hfa.flash_attn_with_kvcache(q, cache, cache[..., :DV], k=k, v=k[..., :DV].copy(),
+                                    cache_seqlens=seqlens, page_table=table)
