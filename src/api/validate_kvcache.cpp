@@ -373,20 +373,25 @@ Status check_lengths(const Tensor& q, const KVCacheOptions& o, const char* batch
   return Status::ok();
 }
 
-// Sparse attention's indices (int32, contiguous (batch, seqlen_q, topk)) and what they exclude:
-// the tensors and options that would choose the keys another way.
+// Sparse attention's indices (int32, contiguous (batch, seqlen_q, topk), or (total_q, topk) with
+// varlen queries: a list per query row either way) and what they exclude: the tensors and
+// options that would choose the keys another way.
 Status check_indices(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p) {
   const Tensor& t = *o.indices;
-  const char* layout = "(batch, seqlen_q, topk)";
-  HFA_RETURN_IF_ERROR(check_tensor_form("indices", &t, 3, layout, false));
+  const bool varlen = p->is_varlen();
+  const int rank = varlen ? 2 : 3;
+  const char* layout = varlen ? "(total_q, topk) with cu_seqlens_q" : "(batch, seqlen_q, topk)";
+  HFA_RETURN_IF_ERROR(check_tensor_form("indices", &t, rank, layout, false));
   if (t.dtype != HFA_I32) return invalid("indices", "expected dtype i32, got ", name_of(t.dtype));
   HFA_RETURN_IF_ERROR(check_same_device("indices", t, q));
-  if (o.cu_seqlens_q != nullptr)
-    return not_supported("cu_seqlens_q: varlen queries with indices are not supported yet");
-  if (t.shape[0] != p->batch || t.shape[1] != p->seqlen_q)
+  if (varlen && t.shape[0] != p->total_q)
+    return invalid("indices", "expected shape (", p->total_q, ", topk) (total_q as q), got ",
+                   tensor_shape_string(t));
+  if (!varlen && (t.shape[0] != p->batch || t.shape[1] != p->seqlen_q))
     return invalid("indices", "expected shape (", p->batch, ", ", p->seqlen_q,
                    ", topk) (batch and seqlen_q as q), got ", tensor_shape_string(t));
-  if (t.shape[2] > kInt32Max) return invalid("indices", "topk ", t.shape[2], " exceeds int32");
+  const int64_t topk = t.shape[rank - 1];
+  if (topk > kInt32Max) return invalid("indices", "topk ", topk, " exceeds int32");
   HFA_RETURN_IF_ERROR(check_contiguous("indices", t, layout));
   // The keys are the indices' alone: nothing else may choose or add any.
   struct Excluded {
@@ -404,9 +409,9 @@ Status check_indices(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p
       return invalid(e.name, "must be ", e.want,
                      " with indices (the indices alone choose each row's keys)");
   p->indices = static_cast<const int32_t*>(t.data);
-  p->topk = static_cast<int32_t>(t.shape[2]);
-  p->indices_row_stride = t.shape[2];  // contiguous
-  p->indices_batch_stride = t.shape[1] * t.shape[2];
+  p->topk = static_cast<int32_t>(topk);
+  p->indices_row_stride = topk;  // contiguous; varlen rows are tokens of the packed q
+  p->indices_batch_stride = varlen ? 0 : t.shape[1] * topk;
   return Status::ok();
 }
 
@@ -438,23 +443,25 @@ Status check_kvcache_memory(const KVCacheArgs& args, const KVCacheProblem& p) {
 // a page of the cache. Entries past a sequence's last page are never read and not checked
 // (engines pad block tables with anything).
 Status check_kvcache_values(const KVCacheProblem& p) {
-  if (p.indices != nullptr) {  // the only values a sparse call reads (no lengths, no table)
+  if (p.is_varlen())
+    HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.total_q,
+                                                "q", "max_seqlen_q", p.seqlen_q));
+  if (p.indices != nullptr) {  // the only other values a sparse call reads (no lengths, no table)
     const int64_t tokens = p.num_pages * p.page_size;
     for (int64_t b = 0; b < p.batch; ++b)
-      for (int64_t i = 0; i < p.seqlen_q; ++i)
+      for (int64_t i = 0; i < p.query_rows(b); ++i)
         for (int64_t n = 0; n < p.topk; ++n) {
+          const int64_t row = p.query_begin(b) + i;  // of the packed q when varlen
           const int32_t token =
-              p.indices[b * p.indices_batch_stride + i * p.indices_row_stride + n];
+              p.indices[b * p.indices_batch_stride + row * p.indices_row_stride + n];
           if (token < -1 || token >= tokens)
-            return invalid("indices", "element (", b, ", ", i, ", ", n, ") = ", token,
+            return invalid("indices", "element (",
+                           p.is_varlen() ? cat(row) : cat(b, ", ", i), ", ", n, ") = ", token,
                            " is neither -1 nor a token of the cache [0, ", tokens,
                            ") (num_pages · page_size)");
         }
     return Status::ok();
   }
-  if (p.is_varlen())
-    HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.total_q,
-                                                "q", "max_seqlen_q", p.seqlen_q));
   if (p.is_varlen_new())  // no bound per sequence beyond the cache's capacity, checked below
     HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_k_new", p.cu_seqlens_k_new, p.batch,
                                                 p.total_k_new, "k_new", nullptr, 0));
@@ -508,9 +515,9 @@ Status check_kvcache_values_on_device(const KVCacheProblem& p) {
     reads.push_back({name, copy.data(), device, count * sizeof(int32_t), rows,
                      static_cast<std::size_t>(row_stride) * sizeof(int32_t)});
   };
-  if (p.indices != nullptr)  // contiguous (batch, seqlen_q, topk); no lengths with them
+  if (p.indices != nullptr)  // contiguous, a list per query row; no lengths with them
     read("indices", p.indices, indices,
-         batch * static_cast<std::size_t>(p.seqlen_q) * static_cast<std::size_t>(p.topk));
+         static_cast<std::size_t>(p.total_query_rows()) * static_cast<std::size_t>(p.topk));
   else
     read("cache_seqlens", p.cache_seqlens, lengths, batch);
   // The table's rows whole: which entries a sequence uses depends on its length, not read yet
