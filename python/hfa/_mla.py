@@ -2,7 +2,9 @@
 hfa_forward_kvcache, for numpy arrays and torch tensors: a serving engine switches by changing
 the import. MLA is no separate operation in hfa: the latent cache is k_cache, its first
 head_dim_v columns (a view, never a copy) are v_cache, FlashMLA's FP8 cache is the fp8_mla
-cache dtype, and sparse attention the indices option (hfa.h).
+cache dtype, and sparse attention the indices option (hfa.h). Torch tensors go through the
+custom op torch.ops.hfa.mla_decode (registered on the first torch call), so torch.compile traces
+flash_mla_with_kvcache without a graph break.
 """
 
 from __future__ import annotations
@@ -223,32 +225,78 @@ def _numpy_call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scal
 
 def _torch_call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
                 is_fp8_kvcache, indices, topk_length):
-    import ctypes
-
+    """The torch tensors' call: as torch ops (topk_length's mask) around hfa::mla_decode, so
+    that torch.compile traces it without a graph break."""
     import torch
-
-    from . import _torch_calls
-    if is_fp8_kvcache:
-        if k_cache.element_size() != 1:
-            raise TypeError(f"k_cache: an FP8 cache holds bytes (float8_e4m3fn, int8 or uint8), "
-                            f"got {k_cache.dtype}")
-        k_cache = k_cache.view(torch.uint8)
+    if is_fp8_kvcache and k_cache.element_size() != 1:
+        raise TypeError(f"k_cache: an FP8 cache holds bytes (float8_e4m3fn, int8 or uint8), "
+                        f"got {k_cache.dtype}")
     if topk_length is not None and indices is not None:
         position = torch.arange(indices.shape[-1], device=indices.device)[None, None, :]
         indices = torch.where(position < topk_length[:, None, None], indices,
                               torch.full_like(indices, -1))
-    stream = None
-    if q.device.type == "cuda":
-        stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream).value
+    return _torch_op()(q, k_cache, block_table, cache_seqlens, indices, head_dim_v,
+                       softmax_scale, causal, is_fp8_kvcache)
 
-    def alloc(shape, like_q):
-        return torch.empty(shape, dtype=q.dtype if like_q else torch.float32, device=q.device)
 
-    with torch.no_grad(), _torch_calls.on_device(q):
-        return _renamed(lambda: _call(
-            q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
-            is_fp8_kvcache, indices, _torch_calls.view, alloc, stream,
-            lambda n: _torch_calls.workspace(n, q.device)))
+_MLA_OP = None
+
+
+def _torch_op():
+    """torch.ops.hfa.mla_decode, registered on first use (torch is imported by then): a custom op
+    over the C ABI (ctypes) with a fake kernel for torch.compile. Its own op rather than a form of
+    hfa::fwd_kvcache, whose C++ schema (src/torch/ops.cpp) requires cache_seqlens and has no
+    indices: changing it belongs with the schemas made from the options' description."""
+    global _MLA_OP
+    if _MLA_OP is None:
+        _MLA_OP = _register_torch_op()
+    return _MLA_OP
+
+
+def _register_torch_op():
+    from typing import Optional, Tuple
+
+    import torch
+
+    Tensor = torch.Tensor
+
+    # No `from __future__ import annotations` effect here: custom_op reads these annotations as
+    # objects, and this module's postponed ones would be strings; they are given explicitly.
+    def mla_decode(q, k_cache, block_table, cache_seqlens, indices, head_dim_v, softmax_scale,
+                   causal, is_fp8_kvcache):
+        import ctypes
+
+        from . import _torch_calls
+        cache = k_cache.view(torch.uint8) if is_fp8_kvcache else k_cache
+        stream = None
+        if q.device.type == "cuda":
+            stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream).value
+
+        def alloc(shape, like_q):
+            return torch.empty(shape, dtype=q.dtype if like_q else torch.float32,
+                               device=q.device)
+
+        with torch.no_grad(), _torch_calls.on_device(q):
+            return _renamed(lambda: _call(
+                q, cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
+                is_fp8_kvcache, indices, _torch_calls.view, alloc, stream,
+                lambda n: _torch_calls.workspace(n, q.device)))
+
+    mla_decode.__annotations__ = {
+        "q": Tensor, "k_cache": Tensor, "block_table": Optional[Tensor],
+        "cache_seqlens": Optional[Tensor], "indices": Optional[Tensor], "head_dim_v": int,
+        "softmax_scale": float, "causal": bool, "is_fp8_kvcache": bool,
+        "return": Tuple[Tensor, Tensor]}
+    op = torch.library.custom_op("hfa::mla_decode", mla_decode, mutates_args=())
+
+    @op.register_fake
+    def _(q, k_cache, block_table, cache_seqlens, indices, head_dim_v, softmax_scale, causal,
+          is_fp8_kvcache):
+        b, s_q, h_q = q.shape[:3]
+        return (q.new_empty((b, s_q, h_q, head_dim_v)),
+                q.new_empty((b, h_q, s_q), dtype=torch.float32))
+
+    return op
 
 
 def _apply_sink(out, lse, attn_sink, torch_like):

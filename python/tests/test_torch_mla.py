@@ -142,3 +142,42 @@ def test_quantize_is_flashmla_quantizer(dtype):
     assert torch.equal(codes, flashmla_quantize(x).view(torch.uint8))
     back = hfa.dequantize_kv(codes, None, "fp8_mla")
     assert torch.equal(back.double(), dequantize(codes))
+
+
+def test_compiles_without_graph_break():
+    """torch.compile(fullgraph=True) of FlashMLA's calls (dense causal bf16; sparse FP8 with
+    topk_length and attn_sink): no graph break (the library call is the custom op
+    hfa::mla_decode), the same bytes as eager; the op passes torch.library.opcheck."""
+    g = torch.Generator().manual_seed(23)
+    cache, _, table, seqlens = paged([70, 3], g, False)
+    q = torch.randn(2, 2, 16, D, generator=g).to(torch.bfloat16)
+
+    def dense(q, cache, table, seqlens):
+        return hfa.flash_mla_with_kvcache(q, cache, table, seqlens, DV, None, causal=True)
+
+    records, _, records_table, _ = paged([300, 0], g, True)
+    picked = torch.randint(0, 300, (2, 2, 64), generator=g)  # sequence 0's tokens, some -1
+    indices = (records_table[0, picked // PAGE] * PAGE + picked % PAGE).int()
+    indices[torch.rand(2, 2, 64, generator=g) < 0.2] = -1
+    topk_length = torch.tensor([40, 64], dtype=torch.int32)
+    sink = torch.randn(64, generator=g)
+    q64 = torch.randn(2, 2, 64, D, generator=g).to(torch.bfloat16)
+
+    def sparse(q, records, indices, topk_length, sink):
+        return hfa.flash_mla_with_kvcache(q, records, None, None, DV, None, indices=indices,
+                                          is_fp8_kvcache=True, topk_length=topk_length,
+                                          attn_sink=sink)
+
+    torch._dynamo.reset()
+    for f, args in ((dense, (q, cache, table, seqlens)),
+                    (sparse, (q64, records, indices, topk_length, sink))):
+        out, lse = f(*args)
+        compiled_out, compiled_lse = torch.compile(f, fullgraph=True)(*args)
+        assert not out.isnan().any()
+        assert torch.equal(lse, compiled_lse)
+        if f is dense:
+            assert torch.equal(out, compiled_out)
+        else:  # the sink's factor, computed by the compiled graph's own kernels: one rounding
+            torch.testing.assert_close(compiled_out, out, atol=0, rtol=2 ** -8)
+    torch.library.opcheck(torch.ops.hfa.mla_decode.default,
+                          (q, cache, table, seqlens, None, DV, D ** -0.5, True, False))
