@@ -179,5 +179,32 @@ def test_compiles_without_graph_break():
             assert torch.equal(out, compiled_out)
         else:  # the sink's factor, computed by the compiled graph's own kernels: one rounding
             torch.testing.assert_close(compiled_out, out, atol=0, rtol=2 ** -8)
-    torch.library.opcheck(torch.ops.hfa.mla_decode.default,
-                          (q, cache, table, seqlens, None, DV, D ** -0.5, True, False))
+    for float_out in (False, True):
+        torch.library.opcheck(torch.ops.hfa.mla_decode.default,
+                              (q, cache, table, seqlens, None, DV, D ** -0.5, True, False,
+                               float_out))
+
+
+def test_attn_sink_rounds_once():
+    """With attn_sink the library's float32 result is scaled, then rounded to bf16 once: every
+    element within half a bf16 step (plus float32's own error) of the float64 result; FlashMLA's
+    lse (without the sink) unchanged."""
+    g = torch.Generator().manual_seed(29)
+    cache, values, table, seqlens = paged([200, 90], g, False)
+    b, s_q, heads, topk = 2, 2, 64, 128
+    q = torch.randn(b, s_q, heads, D, generator=g).to(torch.bfloat16)
+    picked = torch.randint(0, 90, (b, s_q, topk), generator=g)
+    indices = (table[torch.arange(b)[:, None, None], picked // PAGE] * PAGE + picked % PAGE).int()
+    sink = torch.randn(heads, generator=g) + 3  # comparable to the rows' lse: factors far from 1
+    out, lse = hfa.flash_mla_with_kvcache(q, cache, None, None, DV, None, indices=indices,
+                                          attn_sink=sink)
+    want_out, want_lse = sparse_reference(q.double().numpy(), values, indices.numpy(), D ** -0.5)
+    np.testing.assert_allclose(lse.numpy(), want_lse, rtol=1e-5, atol=1e-5)
+    factor = 1 / (1 + np.exp(sink.double().numpy()[None, :, None] - want_lse))
+    want = want_out * factor.transpose(0, 2, 1)[..., None]
+    # bf16 keeps 8 significant bits: half a step in want's binade, plus float32's error (about
+    # 2e-6 of the largest value). The sink's factor applied to a bf16 out (a second rounding)
+    # breaks this bound on about one element in ten here.
+    float32_error = 4e-6 * np.abs(want).max()
+    half_step = np.exp2(np.floor(np.log2(np.abs(want) + 1e-300)) - 8) * (1 + 1e-3)
+    assert (np.abs(out.double().numpy() - want) <= half_step + float32_error).all()

@@ -585,8 +585,11 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
     return invalid("q", "dtype ", name_of(q.dtype), " is not supported (expected f32, f16 or bf16)");
   if (v.dtype != k.dtype)
     return invalid("v_cache", "expected dtype ", name_of(k.dtype), " (as k_cache), got ", name_of(v.dtype));
-  if (out.dtype != q.dtype)
-    return invalid("out", "expected dtype ", name_of(q.dtype), " (as q), got ", name_of(out.dtype));
+  // An f32 out of 16-bit queries: the result before its one rounding, for a caller that scales
+  // it first (FlashMLA's attn_sink) or merges it (hfa_forward's rule for partial results).
+  if (out.dtype != q.dtype && out.dtype != HFA_F32)
+    return invalid("out", "expected dtype ", name_of(q.dtype), " (as q) or f32, got ",
+                   name_of(out.dtype));
   HFA_RETURN_IF_ERROR(check_device_usable("q", q));
   HFA_RETURN_IF_ERROR(check_same_device("k_cache", k, q));
   HFA_RETURN_IF_ERROR(check_same_device("v_cache", v, q));
@@ -685,7 +688,7 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
   HFA_RETURN_IF_ERROR(check_append(q, o, v_is_view_of_k(k, v, p), &p));
 
   p.dtype = static_cast<DType>(q.dtype);
-  p.out_dtype = p.dtype;
+  p.out_dtype = static_cast<DType>(out.dtype);
   p.cache_dtype = static_cast<DType>(k.dtype);
   p.q = q.data;
   // Varlen: rows are tokens of the packed tensors, and no batch stride.

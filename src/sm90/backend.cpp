@@ -160,14 +160,25 @@ Status read_to_host(std::span<const detail::HostRead> reads, Device device, void
 // The KV-cache entries behind the one check every MLA form needs first: no decode kernel here
 // reads an FP8 MLA record or sparse indices (the generic ones would misread the one and ignore
 // the other), so each is refused by name before a plan is made.
-Status forward_kvcache_checked(const detail::KVCacheProblem& p) {
+// Nor does one write an f32 out of 16-bit queries (its epilogue stores q's dtype).
+Status refuse_unsupported_kvcache(const detail::KVCacheProblem& p) {
   HFA_RETURN_IF_ERROR(detail::refuse_mla_on_gpu(p, "sm90 KV-cache forward"));
+  if (p.out_dtype != p.dtype)
+    return Status{Code::not_supported, std::string("out: dtype ") + dtype_name(p.out_dtype) +
+                                           " with " + dtype_name(p.dtype) +
+                                           " queries is not supported by the sm90 KV-cache "
+                                           "forward yet (the CPU backend writes it)"};
+  return Status::ok();
+}
+
+Status forward_kvcache_checked(const detail::KVCacheProblem& p) {
+  HFA_RETURN_IF_ERROR(refuse_unsupported_kvcache(p));
   return forward_kvcache(p);
 }
 
 Status forward_kvcache_workspace_size_checked(const detail::KVCacheProblem& p, std::size_t* bytes) {
   *bytes = 0;
-  HFA_RETURN_IF_ERROR(detail::refuse_mla_on_gpu(p, "sm90 KV-cache forward"));
+  HFA_RETURN_IF_ERROR(refuse_unsupported_kvcache(p));
   return forward_kvcache_workspace_size(p, bytes);
 }
 

@@ -392,6 +392,41 @@ TEST(MlaArgs, VarlenIndices) {
   EXPECT_TRUE(rejected(c, "cu_seqlens_q", ""));
 }
 
+// An f32 out of bf16 queries: the result before its rounding (FlashMLA's attn_sink scales it
+// first), which rounds to the bf16 call's bytes; an out of another 16-bit dtype is refused.
+TEST(MlaDecode, Float32Out) {
+  for (int32_t topk : {0, 64}) {
+    MlaCase c = valid_case(true, topk);
+    c.build();
+    ASSERT_TRUE(c.run().is_ok());
+    Storage wide;
+    wide.make(DType::f32, {c.batch(), c.seqlen_q, c.heads_q, MlaCase::kDv});
+    Storage lse;
+    lse.make(DType::f32, {c.batch(), c.heads_q, c.seqlen_q});
+    ASSERT_TRUE(forward_kvcache(c.q.tensor, c.cache.tensor, c.v, wide.tensor, &lse.tensor,
+                                c.options)
+                    .is_ok());
+    EXPECT_EQ(lse.bytes, c.lse.bytes);
+    bool some_inexact = false;  // an f32 out that only copied the bf16 one would pass the rest
+    for (int64_t b = 0; b < c.batch(); ++b)
+      for (int64_t i = 0; i < c.seqlen_q; ++i)
+        for (int64_t h = 0; h < c.heads_q; ++h)
+          for (int64_t d = 0; d < MlaCase::kDv; ++d) {
+            const float full = *wide.at<float>({b, i, h, d});
+            ASSERT_EQ(detail::bf16_to_float(detail::float_to_bf16(full)), c.out_at(b, i, h, d));
+            some_inexact = some_inexact || full != c.out_at(b, i, h, d);
+          }
+    EXPECT_TRUE(some_inexact);
+    Storage half;
+    half.make(DType::f16, {c.batch(), c.seqlen_q, c.heads_q, MlaCase::kDv});
+    const std::vector<unsigned char> before = half.bytes;
+    EXPECT_TRUE(Invalid(forward_kvcache(c.q.tensor, c.cache.tensor, c.v, half.tensor, &lse.tensor,
+                                        c.options),
+                        "out", "expected dtype bf16 (as q) or f32, got f16"));
+    EXPECT_EQ(half.bytes, before);
+  }
+}
+
 // ---- rejections: named, nothing written --------------------------------------------------------
 
 ::testing::AssertionResult MlaRejected(MlaCase& c, const std::string& argument,
