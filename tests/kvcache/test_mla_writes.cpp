@@ -191,27 +191,23 @@ TEST(MlaQuantize, Rejections) {
   x.shape[3] = 512;  // the latent alone is no MLA row
   EXPECT_TRUE(QuantizeRejected(c, quantize_kv(x, c.codes.tensor, c.options()), "x",
                                "headdim 512 must be 576"));
-  Tensor codes = c.codes.tensor;
-  codes.dtype = HFA_E4M3;
-  EXPECT_TRUE(QuantizeRejected(c, quantize_kv(c.x.tensor, codes, c.options()), "codes",
-                               "expected dtype fp8_mla"));
-  codes = c.codes.tensor;
-  codes.shape[3] = 576;
-  EXPECT_TRUE(QuantizeRejected(c, quantize_kv(c.x.tensor, codes, c.options()), "codes",
-                               "expected last extent 656"));
-  codes = c.codes.tensor;
-  codes.shape[1] = 4;
-  EXPECT_TRUE(QuantizeRejected(c, quantize_kv(c.x.tensor, codes, c.options()), "codes",
-                               "expected extent 5 in dim 1"));
-  codes = c.codes.tensor;
-  codes.stride[3] = 2;
-  EXPECT_TRUE(QuantizeRejected(c, quantize_kv(c.x.tensor, codes, c.options()), "codes",
-                               "the last dim must have unit stride"));
-  // codes over x's own bytes: an output that shares memory with an input.
-  codes = c.codes.tensor;
-  codes.data = c.x.bytes.data();
-  EXPECT_TRUE(QuantizeRejected(c, quantize_kv(c.x.tensor, codes, c.options()), "codes",
-                               "overlaps x"));
+  // codes, each way wrong; the last over x's own bytes (an output sharing an input's memory).
+  struct Wrong {
+    void (*spoil)(Tensor&, QuantizeCase&);
+    const char* fragment;
+  };
+  const Wrong wrongs[] = {
+      {[](Tensor& t, QuantizeCase&) { t.dtype = HFA_E4M3; }, "expected dtype fp8_mla"},
+      {[](Tensor& t, QuantizeCase&) { t.shape[3] = 576; }, "expected last extent 656"},
+      {[](Tensor& t, QuantizeCase&) { t.shape[1] = 4; }, "expected extent 5 in dim 1"},
+      {[](Tensor& t, QuantizeCase&) { t.stride[3] = 2; }, "the last dim must have unit stride"},
+      {[](Tensor& t, QuantizeCase& q) { t.data = q.x.bytes.data(); }, "overlaps x"}};
+  for (const Wrong& wrong : wrongs) {
+    Tensor codes = c.codes.tensor;
+    wrong.spoil(codes, c);
+    EXPECT_TRUE(QuantizeRejected(c, quantize_kv(c.x.tensor, codes, c.options()), "codes",
+                                 wrong.fragment));
+  }
   // The other formats still need their scale.
   o = c.options();
   o.format = KVFormat::mxfp4;
