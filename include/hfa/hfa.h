@@ -144,9 +144,9 @@ HFA_API hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_te
 /* Attention of a few new query tokens over a KV cache (decode, speculative verification,
  * chunked prefill).
  *
- * q: (batch, seqlen_q, heads_q, d) f16/bf16 (f32 on the CPU). out: as q, headdim d_v; of q's
- * dtype, or f32 (the result before its rounding, for a caller that scales or merges it first;
- * on the CPU only for now).
+ * q: (batch, seqlen_q, heads_q, d) f16/bf16 (f32 on the CPU). out: q's shape with headdim d_v,
+ * of q's dtype or f32 (the result before its rounding, for a caller that scales or merges it
+ * first; on the CPU only for now).
  * lse (optional): fp32, contiguous (batch, heads_q, seqlen_q), natural log. With
  * options->cu_seqlens_q (varlen queries) q and out are (total_q, heads_q, d) and lse is
  * (heads_q, total_q), as in hfa_forward's varlen.
