@@ -6,7 +6,6 @@
 #include <numeric>
 
 #include "check.hpp"
-#include "quant/mla_fp8.hpp"
 #include "timer.hpp"
 
 namespace hfa::tool {
@@ -34,8 +33,10 @@ constexpr Format kFormats[] = {
     {"mxfp4", Scales::per_block, KVFormat::mxfp4, DType::fp4_e2m1x2, 2, DType::ue8m0, 32},
 };
 
-// MLA's FP8 cache: FlashMLA's 656-byte records, the scales inside them (quant/mla_fp8.hpp).
-constexpr Format kMlaFp8{"fp8", Scales::none, {}, DType::fp8_mla, 1, DType::f32, 0};
+// MLA's shape and FP8 cache (hfa.h, HFA_FP8_MLA): rows of 576 values, the first 512 also V;
+// FlashMLA's 656-byte records, the scales inside them, written by hfa_quantize_kv.
+constexpr int64_t kMlaHeadDim = 576, kMlaLatentDim = 512, kMlaRecordBytes = 656;
+constexpr Format kMlaFp8{"fp8", Scales::none, KVFormat::fp8_mla, DType::fp8_mla, 1, DType::f32, 0};
 
 const Format& format_of(const CacheSpec& cache) {
   if (cache.mla && cache.format == "fp8") return kMlaFp8;
@@ -46,7 +47,7 @@ const Format& format_of(const CacheSpec& cache) {
 
 // Bytes of one MLA cache row: a bf16 row of 576, or one FP8 record.
 int64_t mla_row_bytes(const Format& f) {
-  return f.codes == DType::fp8_mla ? quant::kMlaRecordBytes : quant::kMlaHeadDim * 2;
+  return f.codes == DType::fp8_mla ? kMlaRecordBytes : kMlaHeadDim * 2;
 }
 
 // Scales for the formats whose scale is an input: FP8 per kv-head saturates at 8 (4.5 standard
@@ -148,13 +149,13 @@ CacheSpec parse_kvcache(Args& args, Spec* spec, bool mla) {
                                    {"bf16", "fp16", "fp8", "fp8-token", "nvfp4", "mxfp4"});
   if (mla) {
     const std::pair<const char*, int> fixed[] = {
-        {"hdim", quant::kMlaHeadDim}, {"hdim-v", quant::kMlaLatentDim}, {"kv-heads", 1}};
+        {"hdim", kMlaHeadDim}, {"hdim-v", kMlaLatentDim}, {"kv-heads", 1}};
     for (const auto& [flag, want] : fixed)
       if (const auto given = args.value(flag); given && *given != std::to_string(want))
         throw UsageError(std::string("--") + flag + ": MLA's is " + std::to_string(want) +
                          ", got " + *given);
     spec->heads = 16;
-    spec->hdim = quant::kMlaHeadDim;
+    spec->hdim = kMlaHeadDim;
   }
   cache.page_size = args.integer("page-size", cache.page_size, 1, 1 << 20);
   const std::vector<int64_t> lengths = args.integers("cache-len", {1024}, 0, INT32_MAX);
@@ -164,7 +165,7 @@ CacheSpec parse_kvcache(Args& args, Spec* spec, bool mla) {
   parse_spec(args, spec);
   if (mla) {  // parse_spec's defaults follow --heads and --hdim
     spec->kv_heads = 1;
-    spec->hdim_v = quant::kMlaLatentDim;
+    spec->hdim_v = kMlaLatentDim;
     if (spec->dtype != DType::bf16)
       throw UsageError("--dtype: MLA's queries are bf16 (FlashMLA's), got " +
                        std::string(dtype_name(spec->dtype)));
@@ -221,7 +222,7 @@ KVCacheWorkload::KVCacheWorkload(const Spec& spec, const CacheSpec& cache, uint6
   if (cache.mla) {
     k_ = make_mla_cache(rng);
     v_.codes.tensor = k_.codes.tensor;  // the view of each row's first 512 values (or bytes)
-    v_.codes.tensor.shape[3] = quant::kMlaLatentDim;
+    v_.codes.tensor.shape[3] = kMlaLatentDim;
   } else {
     k_ = make_side(s.hdim, rng);
     v_ = make_side(s.hdim_v, rng);
@@ -308,24 +309,24 @@ KVCacheWorkload::Side KVCacheWorkload::make_side(int64_t dim, std::mt19937_64& r
 
 KVCacheWorkload::Side KVCacheWorkload::make_mla_cache(std::mt19937_64& rng) {
   const Format& f = format_of(cache_);
-  const int64_t rows = pages_ * cache_.page_size, d = quant::kMlaHeadDim;
-  const int64_t row_extent = f.codes == DType::fp8_mla ? quant::kMlaRecordBytes : d;
+  const int64_t rows = pages_ * cache_.page_size, d = kMlaHeadDim;
+  const int64_t row_extent = f.codes == DType::fp8_mla ? kMlaRecordBytes : d;
   Side side;
   side.values = HostArray(DType::f32, rows * d);
   side.values.fill_normal(rng);
   HostArray codes(f.codes, rows * row_extent);
   auto* values = static_cast<float*>(side.values.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = values + r * d;
-    if (f.codes == DType::fp8_mla) {  // what the records hold, decoded as the decode reads them
-      auto* record = static_cast<uint8_t*>(codes.data()) + r * row_extent;
-      quant::mla_fp8_quantize_row(row, record);
-      quant::mla_fp8_decode_columns(record, 0, d, row);
-    } else {
-      for (int64_t c = 0; c < d; ++c) {
-        codes.set(r * d + c, row[c]);
-        row[c] = codes.get(r * d + c);
-      }
+  if (f.codes == DType::fp8_mla) {  // the records, and what they hold as the decode reads them
+    const Tensor x = make_tensor(values, DType::f32, {rows, 1, d});
+    const Tensor records = make_tensor(codes.data(), DType::fp8_mla, {rows, 1, row_extent});
+    const QuantizeOptions options{KVFormat::fp8_mla, nullptr, nullptr};
+    Status status = quantize_kv(x, records, options);
+    if (status) status = dequantize_kv(records, x, options);
+    if (!status) throw WorkloadError(status);
+  } else {  // bf16 rows, and the values they round to
+    for (int64_t i = 0; i < rows * d; ++i) {
+      codes.set(i, values[i]);
+      values[i] = codes.get(i);
     }
   }
   side.codes = to_device(spec_.device, codes, {pages_, cache_.page_size, 1, row_extent}, true);

@@ -75,9 +75,10 @@ typedef struct hfa_tensor {
  * scales with one per row, which the append writes) shares no byte with any other tensor of the
  * call, input or output, and no two of its own elements share a byte. Outputs may still be
  * interleaved views of one buffer that share no byte (dq, dk and dv of one packed dqkv; k_cache
- * and v_cache of one KV pool). The one exception is an update in place where the operation is
+ * and v_cache of one KV pool). The exceptions are updates in place where the operation is
  * one: hfa_merge_partials' out may be the very view (same data, dtype, shape and strides) of an
- * outs[i], and its lse of an lses[i]. A call that breaks the rule fails with
+ * outs[i], and its lse of an lses[i]; an MLA append writes k_cache, of which v_cache is the view
+ * of the first 512 columns (at hfa_forward_kvcache). A call that breaks the rule fails with
  * HFA_ERROR_INVALID_ARGUMENT before anything is written, by a message naming both tensors
  * ("out: overlaps k (...)", "lse: overlaps out (...)") or the elements that meet
  * ("out: elements (0, 0, 1, 0) and (0, 0, 0, 32) share memory (...)"). The check is pointer
@@ -152,7 +153,9 @@ HFA_API hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_te
 /* Attention of a few new query tokens over a KV cache (decode, speculative verification,
  * chunked prefill).
  *
- * q: (batch, seqlen_q, heads_q, d) f16/bf16 (f32 on the CPU). out: as q, headdim d_v.
+ * q: (batch, seqlen_q, heads_q, d) f16/bf16 (f32 on the CPU). out: q's shape with headdim d_v,
+ * of q's dtype or f32 (the result before its rounding, for a caller that scales or merges it
+ * first; on the CPU only for now).
  * lse (optional): fp32, contiguous (batch, heads_q, seqlen_q), natural log. With
  * options->cu_seqlens_q (varlen queries) q and out are (total_q, heads_q, d) and lse is
  * (heads_q, total_q), as in hfa_forward's varlen.
@@ -179,6 +182,10 @@ HFA_API hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_te
  * or HFA_FP8_MLA, FlashMLA's FP8 cache: k_cache (..., 656) of records (the latent as e4m3 with
  * a scale per 128 values, the rotary part as bf16; src/quant/mla_fp8.hpp), v_cache the view of
  * their first 512 bytes (required: V's scales are read from the record), no k_scale / v_scale.
+ * An append to such a cache (options->k_new) writes each new token once, its 576-wide k_new row
+ * (as bf16, or as the HFA_FP8_MLA record hfa_quantize_kv writes), through k_cache: v_new is NULL
+ * or the view k_new[..., :512] (same data and strides), and no rotary tables are taken (they
+ * would rotate the first columns, V's; MLA's rotary part is the last 64, the model's to rotate).
  * Sparse MLA (DeepSeek-V3.2's top-k): options->indices lists each query row's tokens.
  * Causal and windows are bottom-right aligned within each sequence: query i sees cache key j
  * iff j <= cache_seqlens[b] - seqlen_q + i (+ window_right), as in hfa_forward with
@@ -312,6 +319,11 @@ HFA_API const hfa_option_info* hfa_describe_options(hfa_options_struct which, in
  *   - HFA_KV_NVFP4: HFA_E4M3, values' shape with last extent d / 16 (written by quantize), and
  *     options->global_scale, fp32 (1), an input (the cache's k_global_scale / v_global_scale).
  *   - HFA_KV_MXFP4: HFA_UE8M0, values' shape with last extent d / 32 (written by quantize).
+ *   - HFA_KV_FP8_MLA: none (scale NULL): FlashMLA's FP8 MLA records carry their own scales.
+ *     values' d is 576 (MLA's [latent 512 ; rotary 64] row) and codes are HFA_FP8_MLA with last
+ *     extent 656, one record per row; each 128 latent values get the smallest power of two
+ *     >= max(amax / 448, 1e-4) as their scale, the rotary values are rounded to bf16
+ *     (src/quant/mla_fp8.hpp). The CPU only for now (a GPU call: HFA_ERROR_NOT_SUPPORTED).
  * All tensors on one device. On a GPU: d of 64, 128 or 256 and code rows at 16-byte aligned
  * addresses and strides (as the cache the decode reads); the call is queued on options->stream
  * with no allocation and no synchronization. options is required (it names the format). */
@@ -319,7 +331,8 @@ typedef HFA_ENUM(hfa_kv_format) {
   HFA_KV_FP8_PER_HEAD = 1,
   HFA_KV_FP8_PER_TOKEN = 2,
   HFA_KV_NVFP4 = 3,
-  HFA_KV_MXFP4 = 4
+  HFA_KV_MXFP4 = 4,
+  HFA_KV_FP8_MLA = 5
 } hfa_kv_format;
 
 typedef struct hfa_quantize_options {
@@ -328,7 +341,8 @@ typedef struct hfa_quantize_options {
   void* stream;                   /* cudaStream_t for CUDA tensors; ignored on the CPU */
 } hfa_quantize_options;
 
-/* codes (and, but for FP8 per kv-head, scale) are written. */
+/* codes (and, but for FP8 per kv-head and FP8 MLA, scale) are written. scale is NULL for
+ * HFA_KV_FP8_MLA (in both directions) and required by the other formats. */
 HFA_API hfa_status hfa_quantize_kv(const hfa_tensor* x, const hfa_tensor* codes,
                                    const hfa_tensor* scale, const hfa_quantize_options* options);
 /* out = the values the decode reads from codes and scale. */

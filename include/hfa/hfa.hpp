@@ -145,6 +145,7 @@ enum class KVFormat : int32_t {
   fp8_per_token = HFA_KV_FP8_PER_TOKEN,
   nvfp4 = HFA_KV_NVFP4,
   mxfp4 = HFA_KV_MXFP4,
+  fp8_mla = HFA_KV_FP8_MLA,
 };
 
 struct QuantizeOptions {
@@ -157,6 +158,10 @@ struct QuantizeOptions {
 HFA_API Status quantize_kv(const Tensor& x, const Tensor& codes, const Tensor& scale,
                            const QuantizeOptions& options);
 HFA_API Status dequantize_kv(const Tensor& codes, const Tensor& scale, const Tensor& out,
+                             const QuantizeOptions& options);
+// The formats without a scale tensor (fp8_mla: the scales are inside its records).
+HFA_API Status quantize_kv(const Tensor& x, const Tensor& codes, const QuantizeOptions& options);
+HFA_API Status dequantize_kv(const Tensor& codes, const Tensor& out,
                              const QuantizeOptions& options);
 
 // See hfa_quantize_fp8 for the shapes and the rule of each scale.

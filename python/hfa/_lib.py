@@ -35,7 +35,7 @@ CALL_BYTES = 2048  # HFA_CALL_BYTES
 MAX_MERGE_PARTIALS = 16  # HFA_MAX_MERGE_PARTIALS
 
 # hfa_kv_format: the cache formats of hfa_quantize_kv / hfa_dequantize_kv.
-KV_FORMATS = {"fp8_per_head": 1, "fp8_per_token": 2, "nvfp4": 3, "mxfp4": 4}
+KV_FORMATS = {"fp8_per_head": 1, "fp8_per_token": 2, "nvfp4": 3, "mxfp4": 4, "fp8_mla": 5}
 # hfa_fp8_granularity: the scale groups of hfa_quantize_fp8.
 FP8_GRANULARITIES = {"tensor": 1, "head": 2, "block": 3}
 

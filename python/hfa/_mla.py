@@ -2,7 +2,9 @@
 hfa_forward_kvcache, for numpy arrays and torch tensors: a serving engine switches by changing
 the import. MLA is no separate operation in hfa: the latent cache is k_cache, its first
 head_dim_v columns (a view, never a copy) are v_cache, FlashMLA's FP8 cache is the fp8_mla
-cache dtype, and sparse attention the indices option (hfa.h).
+cache dtype, and sparse attention the indices option (hfa.h). Torch tensors go through the
+custom op torch.ops.hfa.mla_decode (registered on the first torch call), so torch.compile traces
+flash_mla_with_kvcache without a graph break.
 """
 
 from __future__ import annotations
@@ -86,7 +88,8 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     Sparse (DeepSeek-V3.2): indices (batch, seqlen_q, topk) int32, each page * page_block_size +
     slot, -1 for none; block_table and cache_seqlens are then not read; topk_length (batch,)
     int32 keeps each sequence's first topk_length[b] indices; attn_sink (heads_q,) float32 scales
-    the output by exp(lse) / (exp(lse) + exp(attn_sink)) (lse unchanged). hfa's sparse form also
+    the output by exp(lse) / (exp(lse) + exp(attn_sink)) (lse unchanged), applied to the
+    float32 result the library writes, then rounded once to q's dtype. hfa's sparse form also
     takes a bf16 cache.
     tile_scheduler_metadata: get_mla_metadata()[0] (or None); num_splits must be None (hfa plans
     its splits). softmax_scale: default 1/sqrt(576).
@@ -147,11 +150,13 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     from . import _frontend
     fe = _frontend(q)
     torch_like = fe is not None
+    # With a sink the library writes the float32 result, scaled here and rounded once.
+    float_out = attn_sink is not None
     out, lse = (_torch_call if torch_like else _numpy_call)(
         q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
-        is_fp8_kvcache, indices, topk_length)
+        is_fp8_kvcache, indices, topk_length, float_out)
     if attn_sink is not None:
-        out = _apply_sink(out, lse, attn_sink, torch_like)
+        out = _apply_sink(out, lse, attn_sink, torch_like, q.dtype)
     return out, lse
 
 
@@ -199,7 +204,7 @@ def _renamed(call):
 
 
 def _numpy_call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
-                is_fp8_kvcache, indices, topk_length):
+                is_fp8_kvcache, indices, topk_length, float_out):
     import numpy as np
 
     from . import _numpy
@@ -214,7 +219,7 @@ def _numpy_call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scal
         indices = np.where(position < limit, indices, -1).astype(np.int32)
 
     def alloc(shape, like_q):
-        return np.empty(shape, dtype=q.dtype if like_q else np.float32)
+        return np.empty(shape, dtype=q.dtype if like_q and not float_out else np.float32)
 
     return _renamed(lambda: _call(
         q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
@@ -222,44 +227,91 @@ def _numpy_call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scal
 
 
 def _torch_call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
-                is_fp8_kvcache, indices, topk_length):
-    import ctypes
-
+                is_fp8_kvcache, indices, topk_length, float_out):
+    """The torch tensors' call: as torch ops (topk_length's mask) around hfa::mla_decode, so
+    that torch.compile traces it without a graph break."""
     import torch
-
-    from . import _torch_calls
-    if is_fp8_kvcache:
-        if k_cache.element_size() != 1:
-            raise TypeError(f"k_cache: an FP8 cache holds bytes (float8_e4m3fn, int8 or uint8), "
-                            f"got {k_cache.dtype}")
-        k_cache = k_cache.view(torch.uint8)
+    if is_fp8_kvcache and k_cache.element_size() != 1:
+        raise TypeError(f"k_cache: an FP8 cache holds bytes (float8_e4m3fn, int8 or uint8), "
+                        f"got {k_cache.dtype}")
     if topk_length is not None and indices is not None:
         position = torch.arange(indices.shape[-1], device=indices.device)[None, None, :]
         indices = torch.where(position < topk_length[:, None, None], indices,
                               torch.full_like(indices, -1))
-    stream = None
-    if q.device.type == "cuda":
-        stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream).value
-
-    def alloc(shape, like_q):
-        return torch.empty(shape, dtype=q.dtype if like_q else torch.float32, device=q.device)
-
-    with torch.no_grad(), _torch_calls.on_device(q):
-        return _renamed(lambda: _call(
-            q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
-            is_fp8_kvcache, indices, _torch_calls.view, alloc, stream,
-            lambda n: _torch_calls.workspace(n, q.device)))
+    return _torch_op()(q, k_cache, block_table, cache_seqlens, indices, head_dim_v,
+                       softmax_scale, causal, is_fp8_kvcache, float_out)
 
 
-def _apply_sink(out, lse, attn_sink, torch_like):
-    """out · exp(lse) / (exp(lse) + exp(sink)) per (row, head), in float32, back to out's dtype;
-    rows with no key (lse -inf) stay 0."""
+_MLA_OP = None
+
+
+def _torch_op():
+    """torch.ops.hfa.mla_decode, registered on first use (torch is imported by then): a custom op
+    over the C ABI (ctypes) with a fake kernel for torch.compile. Its own op rather than the C++
+    hfa::fwd_kvcache (which takes indices and FP8 MLA records too): that one exists only where
+    libhfa_torch was built against the user's torch, this one wherever torch imports."""
+    global _MLA_OP
+    if _MLA_OP is None:
+        _MLA_OP = _register_torch_op()
+    return _MLA_OP
+
+
+def _register_torch_op():
+    from typing import Optional, Tuple
+
+    import torch
+
+    Tensor = torch.Tensor
+
+    # No `from __future__ import annotations` effect here: custom_op reads these annotations as
+    # objects, and this module's postponed ones would be strings; they are given explicitly.
+    def mla_decode(q, k_cache, block_table, cache_seqlens, indices, head_dim_v, softmax_scale,
+                   causal, is_fp8_kvcache, float_out):
+        import ctypes
+
+        from . import _torch_calls
+        cache = k_cache.view(torch.uint8) if is_fp8_kvcache else k_cache
+        stream = None
+        if q.device.type == "cuda":
+            stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream).value
+
+        def alloc(shape, like_q):
+            return torch.empty(shape, dtype=q.dtype if like_q and not float_out
+                               else torch.float32, device=q.device)
+
+        with torch.no_grad(), _torch_calls.on_device(q):
+            return _renamed(lambda: _call(
+                q, cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
+                is_fp8_kvcache, indices, _torch_calls.view, alloc, stream,
+                lambda n: _torch_calls.workspace(n, q.device)))
+
+    mla_decode.__annotations__ = {
+        "q": Tensor, "k_cache": Tensor, "block_table": Optional[Tensor],
+        "cache_seqlens": Optional[Tensor], "indices": Optional[Tensor], "head_dim_v": int,
+        "softmax_scale": float, "causal": bool, "is_fp8_kvcache": bool, "float_out": bool,
+        "return": Tuple[Tensor, Tensor]}
+    op = torch.library.custom_op("hfa::mla_decode", mla_decode, mutates_args=())
+
+    @op.register_fake
+    def _(q, k_cache, block_table, cache_seqlens, indices, head_dim_v, softmax_scale, causal,
+          is_fp8_kvcache, float_out):
+        b, s_q, h_q = q.shape[:3]
+        return (q.new_empty((b, s_q, h_q, head_dim_v),
+                            dtype=torch.float32 if float_out else q.dtype),
+                q.new_empty((b, h_q, s_q), dtype=torch.float32))
+
+    return op
+
+
+def _apply_sink(out, lse, attn_sink, torch_like, dtype):
+    """The float32 out · exp(lse) / (exp(lse) + exp(sink)) per (row, head), rounded once to
+    `dtype` (q's); rows with no key (lse -inf) stay 0."""
     if torch_like:
         sink = attn_sink.to(lse.dtype).reshape(1, -1, 1)
         factor = 1.0 / (1.0 + (sink - lse).exp())
-        return (out.float() * factor.transpose(1, 2).unsqueeze(-1)).to(out.dtype)
+        return (out * factor.transpose(1, 2).unsqueeze(-1)).to(dtype)
     import numpy as np
     sink = np.asarray(attn_sink, dtype=np.float32).reshape(1, -1, 1)
     with np.errstate(over="ignore"):
         factor = 1.0 / (1.0 + np.exp(sink - lse))
-    return (out.astype(np.float32) * factor.transpose(0, 2, 1)[..., None]).astype(out.dtype)
+    return (out * factor.transpose(0, 2, 1)[..., None]).astype(dtype)

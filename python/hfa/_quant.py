@@ -9,7 +9,12 @@ same values, in the dtypes flash_attn_with_kvcache reads (see hfa._kvcache):
   nvfp4          (..., heads_kv, d / 2) uint8   (..., heads_kv, d / 16) uint8 (e4m3), computed,
                                                 with global_scale (1,) float32 given
   mxfp4          (..., heads_kv, d / 2) uint8   (..., heads_kv, d / 32) uint8 (ue8m0), computed
+  fp8_mla        (..., heads_kv, 656) uint8     None: FlashMLA's records hold their scales
 e4m3 codes are uint8 for numpy, torch.float8_e4m3fn for torch (uint8 where torch lacks it).
+fp8_mla takes rows of d = 576 (MLA's [latent 512 ; rotary 64]) and writes FlashMLA's FP8 cache
+token per row (flash_mla_with_kvcache's is_fp8_kvcache=True cache; hfa.flash_mla_with_kvcache
+reads it): 512 e4m3 codes, 4 float32 scales (the smallest power of two >= max(amax / 448, 1e-4)
+per 128 values), 64 bf16 rotary values. CPU only for now.
 
 quantize_fp8 / hadamard_signs over hfa_quantize_fp8 / hfa_hadamard_signs: q, k, v as e4m3 codes
 with float32 descales for the FP8 forward (flash_attn_func's q_descale= ... ), torch only.
@@ -24,6 +29,7 @@ from . import _args, _lib
 _FP4 = {"nvfp4": 16, "mxfp4": 32}  # values per block scale
 _SCALE_CODES = {"fp8_per_head": _lib.F32, "fp8_per_token": _lib.F32, "nvfp4": _lib.E4M3,
                 "mxfp4": _lib.UE8M0}
+_MLA_RECORD = 656  # bytes of an fp8_mla record (the library checks the rows are 576 wide)
 
 
 def _format(format):
@@ -36,6 +42,8 @@ def _shapes(format, shape):
     """(codes shape, scale shape) for values of `shape`; the scale's is None for fp8_per_head
     (an input). A headdim the format cannot take is left to the library to name."""
     rows, d = tuple(shape[:-1]), int(shape[-1])
+    if format == "fp8_mla":
+        return rows + (_MLA_RECORD,), None
     if format in _FP4:
         return rows + (d // 2,), rows + (d // _FP4[format],)
     return rows + (d,), (None if format == "fp8_per_head" else rows)
@@ -64,6 +72,14 @@ def _check_scale_input(format, scale, name="scale"):
         raise ValueError(f"{name}: only fp8_per_head takes a scale; {format} computes its own")
 
 
+def _check_scale_output(format, scale):
+    """dequantize_kv's scale: fp8_mla's are inside its records, the others' are required."""
+    if format == "fp8_mla" and scale is not None:
+        raise ValueError("scale: must be None for fp8_mla (its scales are inside its records)")
+    if format != "fp8_mla" and scale is None:
+        raise ValueError("scale: is None (dequantize_kv needs the codes' scales)")
+
+
 def quantize_kv(x, format, *, scale=None, global_scale=None):
     """(codes, scale) of x (..., heads_kv, headdim) in a cache format; see the module doc."""
     format = _format(format)
@@ -74,7 +90,8 @@ def quantize_kv(x, format, *, scale=None, global_scale=None):
     _check_rank(x, "x")
     codes_shape, scale_shape = _shapes(format, x.shape)
     codes = fe.empty(codes_shape, "codes", format, x)
-    if scale_shape is not None:
+    written = scale_shape is not None and format != "fp8_mla"
+    if written:
         scale = fe.empty(scale_shape, "scale", format, x)
     keep = []
     options = _lib.make_quantize_options(_lib.KV_FORMATS[format],
@@ -82,8 +99,8 @@ def quantize_kv(x, format, *, scale=None, global_scale=None):
                                          fe.stream(x))
     _lib.quantize_kv(fe.view(x, "x", keep),
                      fe.view(codes, "codes", keep, _code(format), written=True),
-                     fe.view(scale, "scale", keep, _SCALE_CODES[format],
-                             written=scale_shape is not None), options)
+                     fe.view(scale, "scale", keep, _SCALE_CODES.get(format), written=written),
+                     options)
     return codes, scale
 
 
@@ -94,18 +111,21 @@ def dequantize_kv(codes, scale, format, *, global_scale=None, dtype=None):
     format = _format(format)
     _check_global(format, global_scale)
     fe = _torch_side() if _is_torch(codes) else _NumpySide()
-    if scale is None:
-        raise ValueError("scale: is None (dequantize_kv needs the codes' scales)")
+    _check_scale_output(format, scale)
     keep = []
     codes_view = fe.view(codes, "codes", keep, _code(format))  # checks codes is an array
     _check_rank(codes, "codes")
-    shape = tuple(codes.shape[:-1]) + (int(codes.shape[-1]) * (2 if format in _FP4 else 1),)
+    if format == "fp8_mla":  # a record of another size is the library's to name, as codes'
+        width = 576
+    else:
+        width = int(codes.shape[-1]) * (2 if format in _FP4 else 1)
+    shape = tuple(codes.shape[:-1]) + (width,)
     out = fe.empty_values(shape, dtype, codes)
     options = _lib.make_quantize_options(_lib.KV_FORMATS[format],
                                          fe.view(global_scale, "global_scale", keep),
                                          fe.stream(codes))
     # out is shaped after codes here: what the library finds wrong with its shape is codes'.
-    _lib.dequantize_kv(codes_view, fe.view(scale, "scale", keep, _SCALE_CODES[format]),
+    _lib.dequantize_kv(codes_view, fe.view(scale, "scale", keep, _SCALE_CODES.get(format)),
                        fe.view(out, "out", keep, written=True), options, {"out": "codes"})
     return out
 
@@ -185,6 +205,8 @@ def quantize_fp8(x, granularity="tensor", block=128, hadamard=False, signs=None,
 
 
 def _code(format):
+    if format == "fp8_mla":
+        return _lib.FP8_MLA
     return _lib.FP4_E2M1X2 if format in _FP4 else _lib.E4M3
 
 
@@ -208,7 +230,8 @@ class _NumpySide:
         return x
 
     def empty(self, shape, name, format, like):
-        dtype = self.np.float32 if name == "scale" and format.startswith("fp8") else self.np.uint8
+        dtype = (self.np.float32 if name == "scale" and format.startswith("fp8")
+                 else self.np.uint8)
         return self.np.empty(shape, dtype=dtype)
 
     def empty_values(self, shape, dtype, like):
@@ -252,7 +275,8 @@ def _torch_side():
         def empty(self, shape, name, format, like):
             if name == "scale" and format.startswith("fp8"):
                 dtype = torch.float32
-            elif name == "codes" and format.startswith("fp8") and self.e4m3 is not None:
+            elif (name == "codes" and format in ("fp8_per_head", "fp8_per_token")
+                  and self.e4m3 is not None):
                 dtype = self.e4m3
             else:
                 dtype = torch.uint8

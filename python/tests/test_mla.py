@@ -225,3 +225,68 @@ def test_errors_name_the_argument():
     bad[1, 0, 3] = cache.shape[0] * PAGE
     with pytest.raises(ValueError, match=r"^indices: element \(1, 0, 3\)"):
         call(q, cache, None, None, DV, None, indices=bad)
+
+
+def test_quantize_writes_flashmla_records():
+    """hfa.quantize_kv(x, "fp8_mla"): FlashMLA's record per row, decoded here from its bytes:
+    power-of-two scales by FlashMLA's rule, latent values within half an E4M3 step, rotary values
+    x's rounded to bf16; dequantize_kv reads back what decode_records does."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((3, PAGE, 1, D)) *
+         np.exp(2 * rng.standard_normal((3, PAGE, 1, 1)))).astype(np.float32)
+    codes, scale = hfa.quantize_kv(x, "fp8_mla")
+    assert scale is None and codes.dtype == np.uint8 and codes.shape == (3, PAGE, 1, RECORD)
+    scales = np.ascontiguousarray(codes[..., 512:528]).view("<f4").astype(np.float64)
+    amax = np.abs(x[..., :512].astype(np.float64)).reshape(3, PAGE, 1, 4, 128).max(-1)
+    np.testing.assert_array_equal(scales, np.exp2(np.ceil(np.log2(np.maximum(amax / 448,
+                                                                             1e-4)))))
+    values = decode_records(codes)
+    latent_step = np.maximum(np.abs(x[..., :512]) / 16, np.repeat(scales, 128, -1) * 2.0 ** -10)
+    assert (np.abs(values[..., :512] - x[..., :512]) <= latent_step).all()
+    rope = (x[..., 512:].view(np.uint32) + 0x7FFF + ((x[..., 512:].view(np.uint32) >> 16) & 1))
+    rope = (rope & 0xFFFF0000).view(np.float32)  # round to nearest even bf16
+    np.testing.assert_array_equal(values[..., 512:], rope)
+    back = hfa.dequantize_kv(codes, None, "fp8_mla")
+    assert back.shape == x.shape
+    np.testing.assert_array_equal(back, values.astype(np.float32))
+
+
+def test_quantize_errors_name_the_argument():
+    x = np.ones((2, 1, D), dtype=np.float32)
+    with pytest.raises(ValueError, match="^scale: only fp8_per_head takes a scale"):
+        hfa.quantize_kv(x, "fp8_mla", scale=np.ones(1, np.float32))
+    with pytest.raises(ValueError, match="^x: headdim 512 must be 576 for fp8_mla"):
+        hfa.quantize_kv(x[..., :512].copy(), "fp8_mla")
+    codes, _ = hfa.quantize_kv(x, "fp8_mla")
+    with pytest.raises(ValueError, match="^scale: must be None for fp8_mla"):
+        hfa.dequantize_kv(codes, np.ones(2, np.float32), "fp8_mla")
+    with pytest.raises(ValueError, match="^codes: expected last extent 656"):
+        hfa.dequantize_kv(codes[..., :640].copy(), None, "fp8_mla")
+
+
+def test_append_writes_the_latent_row_once():
+    """flash_attn_with_kvcache's append (k=) into an MLA cache (v_cache its view): each new
+    token's 576-wide row written once, v=None or k's view; the attention covers the new tokens
+    (float64 reference over the cache so written); a V of its own is refused by name."""
+    rng = np.random.default_rng(21)
+    before, new = [70, 0, 5], 2
+    cache, values, table, _ = make_case(rng, [n + new for n in before])
+    slots = [(table[b, j // PAGE], j % PAGE) for b, n in enumerate(before)
+             for j in range(n, n + new)]
+    for page, slot in slots:
+        cache[page, slot] = np.nan  # where the append writes
+    k = rng.standard_normal((3, new, 1, D)).astype(np.float32)
+    q = rng.standard_normal((3, 2, 16, D)).astype(np.float32)
+    seqlens = np.array(before, np.int32)
+    for v in (None, k[..., :DV]):
+        out, lse = hfa.flash_attn_with_kvcache(q, cache, cache[..., :DV], k=k, v=v,
+                                               cache_seqlens=seqlens, page_table=table,
+                                               causal=True, return_softmax_lse=True)
+        for n, (page, slot) in enumerate(slots):
+            np.testing.assert_array_equal(cache[page, slot, 0], k[n // new, n % new, 0])
+        values = cache[:, :, 0].astype(np.float64)
+        want = dense_reference(q, values, table, seqlens + new, True, 1 / np.sqrt(D))
+        expect_close(out, lse, *want, 2e-5)
+    with pytest.raises(ValueError, match=r"^v: must be null or the view k_new\[\.\.\., :512\]"):
+        hfa.flash_attn_with_kvcache(q, cache, cache[..., :DV], k=k, v=k[..., :DV].copy(),
+                                    cache_seqlens=seqlens, page_table=table)

@@ -129,7 +129,7 @@ def test_attention_over_quantized_tokens_matches_dequantized():
 def test_errors():
     x = values((4, 2, 64))
     with pytest.raises(ValueError, match=r"^format: expected one of fp8_per_head, fp8_per_token, "
-                                         r"nvfp4, mxfp4, got 'fp8'"):
+                                         r"nvfp4, mxfp4, fp8_mla, got 'fp8'"):
         hfa.quantize_kv(x, "fp8")
     with pytest.raises(ValueError, match=r"^format: "):
         hfa.dequantize_kv(x, x, None)

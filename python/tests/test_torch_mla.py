@@ -128,3 +128,110 @@ def test_gpu_refuses_every_form_by_name():
     indices = torch.zeros(1, 1, 64, dtype=torch.int32, device="cuda")
     with pytest.raises(NotImplementedError, match="^indices: sparse"):
         hfa.flash_mla_with_kvcache(q, cache, None, None, DV, None, indices=indices)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_quantize_is_flashmla_quantizer(dtype):
+    """hfa.quantize_kv(x, "fp8_mla") writes the bytes of FlashMLA's reference quantizer (written
+    in torch above), and the cache it writes decodes as that one does."""
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(5, PAGE, 1, D, generator=g) *
+         torch.randn(5, PAGE, 1, 1, generator=g).exp()).to(dtype)
+    codes, scale = hfa.quantize_kv(x, "fp8_mla")
+    assert scale is None and codes.dtype == torch.uint8 and codes.shape == (5, PAGE, 1, 656)
+    assert torch.equal(codes, flashmla_quantize(x).view(torch.uint8))
+    back = hfa.dequantize_kv(codes, None, "fp8_mla")
+    assert torch.equal(back.double(), dequantize(codes))
+
+
+def test_compiles_without_graph_break():
+    """torch.compile(fullgraph=True) of FlashMLA's calls (dense causal bf16; sparse FP8 with
+    topk_length and attn_sink): no graph break (the library call is the custom op
+    hfa::mla_decode), the same bytes as eager; the op passes torch.library.opcheck."""
+    g = torch.Generator().manual_seed(23)
+    cache, _, table, seqlens = paged([70, 3], g, False)
+    q = torch.randn(2, 2, 16, D, generator=g).to(torch.bfloat16)
+
+    def dense(q, cache, table, seqlens):
+        return hfa.flash_mla_with_kvcache(q, cache, table, seqlens, DV, None, causal=True)
+
+    records, _, records_table, _ = paged([300, 0], g, True)
+    picked = torch.randint(0, 300, (2, 2, 64), generator=g)  # sequence 0's tokens, some -1
+    indices = (records_table[0, picked // PAGE] * PAGE + picked % PAGE).int()
+    indices[torch.rand(2, 2, 64, generator=g) < 0.2] = -1
+    topk_length = torch.tensor([40, 64], dtype=torch.int32)
+    sink = torch.randn(64, generator=g)
+    q64 = torch.randn(2, 2, 64, D, generator=g).to(torch.bfloat16)
+
+    def sparse(q, records, indices, topk_length, sink):
+        return hfa.flash_mla_with_kvcache(q, records, None, None, DV, None, indices=indices,
+                                          is_fp8_kvcache=True, topk_length=topk_length,
+                                          attn_sink=sink)
+
+    torch._dynamo.reset()
+    for f, args in ((dense, (q, cache, table, seqlens)),
+                    (sparse, (q64, records, indices, topk_length, sink))):
+        out, lse = f(*args)
+        compiled_out, compiled_lse = torch.compile(f, fullgraph=True)(*args)
+        assert not out.isnan().any()
+        assert torch.equal(lse, compiled_lse)
+        if f is dense:
+            assert torch.equal(out, compiled_out)
+        else:  # the sink's factor, computed by the compiled graph's own kernels: one rounding
+            torch.testing.assert_close(compiled_out, out, atol=0, rtol=2 ** -8)
+    for float_out in (False, True):
+        torch.library.opcheck(torch.ops.hfa.mla_decode.default,
+                              (q, cache, table, seqlens, None, DV, D ** -0.5, True, False,
+                               float_out))
+
+
+def test_attn_sink_rounds_once():
+    """With attn_sink the library's float32 result is scaled, then rounded to bf16 once: every
+    element within half a bf16 step (plus float32's own error) of the float64 result; FlashMLA's
+    lse (without the sink) unchanged."""
+    g = torch.Generator().manual_seed(29)
+    cache, values, table, seqlens = paged([200, 90], g, False)
+    b, s_q, heads, topk = 2, 2, 64, 128
+    q = torch.randn(b, s_q, heads, D, generator=g).to(torch.bfloat16)
+    picked = torch.randint(0, 90, (b, s_q, topk), generator=g)
+    indices = (table[torch.arange(b)[:, None, None], picked // PAGE] * PAGE + picked % PAGE).int()
+    sink = torch.randn(heads, generator=g) + 3  # comparable to the rows' lse: factors far from 1
+    out, lse = hfa.flash_mla_with_kvcache(q, cache, None, None, DV, None, indices=indices,
+                                          attn_sink=sink)
+    want_out, want_lse = sparse_reference(q.double().numpy(), values, indices.numpy(), D ** -0.5)
+    np.testing.assert_allclose(lse.numpy(), want_lse, rtol=1e-5, atol=1e-5)
+    factor = 1 / (1 + np.exp(sink.double().numpy()[None, :, None] - want_lse))
+    want = want_out * factor.transpose(0, 2, 1)[..., None]
+    # bf16 keeps 8 significant bits: half a step in want's binade, plus float32's error (about
+    # 2e-6 of the largest value). The sink's factor applied to a bf16 out (a second rounding)
+    # breaks this bound on about one element in ten here.
+    float32_error = 4e-6 * np.abs(want).max()
+    half_step = np.exp2(np.floor(np.log2(np.abs(want) + 1e-300)) - 8) * (1 + 1e-3)
+    assert (np.abs(out.double().numpy() - want) <= half_step + float32_error).all()
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_native_op_takes_indices(fp8):
+    """hfa::fwd_kvcache (the C++ op, where it is built) carries indices, no cache_seqlens and an
+    FP8 MLA cache as uint8 records: the same result as flash_mla_with_kvcache's."""
+    from hfa import _lib, _torch
+    if not _torch.NATIVE:
+        pytest.skip("the native torch ops (libhfa_torch) are not built here")
+    g = torch.Generator().manual_seed(23)
+    cache, _, table, seqlens = paged([300, 70], g, fp8)
+    b, s_q, heads, topk = 2, 2, 16, 32
+    q = torch.randn(b, s_q, heads, D, generator=g).to(torch.bfloat16)
+    indices = torch.full((b, s_q, topk), -1, dtype=torch.int32)
+    for bi in range(b):
+        picked = torch.randint(0, int(seqlens[bi]), (topk - 3,), generator=g)
+        indices[bi, :, :topk - 3] = table[bi, picked // PAGE] * PAGE + picked % PAGE
+    want_out, want_lse = hfa.flash_mla_with_kvcache(q, cache, None, None, DV,
+                                                    hfa.get_mla_metadata()[0], indices=indices,
+                                                    is_fp8_kvcache=fp8)
+    k_cache = cache.view(torch.uint8) if fp8 else cache
+    code = _lib.FP8_MLA if fp8 else _lib.BF16
+    out, lse = torch.ops.hfa.fwd_kvcache(
+        q, k_cache, k_cache[..., :DV], code, _lib.F32, None, None, None, None, None, None, None,
+        None, None, None, False, None, 0, None, None, False, -1, -1, 0.0, 0, 0, indices=indices)
+    assert torch.equal(out, want_out)
+    assert torch.equal(lse, want_lse)

@@ -198,20 +198,22 @@ HFA_API uint64_t hfa_detail_validations(void) {
 hfa_status hfa_quantize_kv(const hfa_tensor* x, const hfa_tensor* codes, const hfa_tensor* scale,
                            const hfa_quantize_options* options) {
   return finish(hfa::detail::guarded("hfa_quantize_kv", [&]() -> hfa::Status {
-    if (const char* name = first_null({{"x", x}, {"codes", codes}, {"scale", scale}}))
-      return null_argument(name);
+    if (const char* name = first_null({{"x", x}, {"codes", codes}})) return null_argument(name);
     if (options == nullptr) return null_argument("options");  // it names the format
-    return hfa::quantize_kv(*x, *codes, *scale, quantize_options_from(*options));
+    // A null scale is fp8_mla's (its scales are in its records); the API says which needs one.
+    const hfa::QuantizeOptions o = quantize_options_from(*options);
+    return scale ? hfa::quantize_kv(*x, *codes, *scale, o) : hfa::quantize_kv(*x, *codes, o);
   }));
 }
 
 hfa_status hfa_dequantize_kv(const hfa_tensor* codes, const hfa_tensor* scale,
                              const hfa_tensor* out, const hfa_quantize_options* options) {
   return finish(hfa::detail::guarded("hfa_dequantize_kv", [&]() -> hfa::Status {
-    if (const char* name = first_null({{"codes", codes}, {"scale", scale}, {"out", out}}))
-      return null_argument(name);
+    if (const char* name = first_null({{"codes", codes}, {"out", out}})) return null_argument(name);
     if (options == nullptr) return null_argument("options");
-    return hfa::dequantize_kv(*codes, *scale, *out, quantize_options_from(*options));
+    const hfa::QuantizeOptions o = quantize_options_from(*options);
+    return scale ? hfa::dequantize_kv(*codes, *scale, *out, o)
+                 : hfa::dequantize_kv(*codes, *out, o);
   }));
 }
 

@@ -8,6 +8,7 @@
 #include "api/overlap.hpp"
 #include "api/validate.hpp"
 #include "common/errors.hpp"
+#include "common/mla.hpp"
 
 namespace hfa {
 namespace {
@@ -29,9 +30,10 @@ Status format_of(const QuantizeOptions& o, CacheFormat* format) {
     case KVFormat::fp8_per_token: *format = CacheFormat::fp8_per_token; return Status::ok();
     case KVFormat::nvfp4: *format = CacheFormat::nvfp4; return Status::ok();
     case KVFormat::mxfp4: *format = CacheFormat::mxfp4; return Status::ok();
+    case KVFormat::fp8_mla: *format = CacheFormat::mla_fp8; return Status::ok();
   }
   return invalid("format", static_cast<int>(o.format), " is not a KV format (fp8_per_head 1, "
-                 "fp8_per_token 2, nvfp4 3, mxfp4 4)");
+                 "fp8_per_token 2, nvfp4 3, mxfp4 4, fp8_mla 5)");
 }
 
 // The (page, slot, head) strides of the first `rows` dims of t (1 to 3; missing leading dims
@@ -51,21 +53,38 @@ Status same_rows(const char* name, const Tensor& t, const Tensor& values, const 
   return Status::ok();
 }
 
-// values, codes, scale (and the global scale) into a problem, or the first error.
-Status build(const Tensor& values, const Tensor& codes, const Tensor& scale,
-             const QuantizeOptions& o, bool dequantize, QuantizeProblem* p) {
-  const char* values_name = dequantize ? "out" : "x";
-  HFA_RETURN_IF_ERROR(format_of(o, &p->format));
-  if (values.rank < 2 || values.rank > 4)
-    return invalid(values_name, "expected rank 2 to 4 ([pages,] [page_size,] heads_kv, headdim), "
-                   "got rank ", values.rank);
+// FlashMLA's FP8 records (one a row of 576 values, their scales inside): values and codes into
+// a problem with no scale tensor.
+Status build_mla(const Tensor& values, const Tensor& codes, const char* values_name,
+                 bool dequantize, QuantizeProblem* p) {
+  const int rank = values.rank, rows = rank - 1;
+  const int64_t d = values.shape[rank - 1];
+  if (d != detail::kMlaHeadDimQK)
+    return invalid(values_name, "headdim ", d, " must be ", detail::kMlaHeadDimQK,
+                   " for fp8_mla (MLA's [latent 512 ; rotary 64] rows)");
+  const char* layout = "([pages,] [page_size,] heads_kv, 656)";
+  HFA_RETURN_IF_ERROR(detail::check_tensor_form("codes", &codes, rank, layout, !dequantize));
+  if (codes.dtype != HFA_FP8_MLA)
+    return invalid("codes", "expected dtype fp8_mla for this format, got ", name_of(codes.dtype));
+  HFA_RETURN_IF_ERROR(detail::check_same_device("codes", codes, values, values_name));
+  HFA_RETURN_IF_ERROR(same_rows("codes", codes, values, values_name, rows));
+  if (codes.shape[rank - 1] != quant::kMlaRecordBytes)
+    return invalid("codes", "expected last extent ", quant::kMlaRecordBytes,
+                   " (bytes of an fp8_mla record), got ", codes.shape[rank - 1]);
+  const detail::CallTensor tensors[] = {{values_name, &values, dequantize},
+                                        {"codes", &codes, !dequantize}};
+  HFA_RETURN_IF_ERROR(detail::check_shared_memory(tensors));
+  p->side.data = codes.data;
+  p->side.stride = row_strides(codes, rows);
+  return Status::ok();
+}
+
+// The formats with a scale tensor: codes, scale and the global scale into p->side.
+Status build_scaled(const Tensor& values, const Tensor& codes, const Tensor& scale,
+                    const QuantizeOptions& o, const char* values_name, bool dequantize,
+                    QuantizeProblem* p) {
   const int rank = values.rank, rows = rank - 1;
   const char* layout = "([pages,] [page_size,] heads_kv, headdim)";
-  HFA_RETURN_IF_ERROR(detail::check_tensor_form(values_name, &values, rank, layout, dequantize));
-  if (values.dtype != HFA_F32 && values.dtype != HFA_F16 && values.dtype != HFA_BF16)
-    return invalid(values_name, "expected dtype f32, f16 or bf16, got ", name_of(values.dtype));
-  HFA_RETURN_IF_ERROR(detail::check_device_usable(values_name, values));
-
   const bool fp4 = p->format == CacheFormat::nvfp4 || p->format == CacheFormat::mxfp4;
   const int64_t d = values.shape[rank - 1];
   const int block = p->format == CacheFormat::nvfp4 ? kNvfp4Block : kMxfp4Block;
@@ -129,7 +148,40 @@ Status build(const Tensor& values, const Tensor& codes, const Tensor& scale,
                                         {"scale", &scale, scale_written},
                                         {"global_scale", o.global_scale}};
   HFA_RETURN_IF_ERROR(detail::check_shared_memory(tensors));
+  p->side.data = codes.data;
+  p->side.stride = row_strides(codes, rows);
+  p->side.scale = scale.data;
+  p->side.scale_stride = per_head ? PagedStrides{0, 0, scale.stride[0]} : row_strides(scale, rows);
+  return Status::ok();
+}
 
+// values, codes, scale (and the global scale) into a problem, or the first error. scale is null
+// for fp8_mla alone.
+Status build(const Tensor& values, const Tensor& codes, const Tensor* scale_given,
+             const QuantizeOptions& o, bool dequantize, QuantizeProblem* p) {
+  const char* values_name = dequantize ? "out" : "x";
+  HFA_RETURN_IF_ERROR(format_of(o, &p->format));
+  const bool mla = p->format == CacheFormat::mla_fp8;
+  if (mla && scale_given != nullptr)
+    return invalid("scale", "must be null for fp8_mla (its scales are inside its records)");
+  if (!mla && scale_given == nullptr)
+    return invalid("scale", "is null, but this format needs one (only fp8_mla has none)");
+  if (mla && o.global_scale != nullptr) return invalid("global_scale", "is only used by NVFP4");
+  if (values.rank < 2 || values.rank > 4)
+    return invalid(values_name, "expected rank 2 to 4 ([pages,] [page_size,] heads_kv, headdim), "
+                   "got rank ", values.rank);
+  const int rank = values.rank, rows = rank - 1;
+  const char* layout = "([pages,] [page_size,] heads_kv, headdim)";
+  HFA_RETURN_IF_ERROR(detail::check_tensor_form(values_name, &values, rank, layout, dequantize));
+  if (values.dtype != HFA_F32 && values.dtype != HFA_F16 && values.dtype != HFA_BF16)
+    return invalid(values_name, "expected dtype f32, f16 or bf16, got ", name_of(values.dtype));
+  HFA_RETURN_IF_ERROR(detail::check_device_usable(values_name, values));
+  if (mla) {
+    HFA_RETURN_IF_ERROR(build_mla(values, codes, values_name, dequantize, p));
+  } else {
+    HFA_RETURN_IF_ERROR(build_scaled(values, codes, *scale_given, o, values_name, dequantize, p));
+  }
+  const int64_t d = values.shape[rank - 1];
   p->dequantize = dequantize;
   p->values_dtype = static_cast<DType>(values.dtype);
   p->values = values.data;
@@ -137,16 +189,13 @@ Status build(const Tensor& values, const Tensor& codes, const Tensor& scale,
   p->pages = rows >= 3 ? values.shape[rows - 3] : 1;
   p->slots = rows >= 2 ? values.shape[rows - 2] : 1;
   p->heads = values.shape[rows - 1];
-  p->side.data = codes.data;
-  p->side.stride = row_strides(codes, rows);
-  p->side.scale = scale.data;
-  p->side.scale_stride = per_head ? PagedStrides{0, 0, scale.stride[0]} : row_strides(scale, rows);
   p->side.hdim = static_cast<int32_t>(d);
   p->device = values.device == HFA_CUDA ? Device::cuda(values.device_index) : Device::cpu();
   p->stream = o.stream;
   if (p->device.kind != DeviceKind::cuda || p->rows() == 0) return Status::ok();
-
-  // What the GPU kernel takes: the decode's head dims, and code rows its lanes store whole.
+  // What the GPU kernel takes: no MLA record (refused by its backend, by name), the decode's
+  // head dims, and code rows its lanes store whole.
+  if (mla) return Status::ok();
   if (d != 64 && d != 128 && d != 256)
     return detail::not_supported(values_name, ": headdim ", d, " on a GPU (64, 128 or 256, as the "
                                  "KV-cache decode)");
@@ -174,12 +223,24 @@ Status run(const char* what, Check&& build_problem) {
 
 Status quantize_kv(const Tensor& x, const Tensor& codes, const Tensor& scale,
                    const QuantizeOptions& options) {
-  return run("quantize_kv", [&](QuantizeProblem* p) { return build(x, codes, scale, options, false, p); });
+  return run("quantize_kv",
+             [&](QuantizeProblem* p) { return build(x, codes, &scale, options, false, p); });
 }
 
 Status dequantize_kv(const Tensor& codes, const Tensor& scale, const Tensor& out,
                      const QuantizeOptions& options) {
-  return run("dequantize_kv", [&](QuantizeProblem* p) { return build(out, codes, scale, options, true, p); });
+  return run("dequantize_kv",
+             [&](QuantizeProblem* p) { return build(out, codes, &scale, options, true, p); });
+}
+
+Status quantize_kv(const Tensor& x, const Tensor& codes, const QuantizeOptions& options) {
+  return run("quantize_kv",
+             [&](QuantizeProblem* p) { return build(x, codes, nullptr, options, false, p); });
+}
+
+Status dequantize_kv(const Tensor& codes, const Tensor& out, const QuantizeOptions& options) {
+  return run("dequantize_kv",
+             [&](QuantizeProblem* p) { return build(out, codes, nullptr, options, true, p); });
 }
 
 }  // namespace hfa

@@ -79,14 +79,21 @@ Status check_head_dims(int64_t hdim_qk, int64_t hdim_v) {
   return check_supported_head_dim("v_cache", hdim_v);
 }
 
-// V as a view of K's first columns: the same data and (page, slot, head) strides (those of a
-// dim of one element excepted: frameworks report any stride there). Extents 0-2 are checked
-// equal apart.
+// V as a view of K's first columns: the same data and strides in every dim but the last (those
+// of a dim of one element excepted: frameworks report any stride there). Those extents are
+// checked equal apart.
 bool is_prefix_view(const Tensor& v, const Tensor& k) {
-  if (v.data != k.data) return false;
-  for (int d = 0; d < 3; ++d)
+  if (v.data != k.data || v.rank != k.rank) return false;
+  for (int d = 0; d + 1 < k.rank; ++d)
     if (k.shape[d] > 1 && v.stride[d] != k.stride[d]) return false;
   return true;
+}
+
+// MLA's one latent cache: v_cache the view of k_cache's first 512 columns (required of an fp8_mla
+// cache). Its rows hold K and V at once, so an append writes each new token once, through K.
+bool v_is_view_of_k(const Tensor& k, const Tensor& v, const KVCacheProblem& p) {
+  return p.format == CacheFormat::mla_fp8 ||
+         (is_mla_shape(p.hdim_qk, p.hdim_v) && is_prefix_view(v, k));
 }
 
 // A scale tensor of a quantized cache. Per-kv-head fp32 scales are (heads_kv); every other
@@ -222,12 +229,33 @@ Status check_splits(const KVCacheOptions& o) {
   return Status::ok();
 }
 
+// An append to MLA's one latent cache (v_is_view_of_k): the new rows are k_new's, 576 wide,
+// written once (FlashMLA's engines write the cache themselves; hfa's call appends as it does for
+// every format). v_new is null or the view k_new[..., :512]: a V of its own would be a second,
+// different write of the same bytes. No rotary: hfa rotates the first rotary_dim columns, here
+// the latent ones that are also V; MLA's rotary part is the last 64, rotated by the model.
+Status check_mla_append(const KVCacheOptions& o) {
+  if (o.v_new != nullptr &&
+      !(is_prefix_view(*o.v_new, *o.k_new) && o.v_new->dtype == o.k_new->dtype &&
+        o.v_new->shape[o.v_new->rank - 1] == kMlaHeadDimV))
+    return invalid("v_new", "must be null or the view k_new[..., :", kMlaHeadDimV,
+                   "] (same data and strides) when v_cache is the view of k_cache (MLA: a row "
+                   "holds K and V, written once from k_new)");
+  if (o.rotary_cos != nullptr || o.rotary_sin != nullptr)
+    return invalid(o.rotary_cos ? "rotary_cos" : "rotary_sin",
+                   "is not taken by an MLA append (it would rotate the first columns, V's; "
+                   "MLA's rotary part is k_new's last ", kMlaHeadDimQK - kMlaHeadDimV,
+                   ", rotated by the model)");
+  return Status::ok();
+}
+
 // k_new / v_new (appended before the attention) and the rotary tables that go with them.
-Status check_append(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p) {
+// view_append: v_cache is the view of k_cache (check_mla_append).
+Status check_append(const Tensor& q, const KVCacheOptions& o, bool view_append,
+                    KVCacheProblem* p) {
   if (o.k_new == nullptr && o.v_new != nullptr) return invalid("k_new", "is null, but v_new is given");
-  if (o.k_new != nullptr && o.v_new == nullptr) return invalid("v_new", "is null, but k_new is given");
-  if (o.k_new != nullptr && p->format == CacheFormat::mla_fp8)
-    return not_supported("k_new: appending to an fp8_mla cache is not supported yet");
+  if (o.k_new != nullptr && o.v_new == nullptr && !view_append)
+    return invalid("v_new", "is null, but k_new is given");
   if (o.k_new == nullptr) {
     if (o.rotary_cos != nullptr || o.rotary_sin != nullptr)
       return invalid(o.rotary_cos ? "rotary_cos" : "rotary_sin",
@@ -245,6 +273,7 @@ Status check_append(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p)
                               : "(batch, seqlen_new, heads_kv, headdim)";
   const std::pair<const char*, const Tensor*> news[] = {{"k_new", o.k_new}, {"v_new", o.v_new}};
   for (const auto& [name, t] : news) {
+    if (t == nullptr) continue;  // v_new of an MLA append
     HFA_RETURN_IF_ERROR(check_attention_tensor(name, t, rank, layout, false));
     if (t->dtype != q.dtype)
       return invalid(name, "expected dtype ", name_of(q.dtype), " (as q), got ", name_of(t->dtype));
@@ -253,9 +282,13 @@ Status check_append(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p)
     HFA_RETURN_IF_ERROR(expect_extent(name, *t, head, "heads", p->heads_kv, "k_cache"));
   }
   HFA_RETURN_IF_ERROR(expect_extent("k_new", *o.k_new, dim, "headdim", p->hdim_qk, "q"));
-  HFA_RETURN_IF_ERROR(expect_extent("v_new", *o.v_new, dim, "headdim", p->hdim_v, "v_cache"));
-  HFA_RETURN_IF_ERROR(expect_extent("v_new", *o.v_new, row, varlen ? "total_k_new" : "seqlen_new",
-                                    o.k_new->shape[row], "k_new"));
+  if (o.v_new != nullptr) {
+    HFA_RETURN_IF_ERROR(expect_extent("v_new", *o.v_new, dim, "headdim", p->hdim_v, "v_cache"));
+    HFA_RETURN_IF_ERROR(expect_extent("v_new", *o.v_new, row,
+                                      varlen ? "total_k_new" : "seqlen_new", o.k_new->shape[row],
+                                      "k_new"));
+  }
+  if (view_append) HFA_RETURN_IF_ERROR(check_mla_append(o));
   if (varlen) {
     const Tensor& cu = *o.cu_seqlens_k_new;
     HFA_RETURN_IF_ERROR(check_cu_seqlens_form("cu_seqlens_k_new", &cu, q));
@@ -266,10 +299,13 @@ Status check_append(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p)
     p->total_k_new = o.k_new->shape[0];
   }
   p->k_new = o.k_new->data;
-  p->v_new = o.v_new->data;
   // Varlen: rows are tokens of the packed tensors, and no batch stride.
   p->k_new_stride = {varlen ? 0 : o.k_new->stride[0], o.k_new->stride[row], o.k_new->stride[head]};
-  p->v_new_stride = {varlen ? 0 : o.v_new->stride[0], o.v_new->stride[row], o.v_new->stride[head]};
+  if (!view_append) {  // an MLA append writes V's columns with K's row: no v_new of its own
+    p->v_new = o.v_new->data;
+    p->v_new_stride = {varlen ? 0 : o.v_new->stride[0], o.v_new->stride[row],
+                       o.v_new->stride[head]};
+  }
   p->seqlen_new = varlen ? 0 : static_cast<int32_t>(o.k_new->shape[1]);
 
   if ((o.rotary_cos == nullptr) != (o.rotary_sin == nullptr))
@@ -338,20 +374,25 @@ Status check_lengths(const Tensor& q, const KVCacheOptions& o, const char* batch
   return Status::ok();
 }
 
-// Sparse attention's indices (int32, contiguous (batch, seqlen_q, topk)) and what they exclude:
-// the tensors and options that would choose the keys another way.
+// Sparse attention's indices (int32, contiguous (batch, seqlen_q, topk), or (total_q, topk) with
+// varlen queries: a list per query row either way) and what they exclude: the tensors and
+// options that would choose the keys another way.
 Status check_indices(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p) {
   const Tensor& t = *o.indices;
-  const char* layout = "(batch, seqlen_q, topk)";
-  HFA_RETURN_IF_ERROR(check_tensor_form("indices", &t, 3, layout, false));
+  const bool varlen = p->is_varlen();
+  const int rank = varlen ? 2 : 3;
+  const char* layout = varlen ? "(total_q, topk) with cu_seqlens_q" : "(batch, seqlen_q, topk)";
+  HFA_RETURN_IF_ERROR(check_tensor_form("indices", &t, rank, layout, false));
   if (t.dtype != HFA_I32) return invalid("indices", "expected dtype i32, got ", name_of(t.dtype));
   HFA_RETURN_IF_ERROR(check_same_device("indices", t, q));
-  if (o.cu_seqlens_q != nullptr)
-    return not_supported("cu_seqlens_q: varlen queries with indices are not supported yet");
-  if (t.shape[0] != p->batch || t.shape[1] != p->seqlen_q)
+  if (varlen && t.shape[0] != p->total_q)
+    return invalid("indices", "expected shape (", p->total_q, ", topk) (total_q as q), got ",
+                   tensor_shape_string(t));
+  if (!varlen && (t.shape[0] != p->batch || t.shape[1] != p->seqlen_q))
     return invalid("indices", "expected shape (", p->batch, ", ", p->seqlen_q,
                    ", topk) (batch and seqlen_q as q), got ", tensor_shape_string(t));
-  if (t.shape[2] > kInt32Max) return invalid("indices", "topk ", t.shape[2], " exceeds int32");
+  const int64_t topk = t.shape[rank - 1];
+  if (topk > kInt32Max) return invalid("indices", "topk ", topk, " exceeds int32");
   HFA_RETURN_IF_ERROR(check_contiguous("indices", t, layout));
   // The keys are the indices' alone: nothing else may choose or add any.
   struct Excluded {
@@ -372,9 +413,9 @@ Status check_indices(const Tensor& q, const KVCacheOptions& o, KVCacheProblem* p
   if (o.alibi_slopes != nullptr)
     return invalid("alibi_slopes", "must be null with indices (pool tokens have no positions)");
   p->indices = static_cast<const int32_t*>(t.data);
-  p->topk = static_cast<int32_t>(t.shape[2]);
-  p->indices_row_stride = t.shape[2];  // contiguous
-  p->indices_batch_stride = t.shape[1] * t.shape[2];
+  p->topk = static_cast<int32_t>(topk);
+  p->indices_row_stride = topk;  // contiguous; varlen rows are tokens of the packed q
+  p->indices_batch_stride = varlen ? 0 : t.shape[1] * topk;
   return Status::ok();
 }
 
@@ -385,8 +426,12 @@ Status check_kvcache_memory(const KVCacheArgs& args, const KVCacheProblem& p) {
   const bool append = o.k_new != nullptr;
   const bool scales_written =
       append && p.format != CacheFormat::plain && p.format != CacheFormat::fp8_per_head;
+  // An MLA append writes one cache, k_cache, whose view v_cache is (the one operation the rule
+  // lets share an output's bytes): v_cache is then not a tensor of its own.
+  const bool view_append = append && p.v_new == nullptr;
   const CallTensor tensors[] = {
-      {"q", args.q}, {"k_cache", args.k_cache, append}, {"v_cache", args.v_cache, append},
+      {"q", args.q}, {"k_cache", args.k_cache, append},
+      {"v_cache", view_append ? nullptr : args.v_cache, append},
       {"out", args.out, true}, {"lse", args.lse, true}, {"cache_seqlens", o.cache_seqlens},
       {"block_table", o.block_table}, {"k_scale", o.k_scale, scales_written},
       {"v_scale", o.v_scale, scales_written}, {"k_global_scale", o.k_global_scale},
@@ -405,23 +450,25 @@ Status check_kvcache_memory(const KVCacheArgs& args, const KVCacheProblem& p) {
 // a page of the cache. Entries past a sequence's last page are never read and not checked
 // (engines pad block tables with anything).
 Status check_kvcache_values(const KVCacheProblem& p) {
-  if (p.indices != nullptr) {  // the only values a sparse call reads (no lengths, no table)
+  if (p.is_varlen())
+    HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.total_q,
+                                                "q", "max_seqlen_q", p.seqlen_q));
+  if (p.indices != nullptr) {  // the only other values a sparse call reads (no lengths, no table)
     const int64_t tokens = p.num_pages * p.page_size;
     for (int64_t b = 0; b < p.batch; ++b)
-      for (int64_t i = 0; i < p.seqlen_q; ++i)
+      for (int64_t i = 0; i < p.query_rows(b); ++i)
         for (int64_t n = 0; n < p.topk; ++n) {
+          const int64_t row = p.query_begin(b) + i;  // of the packed q when varlen
           const int32_t token =
-              p.indices[b * p.indices_batch_stride + i * p.indices_row_stride + n];
+              p.indices[b * p.indices_batch_stride + row * p.indices_row_stride + n];
           if (token < -1 || token >= tokens)
-            return invalid("indices", "element (", b, ", ", i, ", ", n, ") = ", token,
+            return invalid("indices", "element (",
+                           p.is_varlen() ? cat(row) : cat(b, ", ", i), ", ", n, ") = ", token,
                            " is neither -1 nor a token of the cache [0, ", tokens,
                            ") (num_pages · page_size)");
         }
     return Status::ok();
   }
-  if (p.is_varlen())
-    HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_q", p.cu_seqlens_q, p.batch, p.total_q,
-                                                "q", "max_seqlen_q", p.seqlen_q));
   if (p.is_varlen_new())  // no bound per sequence beyond the cache's capacity, checked below
     HFA_RETURN_IF_ERROR(check_cu_seqlens_values("cu_seqlens_k_new", p.cu_seqlens_k_new, p.batch,
                                                 p.total_k_new, "k_new", nullptr, 0));
@@ -475,9 +522,9 @@ Status check_kvcache_values_on_device(const KVCacheProblem& p) {
     reads.push_back({name, copy.data(), device, count * sizeof(int32_t), rows,
                      static_cast<std::size_t>(row_stride) * sizeof(int32_t)});
   };
-  if (p.indices != nullptr)  // contiguous (batch, seqlen_q, topk); no lengths with them
+  if (p.indices != nullptr)  // contiguous, a list per query row; no lengths with them
     read("indices", p.indices, indices,
-         batch * static_cast<std::size_t>(p.seqlen_q) * static_cast<std::size_t>(p.topk));
+         static_cast<std::size_t>(p.total_query_rows()) * static_cast<std::size_t>(p.topk));
   else
     read("cache_seqlens", p.cache_seqlens, lengths, batch);
   // The table's rows whole: which entries a sequence uses depends on its length, not read yet
@@ -545,8 +592,11 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
     return invalid("q", "dtype ", name_of(q.dtype), " is not supported (expected f32, f16 or bf16)");
   if (v.dtype != k.dtype)
     return invalid("v_cache", "expected dtype ", name_of(k.dtype), " (as k_cache), got ", name_of(v.dtype));
-  if (out.dtype != q.dtype)
-    return invalid("out", "expected dtype ", name_of(q.dtype), " (as q), got ", name_of(out.dtype));
+  // An f32 out of 16-bit queries: the result before its one rounding, for a caller that scales
+  // it first (FlashMLA's attn_sink) or merges it (hfa_forward's rule for partial results).
+  if (out.dtype != q.dtype && out.dtype != HFA_F32)
+    return invalid("out", "expected dtype ", name_of(q.dtype), " (as q) or f32, got ",
+                   name_of(out.dtype));
   HFA_RETURN_IF_ERROR(check_device_usable("q", q));
   HFA_RETURN_IF_ERROR(check_same_device("k_cache", k, q));
   HFA_RETURN_IF_ERROR(check_same_device("v_cache", v, q));
@@ -642,11 +692,11 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
   HFA_RETURN_IF_ERROR(check_scales(q, k, v, o, &p));
   HFA_RETURN_IF_ERROR(check_option_values(o));
   HFA_RETURN_IF_ERROR(check_splits(o));
-  HFA_RETURN_IF_ERROR(check_append(q, o, &p));
+  HFA_RETURN_IF_ERROR(check_append(q, o, v_is_view_of_k(k, v, p), &p));
   HFA_RETURN_IF_ERROR(attach_vectors(o, {batch, p.heads_q}, q, &p.vectors));
 
   p.dtype = static_cast<DType>(q.dtype);
-  p.out_dtype = p.dtype;
+  p.out_dtype = static_cast<DType>(out.dtype);
   p.cache_dtype = static_cast<DType>(k.dtype);
   p.q = q.data;
   // Varlen: rows are tokens of the packed tensors, and no batch stride.

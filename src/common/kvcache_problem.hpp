@@ -109,6 +109,8 @@ struct KVCacheProblem {
   // Append (k_new / v_new): new_tokens(b) tokens of sequence b written at cache_seqlens[b] + i
   // before the attention, which then covers attended_length(b) keys.
   const void* k_new = nullptr;  // null: no append
+  // Null with k_new: MLA's one latent cache (v_cache the view of k_cache), whose V columns the
+  // append writes with K's row.
   const void* v_new = nullptr;
   Strides k_new_stride, v_new_stride;  // in elements of q's dtype
   int32_t seqlen_new = 0;  // fixed length: new tokens per sequence; 0 with cu_seqlens_k_new

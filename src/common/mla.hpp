@@ -11,6 +11,7 @@
 
 #include "common/errors.hpp"
 #include "common/kvcache_problem.hpp"
+#include "common/quantize_problem.hpp"
 #include "quant/mla_fp8.hpp"
 
 namespace hfa::detail {
@@ -45,6 +46,15 @@ inline Status refuse_mla_on_gpu(const KVCacheProblem& p, const char* family) {
   if (is_mla_shape(p.hdim_qk, p.hdim_v))
     return refuse("q", "MLA decode (headdim 576 with v_cache's 512)");
   return Status::ok();
+}
+
+// hfa_quantize_kv / hfa_dequantize_kv on a GPU without an FP8 MLA record codec: its generic
+// kernel would write per-row FP8 codes where the record wants its own layout.
+inline Status refuse_mla_quantize_on_gpu(const QuantizeProblem& p, const char* family) {
+  if (p.format != CacheFormat::mla_fp8) return Status::ok();
+  return Status{Code::not_supported, std::string("format: fp8_mla (FlashMLA's 656-byte records) "
+                                                 "is not supported by the ") +
+                                         family + " yet (the CPU backend writes and reads them)"};
 }
 
 }  // namespace hfa::detail

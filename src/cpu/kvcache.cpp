@@ -82,7 +82,8 @@ float attend(const KVCacheProblem& p, const Scratch& s, int64_t first, int64_t l
 // in their order (-1 entries skipped); their count.
 int64_t gather_indexed(const KVCacheProblem& p, int64_t b, int64_t i, int64_t kv_head,
                        Scratch& s) {
-  const int32_t* listed = p.indices + b * p.indices_batch_stride + i * p.indices_row_stride;
+  const int64_t row = p.query_begin(b) + i;  // of the packed q when varlen
+  const int32_t* listed = p.indices + b * p.indices_batch_stride + row * p.indices_row_stride;
   int64_t n = 0;
   for (int64_t k = 0; k < p.topk; ++k) {
     const int64_t token = listed[k];

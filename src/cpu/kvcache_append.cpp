@@ -55,10 +55,12 @@ void append_new_tokens(const KVCacheProblem& p) {
         const int64_t v_at = b * p.v_new_stride.batch + row * p.v_new_stride.row + h * p.v_new_stride.head;
         load_plain_row(p.dtype, static_cast<const std::byte*>(p.k_new) + k_at * static_cast<int64_t>(bytes),
                        p.hdim_qk, k.data());
-        load_plain_row(p.dtype, static_cast<const std::byte*>(p.v_new) + v_at * static_cast<int64_t>(bytes),
-                       p.hdim_v, v.data());
         if (p.rotary_cos != nullptr) apply_rotary(p, position, k.data());
         encode_row(p.format, p.cache_dtype, p.k, page, slot, h, k.data());
+        if (p.v_new == nullptr) continue;  // MLA: V's columns are K's row, written above
+        load_plain_row(p.dtype,
+                       static_cast<const std::byte*>(p.v_new) + v_at * static_cast<int64_t>(bytes),
+                       p.hdim_v, v.data());
         encode_row(p.format, p.cache_dtype, p.v, page, slot, h, v.data());
       }
     }

@@ -18,9 +18,9 @@ void apply_rotary(const detail::KVCacheProblem& p, int64_t position, float* row)
 // windowed, else cache_seqlens[b] (FlashAttention's rule: without a mask every query is "now").
 int64_t query_position(const detail::KVCacheProblem& p, int64_t b, int64_t i);
 
-// Writes sequence b's new tokens i < new_tokens(b) of k_new (rotated) and v_new at positions
-// cache_seqlens[b] + i, encoded in the cache's format. p is validated (the positions are inside
-// the cache).
+// Writes sequence b's new tokens i < new_tokens(b) of k_new (rotated) and v_new (none for MLA's
+// one latent cache) at positions cache_seqlens[b] + i, encoded in the cache's format. p is
+// validated (the positions are inside the cache).
 void append_new_tokens(const detail::KVCacheProblem& p);
 
 }  // namespace hfa::cpu

@@ -99,16 +99,21 @@ double attend_row(const detail::KVCacheProblem& p, const std::vector<float>& q,
 
 // Sparse attention: each query row over the tokens its indices list (-1 skipped), each token
 // read by its page and slot.
+// With varlen queries the rows are the packed q's tokens, each with its own list.
 void reference_sparse(const detail::KVCacheProblem& p, double* out, double* lse) {
   const int64_t group = p.heads_q / p.heads_kv;
   const std::size_t q_bytes = p.dtype == DType::f32 ? 4 : 2;
   std::vector<float> row(static_cast<std::size_t>(p.hdim_qk));
-  for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t i = 0; i < p.seqlen_q; ++i)
+  int64_t first_token = 0;  // sequence b's first row in the packed outputs
+  for (int64_t b = 0; b < p.batch; first_token += p.query_rows(b), ++b)
+    for (int64_t i = 0; i < p.query_rows(b); ++i)
       for (int64_t kv_head = 0; kv_head < p.heads_kv; ++kv_head) {
+        const int64_t q_row = p.query_begin(b) + i;  // in q and indices
+        const int64_t token = first_token + i;       // in out
         // The row's listed tokens of this kv-head, in their order, repeats kept.
         std::vector<std::vector<double>> k, v;
-        const int32_t* listed = p.indices + b * p.indices_batch_stride + i * p.indices_row_stride;
+        const int32_t* listed =
+            p.indices + b * p.indices_batch_stride + q_row * p.indices_row_stride;
         for (int64_t n = 0; n < p.topk; ++n) {
           if (listed[n] == -1) continue;
           const int64_t page = listed[n] / p.page_size, slot = listed[n] % p.page_size;
@@ -121,13 +126,15 @@ void reference_sparse(const detail::KVCacheProblem& p, double* out, double* lse)
           values.push_back(&v[n]);
         }
         for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
-          const int64_t q_offset = b * p.q_stride.batch + i * p.q_stride.row + h * p.q_stride.head;
+          const int64_t q_offset =
+              b * p.q_stride.batch + q_row * p.q_stride.row + h * p.q_stride.head;
           load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes,
                          p.hdim_qk, row.data());
-          const int64_t token = b * p.seqlen_q + i;
           const double row_lse =
               attend_row(p, row, keys, values, {}, out + (token * p.heads_q + h) * p.hdim_v);
-          if (lse != nullptr) lse[(b * p.heads_q + h) * p.seqlen_q + i] = row_lse;
+          if (lse != nullptr)
+            lse[p.is_varlen() ? h * p.total_q + token : (b * p.heads_q + h) * p.seqlen_q + i] =
+                row_lse;
         }
       }
 }

@@ -118,12 +118,18 @@ Status forward_workspace_size(const ForwardProblem& p, std::size_t* bytes) {
   return Status::ok();
 }
 
-// The decode entries (decode/entry.cpp) behind what no decode kernel here reads yet, each
+// The decode entries (decode/entry.cpp) behind what no decode kernel here does yet, each
 // refused by name before a plan is made: every MLA form (the generic kernels would misread an
-// FP8 MLA record and ignore sparse indices) and the VECTOR options.
+// FP8 MLA record and ignore sparse indices), an f32 out of 16-bit queries (the epilogue stores
+// q's dtype) and the VECTOR options.
 template <auto entry, class... Rest>
 Status kvcache_checked(const detail::KVCacheProblem& p, Rest... rest) {
   HFA_RETURN_IF_ERROR(detail::refuse_mla_on_gpu(p, decode::kFamily));
+  if (p.out_dtype != p.dtype)
+    return {Code::not_supported, std::string("out: dtype ") + dtype_name(p.out_dtype) +
+                                     " with " + dtype_name(p.dtype) +
+                                     " queries is not supported by the " + decode::kFamily +
+                                     " yet (the CPU backend writes it)"};
   HFA_RETURN_IF_ERROR(check_vectors(p.vectors, decode::kFamily));
   return entry(p, rest...);
 }
@@ -178,6 +184,12 @@ Status read_to_host(std::span<const detail::HostRead> reads, Device device, void
   return Status::ok();
 }
 
+// No KV quantizer here writes or reads an FP8 MLA record: refused by name before the kernels.
+Status quantize_kv_checked(const detail::QuantizeProblem& p) {
+  HFA_RETURN_IF_ERROR(detail::refuse_mla_quantize_on_gpu(p, "sm90 KV quantizer"));
+  return quantize_kv(p);
+}
+
 const detail::Backend kBackend{
     .name = "sm90",
     .forward = forward,
@@ -187,7 +199,7 @@ const detail::Backend kBackend{
     .forward_kvcache = kvcache_checked<forward_kvcache>,
     .forward_kvcache_workspace_size =
         kvcache_checked<forward_kvcache_workspace_size, std::size_t*>,
-    .quantize_kv = quantize_kv,
+    .quantize_kv = quantize_kv_checked,
     .quantize_fp8 = quantize_fp8,
     .hadamard_signs = hadamard_signs,
     .merge_partials = merge_partials,

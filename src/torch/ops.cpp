@@ -586,13 +586,14 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
 
 struct KVCacheArgs {
   int64_t cache_code, scale_code;  // the caches' and scales' hfa_dtype (python/hfa/_kvcache.py)
-  const Tensor& cache_seqlens;
+  const OptTensor& cache_seqlens;  // absent only with indices
   const OptTensor &block_table, &k_scale, &v_scale, &k_global_scale, &v_global_scale;
   const OptTensor &k_new, &v_new, &rotary_cos, &rotary_sin;
   bool rotary_interleaved;
   const OptTensor& cu_seqlens_q;
   int64_t max_seqlen_q;
   const OptTensor& cu_seqlens_k_new;
+  const OptTensor& indices;  // sparse (top-k) attention, MLA's (hfa.h)
   std::optional<double> softmax_scale;
   bool causal;
   int64_t window_left, window_right;
@@ -607,9 +608,10 @@ struct KVCacheArgs {
 // python/hfa/_kvcache.py resolved for the call (`bytes`), and nothing else.
 hfa_dtype own_code(const Tensor& t, int64_t bytes, const char* name) {
   if (t.scalar_type() != at::kByte) return dtype_of(t, name);
-  TORCH_CHECK_TYPE(bytes == HFA_E4M3 || bytes == HFA_UE8M0 || bytes == HFA_FP4_E2M1X2, name,
-                   ": dtype ", t.scalar_type(), " is not supported here (uint8 holds FP8 / FP4 "
-                   "codes and their scales only)");
+  TORCH_CHECK_TYPE(bytes == HFA_E4M3 || bytes == HFA_UE8M0 || bytes == HFA_FP4_E2M1X2 ||
+                       bytes == HFA_FP8_MLA,
+                   name, ": dtype ", t.scalar_type(), " is not supported here (uint8 holds FP8 / "
+                   "FP4 codes, their scales and FP8 MLA records only)");
   return static_cast<hfa_dtype>(bytes);
 }
 
@@ -628,8 +630,7 @@ void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_
   const bool appends = a.k_new.has_value() || a.v_new.has_value();
   const Strides caches = appends ? Strides::as_given : Strides::usable;
   const Strides scales = appends && a.k_scale && a.k_scale->dim() > 1 ? caches : Strides::usable;
-  Tensor seqlens_kept = usable_strides(a.cache_seqlens);
-  const hfa_tensor seqlens = view(seqlens_kept, "cache_seqlens");
+  const OptionalView seqlens(a.cache_seqlens, "cache_seqlens"), indices(a.indices, "indices");
   OptionalView table(a.block_table, "page_table"),
       k_scale = own_view(a.k_scale, a.scale_code, "k_scale", scales),
       v_scale = own_view(a.v_scale, a.scale_code, "v_scale", scales),
@@ -638,7 +639,8 @@ void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_
       sin_table(a.rotary_sin, "rotary_sin"), cu_q(a.cu_seqlens_q, "cu_seqlens_q"),
       cu_k_new(a.cu_seqlens_k_new, "cu_seqlens_k_new");
   hfa_kvcache_options o = hfa_default_kvcache_options();
-  o.cache_seqlens = &seqlens;
+  o.cache_seqlens = seqlens.get();
+  o.indices = indices.get();
   o.block_table = table.get();
   o.k_scale = k_scale.get();
   o.v_scale = v_scale.get();
@@ -675,20 +677,20 @@ void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_
 
 #define HFA_KVCACHE_PARAMETERS                                                                  \
   const Tensor &q, const Tensor &k_cache, const Tensor &v_cache, int64_t cache_code,           \
-      int64_t scale_code, const Tensor &cache_seqlens, const OptTensor &block_table,           \
+      int64_t scale_code, const OptTensor &cache_seqlens, const OptTensor &block_table,        \
       const OptTensor &k_scale, const OptTensor &v_scale, const OptTensor &k_global_scale,      \
       const OptTensor &v_global_scale, const OptTensor &k_new, const OptTensor &v_new,         \
       const OptTensor &rotary_cos, const OptTensor &rotary_sin, bool rotary_interleaved,        \
       const OptTensor &cu_seqlens_q, int64_t max_seqlen_q, const OptTensor &cu_seqlens_k_new,  \
       std::optional<double> softmax_scale, bool causal, int64_t window_left,                   \
       int64_t window_right, double softcap, int64_t num_splits, int64_t split_size,            \
-      int64_t sm_margin, const Vectors &vectors
+      int64_t sm_margin, const Vectors &vectors, const OptTensor &indices
 #define HFA_KVCACHE_ARGUMENTS                                                                   \
   KVCacheArgs {                                                                                 \
     cache_code, scale_code, cache_seqlens, block_table, k_scale, v_scale, k_global_scale,       \
         v_global_scale, k_new, v_new, rotary_cos, rotary_sin, rotary_interleaved,               \
-        cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new, softmax_scale, causal, window_left,       \
-        window_right, softcap, num_splits, split_size, sm_margin, vectors                       \
+        cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new, indices, softmax_scale, causal,           \
+        window_left, window_right, softcap, num_splits, split_size, sm_margin, vectors          \
   }
 
 Tensor kvcache_lse(const Tensor& q, bool varlen) {
@@ -778,8 +780,9 @@ Tensor kvcache_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v
   std::vector<int64_t> out_shape = q.sizes().vec();
   out_shape.back() = v_cache.size(-1);
   Tensor out = at::empty(out_shape, q.options());
-  const KVCacheArgs a{dtype_of(q, "q"), HFA_F32, cache_seqlens, block_table, kNone, kNone,
-                      kNone, kNone, kNone, kNone, kNone, kNone, false, kNone, 0, kNone,
+  const OptTensor seqlens = cache_seqlens;
+  const KVCacheArgs a{dtype_of(q, "q"), HFA_F32, seqlens, block_table, kNone, kNone,
+                      kNone, kNone, kNone, kNone, kNone, kNone, false, kNone, 0, kNone, kNone,
                       softmax_scale, causal, window_left, window_right, softcap, num_splits,
                       /*split_size=*/0, /*sm_margin=*/0};
   forward_kvcache(q, k_cache, v_cache, out, nullptr, a);
@@ -830,7 +833,7 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
 // Schemas: the same as python/hfa/_torch_ctypes.py's custom ops (fwd, bwd), plus the out=
 // and KV-cache forms. Optional arguments after the options keep their defaults, so that older
 // callers of hfa::fwd still bind; sm_margin and then the VECTOR rows' list come last in every
-// full op. An option argument is named by its hfa/options.def row's field and typed by the row's
+// full op but the KV-cache ones, which take indices (added later) after them. An option argument is named by its hfa/options.def row's field and typed by the row's
 // kind (FLAG bool, INT32 int, REAL float, SCALE float?, TENSOR Tensor?; the VECTOR rows are the
 // entries of `vectors`): python/tests/test_torch_schema.py checks every op against the library's
 // description (hfa_describe_options), and that the full ops take every row their calls read.
@@ -847,12 +850,12 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
 #define HFA_SM_MARGIN ", int sm_margin=0, Tensor?[]? vectors=None"
 #define HFA_KVCACHE_SCHEMA                                                                     \
   "Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, int cache_code, int scale_code, "         \
-  "Tensor cache_seqlens, Tensor? block_table, Tensor? k_scale, Tensor? v_scale, "               \
+  "Tensor? cache_seqlens, Tensor? block_table, Tensor? k_scale, Tensor? v_scale, "               \
   "Tensor? k_global_scale, Tensor? v_global_scale, Tensor? k_new, Tensor? v_new, "              \
   "Tensor? rotary_cos, Tensor? rotary_sin, bool rotary_interleaved, Tensor? cu_seqlens_q, "     \
   "int max_seqlen_q, Tensor? cu_seqlens_k_new, float? softmax_scale, bool causal, "          \
   "int window_left, int window_right, float softcap, int num_splits, int split_size"          \
-  HFA_SM_MARGIN
+  HFA_SM_MARGIN ", Tensor? indices=None"
 
 TORCH_LIBRARY(hfa, m) {
   m.def("fwd(Tensor q, Tensor k, Tensor v, " HFA_ATTENTION_OPTIONS

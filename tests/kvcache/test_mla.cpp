@@ -275,6 +275,158 @@ TEST(MlaSparse, ListingTheSequenceIsDenseAttention) {
   }
 }
 
+// Varlen queries with indices (chunked and speculative rows of different counts): q packed
+// (total_q, heads, 576) with cu_seqlens_q and indices (total_q, topk), a list per packed row.
+// Sequence b keeps the first rows[b] rows of a fixed-length sparse case.
+struct VarlenSparse {
+  MlaCase fixed;
+  std::vector<int32_t> rows = {2, 0, 3, 1};
+  Storage q, indices, cu, out, lse;
+  int64_t total = 0;
+  KVCacheOptions options;
+
+  void build(bool fp8) {
+    fixed.fp8 = fp8;
+    fixed.heads_q = 16;
+    fixed.seqlen_q = 3;
+    fixed.topk = 64;
+    fixed.cache_seqlens = {300, 0, 2000, 5};
+    fixed.build();
+    total = 0;
+    for (int32_t n : rows) total += n;
+    q.make(DType::bf16, {total, fixed.heads_q, MlaCase::kD}, 8);
+    indices.make(DType::i32, {total, fixed.topk});
+    out.make(DType::bf16, {total, fixed.heads_q, MlaCase::kDv});
+    lse.make(DType::f32, {fixed.heads_q, total});
+    cu.make(DType::i32, {fixed.batch() + 1});
+    int64_t t = 0;
+    *cu.at<int32_t>({0}) = 0;
+    for (int64_t b = 0; b < fixed.batch(); ++b) {
+      for (int64_t i = 0; i < rows[b]; ++i, ++t) {
+        for (int64_t h = 0; h < fixed.heads_q; ++h)  // rows padded: one head at a time
+          std::memcpy(q.at<uint8_t>({t, h, 0}), fixed.q.at<uint8_t>({b, i, h, 0}),
+                      MlaCase::kD * 2);
+        std::copy_n(fixed.indices.at<int32_t>({b, i, 0}), fixed.topk, indices.at<int32_t>({t, 0}));
+      }
+      *cu.at<int32_t>({b + 1}) = static_cast<int32_t>(t);
+    }
+    options = fixed.options;
+    options.cu_seqlens_q = &cu.tensor;
+    options.max_seqlen_q = 3;
+    options.indices = &indices.tensor;
+  }
+  Status run() {
+    return forward_kvcache(q.tensor, fixed.cache.tensor, fixed.v, out.tensor, &lse.tensor, options);
+  }
+};
+
+TEST(MlaSparse, VarlenQueries) {
+  for (bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "fp8_mla" : "bf16");
+    VarlenSparse c;
+    c.build(fp8);
+    ASSERT_TRUE(c.fixed.run().is_ok());
+    const Status status = c.run();
+    ASSERT_TRUE(status.is_ok()) << status.message();
+    detail::KVCacheProblem problem;
+    ASSERT_TRUE(detail::build_kvcache_problem({&c.q.tensor, &c.fixed.cache.tensor, &c.fixed.v,
+                                               &c.out.tensor, &c.lse.tensor, &c.options},
+                                              detail::Purpose::run, &problem)
+                    .is_ok());
+    std::vector<double> out(static_cast<std::size_t>(c.total * c.fixed.heads_q * MlaCase::kDv));
+    std::vector<double> lse(static_cast<std::size_t>(c.fixed.heads_q * c.total));
+    cpu::reference_forward_kvcache(problem, out.data(), lse.data());
+    int64_t t = 0;
+    int failures = 0;
+    for (int64_t b = 0; b < c.fixed.batch(); ++b)
+      for (int64_t i = 0; i < c.rows[b]; ++i, ++t)
+        for (int64_t h = 0; h < c.fixed.heads_q; ++h) {
+          // Row (b, i) of the fixed-length call: the same list, so the same bytes.
+          const float got_lse = *c.lse.at<float>({h, t});
+          const float fixed_lse = c.fixed.lse_at(b, h, i);
+          EXPECT_EQ(std::memcmp(&got_lse, &fixed_lse, 4), 0) << b << " " << i << " " << h;
+          ASSERT_EQ(std::memcmp(c.out.at<uint8_t>({t, h, 0}), c.fixed.out.at<uint8_t>({b, i, h, 0}),
+                                MlaCase::kDv * 2),
+                    0)
+              << b << " " << i << " " << h;
+          const double want_lse = lse[static_cast<std::size_t>(h * c.total + t)];
+          const bool empty = std::isinf(want_lse);
+          if (empty ? got_lse != want_lse
+                    : !(std::abs(got_lse - want_lse) <= 1e-4 * std::max(1.0, std::abs(want_lse))))
+            if (++failures <= 5) ADD_FAILURE() << "lse " << t << " " << h;
+          for (int64_t d = 0; d < MlaCase::kDv; ++d) {
+            const double want =
+                out[static_cast<std::size_t>((t * c.fixed.heads_q + h) * MlaCase::kDv + d)];
+            const float got = load_float(DType::bf16, c.out.at<uint8_t>({t, h, d}));
+            if (!(std::abs(got - want) <= 1e-2 * (1.0 + std::abs(want))))
+              if (++failures <= 5) ADD_FAILURE() << "out " << t << " " << h << " " << d;
+          }
+        }
+    EXPECT_EQ(failures, 0);
+    // Each sequence's rows have lists of their own: not the fixed case's broadcast.
+    EXPECT_NE(std::memcmp(c.out.at<uint8_t>({0, 0, 0}), c.out.at<uint8_t>({1, 0, 0}), 1024), 0);
+  }
+}
+
+TEST(MlaArgs, VarlenIndices) {
+  auto rejected = [](VarlenSparse& c, const std::string& argument, const std::string& fragment) {
+    const std::vector<unsigned char> out = c.out.bytes, lse = c.lse.bytes;
+    if (auto result = Invalid(c.run(), argument, fragment); !result) return result;
+    if (c.out.bytes != out || c.lse.bytes != lse)
+      return ::testing::AssertionFailure() << "an output was written";
+    return ::testing::AssertionSuccess();
+  };
+  VarlenSparse c;
+  c.build(true);
+  Tensor fixed_shape = c.fixed.indices.tensor;  // (batch, seqlen_q, topk): not varlen's
+  c.options.indices = &fixed_shape;
+  EXPECT_TRUE(rejected(c, "indices", "expected rank 2"));
+  c.options.indices = &c.indices.tensor;
+  c.indices.tensor.shape[0] = c.total - 1;
+  EXPECT_TRUE(rejected(c, "indices", "expected shape (6, topk) (total_q as q)"));
+  c.indices.tensor.shape[0] = c.total;
+  *c.indices.at<int32_t>({4, 9}) = -5;
+  EXPECT_TRUE(rejected(c, "indices", "element (4, 9) = -5"));
+  *c.indices.at<int32_t>({4, 9}) = -1;
+  *c.cu.at<int32_t>({2}) = 1;  // decreasing
+  EXPECT_TRUE(rejected(c, "cu_seqlens_q", ""));
+}
+
+// An f32 out of bf16 queries: the result before its rounding (FlashMLA's attn_sink scales it
+// first), which rounds to the bf16 call's bytes; an out of another 16-bit dtype is refused.
+TEST(MlaDecode, Float32Out) {
+  for (int32_t topk : {0, 64}) {
+    MlaCase c = valid_case(true, topk);
+    c.build();
+    ASSERT_TRUE(c.run().is_ok());
+    Storage wide;
+    wide.make(DType::f32, {c.batch(), c.seqlen_q, c.heads_q, MlaCase::kDv});
+    Storage lse;
+    lse.make(DType::f32, {c.batch(), c.heads_q, c.seqlen_q});
+    ASSERT_TRUE(forward_kvcache(c.q.tensor, c.cache.tensor, c.v, wide.tensor, &lse.tensor,
+                                c.options)
+                    .is_ok());
+    EXPECT_EQ(lse.bytes, c.lse.bytes);
+    bool some_inexact = false;  // an f32 out that only copied the bf16 one would pass the rest
+    for (int64_t b = 0; b < c.batch(); ++b)
+      for (int64_t i = 0; i < c.seqlen_q; ++i)
+        for (int64_t h = 0; h < c.heads_q; ++h)
+          for (int64_t d = 0; d < MlaCase::kDv; ++d) {
+            const float full = *wide.at<float>({b, i, h, d});
+            ASSERT_EQ(detail::bf16_to_float(detail::float_to_bf16(full)), c.out_at(b, i, h, d));
+            some_inexact = some_inexact || full != c.out_at(b, i, h, d);
+          }
+    EXPECT_TRUE(some_inexact);
+    Storage half;
+    half.make(DType::f16, {c.batch(), c.seqlen_q, c.heads_q, MlaCase::kDv});
+    const std::vector<unsigned char> before = half.bytes;
+    EXPECT_TRUE(Invalid(forward_kvcache(c.q.tensor, c.cache.tensor, c.v, half.tensor, &lse.tensor,
+                                        c.options),
+                        "out", "expected dtype bf16 (as q) or f32, got f16"));
+    EXPECT_EQ(half.bytes, before);
+  }
+}
+
 // ---- rejections: named, nothing written --------------------------------------------------------
 
 ::testing::AssertionResult MlaRejected(MlaCase& c, const std::string& argument,
