@@ -70,9 +70,6 @@ Status forward(const ForwardProblem& p) {
 Status backward(const BackwardProblem& p) {
   HFA_RETURN_IF_ERROR(check_vectors(p.fwd.vectors));
   HFA_RETURN_IF_ERROR(check_block_sparse(p.fwd));
-  if (p.fwd.block_sparse)  // the forward's lists are read; the backward's walk is still dense
-    return not_supported("kv_num_blocks: the cpu backward of block-sparse attention is not "
-                         "written yet");
   if (Status status = check_types(p.fwd); !status) return status;
   const bool has_queries = p.fwd.batch > 0 && cpu::longest_queries(p.fwd) > 0;
   if (p.fwd.lse == nullptr && has_queries) return {Code::invalid_argument, "lse: the backward needs the forward's lse"};

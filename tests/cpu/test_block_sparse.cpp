@@ -2,7 +2,8 @@
 // layout): masks of the kinds (documents, prefix-LM, sliding + global tokens, random
 // block patterns with empty rows) built from a dense predicate as create_block_mask builds them,
 // through the public API against attention written out densely in float64 under the same
-// predicate, and the float64 oracle (reference.cpp) against it too. Outputs start as NaN.
+// predicate, and the float64 oracle (reference.cpp) against it too; the backward against the
+// oracle's under the same lists. Outputs start as NaN.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -276,7 +277,7 @@ void PrintTo(const SparseCase& s, std::ostream* os) { *os << s.name; }
 
 class BlockSparse : public ::testing::TestWithParam<SparseCase> {};
 
-TEST_P(BlockSparse, ForwardMatchesDenseMaskedAttention) {
+TEST_P(BlockSparse, ForwardAndBackwardMatchDenseMaskedAttention) {
   const SparseCase& s = GetParam();
   AttentionData data(s.c);
   const Visible& visible = s.visible;
@@ -327,6 +328,27 @@ TEST_P(BlockSparse, ForwardMatchesDenseMaskedAttention) {
   const double ref_tol = s.c.dtype == DType::f32 ? 1e-10 : 1e-9;
   expect_matches(want, [&](int64_t n) { return ref_out[n]; },
                  [&](int64_t n) { return ref_lse[n]; }, ref_tol, "float64 oracle");
+
+  // The backward (the forward's out and lse) against the oracle's gradients under the same
+  // lists; dq, dk, dv start as NaN.
+  const Tensor dq = data.dq.view(), dk = data.dk.view(), dv = data.dv.view();
+  const Tensor dout = data.dout.view();
+  const Status back = backward(dout, q, k, v, out, lse, dq, dk, dv, options);
+  ASSERT_TRUE(back.is_ok()) << back.message();
+  detail::BackwardProblem bp = data.backward_problem();
+  bp.fwd.block_sparse = p.block_sparse;
+  std::vector<double> ref_dq(data.dq.numel()), ref_dk(data.dk.numel()), ref_dv(data.dv.numel());
+  cpu::reference_backward(bp, ref_dq.data(), ref_dk.data(), ref_dv.data(), nullptr);
+  const double grad_tol = s.c.dtype == DType::f32 ? 1e-4 : 6e-2;
+  const std::pair<const HostTensor*, const std::vector<double>*> grads[] = {
+      {&data.dq, &ref_dq}, {&data.dk, &ref_dk}, {&data.dv, &ref_dv}};
+  int64_t bad = 0;
+  for (const auto& [got, want_grad] : grads)
+    for (int64_t n = 0; n < got->numel(); ++n)
+      if (!(std::abs(got->get(n) - (*want_grad)[n]) <= grad_tol) && bad++ < 5)
+        ADD_FAILURE() << "gradient element " << n << ": " << got->get(n) << ", want "
+                      << (*want_grad)[n];
+  EXPECT_EQ(bad, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Masks, BlockSparse, ::testing::ValuesIn(sparse_cases()),
@@ -397,13 +419,6 @@ TEST(BlockSparseArgs, RejectsByNameAndWritesNothing) {
   Status status = forward(q, k, v, out, &lse, odd.attach(Options{}));
   EXPECT_EQ(status.code(), Code::not_supported) << status.message();
   EXPECT_NE(status.message().find("sparse_block_q"), std::string::npos) << status.message();
-  // The backward is not written yet: refused by name, never run densely.
-  const Tensor dq = data.dq.view(), dk = data.dk.view(), dv = data.dv.view();
-  const Tensor dout = data.dout.view();
-  status = backward(dout, q, k, v, out, lse, dq, dk, dv, good.attach(Options{}));
-  EXPECT_EQ(status.code(), Code::not_supported) << status.message();
-  EXPECT_NE(status.message().find("kv_num_blocks"), std::string::npos) << status.message();
-  EXPECT_TRUE(std::isnan(data.dq.get(0)));
   const auto same = [](const std::vector<double>& a, const std::vector<double>& b) {
     if (a.size() != b.size()) return false;
     for (std::size_t n = 0; n < a.size(); ++n)
