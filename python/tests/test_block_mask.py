@@ -1,7 +1,7 @@
-"""block_mask= through the numpy front end (CPU forward): torch's FlexAttention BlockMask, its
-bits evaluated from its mask_mod once and cached on it, and a mapping of the rows' arrays,
-against dense float64 attention under the same mask_mod; rows that see no key give O = 0 and
-LSE = -inf."""
+"""block_mask= through the numpy front end (CPU forward and backward): torch's FlexAttention
+BlockMask, its bits evaluated from its mask_mod once and cached on it, and a mapping of the rows'
+arrays, against dense float64 attention and its gradients under the same mask_mod; rows that
+see no key give O = 0 and LSE = -inf."""
 
 import numpy as np
 import pytest
@@ -26,6 +26,26 @@ def dense(q, k, v, allowed):
     out = np.einsum("bhij,bjhd->bihd", p / np.where(seen, total, 1), vf)
     lse = np.where(seen[..., 0], (m + np.log(np.where(seen, total, 1)))[..., 0], -np.inf)
     return out, lse
+
+
+def dense_grads(q, k, v, dout, allowed):
+    """(dq, dk, dv) of dense attention under allowed, in float64 (the softmax's Jacobian)."""
+    qf, kf, vf, do = (np.asarray(x, np.float64) for x in (q, k, v, dout))
+    group = q.shape[2] // k.shape[2]
+    kf, vf = np.repeat(kf, group, axis=2), np.repeat(vf, group, axis=2)
+    scale = 1 / np.sqrt(q.shape[-1])
+    s = np.where(allowed, np.einsum("bihd,bjhd->bhij", qf, kf) * scale, -np.inf)
+    m = s.max(-1, keepdims=True)
+    seen = np.isfinite(m)
+    p = np.where(seen, np.exp(s - np.where(seen, m, 0)), 0)
+    p = p / np.where(seen, p.sum(-1, keepdims=True), 1)
+    dv = np.einsum("bhij,bihd->bjhd", p, do)
+    dp = np.einsum("bihd,bjhd->bhij", do, vf)
+    ds = p * (dp - (p * dp).sum(-1, keepdims=True)) * scale
+    dq = np.einsum("bhij,bjhd->bihd", ds, kf)
+    dk = np.einsum("bhij,bihd->bjhd", ds, qf)
+    fold = lambda x: x.reshape(x.shape[0], x.shape[1], -1, group, x.shape[3]).sum(3)  # noqa: E731
+    return dq, fold(dk), fold(dv)
 
 
 def allowed_of(mask_mod, b, h, sq, sk):
@@ -90,6 +110,13 @@ def test_block_mask_matches_dense(name, mask_mod, batch, heads_q, heads_kv, per_
     if name == "empty_rows":
         assert np.all(lse[:, :, 130:260] == -np.inf)
         assert np.all(out[:, 130:260] == 0)
+
+    dout = rng.standard_normal(out.shape, dtype=np.float32)
+    grads = hfa.flash_attn_backward(dout, q, k, v, out, lse, block_mask=block_mask)
+    assert len(calls) == evaluated, "the backward evaluated the mask_mod again"
+    want_grads = dense_grads(q, k, v, dout, allowed_of(mask_mod, batch, heads_q, sq, sk))
+    for got, want, label in zip(grads, want_grads, ("dq", "dk", "dv")):
+        np.testing.assert_allclose(got, want, atol=1e-4, rtol=0, err_msg=label)
 
 
 def test_mapping_of_rows_and_rejections():
