@@ -3,6 +3,7 @@
 // argument, so that a backend reads nothing out of range.
 #include "api/validate_block_sparse.hpp"
 
+#include <cstdint>
 #include <vector>
 
 #include "api/validate.hpp"
@@ -121,7 +122,12 @@ Status attach_block_sparse(const Options& options, const Tensor& q, ForwardProbl
                                          "(batch, heads_q, q_blocks, slots)", *p, need_q, -1, q,
                                          &s.kv_indices));
   const int64_t slots = options.kv_indices->shape[3];
-  const int64_t words = slots * s.block_q * s.words_per_row;
+  // block_q·words_per_row < 2^57; times the slots it could pass int64's range.
+  const int64_t block_words = int64_t{s.block_q} * s.words_per_row;
+  if (slots > 0 && block_words > INT64_MAX / slots)
+    return invalid("kv_mask_bits", "would hold ", slots, " x ", block_words,
+                   " words a query block: more than any tensor can");
+  const int64_t words = slots * block_words;
   HFA_RETURN_IF_ERROR(check_block_tensor(
       "kv_mask_bits", options.kv_mask_bits, 4,
       "(batch, heads_q, q_blocks, slots * sparse_block_q * ceil(sparse_block_kv / 32))", *p,
