@@ -103,6 +103,21 @@ def _frontend(q):
     raise TypeError(f"q: expected a torch.Tensor or a numpy.ndarray, got {type(q).__name__}")
 
 
+def _block_mask_rows(options: dict, fe) -> dict:
+    """options with block_mask= replaced by the rows it stands for (hfa._block_mask)."""
+    if fe is not None:
+        raise NotImplementedError("block_mask: torch tensors do not take block-sparse masks yet "
+                                  "(the torch ops have no block-sparse arguments); numpy does")
+    from . import _block_mask
+    options = dict(options)
+    given = _block_mask.rows(options.pop("block_mask"))
+    for name in given:
+        if name in options:
+            raise TypeError(f"{name}: given twice (as a keyword and in block_mask)")
+    options.update(given)
+    return options
+
+
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, deterministic=False, return_attn_probs=False,
                     learnable_sink=None, out=None, q_descale=None, k_descale=None,
@@ -129,6 +144,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     too but its grid is not limited by it (hfa.h); the CPU ignores it.
     **options: every other row of the options' description (include/hfa/options.def) this call
     reads, by its name (hfa._lib.caller_rows), checked as the named arguments are.
+    block_mask= (numpy, CPU): block-sparse attention from torch's FlexAttention
+    BlockMask (its partial blocks' bits evaluated from its mask_mod once, cached on it) or a
+    mapping of the kv_num_blocks ... sparse_block_kv rows' values (hfa._block_mask).
     Returns out, or (out, lse) when return_attn_probs (the LSE, not the probabilities, as FA3).
     """
     # The scalar arguments checked and normalized (hfa._args), one call each: this is the
@@ -143,6 +161,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     descale_block_q = _args.integer(descale_block_q, "descale_block_q")
     descale_block_kv = _args.integer(descale_block_kv, "descale_block_kv")
     fe = _frontend(q)
+    if "block_mask" in options:
+        options = _block_mask_rows(options, fe)
     options = _args.options(options, _lib.Options, _lib.CALL_FORWARD) if options else None
     if fe is not None:
         return fe.flash_attn_func(q, k, v, softmax_scale, causal, window_size, softcap,
@@ -243,7 +263,8 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     sm_margin: checked as the forward's; the GPU backward's grid is not limited by it.
     softmax_d (float32, laid out as lse): D = rowsum(dout * out) computed once by the caller,
     e.g. for the steps of a context-parallel ring, which share the final out; out is then not
-    read. lse may be a slice of a longer one (any strides with a unit last one)."""
+    read. lse may be a slice of a longer one (any strides with a unit last one).
+    block_mask= (numpy): the forward's (flash_attn_func), its rows cached on a BlockMask."""
     window_size = _args.window(window_size)
     softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
     softcap = _args.real(softcap, "softcap")
@@ -253,6 +274,8 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     fe = _frontend(q)
+    if "block_mask" in options:
+        options = _block_mask_rows(options, fe)
     options = _args.options(options, _lib.Options, _lib.CALL_BACKWARD) if options else None
     if fe is not None:
         return fe.flash_attn_backward(dout, q, k, v, out, lse, softmax_scale, causal,

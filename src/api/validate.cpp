@@ -10,6 +10,7 @@
 #include "api/devices.hpp"
 #include "api/options.hpp"
 #include "api/overlap.hpp"
+#include "api/validate_block_sparse.hpp"
 #include "api/validate_options.hpp"
 #include "common/head_dims.hpp"
 #include "common/errors.hpp"
@@ -502,6 +503,9 @@ Status check_forward_memory(const ForwardArgs& args) {
       {"k_descale", o.k_descale}, {"v_descale", o.v_descale},
 #define HFA_ATTENTION_OPTION(kind, name, ...) HFA_IF_VECTOR_##kind({#name, o.name},)
 #include "hfa/options.def"
+      {"kv_num_blocks", o.kv_num_blocks}, {"kv_indices", o.kv_indices},
+      {"full_kv_num_blocks", o.full_kv_num_blocks}, {"full_kv_indices", o.full_kv_indices},
+      {"kv_mask_bits", o.kv_mask_bits},
   };
   return check_shared_memory(tensors);
 }
@@ -517,6 +521,9 @@ Status check_backward_memory(const BackwardArgs& args) {
       {"softmax_d", o.softmax_d},
 #define HFA_ATTENTION_OPTION(kind, name, ...) HFA_IF_VECTOR_##kind({#name, o.name},)
 #include "hfa/options.def"
+      {"kv_num_blocks", o.kv_num_blocks}, {"kv_indices", o.kv_indices},
+      {"full_kv_num_blocks", o.full_kv_num_blocks}, {"full_kv_indices", o.full_kv_indices},
+      {"kv_mask_bits", o.kv_mask_bits},
   };
   return check_shared_memory(tensors);
 }
@@ -622,6 +629,7 @@ Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardPr
   problem->accumulate = options.accumulate;
   HFA_RETURN_IF_ERROR(attach_vectors(options, HFA_CALL_FORWARD, vector_dims(core, varlen),
                                      *args.q, &problem->vectors));
+  HFA_RETURN_IF_ERROR(attach_block_sparse(options, *args.q, problem));
   HFA_RETURN_IF_ERROR(attach_descales(options, *args.q, problem));
   return purpose == Purpose::run ? check_forward_memory(args) : Status::ok();
 }
@@ -699,6 +707,7 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
   problem->deterministic = options.deterministic;
   HFA_RETURN_IF_ERROR(attach_vectors(options, HFA_CALL_BACKWARD, vector_dims(core, varlen),
                                      *args.q, &problem->fwd.vectors));
+  HFA_RETURN_IF_ERROR(attach_block_sparse(options, *args.q, &problem->fwd));
   // Rejects any descale: the inputs are not e4m3.
   HFA_RETURN_IF_ERROR(attach_descales(options, *args.q, &problem->fwd));
   return run ? check_backward_memory(args) : Status::ok();

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/block_sparse.hpp"
 #include "common/option_vectors.hpp"
 #include "common/scale_view.hpp"
 #include "hfa/hfa.hpp"
@@ -85,6 +86,9 @@ struct ForwardProblem {
   // The VECTOR options (hfa/options.def), checked; a backend that reads none of them rejects
   // them (first_unread).
   AttentionVectors vectors;
+  // Block-sparse attention (kv_num_blocks ...); off unless kv_num_blocks was given. Only the
+  // CPU backend reads it (dispatch refuses it for the others).
+  BlockSparse block_sparse;
 
   bool is_varlen() const { return cu_seqlens_q != nullptr; }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }

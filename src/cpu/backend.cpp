@@ -11,6 +11,7 @@
 #include "cpu/operations.hpp"
 #include "cpu/sequence.hpp"
 #include "cpu/tiled_attention.hpp"
+#include "cpu/tiled_common.hpp"
 
 namespace hfa::detail {
 namespace {
@@ -42,8 +43,22 @@ Status check_vectors(const Vectors& vectors) {
   return refuse_unread(vectors, "cpu", {"alibi_slopes"});
 }
 
+// The tiled kernels give each sparse query block one work item of whole 64-row query tiles.
+Status check_block_sparse(const ForwardProblem& p) {
+  if (!p.block_sparse) return Status::ok();
+  const int32_t block_q = p.block_sparse.block_q;
+  if (block_q % cpu::kForwardQueryRows != 0 ||
+      block_q > cpu::kForwardQueryRows * cpu::kForwardQueryTilesPerItem)
+    return not_supported("sparse_block_q: the cpu kernels take a multiple of ",
+                         cpu::kForwardQueryRows, " up to ",
+                         cpu::kForwardQueryRows * cpu::kForwardQueryTilesPerItem, ", got ",
+                         block_q);
+  return Status::ok();
+}
+
 Status forward(const ForwardProblem& p) {
   HFA_RETURN_IF_ERROR(check_vectors(p.vectors));
+  HFA_RETURN_IF_ERROR(check_block_sparse(p));
   if (p.dtype == DType::e4m3) {  // FP8: forward only, over dequantized copies
     if (Status status = check_out_type(p); !status) return status;
     return cpu::fp8_forward(p);
@@ -54,6 +69,7 @@ Status forward(const ForwardProblem& p) {
 
 Status backward(const BackwardProblem& p) {
   HFA_RETURN_IF_ERROR(check_vectors(p.fwd.vectors));
+  HFA_RETURN_IF_ERROR(check_block_sparse(p.fwd));
   if (Status status = check_types(p.fwd); !status) return status;
   const bool has_queries = p.fwd.batch > 0 && cpu::longest_queries(p.fwd) > 0;
   if (p.fwd.lse == nullptr && has_queries) return {Code::invalid_argument, "lse: the backward needs the forward's lse"};

@@ -246,10 +246,69 @@ struct PackedKeys {
   FloatBlock k;
 };
 
+// The block-sparse mask of one (sequence, query head) indexed the other way round: the
+// backward walks key tiles, the forward's lists run per query block. entry(m, kb) is kNone,
+// kFull or the slot of key block kb among query block m's partial blocks: the transposed lists,
+// derived on the CPU from the forward's (FlexAttention keeps them precomputed for its GPU
+// backward).
+struct SparseTable {
+  static constexpr int32_t kNone = -1, kFull = -2;
+  const detail::BlockSparse* sparse = nullptr;  // null: not block-sparse
+  int64_t b = 0, h = 0, q_blocks = 0, kv_blocks = 0;
+  std::vector<int32_t> entries;
+
+  SparseTable(const ForwardProblem& p, int64_t batch_index, int64_t head, const Sequence& seq)
+      : b(batch_index), h(head) {
+    if (!p.block_sparse) return;
+    sparse = &p.block_sparse;
+    q_blocks = (seq.seqlen_q + sparse->block_q - 1) / sparse->block_q;
+    kv_blocks = (seq.seqlen_k + sparse->block_kv - 1) / sparse->block_kv;
+    entries.assign(static_cast<std::size_t>(q_blocks * kv_blocks), kNone);
+    for (int64_t m = 0; m < q_blocks; ++m) {
+      int32_t* row = entries.data() + m * kv_blocks;
+      if (sparse->full_kv_num_blocks) {
+        for (int32_t s = 0; s < *sparse->full_kv_num_blocks.at(b, h, m); ++s)
+          row[*sparse->full_kv_indices.at(b, h, m, s)] = kFull;
+      }
+      for (int32_t s = 0; s < *sparse->kv_num_blocks.at(b, h, m); ++s)
+        row[*sparse->kv_indices.at(b, h, m, s)] = s;
+    }
+  }
+  explicit operator bool() const { return sparse != nullptr; }
+  int32_t entry(int64_t m, int64_t kb) const { return entries[m * kv_blocks + kb]; }
+
+  // Over rows [i_first, i_last] × keys [j_first, j_last]: whether some block is visited, and
+  // whether every one is full (no mask work).
+  void survey(int64_t i_first, int64_t i_last, int64_t j_first, int64_t j_last, bool* some,
+              bool* all_full) const {
+    *some = false, *all_full = true;
+    for (int64_t m = i_first / sparse->block_q; m <= i_last / sparse->block_q; ++m)
+      for (int64_t kb = j_first / sparse->block_kv; kb <= j_last / sparse->block_kv; ++kb) {
+        const int32_t e = entry(m, kb);
+        *some = *some || e != kNone;
+        *all_full = *all_full && e == kFull;
+      }
+  }
+
+  // Scores of row i, keys [j_first, j_first + n): −inf where the mask hides the pair.
+  void mask_row(float* x, int n, int64_t i, int64_t j_first) const {
+    const int64_t m = i / sparse->block_q, r = i % sparse->block_q;
+    for (int c = 0; c < n; ++c) {
+      const int64_t j = j_first + c, kb = j / sparse->block_kv;
+      const int32_t e = entry(m, kb);
+      if (e == kFull) continue;
+      if (e == kNone ||
+          !detail::BlockSparse::bit(sparse->bits(b, h, m, e) + r * sparse->words_per_row,
+                                    j - kb * sparse->block_kv))
+        x[c] = -kInfinity;
+    }
+  }
+};
+
 // One block: query rows [i_first, i_first + rows) of one head against the packed key tile.
 void backward_block(const BackwardProblem& bp, const Kernels& kernels,
                     const ScoreTransform& transform, const AlibiBias& alibi,
-                    const KeyWindow& window,
+                    const KeyWindow& window, const SparseTable& sparse,
                     const RowState& state, int range, const HeadRows& head, int64_t head_row,
                     int64_t i_first, int rows, const PackedKeys& keys, KeyTiles& t) {
   const ForwardProblem& p = bp.fwd;
@@ -258,6 +317,15 @@ void backward_block(const BackwardProblem& bp, const Kernels& kernels,
   // of a 128-key tile sees only its first 64 keys.
   const int64_t i_last = i_first + rows - 1;
   const int n = static_cast<int>(std::min<int64_t>(keys.keys, window.last(i_last) + 1 - keys.j_first));
+  // Block-sparse: a tile over no visited block is skipped (its P and dS are 0), one over full
+  // blocks only takes no mask work.
+  bool sparse_masked = false;
+  if (sparse) {
+    bool some = false, all_full = false;
+    sparse.survey(i_first, i_last, keys.j_first, keys.j_first + n - 1, &some, &all_full);
+    if (!some) return;
+    sparse_masked = !all_full;
+  }
   const int64_t row = head_row + i_first;
   const float* d = state.d(row);
   const float* shift_high = state.shift_high(row);
@@ -273,7 +341,7 @@ void backward_block(const BackwardProblem& bp, const Kernels& kernels,
   kernels.gemm(rows, n, dqk, t.q, dqk, t.k_t, kKeys, t.p, kKeys, false);                  // S
   kernels.gemm(rows, n, dv, dout.data, dout.ld, t.v_t, kKeys, t.ds, kKeys, false);        // dP
   const bool masked = !window.all_visible(i_first, i_last, keys.j_first, keys.j_first + n - 1);
-  if (masked || transform.softcap() || alibi.on()) {
+  if (masked || sparse_masked || transform.softcap() || alibi.on()) {
     for (int r = 0; r < rows; ++r) {
       float* p_row = t.p + r * kKeys;
       const int64_t i = i_first + r;
@@ -281,6 +349,7 @@ void backward_block(const BackwardProblem& bp, const Kernels& kernels,
       if (alibi.on()) alibi.row(p_row, n, i, keys.j_first);
       if (masked)
         mask_outside(p_row, n, window.first(i) - keys.j_first, window.last(i) - keys.j_first);
+      if (sparse_masked) sparse.mask_row(p_row, n, i, keys.j_first);
     }
   }
   kernels.softmax_grad_rows(t.p, t.ds, transform.softcap() ? t.tanh : nullptr, rows, n, kKeys,
@@ -305,6 +374,8 @@ void backward_key_range(const BackwardProblem& bp, const Kernels& kernels, const
   const float dk_factor = transform.qk_factor != 0.0f ? p.softmax_scale / transform.qk_factor : 0.0f;
   const Rows<std::byte> dk_rows = rows_of(bp.dk, p.dtype, bp.dk_stride, b, seq.k_begin, h_kv);
   const Rows<std::byte> dv_rows = rows_of(bp.dv, p.dtype, bp.dv_stride, b, seq.k_begin, h_kv);
+  std::vector<SparseTable> sparse;  // one per query head of the group
+  for (int64_t h = h_kv * group; h < (h_kv + 1) * group; ++h) sparse.emplace_back(p, b, h, seq);
 
   for (int64_t tile = ranges.first_tile(range); tile < ranges.end_tile(range); ++tile) {
     const int64_t j_first = tile * kKeys;
@@ -327,8 +398,8 @@ void backward_key_range(const BackwardProblem& bp, const Kernels& kernels, const
         const int rows = static_cast<int>(std::min<int64_t>(kRows, row_end - i_first));
         prefetch_tile(head.q, i_first + kRows, row_end, kRows, dqk * size);
         prefetch_tile(head.dout, i_first + kRows, row_end, kRows, dv * size);
-        backward_block(bp, kernels, transform, alibi, window, state, range, head, head_row,
-                       i_first, rows, packed, t);
+        backward_block(bp, kernels, transform, alibi, window, sparse[h - h_kv * group], state,
+                       range, head, head_row, i_first, rows, packed, t);
       }
     }
 

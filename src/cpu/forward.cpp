@@ -65,11 +65,21 @@ struct ForwardTiles {
   }
 };
 
+// A partial block of a block-sparse mask (hfa/options.def, kv_mask_bits): its bits and the
+// first query row and key it covers.
+struct PartialBlock {
+  const int32_t* bits = nullptr;  // row r's words start at bits + r·words_per_row
+  int words_per_row = 0;
+  int64_t i_first = 0, j_first = 0;
+};
+
 // Adds keys [j_first, j_first + keys) to one query tile: scores, mask, online softmax, P·V.
+// partial: the block's bit mask when these keys lie in a partial block; null otherwise.
 void accumulate_key_tile(const ForwardProblem& p, const Kernels& kernels,
                          const ScoreTransform& transform, const AlibiBias& alibi,
                          const KeyWindow& window, QueryTile& q, int64_t j_first, int keys,
-                         const FloatBlock& k, const FloatBlock& v, float* s_t) {
+                         const FloatBlock& k, const FloatBlock& v, float* s_t,
+                         const PartialBlock* partial) {
   const int dqk = p.hdim_qk, dv = p.hdim_v, rows = q.rows;
   const int64_t j_last = j_first + keys - 1;
   kernels.gemm(keys, rows, dqk, k.data, k.ld, q.q_t, kRows, s_t, kRows, false);
@@ -84,6 +94,16 @@ void accumulate_key_tile(const ForwardProblem& p, const Kernels& kernels,
       const int64_t j = j_first + r;
       mask_outside(s_t + r * kRows, rows, window.first_row_seeing(j) - q.i_first,
                    window.last_row_seeing(j) - q.i_first);
+    }
+  }
+  if (partial != nullptr) {
+    for (int r = 0; r < keys; ++r) {
+      const int64_t c = j_first + r - partial->j_first;
+      const int32_t* row_bits =
+          partial->bits + (q.i_first - partial->i_first) * partial->words_per_row;
+      float* column = s_t + r * kRows;
+      for (int i = 0; i < rows; ++i, row_bits += partial->words_per_row)
+        if (!detail::BlockSparse::bit(row_bits, c)) column[i] = -kInfinity;
     }
   }
 
@@ -176,21 +196,50 @@ void forward_query_block(const ForwardProblem& p, const Kernels& kernels, int64_
     return window.first(q.i_first) <= j_last && window.last(q.i_last()) >= j_first;
   };
   const int64_t key_end = window.last(t.queries[count - 1].i_last()) + 1;
-  for (int64_t j_first = window.first(i_first); j_first < key_end; j_first += kKeys) {
-    const int keys = static_cast<int>(std::min<int64_t>(kKeys, key_end - j_first));
-    const FloatBlock k = load_block(kernels, p.dtype, in.k, j_first, keys, p.hdim_qk, t.k);
-    const FloatBlock v = load_block(kernels, p.dtype, in.v, j_first, keys, p.hdim_v, t.v);
-    const int64_t size = static_cast<int64_t>(element_size(p.dtype));
-    prefetch_tile(in.k, j_first + kKeys, key_end, kKeys, p.hdim_qk * size);
-    prefetch_tile(in.v, j_first + kKeys, key_end, kKeys, p.hdim_v * size);
-    for (int tile = 0; tile < count; ++tile) {
-      QueryTile& q = t.queries[tile];
-      if (!sees_some_key(q, j_first, j_first + keys - 1)) continue;  // masked tiles are skipped
-      // Keys past the tile's last row's window (the block's later tiles see them) are left
-      // out too: on a causal diagonal that is half of a 128-key tile for every other query tile.
-      const int seen_keys = static_cast<int>(std::min<int64_t>(keys, window.last(q.i_last()) + 1 - j_first));
-      accumulate_key_tile(p, kernels, transform, alibi, window, q, j_first, seen_keys, k, v,
-                          t.s_t);
+  // Keys [begin, end) in tiles of kKeys, each added to the query tiles that see some of it.
+  auto visit_keys = [&](int64_t begin, int64_t end, const PartialBlock* partial) {
+    for (int64_t j_first = begin; j_first < end; j_first += kKeys) {
+      const int keys = static_cast<int>(std::min<int64_t>(kKeys, end - j_first));
+      const FloatBlock k = load_block(kernels, p.dtype, in.k, j_first, keys, p.hdim_qk, t.k);
+      const FloatBlock v = load_block(kernels, p.dtype, in.v, j_first, keys, p.hdim_v, t.v);
+      const int64_t size = static_cast<int64_t>(element_size(p.dtype));
+      prefetch_tile(in.k, j_first + kKeys, end, kKeys, p.hdim_qk * size);
+      prefetch_tile(in.v, j_first + kKeys, end, kKeys, p.hdim_v * size);
+      for (int tile = 0; tile < count; ++tile) {
+        QueryTile& q = t.queries[tile];
+        if (!sees_some_key(q, j_first, j_first + keys - 1)) continue;  // masked tiles are skipped
+        // Keys past the tile's last row's window (the block's later tiles see them) are left
+        // out too: on a causal diagonal that is half of a 128-key tile for every other query tile.
+        const int seen_keys =
+            static_cast<int>(std::min<int64_t>(keys, window.last(q.i_last()) + 1 - j_first));
+        accumulate_key_tile(p, kernels, transform, alibi, window, q, j_first, seen_keys, k, v,
+                            t.s_t, partial);
+      }
+    }
+  };
+  const detail::BlockSparse& sparse = p.block_sparse;
+  if (!sparse) {
+    visit_keys(window.first(i_first), key_end, nullptr);
+  } else {
+    // Only the listed key blocks (the item is one query block): the full ones, then the
+    // partial ones with their bits; the window still bounds each (the mask is their AND).
+    const int64_t m = i_first / sparse.block_q;
+    auto visit_block = [&](int32_t index, const PartialBlock* partial) {
+      const int64_t j_first = int64_t{index} * sparse.block_kv;
+      const int64_t begin = std::max(j_first, window.first(i_first));
+      visit_keys(begin, std::min(j_first + sparse.block_kv, key_end), partial);
+    };
+    if (sparse.full_kv_num_blocks) {
+      const int32_t full = *sparse.full_kv_num_blocks.at(b, h, m);
+      for (int32_t s = 0; s < full; ++s)
+        visit_block(*sparse.full_kv_indices.at(b, h, m, s), nullptr);
+    }
+    const int32_t count_partial = *sparse.kv_num_blocks.at(b, h, m);
+    for (int32_t s = 0; s < count_partial; ++s) {
+      const int32_t index = *sparse.kv_indices.at(b, h, m, s);
+      const PartialBlock partial{sparse.bits(b, h, m, s), sparse.words_per_row, i_first,
+                                 int64_t{index} * sparse.block_kv};
+      visit_block(index, &partial);
     }
   }
   for (int tile = 0; tile < count; ++tile) store_query_tile(p, kernels, b, h, seq, t.queries[tile]);
@@ -205,7 +254,9 @@ Status tiled_forward(const ForwardProblem& p) {
   // Blocks of several tiles share each K/V tile, but every thread should get a few items.
   int tiles_per_item = kMaxTilesPerItem;
   const int64_t heads = int64_t{p.batch} * p.heads_q;
-  while (tiles_per_item > 1 &&
+  // Block-sparse: one item per query block (the backend checked it is whole query tiles).
+  if (p.block_sparse) tiles_per_item = p.block_sparse.block_q / kRows;
+  while (!p.block_sparse && tiles_per_item > 1 &&
          heads * ((tiles_per_sequence + tiles_per_item - 1) / tiles_per_item) < 4 * pool.thread_count()) {
     tiles_per_item /= 2;
   }

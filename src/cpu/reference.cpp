@@ -79,9 +79,11 @@ struct HeadAttention {
   bool has_sink = false;
   Real sink = 0;  // the head's sink logit, when has_sink
   Real alibi_slope = 0;  // 0: no ALiBi
+  int64_t batch_index = 0, head = 0;
 
   HeadAttention(const ForwardProblem& problem, int64_t b, int64_t head_q)
-      : p(problem), seq(sequence_of(problem, b)), window(problem, seq) {
+      : p(problem), seq(sequence_of(problem, b)), window(problem, seq), batch_index(b),
+        head(head_q) {
     has_sink = p.sinks != nullptr;
     if (has_sink) sink = static_cast<Real>(p.sinks[head_q]);
     if (p.vectors.alibi_slopes) alibi_slope = p.vectors.alibi_slopes.at<float>(b, head_q);
@@ -109,6 +111,29 @@ struct HeadAttention {
     return s - alibi_slope * static_cast<Real>(distance < 0 ? -distance : distance);
   }
 
+  // Whether the block-sparse mask lets row i see key j, by the definition in hfa/options.def:
+  // j's key block listed among i's query block's full blocks, or among its partial ones with
+  // the pair's bit set. Read pair by pair from the lists, apart from the tiled kernels' walk.
+  bool block_mask_sees(int64_t i, int64_t j) const {
+    const detail::BlockSparse& s = p.block_sparse;
+    if (!s) return true;
+    const int64_t m = i / s.block_q, key_block = j / s.block_kv;
+    const int64_t b = batch_index;
+    if (s.full_kv_num_blocks) {
+      for (int32_t slot = 0; slot < *s.full_kv_num_blocks.at(b, head, m); ++slot)
+        if (*s.full_kv_indices.at(b, head, m, slot) == key_block) return true;
+    }
+    for (int32_t slot = 0; slot < *s.kv_num_blocks.at(b, head, m); ++slot) {
+      if (*s.kv_indices.at(b, head, m, slot) != key_block) continue;
+      const int64_t r = i % s.block_q, c = j % s.block_kv;
+      const int64_t words_per_row = (s.block_kv + 31) / 32;
+      const int64_t word = (slot * s.block_q + r) * words_per_row + c / 32;
+      const auto bits = static_cast<uint32_t>(*s.kv_mask_bits.at(b, head, m, word));
+      return ((bits >> (c % 32)) & 1u) != 0;
+    }
+    return false;
+  }
+
   // Softmax probabilities of row i over its visible keys [first, last] (p[j − first]), with the
   // tanh of each score; returns the log-sum-exp. A sink is one more logit in the denominator
   // (no entry in prob: it has no value vector). A row that sees nothing gets the sink's logit
@@ -121,9 +146,19 @@ struct HeadAttention {
     const Real no_logit = -std::numeric_limits<Real>::infinity();
     if (count == 0) return has_sink ? sink : no_logit;
     Real max_score = has_sink ? sink : no_logit;
+    bool sees_some = false;  // the block-sparse mask may hide every key of the window
     for (int64_t j = 0; j < count; ++j) {
+      if (!block_mask_sees(i, first + j)) {
+        prob[j] = no_logit;  // exp gives 0 below
+        continue;
+      }
       prob[j] = score(i, first + j, &tanh[j]);
       max_score = std::max(max_score, prob[j]);
+      sees_some = true;
+    }
+    if (!sees_some) {
+      std::fill(prob.begin(), prob.end(), Real{0});
+      return has_sink ? sink : no_logit;
     }
     // max_score is finite here (a score is); exp(−inf − max) = 0 for a sink of −inf.
     Real sum = has_sink ? std::exp(sink - max_score) : Real{0};
