@@ -1,0 +1,25 @@
+#!/bin/bash
+# Every GPU suite over binaries built here and carried xz-packed in one folder (default
+# .device/suites: libhfa.so.0.1.0 and the test_sm90_* / test_quant_gpu binaries of a release
+# build), then the Python suite on the GPU; one tarball back in $OUT. The first call of a session
+# whose tree changed GPU host code:
+#
+#   bench/device_suites.sh [FOLDER [CALL_NAME]]      (run: carry [".device"])
+set -u
+cd "$(dirname "$0")/.."
+source bench/device_call.sh
+bin=${1:-.device/suites}
+unpack "$bin"
+results "${2:-suites}"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv |
+  tee "$R/gpu.txt"
+# The quick suites first: a timeout then cuts the long forward suites, not the decode's.
+suites="test_sm90_ptx test_sm90_decode test_sm90_quantize test_quant_gpu test_sm90_merge_partials
+  test_sm90_partials test_sm90_quantize_fp8 test_sm90_sm_margin test_sm90_tile_maps
+  test_sm90_backward test_sm90_forward_fp8 test_sm90_forward_features test_sm90_forward"
+OUT=$R HFA_BIN=$bin timeout "${SUITES_TIMEOUT:-380}" bash bench/device_run.sh \
+  "tests:$(echo $suites)" 2>&1 | grep -v "^Running main" | tee "$R/tests.txt" | tail -40
+pack
+OUT=$R HFA_BIN=$bin timeout "${PYTEST_TIMEOUT:-140}" bash bench/device_run.sh pytest
+grep -E "^(FAILED|ERROR)" "$R/pytest.txt" | head -20
+pack
