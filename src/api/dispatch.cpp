@@ -37,19 +37,9 @@ Status workspace_size(Status (*Backend::*query)(const Problem&, std::size_t*),
   return backend.*query ? (backend.*query)(problem, bytes) : Status::ok();
 }
 
-// Block-sparse attention is read by the CPU backend alone: any other refuses it by name rather
-// than attend densely (its problem field is new; no other backend has code for it yet).
-Status refuse_block_sparse(const ForwardProblem& p) {
-  const Backend& backend = backend_for(p.device);
-  if (!p.block_sparse || &backend == &cpu_backend()) return Status::ok();
-  return not_supported("kv_num_blocks: block-sparse attention is not supported by the ",
-                       backend.name, " kernels");
-}
-
 }  // namespace
 
 Status dispatch_forward(const ForwardProblem& p) {
-  HFA_RETURN_IF_ERROR(refuse_block_sparse(p));
   return call(&Backend::forward, "forward", p.device, p);
 }
 
@@ -58,7 +48,6 @@ Status dispatch_forward_workspace_size(const ForwardProblem& p, std::size_t* byt
 }
 
 Status dispatch_backward(const BackwardProblem& p) {
-  HFA_RETURN_IF_ERROR(refuse_block_sparse(p.fwd));
   return call(&Backend::backward, "backward", p.fwd.device, p);
 }
 

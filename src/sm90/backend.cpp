@@ -67,11 +67,21 @@ Status check_vectors(const Vectors& vectors, const char* family) {
   return detail::refuse_unread(vectors, family, {});
 }
 
+// What no kernel of the forward and backward reads yet, refused by name rather than ignored: the
+// VECTOR rows (ALiBi) and block-sparse lists.
+Status check_unread_options(const ForwardProblem& p, const char* family) {
+  HFA_RETURN_IF_ERROR(check_vectors(p.vectors, family));
+  if (p.block_sparse)
+    return {Code::not_supported, std::string("kv_num_blocks: block-sparse attention is not "
+                                             "supported by the ") + family + " kernels"};
+  return Status::ok();
+}
+
 // Whether the compiled kernels hold the problem (kernel_list.def); `family` names the caller. The
 // head dims are the API's check, as for FP8.
 Status check_support(const ForwardProblem& p, const char* family) {
   auto not_supported = [&](const std::string& what) { return sm90::not_supported(family, what); };
-  HFA_RETURN_IF_ERROR(check_vectors(p.vectors, family));
+  HFA_RETURN_IF_ERROR(check_unread_options(p, family));
   if (p.dtype == DType::e4m3 && family == fwd::kFamily) return check_fp8_support(p);
   if (p.dtype == DType::e4m3) return not_supported("FP8 backward");
   if (!is_compiled_dtype(p.dtype)) {
@@ -113,7 +123,7 @@ Status forward(const ForwardProblem& p) {
 
 Status forward_workspace_size(const ForwardProblem& p, std::size_t* bytes) {
   *bytes = 0;
-  HFA_RETURN_IF_ERROR(check_vectors(p.vectors, fwd::kFamily));  // refused at prepare, not run
+  HFA_RETURN_IF_ERROR(check_unread_options(p, fwd::kFamily));  // refused at prepare, not run
   *bytes = fwd::workspace_bytes(p);
   return Status::ok();
 }
