@@ -833,10 +833,11 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
 // Schemas: the same as python/hfa/_torch_ctypes.py's custom ops (fwd, bwd), plus the out=
 // and KV-cache forms. Optional arguments after the options keep their defaults, so that older
 // callers of hfa::fwd still bind; sm_margin and then the VECTOR rows' list come last in every
-// full op but the KV-cache ones, which take indices (added later) after them. An option argument is named by its hfa/options.def row's field and typed by the row's
-// kind (FLAG bool, INT32 int, REAL float, SCALE float?, TENSOR Tensor?; the VECTOR rows are the
-// entries of `vectors`): python/tests/test_torch_schema.py checks every op against the library's
-// description (hfa_describe_options), and that the full ops take every row their calls read.
+// full op but the KV-cache ones, which take indices (added later) after them. An option argument
+// is named by its hfa/options.def row's field and typed by the row's kind (FLAG bool, INT32 int,
+// REAL float, SCALE float?, TENSOR Tensor?; the VECTOR rows are the entries of `vectors`):
+// python/tests/test_torch_schema.py checks every op against the library's description
+// (hfa_describe_options), and that the full ops take every row their calls read.
 #define HFA_ATTENTION_OPTIONS                                                                  \
   "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "      \
   "float? softmax_scale, bool causal, int window_left, int window_right, float softcap, "
