@@ -8,7 +8,7 @@
 set -u
 cd "$(dirname "$0")/.."
 source bench/device_call.sh
-bin=${1:-.device/suites}
+bin=$PWD/${1:-.device/suites}  # absolute: some Python tests run in another folder
 unpack "$bin"
 results "${2:-suites}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv |

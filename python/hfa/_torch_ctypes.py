@@ -12,6 +12,7 @@ schema from the real annotation objects. python/tests/test_torch_schema.py check
 against the native ops' and their option arguments against the library's description.
 """
 
+import types
 from typing import List, Optional, Tuple
 
 import torch
@@ -20,6 +21,29 @@ from ._torch_calls import backward_into, forward_into
 from ._torch_shapes import dsinks_shape, is_varlen, lse_shape, out_dtype, out_shapes
 
 Tensor = torch.Tensor
+
+
+def spelled_schema(fn) -> str:
+    """fn's schema as torch.library.infer_schema makes it, for a torch that cannot infer the type
+    of `vectors`, Optional[List[Optional[Tensor]]] (2.11 refuses it; 2.15 takes it): inferred with
+    `vectors` annotated Optional[Tensor], then spelled as the list it is."""
+    stand_in = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
+                                  fn.__closure__)
+    stand_in.__kwdefaults__ = fn.__kwdefaults__
+    stand_in.__annotations__ = {**fn.__annotations__, "vectors": Optional[Tensor]}
+    schema = torch.library.infer_schema(stand_in, mutates_args=())
+    return schema.replace("Tensor? vectors=None", "Tensor?[]? vectors=None")
+
+
+def _custom_op(name: str):
+    """torch.library.custom_op(name, mutates_args=()), its schema inferred, or spelled out
+    (spelled_schema) where this torch's inference refuses `vectors`."""
+    def register(fn):
+        try:
+            return torch.library.custom_op(name, fn, mutates_args=())
+        except ValueError:
+            return torch.library.custom_op(name, fn, mutates_args=(), schema=spelled_schema(fn))
+    return register
 
 
 # --- hfa::fwd ----------------------------------------------------------------------------------
@@ -31,7 +55,7 @@ def _new_lse(q: Tensor, varlen: bool, rows_may_stay_unwritten: bool) -> Tensor:
     return torch.empty(shape, dtype=torch.float32, device=q.device)
 
 
-@torch.library.custom_op("hfa::fwd", mutates_args=())
+@_custom_op("hfa::fwd")
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
         cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
         softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
@@ -76,7 +100,7 @@ def fwd_into(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, so
 
 # --- hfa::bwd ----------------------------------------------------------------------------------
 
-@torch.library.custom_op("hfa::bwd", mutates_args=())
+@_custom_op("hfa::bwd")
 def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
         cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
         max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_left: int,

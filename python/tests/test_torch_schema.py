@@ -206,3 +206,18 @@ def test_the_ctypes_ops_have_the_native_signatures():
     if other is None:
         pytest.skip("the native torch ops are not built here: nothing to compare with")
     assert other == here
+
+
+def test_the_spelled_schemas_are_the_inferred_ones():
+    """The schemas the ctypes ops spell out for a torch that cannot infer `vectors` (2.11) are
+    the ones a torch that can infers: checked wherever inference takes it."""
+    if _torch.NATIVE:
+        pytest.skip("the native ops are loaded: the ctypes ops are not registered")
+    from hfa import _torch_ctypes as ctypes_ops
+    for op in (ctypes_ops.fwd, ctypes_ops.bwd):
+        fn = op._init_fn
+        try:
+            inferred = torch.library.infer_schema(fn, mutates_args=())
+        except ValueError:
+            pytest.skip("this torch infers no Optional[List[Optional[Tensor]]]")
+        assert ctypes_ops.spelled_schema(fn) == inferred
