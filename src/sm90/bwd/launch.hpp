@@ -21,10 +21,10 @@ struct LaunchContext {
 // Query heads a CTA walks (Params::heads_per_tile): the whole GQA group, whose dK and dV then
 // never leave the CTA's registers, or one (FlashAttention-3's grid), which adds them in fp32 into
 // the workspace's key accumulators for the key postprocess to round. One a CTA multiplies the grid
-// by the group size and costs those adds: 5-9 % where whole groups already fill the SMs evenly,
-// +10-70 % where their work is unequal (a causal mask or window: the first key blocks see the most
-// queries, and a short grid of long CTAs ends on a tail) (bench/results/2026-12-05-calls). So
-// split under a window, or where whole groups leave a tenth of the grid's waves idle.
+// by the group size and pays for those adds: 5-9 % slower where whole groups already fill the SMs
+// evenly, 2-80 % faster under a causal mask, where the first key blocks see the most queries and
+// a short grid of long CTAs ends on a tail (docs/decisions/035). So split under a window, or where
+// whole groups leave a tenth of the grid's waves idle.
 inline int heads_per_tile(const detail::BackwardProblem& problem, int n_blocks,
                           const LaunchContext& context) {
   const detail::ForwardProblem& f = problem.fwd;
