@@ -150,8 +150,8 @@ Status backward(const BackwardProblem& p) {
   if (!on.facts.status) return on.facts.status;
   int sms = 0;
   HFA_RETURN_IF_ERROR(usable_sms(on.facts, p.fwd.sm_margin, p.fwd.device.index, bwd::kFamily, &sms));
-  // Checked like the forward's, but the backward's grid (one CTA per key block) is not
-  // persistent and does not read the SM count: the margin limits nothing here yet.
+  // Checked like the forward's; the backward's grid (one CTA per key block) is not persistent,
+  // so the margin limits no launch: the SM count only decides whether a GQA group is split.
   const bwd::LaunchContext context{sms, on.facts.l2_bytes};
   const detail::HeadDims dims = bwd::head_dims_to_run(p.fwd);
   return with_compiled_kernel(p.fwd.dtype, dims.qk, dims.v, [&]<int kQK, int kV, typename Element>() {

@@ -120,6 +120,38 @@ TEST(BackwardSm90Lengths, SeqlensRatiosMagnitudes) {
   }
 }
 
+// A GQA group walked whole by one CTA (dK, dV in registers) and split over CTAs, one a query head
+// (dK, dV added in fp32 and rounded by the key postprocess): bwd::heads_per_tile splits a grid of
+// equal tiles (no mask) that leaves SMs idle and keeps whole groups where they fill the waves
+// (test_tile_order.cpp), so the same cases run both ways: on every SM (a few tiles, split) and
+// with all but two SMs left free by sm_margin (an even number of tiles, whole groups).
+TEST(BackwardSm90Gqa, WholeGroupsAndSplitHeads) {
+  HFA_REQUIRE_HOPPER();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  int turn = 0;
+  for (int hdim : {64, 128, 256})
+    for (int margin : {0, sms - 2}) {
+      AttentionCase c;
+      c.dtype = turn % 2 ? DType::f16 : DType::bf16;
+      c.hdim_qk = c.hdim_v = hdim;
+      c.batch = 2, c.seqlen_q = 200, c.seqlen_k = 300;  // 2 kv heads × 2: tiles come in fours
+      c.heads_q = 8, c.heads_kv = 2;
+      c.sinks = turn % 3 == 1;
+      c.seed = 400 + turn++;
+      SCOPED_TRACE(c.name() + ", sm_margin " + std::to_string(margin));
+      AttentionData data(c);
+      const ForwardExpectation fwd = expected_forward(data, true);
+      GpuCase gpu(data);
+      gpu.sm_margin = margin;
+      ASSERT_NO_FATAL_FAILURE(gpu.forward());
+      check_forward_results(data, fwd);
+      const BackwardExpectation bwd = expected_backward(data, true);
+      ASSERT_NO_FATAL_FAILURE(gpu.backward());
+      check_backward_results(data, fwd, bwd);
+    }
+}
+
 // Rows past seqused (and their out and lse) hold NaN: nothing of them may reach a gradient.
 TEST(BackwardSm90NanPadding, PaddingNeverLeaks) {
   HFA_REQUIRE_HOPPER();

@@ -1,9 +1,11 @@
 // How many (batch, head) pairs a section of the sectioned tile order holds (pairs_per_section,
-// sm90/common/launch.hpp): host arithmetic, so it runs everywhere, GPU or not.
+// sm90/common/launch.hpp), and whether the backward splits a GQA group over CTAs
+// (bwd::heads_per_tile): host arithmetic, so it runs everywhere, GPU or not.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
+#include "sm90/bwd/launch.hpp"
 #include "sm90/common/launch.hpp"
 
 namespace hfa::sm90 {
@@ -50,6 +52,38 @@ TEST(PairsPerSection, Sweep) {
       }
     }
   }
+}
+
+
+// heads_q / heads_kv / batch, a causal mask, the deterministic mode.
+detail::BackwardProblem backward_problem(int heads_q, int heads_kv, int batch, bool causal,
+                                         bool deterministic = false) {
+  detail::BackwardProblem p;
+  p.fwd.heads_q = heads_q, p.fwd.heads_kv = heads_kv, p.fwd.batch = batch;
+  if (causal) p.fwd.causal = true, p.fwd.window_right = 0;
+  p.deterministic = deterministic;
+  return p;
+}
+
+int heads_per_tile(const detail::BackwardProblem& p, int n_blocks, int sms = kSms) {
+  return bwd::heads_per_tile(p, n_blocks, {sms, 50 * kMiB});
+}
+
+// The shapes (hdim 128: 128-key blocks): one kv head at 16k is 128 tiles of 132 SMs,
+// a full wave without a mask, a tail of long CTAs with one.
+TEST(BackwardHeadsPerTile, SplitWhereWholeGroupsIdleOrUnequal) {
+  EXPECT_EQ(heads_per_tile(backward_problem(8, 1, 1, false), 128), 8);
+  EXPECT_EQ(heads_per_tile(backward_problem(8, 1, 1, true), 128), 1);
+  EXPECT_EQ(heads_per_tile(backward_problem(8, 1, 1, false), 32), 1);   // 4k: a quarter wave
+  EXPECT_EQ(heads_per_tile(backward_problem(32, 8, 1, false), 64), 4);  // 512 of 528 slots
+  EXPECT_EQ(heads_per_tile(backward_problem(64, 8, 2, false), 64), 8);
+  EXPECT_EQ(heads_per_tile(backward_problem(8, 1, 1, false), 150), 1);  // 150 of 264 slots
+  EXPECT_EQ(heads_per_tile(backward_problem(8, 2, 2, false), 3, 2), 4);  // sm_margin: wave of 2
+}
+
+TEST(BackwardHeadsPerTile, WholeGroupsWithoutKeyAccumulators) {
+  EXPECT_EQ(heads_per_tile(backward_problem(8, 8, 1, true), 4), 1);  // no group to split
+  EXPECT_EQ(heads_per_tile(backward_problem(8, 1, 1, true, true), 4), 8);  // deterministic
 }
 
 }  // namespace

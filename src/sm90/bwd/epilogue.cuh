@@ -1,9 +1,12 @@
-// A consumer warpgroup's epilogue: its dK (scaled by softmax_scale) and dV, straight from
-// registers to global memory in the input dtype. Every allocated key row of the block is
-// written: rows past the used keys (seqused_k) and keys no query sees get zeros, their true
-// gradient.
+// A consumer warpgroup's epilogue: its dK (scaled by softmax_scale) and dV, either
+//   stored straight from registers to global memory in the input dtype, where the CTA walked its
+//     kv head's whole GQA group: every allocated key row of the block is written, and rows past
+//     the used keys (seqused_k) and keys no query sees get zeros, their true gradient; or
+//   added in fp32 into the workspace's key accumulators, where the group's query heads are split
+//     over CTAs (Params::heads_per_tile): the key postprocess rounds the sums.
 #pragma once
 
+#include "sm90/bwd/fragment_add.cuh"
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/scheduler.cuh"
 #include "sm90/bwd/tile_config.hpp"
@@ -44,10 +47,30 @@ struct Epilogue {
     }
   }
 
+  // acc as above, unscaled, into the key block's chunk of an accumulator of kColumns columns.
+  template <int kColumns, int kAcc>
+  __device__ __forceinline__ void add(const float (&acc)[kAcc], float* accumulator, int first_slab,
+                                      const KeyTile& tile) const {
+    using Chunk = FragmentChunk<Config::kBlockN, kColumns>;
+    float* chunk = accumulator +
+                   key_chunk_index<Config::kBlockN>(p, tile.batch, tile.kv_head, tile.n_block) *
+                       Chunk::kFloats;
+#pragma unroll
+    for (int slab = 0; slab < kAcc / kPartRegisters; ++slab) {
+      add_fragment_part(chunk + Chunk::part(kRole.key_row0 / kRowsPerWarpgroup, first_slab + slab),
+                        acc + slab * kPartRegisters, thread);
+    }
+  }
+
   template <int kDkAcc, int kDvAcc>
   __device__ void run(const float (&dk)[kDkAcc], const float (&dv)[kDvAcc], const KeyTile& tile) const {
-    store(dk, p.softmax_scale, p.dk, p.dk_stride, p.hdim_qk, kRole.dk_first, tile);
-    store(dv, 1.0f, p.dv, p.dv_stride, p.hdim_v, kRole.dv_first, tile);
+    if (p.ws.dk_accum != nullptr) {
+      add<Config::kHeadDimQK>(dk, p.ws.dk_accum, kRole.dk_first, tile);
+      add<Config::kHeadDimV>(dv, p.ws.dv_accum, kRole.dv_first, tile);
+    } else {
+      store(dk, p.softmax_scale, p.dk, p.dk_stride, p.hdim_qk, kRole.dk_first, tile);
+      store(dv, 1.0f, p.dv, p.dv_stride, p.hdim_v, kRole.dv_first, tile);
+    }
   }
 };
 

@@ -32,14 +32,14 @@ inline Status check_alignment(const char* name, const void* data, const detail::
   return Status::ok();
 }
 
-// Backward tiles are ordered within sections of (batch, kv head) pairs (pairs_per_section)
+// Backward tiles are ordered within sections of (batch, head group) pairs (pairs_per_section)
 // whose Q, dO and dQ accumulator share the L2.
-inline int kv_heads_per_section(const detail::ForwardProblem& p, int n_blocks,
-                                const LaunchContext& context) {
-  const std::size_t per_kv_head = std::size_t(p.seqlen_q) * (p.heads_q / p.heads_kv) *
-                                  ((p.hdim_qk + p.hdim_v) * 2 + p.hdim_qk * sizeof(float));
-  return pairs_per_section(p.heads_kv * p.batch, n_blocks, per_kv_head, context.l2_bytes,
-                           context.sm_count);
+inline int head_groups_per_section(const detail::ForwardProblem& p, int heads_per_tile,
+                                   int n_blocks, const LaunchContext& context) {
+  const std::size_t per_group = std::size_t(p.seqlen_q) * heads_per_tile *
+                                ((p.hdim_qk + p.hdim_v) * 2 + p.hdim_qk * sizeof(float));
+  return pairs_per_section(p.heads_q / heads_per_tile * p.batch, n_blocks, per_group,
+                           context.l2_bytes, context.sm_count);
 }
 
 template <typename Config, typename Element>
@@ -90,7 +90,7 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
   params.dk_stride = row_strides(problem.dk_stride);
   params.dv_stride = row_strides(problem.dv_stride);
 
-  const WorkspaceLayout layout = workspace_layout<Config::kBlockM, Config::kHeadDimQK>(problem);
+  const WorkspaceLayout layout = workspace_layout<Config>(problem);
   auto* workspace = static_cast<uint8_t*>(f.workspace);
   if (layout.bytes > 0 && (workspace == nullptr || f.workspace_bytes < layout.bytes ||
                            reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlignment != 0)) {
@@ -104,21 +104,29 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
   params.ws.dq_turns =
       problem.deterministic ? reinterpret_cast<int32_t*>(workspace + layout.turns_offset) : nullptr;
   params.ws.padded_rows = layout.padded_rows;
+  params.heads_per_kv = f.heads_q / f.heads_kv;
+  params.num_m_blocks = (f.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
+  params.num_n_blocks = (f.seqlen_k + Config::kBlockN - 1) / Config::kBlockN;
+  params.heads_per_tile = heads_per_tile(problem, params.num_n_blocks, context);
+  const bool split_groups = params.heads_per_tile < params.heads_per_kv;
+  if (split_groups) {
+    params.ws.dk_accum = reinterpret_cast<float*>(workspace + layout.dk_offset);
+    params.ws.dv_accum = reinterpret_cast<float*>(workspace + layout.dv_offset);
+    params.ws.padded_keys = layout.padded_keys;
+  }
 
   params.batch = f.batch;
   params.heads_q = f.heads_q;
   params.heads_kv = f.heads_kv;
-  params.heads_per_kv = f.heads_q / f.heads_kv;
   params.hdim_qk = f.hdim_qk;
   params.hdim_v = f.hdim_v;
   fill_shared_fields(params, f);
   params.softmax_scale = f.softmax_scale;
   params.sinks = f.sinks;
   params.dsinks = problem.dsinks;
-  params.num_m_blocks = (f.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
-  params.num_n_blocks = (f.seqlen_k + Config::kBlockN - 1) / Config::kBlockN;
-  params.num_tiles = params.num_n_blocks * f.heads_kv * f.batch;
-  params.kv_heads_per_section = kv_heads_per_section(f, params.num_n_blocks, context);
+  params.num_tiles = params.num_n_blocks * (f.heads_q / params.heads_per_tile) * f.batch;
+  params.head_groups_per_section =
+      head_groups_per_section(f, params.heads_per_tile, params.num_n_blocks, context);
 
   const auto stream = static_cast<cudaStream_t>(f.stream);
   const dim3 row_grid(params.num_m_blocks, f.heads_q, f.batch);
@@ -130,6 +138,13 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
     }
     HFA_RETURN_IF_ERROR(launch_status(kFamily));
   }
+  if (split_groups && layout.bytes > layout.dk_offset) {
+    if (cudaError_t error = cudaMemsetAsync(workspace + layout.dk_offset, 0,
+                                            layout.bytes - layout.dk_offset, stream);
+        error != cudaSuccess) {
+      return cuda_status(kFamily, "cannot clear the key accumulators", error);
+    }
+  }
   if (params.num_tiles > 0) {
     constexpr auto kKernel = backward_kernel<Config, Element>;
     constexpr int kSmem = kSharedBytes<Storage>;
@@ -139,6 +154,11 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
   }
   if (params.num_m_blocks > 0) {
     postprocess_kernel<Config, Element><<<row_grid, kPrePostThreads, 0, stream>>>(params);
+    HFA_RETURN_IF_ERROR(launch_status(kFamily));
+  }
+  if (split_groups && params.num_n_blocks > 0) {
+    const dim3 key_grid(params.num_n_blocks, f.heads_kv, f.batch);
+    key_postprocess_kernel<Config, Element><<<key_grid, kPrePostThreads, 0, stream>>>(params);
     HFA_RETURN_IF_ERROR(launch_status(kFamily));
   }
   if (problem.dsinks != nullptr) {

@@ -18,6 +18,25 @@ struct LaunchContext {
   std::size_t l2_bytes;
 };
 
+// Query heads a CTA walks (Params::heads_per_tile): the whole GQA group, whose dK and dV then
+// never leave the CTA's registers, or one (FlashAttention-3's grid), which adds them in fp32 into
+// the workspace's key accumulators for the key postprocess to round. One a CTA multiplies the grid
+// by the group size and pays for those adds: 5-9 % slower where whole groups already fill the SMs
+// evenly, 2-80 % faster under a causal mask, where the first key blocks see the most queries and
+// a short grid of long CTAs ends on a tail (docs/decisions/035). So split under a window, or where
+// whole groups leave a tenth of the grid's waves idle.
+inline int heads_per_tile(const detail::BackwardProblem& problem, int n_blocks,
+                          const LaunchContext& context) {
+  const detail::ForwardProblem& f = problem.fwd;
+  const int group = f.heads_q / f.heads_kv;
+  if (!has_key_accumulators(problem)) return group;
+  if (f.has_window()) return 1;
+  const int64_t tiles = int64_t(n_blocks) * f.heads_kv * f.batch;
+  const int64_t wave = context.sm_count;
+  const int64_t slots = (tiles + wave - 1) / wave * wave;
+  return 10 * tiles < 9 * slots ? 1 : group;
+}
+
 // The tile configuration a problem runs on. Windows, softcap and the deterministic mode select
 // kernels, not tiles: the workspace's shape depends on the head dims alone.
 template <int kHeadDimQK, int kHeadDimV, bool kWindowed = false, bool kSoftcap = false,
@@ -37,7 +56,7 @@ inline detail::HeadDims head_dims_to_run(const detail::ForwardProblem& p) {
 // Bytes of workspace the call needs (workspace.hpp's layout for the configuration it runs on).
 template <int kHeadDimQK, int kHeadDimV>
 std::size_t workspace_bytes(const detail::BackwardProblem& problem) {
-  return workspace_layout<Config<kHeadDimQK, kHeadDimV>::kBlockM, kHeadDimQK>(problem).bytes;
+  return workspace_layout<Config<kHeadDimQK, kHeadDimV>>(problem).bytes;
 }
 
 // Preprocess, main kernel, postprocess (and the sinks' gradient) on the problem's stream: no

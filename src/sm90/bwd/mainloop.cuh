@@ -10,13 +10,13 @@
 // dQ goes out one 64 × 64 slab at a time, so at most 32 of its accumulators live at once.
 #pragma once
 
+#include "sm90/bwd/fragment_add.cuh"
 #include "sm90/bwd/mask.cuh"
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/scheduler.cuh"
 #include "sm90/bwd/shared_storage.cuh"
 #include "sm90/common/score_mods.cuh"
 #include "sm90/ptx/fragment.cuh"
-#include "sm90/ptx/global_reduce.cuh"
 #include "sm90/ptx/named_barrier.cuh"
 #include "sm90/ptx/tma.cuh"
 #include "sm90/ptx/wgmma.cuh"
@@ -33,7 +33,7 @@ struct ConsumerMainloop {
   static constexpr int kFactorAcc = Config::Mods::kScalesGrad ? kSAcc : 1;
   static constexpr int kDkAcc = kRole.dk_count * kSlabColumns / 2;
   static constexpr int kDvAcc = kRole.dv_count * kSlabColumns / 2;
-  static constexpr int kDqAcc = kSlabColumns / 2;
+  static constexpr int kDqAcc = kPartRegisters;
   static constexpr int kKSteps = kSlabColumns / kMmaK;  // k16 steps inside one 128-byte slab
   static constexpr uint32_t kKStepBytes = kMmaK * sizeof(Element);
   static constexpr uint32_t kRowStepBytes = kMmaK * ptx::kSwizzleBytes;  // 16 rows of a tile
@@ -205,13 +205,7 @@ struct ConsumerMainloop {
 
   // dQ slab → the workspace's chunk, from registers: the same order as the shared tile.
   __device__ __forceinline__ void add_dq(const float (&dq)[kDqAcc], float* chunk, int slab) {
-    float* part = chunk + Dq::part(kRole.dq_row0 / kRowsPerWarpgroup, slab);
-#pragma unroll
-    for (int group = 0; group < kDqAcc / 4; ++group) {
-      const float* r = dq + 4 * group;
-      ptx::reduce_add_v4(part + 4 * (group * kThreadsPerWarpgroup + thread),
-                         make_float4(r[0], r[1], r[2], r[3]));
-    }
+    add_fragment_part(chunk + Dq::part(kRole.dq_row0 / kRowsPerWarpgroup, slab), dq, thread);
   }
 
   // ---- The step ------------------------------------------------------------------------------

@@ -15,13 +15,18 @@ struct RowStrides {
 // The workspace (workspace.hpp): per (batch, query head) a run of padded rows — a multiple of
 // kBlockM, so that every query block of a sequence is one aligned chunk — holding the LSE in
 // log2 units, D = rowsum(dO∘O), and dQ's fp32 accumulator (kBlockM × headdim_qk floats a chunk,
-// in the order of workspace.hpp's DqChunk); and one turn counter a chunk (deterministic).
+// in the order of workspace.hpp's FragmentChunk); one turn counter a chunk (deterministic); and,
+// where a GQA group's query heads are split over CTAs, per (batch, kv head) a run of padded key
+// rows holding dK's and dV's fp32 accumulators (kBlockN × headdim floats a chunk, same order).
 struct Workspace {
   float* lse_log2;
   float* dpsum;
   float* dq_accum;
   int32_t* dq_turns;  // null unless deterministic
+  float* dk_accum;    // null: each CTA walks its whole group and stores dK, dV itself
+  float* dv_accum;
   int64_t padded_rows;  // fixed length: rows of one (batch, head) run; varlen: of one head's run
+  int64_t padded_keys;  // the same for the key runs
 };
 
 struct Params {
@@ -47,7 +52,8 @@ struct Params {
   int32_t batch;
   int32_t heads_q;
   int32_t heads_kv;
-  int32_t heads_per_kv;  // GQA group: a CTA walks every query head of its kv head's group
+  int32_t heads_per_kv;  // GQA group size
+  int32_t heads_per_tile;  // query heads one CTA walks: the group, or a divisor of it (dk_accum)
   int32_t seqlen_q;      // varlen: the longest sequence's
   int32_t seqlen_k;
   int32_t hdim_qk;       // columns of dq, dk to store (fewer than the kernel's when padded)
@@ -70,8 +76,9 @@ struct Params {
 
   int32_t num_m_blocks;  // of the longest sequence (preprocess, postprocess grids)
   int32_t num_n_blocks;
-  int32_t num_tiles;     // num_n_blocks · heads_kv · batch
-  int32_t kv_heads_per_section;  // sectioned tile order: (batch, kv head) pairs whose Q, dO share L2
+  int32_t num_tiles;     // num_n_blocks · (heads_q / heads_per_tile) · batch
+  int32_t head_groups_per_section;  // sectioned tile order: (batch, head group) pairs whose Q, dO
+                                    // share L2
 
   // D = rowsum(dO∘O) given by the caller (laid out as lse), read by the preprocess instead of
   // out and dout; null: computed there. Last, so the main kernel's parameter offsets stay.

@@ -1,7 +1,8 @@
-// After the main kernel: dQ from its fp32 accumulator, and the sinks' gradient.
-//   dq: per query block of one (batch, head), the chunk scaled by softmax_scale and rounded to
-//       the input dtype, through shared memory so that global stores are whole 16-byte runs of
-//       a row. Every allocated row is written: rows past the used queries get zeros.
+// After the main kernel: dQ (and, where a GQA group was split over CTAs, dK and dV) from their
+// fp32 accumulators, and the sinks' gradient.
+//   dq, dk, dv: per block of one (batch, head), the chunk scaled (dQ and dK by softmax_scale)
+//       and rounded to the input dtype. Every allocated row is written: rows past the used
+//       queries or keys get zeros.
 //   dsinks[h] = −Σ over the batch and the rows of exp(sink − LSE)·D (a sink is one more logit
 //       with no value, so dL/dsink = −P_sink · rowsum(dO∘O)); one CTA a head, a fixed order of
 //       additions, so the result is the same bytes on every run.
@@ -11,44 +12,78 @@
 
 namespace hfa::sm90::bwd {
 
-template <typename Config, typename Element>
-__global__ void __launch_bounds__(kPrePostThreads) postprocess_kernel(const __grid_constant__ Params p) {
-  using Dq = DqChunk<Config::kBlockM, Config::kHeadDimQK>;
-  constexpr int kColumns = Config::kHeadDimQK;
+// One block's chunk of an fp32 accumulator (FragmentChunk<kRows, kColumns>), scaled and rounded
+// to Element, into rows [0, rows) of `out` (row stride in elements, `columns` of them stored):
+// through shared memory, so that global stores are whole 16-byte runs of a row. Rows from
+// `used` on get zeros. Every thread of the CTA calls it.
+template <int kRows, int kColumns, typename Element>
+__device__ __forceinline__ void round_chunk(const float* accumulator, float scale, Element* out,
+                                            int64_t row_stride, int rows, int used, int columns) {
+  using Chunk = FragmentChunk<kRows, kColumns>;
   constexpr int kRowElements = kColumns + 8;  // a 16-byte pad a row: the scattered writes spread over banks
-  __shared__ alignas(16) Element tile[Config::kBlockM * kRowElements];
+  __shared__ alignas(16) Element tile[kRows * kRowElements];
 
-  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-  const int allocated = allocated_queries(p, batch);
-  if (m_block * Config::kBlockM >= allocated) return;
-  const Sequence seq = sequence_of(p, batch);
-  const int64_t row0 = workspace_row<Config::kBlockM>(p, batch, head) + m_block * Config::kBlockM;
-
-  const float4* chunk = reinterpret_cast<const float4*>(p.ws.dq_accum + row0 * kColumns);
-  for (int i = threadIdx.x; i < Dq::kFloats / 4; i += kPrePostThreads) {
+  const float4* chunk = reinterpret_cast<const float4*>(accumulator);
+  for (int i = threadIdx.x; i < Chunk::kFloats / 4; i += kPrePostThreads) {
     const float4 v = chunk[i];
     // Floats 4i .. 4i + 3 are (row, c), (row, c + 1), (row + 8, c), (row + 8, c + 1).
-    const auto at = Dq::coords(4 * i);
+    const auto at = Chunk::coords(4 * i);
     Element* top = tile + at.row * kRowElements + at.column;
-    *reinterpret_cast<uint32_t*>(top) = ptx::pack_pair<Element>(v.x * p.softmax_scale, v.y * p.softmax_scale);
-    *reinterpret_cast<uint32_t*>(top + 8 * kRowElements) =
-        ptx::pack_pair<Element>(v.z * p.softmax_scale, v.w * p.softmax_scale);
+    *reinterpret_cast<uint32_t*>(top) = ptx::pack_pair<Element>(v.x * scale, v.y * scale);
+    *reinterpret_cast<uint32_t*>(top + 8 * kRowElements) = ptx::pack_pair<Element>(v.z * scale, v.w * scale);
   }
   __syncthreads();
 
   constexpr int kPieces = kColumns / 8;  // 16-byte pieces of a row
-  const int rows = min(Config::kBlockM, allocated - m_block * Config::kBlockM);
   for (int i = threadIdx.x; i < rows * kPieces; i += kPrePostThreads) {
     const int r = i / kPieces, piece = i % kPieces;
-    if (8 * piece >= p.hdim_qk) continue;
-    const int query = m_block * Config::kBlockM + r;
-    const uint4 value = query < seq.seqlen_q
-                            ? *reinterpret_cast<const uint4*>(tile + r * kRowElements + 8 * piece)
-                            : make_uint4(0, 0, 0, 0);
-    Element* out = static_cast<Element*>(p.dq) + batch * p.dq_stride.batch +
-                   (seq.q_offset + query) * p.dq_stride.row + head * p.dq_stride.head + 8 * piece;
-    *reinterpret_cast<uint4*>(out) = value;
+    if (8 * piece >= columns) continue;
+    const uint4 value = r < used ? *reinterpret_cast<const uint4*>(tile + r * kRowElements + 8 * piece)
+                                 : make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(out + r * row_stride + 8 * piece) = value;
   }
+}
+
+// dQ, per query block of one (batch, query head).
+template <typename Config, typename Element>
+__global__ void __launch_bounds__(kPrePostThreads) postprocess_kernel(const __grid_constant__ Params p) {
+  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const int first = m_block * Config::kBlockM;
+  const int allocated = allocated_queries(p, batch);
+  if (first >= allocated) return;
+  const Sequence seq = sequence_of(p, batch);
+  const int64_t row0 = workspace_row<Config::kBlockM>(p, batch, head) + first;
+  Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_stride.batch +
+                (seq.q_offset + first) * p.dq_stride.row + head * p.dq_stride.head;
+  round_chunk<Config::kBlockM, Config::kHeadDimQK>(
+      p.ws.dq_accum + row0 * Config::kHeadDimQK, p.softmax_scale, dq, p.dq_stride.row,
+      min(Config::kBlockM, allocated - first), seq.seqlen_q - first, p.hdim_qk);
+}
+
+// dK and dV from the key accumulators (where a GQA group's heads were split over CTAs), per key
+// block of one (batch, kv head); rows past the used keys get zeros, as the main kernel's own
+// epilogue writes them.
+template <typename Config, typename Element>
+__global__ void __launch_bounds__(kPrePostThreads) key_postprocess_kernel(const __grid_constant__ Params p) {
+  const int n_block = blockIdx.x, kv_head = blockIdx.y, batch = blockIdx.z;
+  const int first = n_block * Config::kBlockN;
+  const int allocated = allocated_keys(p, batch);
+  if (first >= allocated) return;
+  const Sequence seq = sequence_of(p, batch);
+  const int64_t chunk = key_chunk_index<Config::kBlockN>(p, batch, kv_head, n_block);
+  const int rows = min(Config::kBlockN, allocated - first), used = seq.seqlen_k - first;
+  const int64_t key = seq.k_offset + first;
+  Element* dk = static_cast<Element*>(p.dk) + batch * p.dk_stride.batch + key * p.dk_stride.row +
+                kv_head * p.dk_stride.head;
+  Element* dv = static_cast<Element*>(p.dv) + batch * p.dv_stride.batch + key * p.dv_stride.row +
+                kv_head * p.dv_stride.head;
+  round_chunk<Config::kBlockN, Config::kHeadDimQK>(
+      p.ws.dk_accum + chunk * Config::kBlockN * Config::kHeadDimQK, p.softmax_scale, dk,
+      p.dk_stride.row, rows, used, p.hdim_qk);
+  __syncthreads();  // round_chunk's shared tile is reused
+  round_chunk<Config::kBlockN, Config::kHeadDimV>(
+      p.ws.dv_accum + chunk * Config::kBlockN * Config::kHeadDimV, 1.0f, dv, p.dv_stride.row,
+      rows, used, p.hdim_v);
 }
 
 template <typename Config>

@@ -15,8 +15,8 @@
 
 namespace hfa::sm90::bwd {
 
-// The steps of a CTA in walk order: every query head of the kv head's group, each over the
-// query blocks that see the tile's keys, ascending, in both modes. (Rotating the default mode's
+// The steps of a CTA in walk order: each of its query heads (KeyTile::first_head on), each over
+// the query blocks that see the tile's keys, ascending, in both modes. (Rotating the default mode's
 // walk by the key block, so that the CTAs of a head start on different dQ chunks, was 1-4 %
 // slower at every hdim-64 and -128 cell without a window and no faster at hdim 256:
 // docs/decisions/024.)
@@ -25,8 +25,8 @@ namespace hfa::sm90::bwd {
 template <typename Config, typename Visit>
 __device__ __forceinline__ void for_each_step(const Params& p, const KeyTile& tile,
                                               const BlockRange& blocks, Visit&& visit) {
-  const int steps = p.heads_per_kv * blocks.count();
-  int head = tile.kv_head * p.heads_per_kv, i = 0;
+  const int steps = p.heads_per_tile * blocks.count();
+  int head = tile.first_head, i = 0;
   for (int step = 0; step < steps; ++step) {
     visit(head, blocks.begin + i);
     if (++i == blocks.count()) i = 0, ++head;
@@ -55,13 +55,14 @@ struct Loader {
   }
 
   __device__ void run(const KeyTile& tile, const BlockRange& blocks) {
-    // K and V are read by this CTA alone; Q and dO by every CTA of the head (keep them in L2).
+    // K and V are read by this CTA alone, unless its GQA group is split over CTAs; Q and dO by
+    // every CTA of the head (keep them in L2).
     const int first_key = tile.seq.k_offset + tile.n_block * Config::kBlockN;
+    const ptx::CacheHint kv_hint = p.heads_per_tile < p.heads_per_kv ? ptx::CacheHint::evict_last
+                                                                     : ptx::CacheHint::evict_first;
     smem.kv_full.arrive_expect_tx(Storage::KTile::kBytes + Storage::VTile::kBytes);
-    load_rows(smem.k, &p.k_map, &smem.kv_full, first_key, tile.kv_head, tile.seq.map_batch,
-              ptx::CacheHint::evict_first);
-    load_rows(smem.v, &p.v_map, &smem.kv_full, first_key, tile.kv_head, tile.seq.map_batch,
-              ptx::CacheHint::evict_first);
+    load_rows(smem.k, &p.k_map, &smem.kv_full, first_key, tile.kv_head, tile.seq.map_batch, kv_hint);
+    load_rows(smem.v, &p.v_map, &smem.kv_full, first_key, tile.kv_head, tile.seq.map_batch, kv_hint);
 
     ptx::RingPosition<Config::kStagesQ> q_ring;
     ptx::RingPosition<Config::kStagesDO> do_ring;

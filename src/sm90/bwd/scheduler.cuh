@@ -10,8 +10,10 @@
 namespace hfa::sm90::bwd {
 
 struct KeyTile {
-  int n_block;  // which kBlockN keys of the sequence
-  int kv_head;  // the CTA walks the queries of every query head of this kv head's GQA group
+  int n_block;     // which kBlockN keys of the sequence
+  int kv_head;
+  int first_head;  // the CTA walks the queries of Params::heads_per_tile query heads from this
+                   // one, all of kv_head's GQA group or a part of it
   int batch;
   Sequence seq;
   int allocated_k;  // keys the sequence has in k, v, dk, dv (seq.seqlen_k of them used)
@@ -21,7 +23,7 @@ template <typename Config>
 struct Scheduler {
   // Tile order (tile_order.cuh), in launch order since the grid is one CTA a tile: no window,
   // n_block fastest (the CTAs running together stream one head's Q and dO through L2).
-  // Windowed, within sections of (batch, kv head) pairs: n_block ascending, so that under a
+  // Windowed, within sections of (batch, head group) pairs: n_block ascending, so that under a
   // causal mask the first key blocks, which see the most queries, go first (LPT) — except in
   // the deterministic mode, where it descends (see turn). Deterministic without a window, in
   // sections too: a tile waits at every query block for the key block before it (turn), and
@@ -30,15 +32,18 @@ struct Scheduler {
   // several launches apart.
   static __device__ __forceinline__ KeyTile tile(const Params& p, int index) {
     const bool deterministic = p.ws.dq_turns != nullptr;
+    const int head_groups = p.heads_q / p.heads_per_tile;
     TilePosition at;
     if (Config::kWindowed || deterministic) {
-      at = sectioned_ranks(index, p.num_n_blocks, p.heads_kv * p.batch, p.kv_heads_per_section);
+      at = sectioned_ranks(index, p.num_n_blocks, head_groups * p.batch, p.head_groups_per_section);
       if (Config::kWindowed && deterministic) at.rank = p.num_n_blocks - 1 - at.rank;
     } else {
       at = blocks_fastest(index, p.num_n_blocks);
     }
-    const int batch = at.pair / p.heads_kv;
-    return {at.rank, at.pair % p.heads_kv, batch, sequence_of(p, batch), allocated_keys(p, batch)};
+    const int batch = at.pair / head_groups;
+    const int first_head = at.pair % head_groups * p.heads_per_tile;
+    return {at.rank, first_head / p.heads_per_kv, first_head, batch, sequence_of(p, batch),
+            allocated_keys(p, batch)};
   }
 
   // The query blocks that see the tile's keys (empty past the used keys).

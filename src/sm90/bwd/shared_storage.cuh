@@ -22,7 +22,7 @@ struct SharedStorage {
   using DOTile = SwizzledTile<Element, Config::kBlockM, Config::kHeadDimV>;
   // Keys as rows, queries as columns: what the warpgroups' accumulators hold.
   using ScoresTile = SwizzledTile<Element, Config::kBlockN, Config::kBlockM>;
-  using Dq = DqChunk<Config::kBlockM, Config::kHeadDimQK>;
+  using Dq = FragmentChunk<Config::kBlockM, Config::kHeadDimQK>;
   static constexpr bool kSharesP = !Config::kKeysSplit;  // Pᵀ feeds dV from registers otherwise
   struct None {};
   // What only the writer warp's path has (TileConfig::kDqFromRegisters: not every one does).

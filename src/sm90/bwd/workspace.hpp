@@ -1,6 +1,11 @@
 // The backward's workspace: where each (batch, query head)'s padded run of rows lives, how big it
-// all is, and the order of dQ's fp32 accumulator within a query block's chunk. The host sizes it,
-// the preprocess fills it, the main kernel adds into it, the postprocess reads it.
+// all is, and the order of the fp32 accumulators within a block's chunk. The host sizes it, the
+// preprocess fills it, the main kernel adds into it, the postprocess reads it.
+//
+// Query side, always: the LSE (log2), D and dQ's accumulator per (batch, query head) run of
+// query rows. Key side, where the CTAs of a GQA group split its query heads (Params::
+// heads_per_tile): dK's and dV's accumulators per (batch, kv head) run of key rows, which every
+// CTA of the group adds into and the key postprocess rounds.
 #pragma once
 
 #include <cstddef>
@@ -13,25 +18,40 @@
 
 namespace hfa::sm90::bwd {
 
-// Fixed length: each (batch, head) has ceil(seqlen_q / kBlockM) blocks of rows. Varlen: one run
-// a head, where sequence b starts at (cu_seqlens_q[b] + b·kBlockM) rounded down to a multiple of
-// kBlockM — past the end of sequence b − 1's last block — so every sequence's blocks are aligned
-// chunks; the run then has round_up(total_q + batch·kBlockM, kBlockM) rows.
-template <int kBlockM>
-HFA_HD inline int64_t varlen_run_start(int64_t cu_seqlens_q_of_b, int64_t b) {
-  return (cu_seqlens_q_of_b + b * kBlockM) / kBlockM * kBlockM;
+// A run holds a sequence's rows padded to whole blocks of kBlock. Fixed length: each (batch,
+// head) has ceil(seqlen / kBlock) blocks. Varlen: one run a head, where sequence b starts at
+// (cu_seqlens[b] + b·kBlock) rounded down to a multiple of kBlock — past the end of sequence
+// b − 1's last block — so every sequence's blocks are aligned chunks; the run then has
+// round_up(total + batch·kBlock, kBlock) rows.
+template <int kBlock>
+HFA_HD inline int64_t varlen_run_start(int64_t cu_seqlens_of_b, int64_t b) {
+  return (cu_seqlens_of_b + b * kBlock) / kBlock * kBlock;
 }
 
-template <int kBlockM>
-inline int64_t padded_rows(const detail::ForwardProblem& p) {
-  if (p.is_varlen()) return (p.total_q + int64_t(p.batch) * kBlockM + kBlockM - 1) / kBlockM * kBlockM;
-  return (int64_t(p.seqlen_q) + kBlockM - 1) / kBlockM * kBlockM;
+template <int kBlock>
+inline int64_t padded_run_rows(int64_t seqlen, int64_t total, int batch, bool varlen) {
+  if (varlen) return (total + int64_t(batch) * kBlock + kBlock - 1) / kBlock * kBlock;
+  return (seqlen + kBlock - 1) / kBlock * kBlock;
+}
+
+// Row 0 of (batch, head)'s run, a multiple of kBlock; `heads` of the tensor the run mirrors.
+template <int kBlock>
+HFA_HD inline int64_t run_row(const int32_t* cu_seqlens, int64_t padded_rows, int heads, int batch,
+                              int head) {
+  if (cu_seqlens != nullptr) return head * padded_rows + varlen_run_start<kBlock>(cu_seqlens[batch], batch);
+  return (int64_t(batch) * heads + head) * padded_rows;
+}
+
+// Whether the key-side accumulators exist: a GQA group whose query heads may be split over CTAs.
+// The deterministic mode keeps a group in one CTA (its dK and dV adds would land in any order).
+inline bool has_key_accumulators(const detail::BackwardProblem& problem) {
+  return problem.fwd.heads_q > problem.fwd.heads_kv && !problem.deterministic;
 }
 
 struct WorkspaceLayout {
   int64_t padded_rows;  // Workspace::padded_rows
-  int64_t rows;         // all (batch, head) runs together
-  std::size_t lse_offset, dpsum_offset, dq_offset, turns_offset, bytes;
+  int64_t padded_keys;  // Workspace::padded_keys (0 without key accumulators)
+  std::size_t lse_offset, dpsum_offset, dq_offset, turns_offset, dk_offset, dv_offset, bytes;
 };
 
 inline constexpr std::size_t kWorkspaceAlignment = 256;
@@ -40,29 +60,34 @@ inline std::size_t align_up(std::size_t bytes) {
   return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
 }
 
-template <int kBlockM, int kHeadDimQK>
+template <typename Config>
 WorkspaceLayout workspace_layout(const detail::BackwardProblem& problem) {
   const detail::ForwardProblem& p = problem.fwd;
+  const bool varlen = p.is_varlen();
+  const std::size_t runs_q = std::size_t(p.heads_q) * (varlen ? 1 : p.batch);
+  const std::size_t runs_k = std::size_t(p.heads_kv) * (varlen ? 1 : p.batch);
   WorkspaceLayout w{};
-  w.padded_rows = padded_rows<kBlockM>(p);
-  w.rows = w.padded_rows * p.heads_q * (p.is_varlen() ? 1 : p.batch);
-  const std::size_t rows = std::size_t(w.rows);
+  w.padded_rows = padded_run_rows<Config::kBlockM>(p.seqlen_q, p.total_q, p.batch, varlen);
+  if (has_key_accumulators(problem)) {
+    w.padded_keys = padded_run_rows<Config::kBlockN>(p.seqlen_k, p.total_k, p.batch, varlen);
+  }
+  const std::size_t rows = runs_q * std::size_t(w.padded_rows);
+  const std::size_t keys = runs_k * std::size_t(w.padded_keys);
   w.lse_offset = 0;
   w.dpsum_offset = align_up(w.lse_offset + rows * sizeof(float));
   w.dq_offset = align_up(w.dpsum_offset + rows * sizeof(float));
-  w.turns_offset = align_up(w.dq_offset + rows * kHeadDimQK * sizeof(float));
-  const std::size_t turns = problem.deterministic ? rows / kBlockM * sizeof(int32_t) : 0;
-  w.bytes = align_up(w.turns_offset + turns);
+  w.turns_offset = align_up(w.dq_offset + rows * Config::kHeadDimQK * sizeof(float));
+  const std::size_t turns = problem.deterministic ? rows / Config::kBlockM * sizeof(int32_t) : 0;
+  w.dk_offset = align_up(w.turns_offset + turns);
+  w.dv_offset = align_up(w.dk_offset + keys * Config::kHeadDimQK * sizeof(float));
+  w.bytes = align_up(w.dv_offset + keys * Config::kHeadDimV * sizeof(float));
   return w;
 }
 
-// Row 0 of (batch, head)'s run, a multiple of kBlockM.
+// Row 0 of (batch, query head)'s run of query rows.
 template <int kBlockM>
 HFA_HD inline int64_t workspace_row(const Params& p, int batch, int head) {
-  if (p.cu_seqlens_q != nullptr) {
-    return head * p.ws.padded_rows + varlen_run_start<kBlockM>(p.cu_seqlens_q[batch], batch);
-  }
-  return (int64_t(batch) * p.heads_q + head) * p.ws.padded_rows;
+  return run_row<kBlockM>(p.cu_seqlens_q, p.ws.padded_rows, p.heads_q, batch, head);
 }
 
 // Query block m_block of (batch, head): its chunk of dQ's accumulator and its turn counter.
@@ -71,16 +96,23 @@ HFA_HD inline int64_t dq_chunk_index(const Params& p, int batch, int head, int m
   return workspace_row<kBlockM>(p, batch, head) / kBlockM + m_block;
 }
 
-// A query block's chunk of dQ's accumulator: kBlockM × kHeadDimQK floats as 64 × 64 parts, part
-// (row tile, slab) at (row_tile · slabs + slab) · 4096, each in the wgmma accumulator order of the
-// warpgroup that computes it — float (g·128 + t)·4 + r is register 4g + r of thread t — so a
-// warpgroup writes its registers as consecutive 16-byte runs (no bank conflicts) and the main
-// kernel adds a whole chunk with one bulk reduce.
-template <int kBlockM, int kHeadDimQK>
-struct DqChunk {
-  static constexpr int kSlabs = kHeadDimQK / kSlabColumns;
+// Key block n_block of (batch, kv head): its chunk of dK's and dV's accumulators.
+template <int kBlockN>
+HFA_HD inline int64_t key_chunk_index(const Params& p, int batch, int kv_head, int n_block) {
+  return run_row<kBlockN>(p.cu_seqlens_k, p.ws.padded_keys, p.heads_kv, batch, kv_head) / kBlockN +
+         n_block;
+}
+
+// A block's chunk of an fp32 accumulator: kRows × kColumns floats as 64 × 64 parts, part
+// (row tile, slab) at (row_tile · slabs + slab) · 4096, each in the wgmma accumulator order of
+// the warpgroup that computes it — float (g·128 + t)·4 + r is register 4g + r of thread t — so a
+// warpgroup writes its registers as consecutive 16-byte runs (no bank conflicts, whole L2 lines)
+// and a whole chunk can be added with one bulk reduce.
+template <int kRows, int kColumns>
+struct FragmentChunk {
+  static constexpr int kSlabs = kColumns / kSlabColumns;
   static constexpr int kPartFloats = kRowsPerWarpgroup * kSlabColumns;
-  static constexpr int kFloats = kBlockM * kHeadDimQK;
+  static constexpr int kFloats = kRows * kColumns;
   static constexpr uint32_t kBytes = kFloats * sizeof(float);
 
   HFA_HD static constexpr int part(int row_tile, int slab) { return (row_tile * kSlabs + slab) * kPartFloats; }
