@@ -130,7 +130,6 @@ def _setup_context(ctx, inputs, output):
     # sm_margin, after the five FP8 arguments, has a default too; the backward uses it as well.
     ctx.sm_margin = inputs[21] if len(inputs) > 21 else 0
     ctx.vectors = inputs[22] if len(inputs) > 22 else None  # no gradient: passed on as given
-    ctx.num_inputs = len(inputs)
     out, lse = output
     # No gradient flows through the LSE (the C ABI has no dLSE input yet, and FlashAttention-3
     # drops it silently). Marking it says so: lse.requires_grad is False.
@@ -153,7 +152,10 @@ def _backward(ctx, grad_out, grad_lse):
     no_vectors = None if ctx.vectors is None else [None] * len(ctx.vectors)
     grads = (dq, dk, dv) + (None,) * 10 + (dsinks if sinks is not None else None,) + (None,) * 8
     grads += (no_vectors,)
-    return grads[:ctx.num_inputs]
+    # As many as the caller passed: torch 2.11 hands setup_context every input, defaults filled
+    # in, but wants gradients only for those given (trailing defaults are dropped on the way
+    # in); needs_input_grad has one entry per given input on every version.
+    return grads[:len(ctx.needs_input_grad)]
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)
