@@ -5,6 +5,8 @@
 
 #include <span>
 
+#include "common/kvcache_problem.hpp"
+#include "common/problem.hpp"
 #include "hfa/hfa.hpp"
 
 namespace hfa::detail {
@@ -21,6 +23,12 @@ KVCacheOptions from_c(const hfa_kvcache_options& options);
 // finite), or an invalid-argument status naming the first that is not.
 Status check_option_values(const Options& options);
 Status check_option_values(const KVCacheOptions& options);
+
+// Every option that is a value (all rows but the tensors') into the problem's member of its name
+// (common/option_values.hpp): a SCALE not given as its row's default. The API resolves the few
+// that need it (softmax_scale, the window, causal) afterwards.
+void copy_values(const Options& options, ForwardProblem* problem);
+void copy_values(const KVCacheOptions& options, KVCacheProblem* problem);
 
 // The rows of a struct (empty for an unknown one).
 std::span<const hfa_option_info> describe_options(hfa_options_struct which);

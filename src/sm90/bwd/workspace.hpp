@@ -51,7 +51,7 @@ WorkspaceLayout workspace_layout(const detail::BackwardProblem& problem) {
   w.dpsum_offset = align_up(w.lse_offset + rows * sizeof(float));
   w.dq_offset = align_up(w.dpsum_offset + rows * sizeof(float));
   w.turns_offset = align_up(w.dq_offset + rows * kHeadDimQK * sizeof(float));
-  const std::size_t turns = problem.deterministic ? rows / kBlockM * sizeof(int32_t) : 0;
+  const std::size_t turns = p.deterministic ? rows / kBlockM * sizeof(int32_t) : 0;
   w.bytes = align_up(w.turns_offset + turns);
   return w;
 }
