@@ -56,7 +56,9 @@ class Tensor(ctypes.Structure):
 
 # The options structs are not written out here: the library describes them (hfa/options.def,
 # hfa_describe_options), and their fields are filled in from that description when it loads
-# (_mirror_options), so that this mirror can never drift from the library it runs against.
+# (_mirror_options), so that this mirror can never drift from the library it runs against. Each
+# starts with struct_size, its size (hfa.h), which is no row: the library fills it in
+# (hfa_init_options, with this mirror's size) and checks it at every call.
 class Options(ctypes.Structure):
     """hfa_options (fields from the library's description)."""
 
@@ -177,7 +179,7 @@ def _mirror_options(lib: ctypes.CDLL) -> None:
         rows = describe(which, ctypes.byref(count), ctypes.byref(size))
         infos = [rows[i] for i in range(count.value)]
         if "_fields_" not in struct.__dict__:  # set once a process
-            fields = []
+            fields = [("struct_size", ctypes.c_size_t)]
             for info in infos:
                 name = info.name.decode()
                 if info.kind == SCALE:
@@ -205,8 +207,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     C = ctypes.POINTER(Call)
     size_p = ctypes.POINTER(ctypes.c_size_t)
     sigs = {
-        "hfa_default_options": (Options, []),
-        "hfa_default_kvcache_options": (KVCacheOptions, []),
+        "hfa_init_options": (None, [O, ctypes.c_size_t]),
+        "hfa_init_kvcache_options": (None, [ctypes.POINTER(KVCacheOptions), ctypes.c_size_t]),
         "hfa_prepare_forward": (ctypes.c_int, [T, T, T, T, T, O, C, size_p]),
         "hfa_prepare_backward": (ctypes.c_int, [T, T, T, T, T, T, T, T, T, O, C, size_p]),
         "hfa_prepare_forward_kvcache": (ctypes.c_int, [T, T, T, T, T,
@@ -314,12 +316,20 @@ def check(status: int, names=_CALLER_NAMES) -> None:
 
 # --- calls -------------------------------------------------------------------------------------
 
-def _options(struct, defaults, values) -> ctypes.Structure:
-    """defaults() with the fields of `values` set, by the kind the library describes for each:
-    keyword names are the C fields' (window_size=(left, right) gives window_left and
+def defaults(struct, init) -> ctypes.Structure:
+    """A struct of the library's defaults, filled in by its initializer (hfa_init_*options) with
+    this mirror's size."""
+    o = struct()
+    init(ctypes.byref(o), ctypes.sizeof(o))
+    return o
+
+
+def _options(struct, init, values) -> ctypes.Structure:
+    """defaults(struct, init) with the fields of `values` set, by the kind the library describes
+    for each: keyword names are the C fields' (window_size=(left, right) gives window_left and
     window_right, None for -1 as newer FlashAttention releases allow). Tensors given must outlive
     the options (they hold pointers to them)."""
-    o = defaults()
+    o = defaults(struct, init)
     fields = OPTION_INFO[struct]
     if "window_size" in values:
         left, right = values.pop("window_size")
@@ -396,8 +406,8 @@ def vectors_of(struct, fields: dict):
 
 
 def make_options(**values) -> Options:
-    """hfa_default_options() with `values` applied (_options)."""
-    return _options(Options, library().hfa_default_options, values)
+    """The defaults of hfa_options with `values` applied (_options)."""
+    return _options(Options, library().hfa_init_options, values)
 
 
 def _ref(t: Optional[Tensor]):
@@ -440,8 +450,8 @@ def run(prepared, allocate) -> None:
 
 
 def make_kvcache_options(**values) -> KVCacheOptions:
-    """hfa_default_kvcache_options() with `values` applied (_options)."""
-    return _options(KVCacheOptions, library().hfa_default_kvcache_options, values)
+    """The defaults of hfa_kvcache_options with `values` applied (_options)."""
+    return _options(KVCacheOptions, library().hfa_init_kvcache_options, values)
 
 
 def make_quantize_options(format: int, global_scale: Optional[Tensor] = None,

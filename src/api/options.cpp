@@ -140,6 +140,7 @@ namespace detail {
 
 hfa_options default_c_options() {
   hfa_options c{};  // padding too: the struct is compared and copied byte for byte
+  c.struct_size = sizeof c;
 #define HFA_ATTENTION_OPTION(kind, name, value, ...) HFA_DEFAULT_C_##kind(name, value)
 #include "hfa/options.def"
   return c;
@@ -147,6 +148,7 @@ hfa_options default_c_options() {
 
 hfa_kvcache_options default_c_kvcache_options() {
   hfa_kvcache_options c{};
+  c.struct_size = sizeof c;
 #define HFA_KVCACHE_OPTION(kind, name, value, ...) HFA_DEFAULT_C_##kind(name, value)
 #include "hfa/options.def"
   return c;
@@ -178,6 +180,19 @@ Status check_option_values(const KVCacheOptions& options) {
   HFA_CHECK_##kind(name, low, high, note)
 #include "hfa/options.def"
   return Status::ok();
+}
+
+Status check_struct_size(std::size_t given, std::size_t ours) {
+  if (given == ours) return Status::ok();
+  if (given == 0)
+    return invalid("options", "struct_size is 0: start the struct from the default options "
+                   "(hfa_default_options(), a constructed hfa::Options), which set it");
+  if (given < ours)
+    return invalid("options", "struct of ", given, " bytes, this library needs ", ours,
+                   ": rebuild against its hfa.h");
+  return invalid("options", "struct of ", given, " bytes, this library's has ", ours,
+                 ": the caller was built against a newer hfa.h (rebuild against this "
+                 "library's, or use the library of that hfa.h)");
 }
 
 void copy_values(const Options& options, ForwardProblem* problem) {

@@ -3,6 +3,7 @@
 // description hfa_describe_options exports.
 #pragma once
 
+#include <cstddef>
 #include <span>
 
 #include "common/kvcache_problem.hpp"
@@ -18,6 +19,11 @@ Options from_c(const hfa_options& options);
 
 hfa_kvcache_options default_c_kvcache_options();
 KVCacheOptions from_c(const hfa_kvcache_options& options);
+
+// An options struct's struct_size (`given`, the first field of every version of it) against
+// the library's sizeof (`ours`): equal, or an invalid-argument status naming the options (hfa.h
+// says why a larger struct is refused too). The caller reads no other field before this passes.
+Status check_struct_size(std::size_t given, std::size_t ours);
 
 // Every INT32, REAL and SCALE option in its range (the row's low and high; REAL and SCALE
 // finite), or an invalid-argument status naming the first that is not.

@@ -610,6 +610,7 @@ uint64_t validations_on_this_thread() { return validations; }
 Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardProblem* problem) {
   count_validation();
   if (args.options == nullptr) return invalid("options", "is null");
+  HFA_RETURN_IF_ERROR(check_struct_size(args.options->struct_size, sizeof(Options)));
   const Options& options = *args.options;
   if (purpose == Purpose::run && args.out == nullptr) return invalid("out", "is null");
   Core core;
@@ -632,6 +633,7 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
                               BackwardProblem* problem) {
   count_validation();
   if (args.options == nullptr) return invalid("options", "is null");
+  HFA_RETURN_IF_ERROR(check_struct_size(args.options->struct_size, sizeof(Options)));
   const Options& options = *args.options;
   const bool run = purpose == Purpose::run;
   if (run) {

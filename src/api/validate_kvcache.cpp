@@ -557,6 +557,7 @@ Status kvcache_validation_from_env(bool* on) {
 Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCacheProblem* problem) {
   count_validation();
   if (args.options == nullptr) return invalid("options", "is null");
+  HFA_RETURN_IF_ERROR(check_struct_size(args.options->struct_size, sizeof(KVCacheOptions)));
   const KVCacheOptions& o = *args.options;
   // Sparse calls address the caches as a pool of pages through the indices alone.
   const bool sparse = o.indices != nullptr;
