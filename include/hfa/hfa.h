@@ -116,14 +116,42 @@ typedef HFA_ENUM(hfa_option_shape) {
 
 #define HFA_MAX_KVCACHE_SPLITS 256 /* the most split-KV chunks of one sequence */
 
+/* The size of an options struct, its first field in every version: sizeof the struct as the
+ * caller was compiled, set by the default initializers below (and the C++ structs' constructors).
+ * A struct grows by rows appended to hfa/options.def, so a caller built against another hfa.h
+ * than the library's passes another size, and every call that takes the struct refuses it
+ * (HFA_ERROR_INVALID_ARGUMENT) before reading any other field:
+ *   smaller ("options: struct of N bytes, this library needs M: rebuild against its hfa.h"): the
+ *     caller's struct ends before rows this library reads, which would be read past its end;
+ *   larger ("options: struct of N bytes, this library's has M: ..."; built against a newer
+ *     hfa.h): refused too rather than read up to the library's size, since its rows past that
+ *     are options this library would silently ignore, and their defaults need not be zero bytes
+ *     (no content of theirs tells a call that uses none);
+ *   0: a struct not started from the default initializer. */
 /* Options of hfa_forward and hfa_backward (HFA_ATTENTION_OPTION rows). Start from
  * hfa_default_options(). */
 typedef struct hfa_options {
+  size_t struct_size; /* sizeof(hfa_options) as the caller was compiled (above) */
 #define HFA_ATTENTION_OPTION(kind, name, ...) HFA_C_FIELD_##kind(name)
 #include "hfa/options.def"
 } hfa_options;
 
-HFA_API hfa_options hfa_default_options(void);
+/* The defaults into *options, a struct of struct_size bytes, and struct_size into its first
+ * field; nothing is written past struct_size bytes, and nothing at all into a struct too small
+ * to hold its size. A struct of another size than the library's gets its fields up to the
+ * shorter of the two, zeros past them, and is refused by the calls. Bindings that mirror the
+ * struct from hfa_describe_options call it with their mirror's size; C and C++ callers use
+ * hfa_default_options(), which passes the sizeof they were compiled with. */
+HFA_API void hfa_init_options(hfa_options* options, size_t struct_size);
+
+/* hfa_options with every field at its default (hfa/options.def). Defined here, not in the
+ * library, so that the struct it fills and returns is the caller's own size, whatever
+ * library it runs against. */
+static inline hfa_options hfa_default_options(void) {
+  hfa_options options;
+  hfa_init_options(&options, sizeof options);
+  return options;
+}
 
 /* out = softmax(q·kᵀ·scale)·v. Fixed length: q (batch, seqlen_q, heads_q, d_qk),
  * k (batch, seqlen_k, heads_kv, d_qk), v (batch, seqlen_k, heads_kv, d_v),
@@ -195,11 +223,19 @@ HFA_API hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_te
  * Its options: the HFA_KVCACHE_OPTION rows of hfa/options.def. Start from
  * hfa_default_kvcache_options(). */
 typedef struct hfa_kvcache_options {
+  size_t struct_size; /* sizeof(hfa_kvcache_options) as the caller was compiled */
 #define HFA_KVCACHE_OPTION(kind, name, ...) HFA_C_FIELD_##kind(name)
 #include "hfa/options.def"
 } hfa_kvcache_options;
 
-HFA_API hfa_kvcache_options hfa_default_kvcache_options(void);
+/* As hfa_init_options and hfa_default_options, for hfa_kvcache_options. */
+HFA_API void hfa_init_kvcache_options(hfa_kvcache_options* options, size_t struct_size);
+
+static inline hfa_kvcache_options hfa_default_kvcache_options(void) {
+  hfa_kvcache_options options;
+  hfa_init_kvcache_options(&options, sizeof options);
+  return options;
+}
 
 /* options may be NULL only to get an error: cache_seqlens (or indices) is required. On a Hopper
  * GPU: bf16/fp16 q, headdim 64, 128 or 256 (the same for K and V), cache rows (and
@@ -299,7 +335,8 @@ typedef struct hfa_option_info {
 } hfa_option_info;
 
 /* The fields of `which` in their order, *count of them, and the struct's size in *size; NULL for
- * an unknown `which` (count and size 0). count and size may be NULL. */
+ * an unknown `which` (count and size 0). count and size may be NULL. struct_size, the first field
+ * of every options struct, is not a row: the rows start after it. */
 HFA_API const hfa_option_info* hfa_describe_options(hfa_options_struct which, int32_t* count,
                                                     size_t* size);
 

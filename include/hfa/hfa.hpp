@@ -83,6 +83,9 @@ class Status {
 
 // hfa_options in C++ (HFA_ATTENTION_OPTION rows).
 struct Options {
+  // This struct's size as the caller was compiled, checked by every call that takes it, as the C
+  // structs' struct_size (hfa.h): a caller built against another hfa.hpp is refused by name.
+  std::size_t struct_size = sizeof(Options);
 #define HFA_ATTENTION_OPTION(kind, name, value, ...) HFA_CPP_MEMBER_##kind(name, value)
 #include "hfa/options.def"
 };
@@ -104,6 +107,7 @@ HFA_API Status backward_workspace_size(const Tensor& q, const Tensor& k, const T
 
 // hfa_kvcache_options in C++ (HFA_KVCACHE_OPTION rows).
 struct KVCacheOptions {
+  std::size_t struct_size = sizeof(KVCacheOptions);  // as Options::struct_size
 #define HFA_KVCACHE_OPTION(kind, name, value, ...) HFA_CPP_MEMBER_##kind(name, value)
 #include "hfa/options.def"
 };

@@ -56,7 +56,9 @@ class Tensor(ctypes.Structure):
 
 # The options structs are not written out here: the library describes them (hfa/options.def,
 # hfa_describe_options), and their fields are filled in from that description when it loads
-# (_mirror_options), so that this mirror can never drift from the library it runs against.
+# (_mirror_options), so that this mirror can never drift from the library it runs against. Each
+# starts with struct_size, its size (hfa.h), which is no row: the library fills it in
+# (hfa_init_options, with this mirror's size) and checks it at every call.
 class Options(ctypes.Structure):
     """hfa_options (fields from the library's description)."""
 
@@ -177,7 +179,7 @@ def _mirror_options(lib: ctypes.CDLL) -> None:
         rows = describe(which, ctypes.byref(count), ctypes.byref(size))
         infos = [rows[i] for i in range(count.value)]
         if "_fields_" not in struct.__dict__:  # set once a process
-            fields = []
+            fields = [("struct_size", ctypes.c_size_t)]
             for info in infos:
                 name = info.name.decode()
                 if info.kind == SCALE:
@@ -205,8 +207,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     C = ctypes.POINTER(Call)
     size_p = ctypes.POINTER(ctypes.c_size_t)
     sigs = {
-        "hfa_default_options": (Options, []),
-        "hfa_default_kvcache_options": (KVCacheOptions, []),
+        "hfa_init_options": (None, [O, ctypes.c_size_t]),
+        "hfa_init_kvcache_options": (None, [ctypes.POINTER(KVCacheOptions), ctypes.c_size_t]),
         "hfa_prepare_forward": (ctypes.c_int, [T, T, T, T, T, O, C, size_p]),
         "hfa_prepare_backward": (ctypes.c_int, [T, T, T, T, T, T, T, T, T, O, C, size_p]),
         "hfa_prepare_forward_kvcache": (ctypes.c_int, [T, T, T, T, T,
@@ -314,12 +316,20 @@ def check(status: int, names=_CALLER_NAMES) -> None:
 
 # --- calls -------------------------------------------------------------------------------------
 
-def _options(struct, defaults, values) -> ctypes.Structure:
-    """defaults() with the fields of `values` set, by the kind the library describes for each:
-    keyword names are the C fields' (window_size=(left, right) gives window_left and
+def defaults(struct, init) -> ctypes.Structure:
+    """A struct of the library's defaults, filled in by its initializer (hfa_init_*options) with
+    this mirror's size."""
+    o = struct()
+    init(ctypes.byref(o), ctypes.sizeof(o))
+    return o
+
+
+def _options(struct, init, values) -> ctypes.Structure:
+    """defaults(struct, init) with the fields of `values` set, by the kind the library describes
+    for each: keyword names are the C fields' (window_size=(left, right) gives window_left and
     window_right, None for -1 as newer FlashAttention releases allow). Tensors given must outlive
     the options (they hold pointers to them)."""
-    o = defaults()
+    o = defaults(struct, init)
     fields = OPTION_INFO[struct]
     if "window_size" in values:
         left, right = values.pop("window_size")
@@ -329,20 +339,26 @@ def _options(struct, defaults, values) -> ctypes.Structure:
         info = fields.get(name)
         if info is None:
             raise TypeError(f"{name}: not an option of {struct.__name__}")
-        if info.kind == SCALE:
-            setattr(o, "has_" + name, 0 if value is None else 1)
-            setattr(o, name, 0.0 if value is None else float(value))
-        elif info.kind in _POINTERS:
-            setattr(o, name, None if value is None else ctypes.pointer(value))
-        elif info.kind == FLAG:
-            setattr(o, name, 1 if value else 0)
-        elif info.kind == REAL:
-            setattr(o, name, float(value))
-        elif info.kind in (INT32, BYTES):
-            setattr(o, name, int(value))
-        else:
-            setattr(o, name, value)
+        _set(o, info, value)
     return o
+
+
+def _set(o: ctypes.Structure, info: OptionInfo, value) -> None:
+    """One field of an options struct, by its row's kind."""
+    name = info.name.decode()
+    if info.kind == SCALE:
+        setattr(o, "has_" + name, 0 if value is None else 1)
+        setattr(o, name, 0.0 if value is None else float(value))
+    elif info.kind in _POINTERS:
+        setattr(o, name, None if value is None else ctypes.pointer(value))
+    elif info.kind == FLAG:
+        setattr(o, name, 1 if value else 0)
+    elif info.kind == REAL:
+        setattr(o, name, float(value))
+    elif info.kind in (INT32, BYTES):
+        setattr(o, name, int(value))
+    else:
+        setattr(o, name, value)
 
 
 # The fields the Python entry points set by hand: named parameters (FlashAttention's names, in
@@ -380,24 +396,60 @@ def vector_rows(struct) -> list:
     return [info for info in OPTION_INFO[struct].values() if info.kind == VECTOR]
 
 
+SCALARS = (FLAG, INT32, REAL, SCALE)  # the kinds the torch ops take in `scalars`
+
+
 def vectors_of(struct, fields: dict):
     """The torch ops' `vectors` argument for the rows given ({field: value}, hfa._args.options):
-    entry n for the n-th VECTOR row, None where not given; None when no row is given (the
-    usual call). A scalar row has no place in the ops yet: NotImplementedError naming it."""
+    entry n for the n-th VECTOR row, None where not given; None when no vector is given (the
+    usual call). The scalar rows go to scalars_of; any other row has no place in the ops yet:
+    NotImplementedError naming it."""
     if not fields:
         return None
-    rows = vector_rows(struct)
     for field in fields:
-        if OPTION_INFO[struct][field].kind != VECTOR:
-            raise NotImplementedError(f"{OPTION_INFO[struct][field].caller.decode()}: not "
-                                      "taken by the torch ops yet (numpy arrays and the C ABI "
-                                      "take it)")
-    return [fields.get(info.name.decode()) for info in rows]
+        info = OPTION_INFO[struct][field]
+        if info.kind not in SCALARS + (VECTOR,):
+            raise NotImplementedError(f"{info.caller.decode()}: not taken by the torch ops yet "
+                                      "(numpy arrays and the C ABI take it)")
+    given = [fields.get(info.name.decode()) for info in vector_rows(struct)]
+    return given if any(t is not None for t in given) else None
+
+
+def scalars_of(struct, fields: dict):
+    """The torch ops' `scalars` argument for the scalar rows given ({field: value}, checked by
+    hfa._args.options): (row, value) pairs, row the field's index among the struct's rows (the
+    description's order) and value a float (a flag 0 or 1; None, a SCALE left at its default, is
+    not sent); None when none is given (the usual call). src/torch/ops.cpp reads them."""
+    if not fields:
+        return None
+    pairs = []
+    for row, (name, info) in enumerate(OPTION_INFO[struct].items()):
+        value = fields.get(name)
+        if info.kind in SCALARS and value is not None:
+            pairs += [float(row), float(value)]
+    return pairs or None
+
+
+def set_scalars(options: ctypes.Structure, scalars) -> None:
+    """The torch ops' `scalars` (scalars_of's pairs) set in an options struct, as src/torch/ops.cpp
+    sets them: the ctypes ops' half of that argument."""
+    rows = list(OPTION_INFO[type(options)].values())
+    if len(scalars) % 2:
+        raise ValueError(f"scalars: (row, value) pairs, got {len(scalars)} numbers")
+    for row, value in zip(scalars[::2], scalars[1::2]):
+        if row != int(row) or not 0 <= row < len(rows) or rows[int(row)].kind not in SCALARS:
+            raise ValueError(f"scalars: {row} is no scalar row of the options")
+        info = rows[int(row)]
+        if info.kind == INT32:
+            if value != int(value) or not -2 ** 31 <= value < 2 ** 31:
+                raise ValueError(f"{info.caller.decode()}: {value} is not an int32")
+            value = int(value)
+        _set(options, info, value)
 
 
 def make_options(**values) -> Options:
-    """hfa_default_options() with `values` applied (_options)."""
-    return _options(Options, library().hfa_default_options, values)
+    """The defaults of hfa_options with `values` applied (_options)."""
+    return _options(Options, library().hfa_init_options, values)
 
 
 def _ref(t: Optional[Tensor]):
@@ -440,8 +492,8 @@ def run(prepared, allocate) -> None:
 
 
 def make_kvcache_options(**values) -> KVCacheOptions:
-    """hfa_default_kvcache_options() with `values` applied (_options)."""
-    return _options(KVCacheOptions, library().hfa_default_kvcache_options, values)
+    """The defaults of hfa_kvcache_options with `values` applied (_options)."""
+    return _options(KVCacheOptions, library().hfa_init_kvcache_options, values)
 
 
 def make_quantize_options(format: int, global_scale: Optional[Tensor] = None,

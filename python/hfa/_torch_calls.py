@@ -75,7 +75,8 @@ class CallArguments:
                  softmax_scale, causal, window_left, window_right, softcap, deterministic,
                  sinks=None, seqused_q=None, seqused_k=None, dsinks=None, q_descale=None,
                  k_descale=None, v_descale=None, descale_block_q=0, descale_block_kv=0,
-                 sm_margin=0, accumulate=False, softmax_d=None, table_vectors=None):
+                 sm_margin=0, accumulate=False, softmax_d=None, table_vectors=None,
+                 table_scalars=None):
         self.keep = []
         vectors = {}
         # The ops' `vectors`: entry n sets the n-th VECTOR row (hfa._lib.vector_rows).
@@ -111,12 +112,16 @@ class CallArguments:
             max_seqlen_k=max_seqlen_k, stream=stream, descale_block_q=descale_block_q,
             descale_block_kv=descale_block_kv, sm_margin=sm_margin, accumulate=accumulate,
             **vectors)
+        # The ops' `scalars`: (row, value) pairs, set after the named arguments (hfa._lib).
+        if table_scalars:
+            _lib.set_scalars(self.options, table_scalars)
 
 
 def forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
              softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
              seqused_k, q_descale=None, k_descale=None, v_descale=None, descale_block_q=0,
-             descale_block_kv=0, sm_margin=0, accumulate=False, vectors=None) -> None:
+             descale_block_kv=0, sm_margin=0, accumulate=False, vectors=None,
+             scalars=None) -> None:
     """The library's forward into out and lse, taken as they are (with accumulate: merged
     into them)."""
     q, qt = view(q, "q")
@@ -127,7 +132,7 @@ def forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                          softmax_scale, causal, window_left, window_right, softcap, False, sinks,
                          seqused_q, seqused_k, None, q_descale, k_descale, v_descale,
                          descale_block_q, descale_block_kv, sm_margin, accumulate,
-                         table_vectors=vectors)
+                         table_vectors=vectors, table_scalars=scalars)
     with on_device(q):
         _lib.run(_lib.prepare_forward(qt, kt, vt, ot, lt, args.options),
                  lambda nbytes: workspace(nbytes, q.device))
@@ -136,7 +141,7 @@ def forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 def backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, cu_seqlens_q, cu_seqlens_k,
                   max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
                   softcap, deterministic, sinks, seqused_q, seqused_k, sm_margin=0,
-                  softmax_d=None, vectors=None) -> None:
+                  softmax_d=None, vectors=None, scalars=None) -> None:
     """The library's backward into dq, dk, dv (and dsinks with sinks), taken as they are.
     softmax_d: the given D = rowsum(dout * out), float32 laid out as lse (out is then not
     read)."""
@@ -150,7 +155,8 @@ def backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, cu_seqlens_q, cu_
     args = CallArguments(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                          softmax_scale, causal, window_left, window_right, softcap, deterministic,
                          sinks, seqused_q, seqused_k, dsinks if sinks is not None else None,
-                         sm_margin=sm_margin, softmax_d=softmax_d, table_vectors=vectors)
+                         sm_margin=sm_margin, softmax_d=softmax_d, table_vectors=vectors,
+                         table_scalars=scalars)
     with on_device(q):
         _lib.run(_lib.prepare_backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, args.options),
                  lambda nbytes: workspace(nbytes, q.device))

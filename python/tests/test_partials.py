@@ -129,6 +129,6 @@ def test_the_ctypes_options_have_the_fields_of_hfa_h():
     fields = _lib.Options._fields_
     at = fields.index(("accumulate", _lib.ctypes.c_int32))
     assert fields[at + 1] == ("softmax_d", _lib.ctypes.POINTER(_lib.Tensor))
-    defaults = _lib.library().hfa_default_options()
+    defaults = _lib.make_options()
     assert defaults.accumulate == 0 and not defaults.softmax_d
     assert _lib.make_options(accumulate=True).accumulate == 1

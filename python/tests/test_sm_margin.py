@@ -89,6 +89,6 @@ def test_the_ctypes_structs_place_it_as_hfa_h():
     kv_names = [name for name, _ in _lib.KVCacheOptions._fields_]
     assert kv_names[kv_names.index("cu_seqlens_k_new") + 1] == "sm_margin"
     assert dict(_lib.KVCacheOptions._fields_)["sm_margin"] == _lib.ctypes.c_int32
-    assert _lib.library().hfa_default_options().sm_margin == 0
-    assert _lib.library().hfa_default_kvcache_options().sm_margin == 0
+    assert _lib.make_options().sm_margin == 0
+    assert _lib.make_kvcache_options().sm_margin == 0
     assert _lib.make_options(sm_margin=5).sm_margin == 5

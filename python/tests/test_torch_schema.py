@@ -39,6 +39,9 @@ KIND_NAMES = {_lib.FLAG: "FLAG", _lib.INT32: "INT32", _lib.REAL: "REAL", _lib.SC
 # The VECTOR rows have no argument of their own: every full op takes them all in one list,
 # entry n for the struct's n-th VECTOR row (src/torch/ops.cpp), so a new row needs no schema edit.
 VECTORS = ("vectors", "Tensor?[]?")
+# Nor need the scalar rows (FLAG, INT32, REAL, SCALE) one: every full op takes (row, value) pairs
+# of any of them in one list too, so a new scalar row needs no schema edit either.
+SCALARS = ("scalars", "float[]?")
 
 # What an op takes besides options: the call's tensors, and the KV-cache ops' formats of the
 # caches and their scales (resolved by python/hfa/_kvcache.py).
@@ -58,8 +61,7 @@ NOT_ARGUMENTS = {
 # only so far; the ops take its tensors when the Python block_mask= front end lands (issue 35).
 NOT_ARGUMENTS.update({name: "not yet an op's argument: block-sparse through the C ABI only"
                       for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks",
-                                   "full_kv_indices", "kv_mask_bits", "sparse_block_q",
-                                   "sparse_block_kv")})
+                                   "full_kv_indices", "kv_mask_bits")})
 
 F, B, KV = 1, 2, 4  # hfa_option_calls
 # Each op: its options struct, the calls whose options it takes (an op with an autograd kernel
@@ -95,10 +97,13 @@ def disagreements(schema, rows, calls, complete):
     for arg in schema.arguments:
         if arg.name in OPERANDS:
             continue
-        if arg.name == VECTORS[0]:
-            if spelled(arg.type) != VECTORS[1]:
-                problems.append(f"vectors: {spelled(arg.type)} in the schema, not {VECTORS[1]}")
-            taken.update(name for name, row in rows.items() if row.kind == _lib.VECTOR)
+        lists = {VECTORS: (_lib.VECTOR,), SCALARS: _lib.SCALARS}
+        listed = next((lst for lst in lists if lst[0] == arg.name), None)
+        if listed is not None:
+            if spelled(arg.type) != listed[1]:
+                problems.append(f"{listed[0]}: {spelled(arg.type)} in the schema, not "
+                                f"{listed[1]}")
+            taken.update(name for name, row in rows.items() if row.kind in lists[listed])
             continue
         taken.add(arg.name)
         row = rows.get(arg.name)
@@ -157,9 +162,13 @@ def test_a_schema_that_drifted_from_its_row_is_named():
         "stream: int in the schema, but its row's kind is HANDLE, which takes no argument"]
     assert problems("Tensor? q_descale", calls=B) == ["q_descale: the op's calls do not read it"]
     assert problems("Tensor[] vectors") == ["vectors: Tensor[] in the schema, not Tensor?[]?"]
+    assert problems("int[]? scalars") == ["scalars: int[]? in the schema, not float[]?"]
     missing = problems("float? softmax_scale", complete=True)
     assert "causal: a row the op's calls read, missing from the schema" in missing
     assert not any(m.startswith(tuple(NOT_ARGUMENTS)) for m in missing)
+    # The lists take every row of their kinds: what is missing then is the tensors alone.
+    missing = problems("Tensor?[]? vectors=None, float[]? scalars=None", complete=True)
+    assert missing and all(rows[m.split(":")[0]].kind == _lib.TENSOR for m in missing), missing
 
 
 # The fake kernels that name their parameters (the others take *args: python/hfa/_torch.py).
@@ -221,3 +230,93 @@ def test_the_spelled_schemas_are_the_inferred_ones():
         except ValueError:
             pytest.skip("this torch infers no Optional[List[Optional[Tensor]]]")
         assert ctypes_ops.spelled_schema(fn) == inferred
+
+
+# --- the scalar rows through the ops ------------------------------------------------------------
+#
+# Every INT32, REAL and SCALE row of a call reaches the library through an op's `scalars`: a value
+# outside the row's range is refused by a message naming the row's field, which only the library
+# writes (FLAG rows take any value: they ride the same code). Walked from the description, so a
+# row added to the table is tested here with no new test code.
+
+def outside(row):
+    """A value outside a row's range, or None where its kind has none."""
+    if row.kind == _lib.INT32:
+        return int(row.low) - 1 if row.low > -2 ** 31 else None
+    return float("nan") if row.kind in (_lib.REAL, _lib.SCALE) else None
+
+
+def refused_rows(struct, calls):
+    """(index among the struct's rows, row) of every scalar row `calls` read that has a value
+    outside its range."""
+    return [(n, row) for n, row in enumerate(_lib.OPTION_INFO[struct].values())
+            if row.kind in _lib.SCALARS and row.calls & calls and outside(row) is not None]
+
+
+def attention_args(grad=False):
+    q, k, v = (torch.randn(1, 3, 2, 64, requires_grad=grad) for _ in range(3))
+    return q, k, v, (None, None, 0, 0, None, False, -1, -1, 0.0, False)
+
+
+@pytest.mark.parametrize("op", ["fwd", "bwd"])
+def test_every_scalar_row_reaches_the_library(op):
+    struct, calls, _ = OPS[op]
+    rows = refused_rows(struct, F if op == "fwd" else B)
+    assert rows, "no scalar row with a range"
+    q, k, v, options = attention_args()
+    out, lse = torch.ops.hfa.fwd(q, k, v, *options)
+    for n, row in rows:
+        scalars = [float(n), float(outside(row))]
+        with pytest.raises(ValueError, match=f"^{row.name.decode()}: "):
+            if op == "fwd":
+                torch.ops.hfa.fwd(q, k, v, *options, scalars=scalars)
+            else:
+                torch.ops.hfa.bwd(out, q, k, v, out, lse, *options, scalars=scalars)
+
+
+def test_the_scalars_ride_autograd_into_the_backward():
+    """hfa::fwd's autograd hands its scalars to hfa::bwd: a row the backward alone checks
+    fails there."""
+    q, k, v, options = attention_args(grad=True)
+    rows = {row.name.decode(): n for n, row in enumerate(_lib.OPTION_INFO[_lib.Options].values())}
+    out, _ = torch.ops.hfa.fwd(q, k, v, *options, scalars=[rows["deterministic"], 1.0])
+    out.sum().backward()  # a flag: any value is taken
+    assert q.grad is not None
+    out, _ = torch.ops.hfa.fwd(q, k, v, *options, scalars=[rows["sm_margin"], 2.0])
+    out.sum().backward()
+    with pytest.raises(ValueError, match="^sm_margin: must be >= 0"):
+        torch.ops.hfa.fwd(q, k, v, *options, scalars=[rows["sm_margin"], -1.0])
+
+
+def test_a_scalar_pair_that_names_no_scalar_row_is_refused():
+    q, k, v, options = attention_args()
+    rows = list(_lib.OPTION_INFO[_lib.Options])
+    for scalars, message in (([float(rows.index("sinks")), 1.0], "is no scalar row"),
+                             ([1000.0, 1.0], "is no scalar row"), ([0.0], "pairs"),
+                             ([float(rows.index("sm_margin")), 0.5], "sm_margin: 0.5 is not an int32")):
+        with pytest.raises(ValueError, match=message):
+            torch.ops.hfa.fwd(q, k, v, *options, scalars=scalars)
+
+
+def test_the_front_end_sends_a_scalar_row_by_its_callers_name(monkeypatch):
+    """A scalar row no entry point names (hfa._lib.caller_rows) is a keyword of the torch front
+    end, as of the numpy one: it reaches hfa::fwd as its pair in `scalars` (the test above
+    follows the pair into the library)."""
+    import hfa
+    rows = list(_lib.OPTION_INFO[_lib.Options])
+    callers = {name: row for name, row in _lib.caller_rows(_lib.Options, _lib.CALL_FORWARD).items()
+               if row.kind in _lib.SCALARS}
+    assert callers
+    sent = []
+
+    def recording_fwd(*args):
+        sent.append(args[-1])
+        return real_fwd(*args)
+
+    real_fwd = _torch._fwd
+    monkeypatch.setattr(_torch, "_fwd", recording_fwd)
+    q, k, v, _ = attention_args()
+    for name, row in callers.items():
+        value = int(row.low) if row.kind == _lib.INT32 else 1.0
+        hfa.flash_attn_func(q, k, v, **{name: value})
+        assert sent.pop() == [float(rows.index(row.name.decode())), float(value)], name

@@ -1,6 +1,9 @@
 // The C ABI: thin glue over the C++ API. Each call clears, then (on failure) sets, this
 // thread's last-error message; nothing unwinds through here.
+#include <algorithm>
+#include <cstring>
 #include <string>
+#include <utility>
 
 #include "api/dispatch.hpp"
 #include "api/options.hpp"
@@ -27,9 +30,25 @@ hfa::Status null_argument(const char* name) {
   return {hfa::Code::invalid_argument, std::string(name) + ": is null"};
 }
 
-// Null options mean the defaults, as in the C++ API.
-hfa::Options options_from(const hfa_options* options) {
-  return options ? hfa::detail::from_c(*options) : hfa::Options{};
+// The caller's struct in C++, its size checked before any other field is read (hfa.h). Null
+// options mean the defaults, as in the C++ API, but for hfa_forward_kvcache's, which carry a
+// required tensor (no defaults to fall back on).
+template <typename C, typename Cpp = decltype(hfa::detail::from_c(std::declval<C>()))>
+hfa::Status options_from(const C* options, Cpp* cpp, bool required = false) {
+  if (options == nullptr) return required ? null_argument("options") : hfa::Status::ok();
+  HFA_RETURN_IF_ERROR(hfa::detail::check_struct_size(options->struct_size, sizeof(C)));
+  *cpp = hfa::detail::from_c(*options);
+  return hfa::Status::ok();
+}
+
+// hfa_init_*options: the library's defaults, cut to (or zero-padded to) the caller's size.
+template <typename C>
+void init_struct(C* options, size_t struct_size, const C& defaults) {
+  if (options == nullptr || struct_size < sizeof defaults.struct_size) return;
+  auto* bytes = reinterpret_cast<unsigned char*>(options);
+  std::memset(bytes, 0, struct_size);
+  std::memcpy(bytes, &defaults, std::min(struct_size, sizeof defaults));
+  std::memcpy(bytes, &struct_size, sizeof struct_size);  // the caller's: the calls check it
 }
 
 hfa::QuantizeOptions quantize_options_from(const hfa_quantize_options& options) {
@@ -58,14 +77,18 @@ hfa::Status no_call(hfa_call* call, hfa::Status status) {
 
 extern "C" {
 
-hfa_options hfa_default_options(void) { return hfa::detail::default_c_options(); }
+void hfa_init_options(hfa_options* options, size_t struct_size) {
+  init_struct(options, struct_size, hfa::detail::default_c_options());
+}
 
 hfa_status hfa_forward(const hfa_tensor* q, const hfa_tensor* k, const hfa_tensor* v,
                        const hfa_tensor* out, const hfa_tensor* lse, const hfa_options* options) {
   return finish(hfa::detail::guarded("hfa_forward", [&]() -> hfa::Status {
     if (const char* name = first_null({{"q", q}, {"k", k}, {"v", v}, {"out", out}}))
       return null_argument(name);
-    return hfa::forward(*q, *k, *v, *out, lse, options_from(options));
+    hfa::Options o;
+    HFA_RETURN_IF_ERROR(options_from(options, &o));
+    return hfa::forward(*q, *k, *v, *out, lse, o);
   }));
 }
 
@@ -74,7 +97,9 @@ hfa_status hfa_forward_workspace_size(const hfa_tensor* q, const hfa_tensor* k,
                                       size_t* bytes) {
   return finish(hfa::detail::guarded("hfa_forward_workspace_size", [&]() -> hfa::Status {
     if (const char* name = first_null({{"q", q}, {"k", k}, {"v", v}})) return null_argument(name);
-    return hfa::forward_workspace_size(*q, *k, *v, options_from(options), bytes);
+    hfa::Options o;
+    HFA_RETURN_IF_ERROR(options_from(options, &o));
+    return hfa::forward_workspace_size(*q, *k, *v, o, bytes);
   }));
 }
 
@@ -87,7 +112,9 @@ hfa_status hfa_backward(const hfa_tensor* dout, const hfa_tensor* q, const hfa_t
                                        {"out", out}, {"lse", lse}, {"dq", dq}, {"dk", dk},
                                        {"dv", dv}}))
       return null_argument(name);
-    return hfa::backward(*dout, *q, *k, *v, *out, *lse, *dq, *dk, *dv, options_from(options));
+    hfa::Options o;
+    HFA_RETURN_IF_ERROR(options_from(options, &o));
+    return hfa::backward(*dout, *q, *k, *v, *out, *lse, *dq, *dk, *dv, o);
   }));
 }
 
@@ -96,12 +123,14 @@ hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_tensor* k,
                                        size_t* bytes) {
   return finish(hfa::detail::guarded("hfa_backward_workspace_size", [&]() -> hfa::Status {
     if (const char* name = first_null({{"q", q}, {"k", k}, {"v", v}})) return null_argument(name);
-    return hfa::backward_workspace_size(*q, *k, *v, options_from(options), bytes);
+    hfa::Options o;
+    HFA_RETURN_IF_ERROR(options_from(options, &o));
+    return hfa::backward_workspace_size(*q, *k, *v, o, bytes);
   }));
 }
 
-hfa_kvcache_options hfa_default_kvcache_options(void) {
-  return hfa::detail::default_c_kvcache_options();
+void hfa_init_kvcache_options(hfa_kvcache_options* options, size_t struct_size) {
+  init_struct(options, struct_size, hfa::detail::default_c_kvcache_options());
 }
 
 const hfa_option_info* hfa_describe_options(hfa_options_struct which, int32_t* count,
@@ -123,9 +152,9 @@ hfa_status hfa_forward_kvcache(const hfa_tensor* q, const hfa_tensor* k_cache,
     if (const char* name =
             first_null({{"q", q}, {"k_cache", k_cache}, {"v_cache", v_cache}, {"out", out}}))
       return null_argument(name);
-    // Unlike hfa_forward's, these options carry a required tensor: no defaults to fall back on.
-    if (options == nullptr) return null_argument("options");
-    return hfa::forward_kvcache(*q, *k_cache, *v_cache, *out, lse, hfa::detail::from_c(*options));
+    hfa::KVCacheOptions o;
+    HFA_RETURN_IF_ERROR(options_from(options, &o, /*required=*/true));
+    return hfa::forward_kvcache(*q, *k_cache, *v_cache, *out, lse, o);
   }));
 }
 
@@ -135,9 +164,9 @@ hfa_status hfa_forward_kvcache_workspace_size(const hfa_tensor* q, const hfa_ten
   return finish(hfa::detail::guarded("hfa_forward_kvcache_workspace_size", [&]() -> hfa::Status {
     if (const char* name = first_null({{"q", q}, {"k_cache", k_cache}, {"v_cache", v_cache}}))
       return null_argument(name);
-    if (options == nullptr) return null_argument("options");
-    return hfa::forward_kvcache_workspace_size(*q, *k_cache, *v_cache,
-                                               hfa::detail::from_c(*options), bytes);
+    hfa::KVCacheOptions o;
+    HFA_RETURN_IF_ERROR(options_from(options, &o, /*required=*/true));
+    return hfa::forward_kvcache_workspace_size(*q, *k_cache, *v_cache, o, bytes);
   }));
 }
 
@@ -148,8 +177,9 @@ hfa_status hfa_prepare_forward(const hfa_tensor* q, const hfa_tensor* k, const h
   return finish(hfa::detail::guarded("hfa_prepare_forward", [&]() -> hfa::Status {
     if (const char* name = first_null({{"q", q}, {"k", k}, {"v", v}, {"out", out}}))
       return no_call(call, null_argument(name));
-    return hfa::prepare_forward(*q, *k, *v, *out, lse, options_from(options), call,
-                                workspace_bytes);
+    hfa::Options o;
+    if (hfa::Status status = options_from(options, &o); !status) return no_call(call, status);
+    return hfa::prepare_forward(*q, *k, *v, *out, lse, o, call, workspace_bytes);
   }));
 }
 
@@ -163,8 +193,10 @@ hfa_status hfa_prepare_backward(const hfa_tensor* dout, const hfa_tensor* q, con
                                        {"out", out}, {"lse", lse}, {"dq", dq}, {"dk", dk},
                                        {"dv", dv}}))
       return no_call(call, null_argument(name));
-    return hfa::prepare_backward(*dout, *q, *k, *v, *out, *lse, *dq, *dk, *dv,
-                                 options_from(options), call, workspace_bytes);
+    hfa::Options o;
+    if (hfa::Status status = options_from(options, &o); !status) return no_call(call, status);
+    return hfa::prepare_backward(*dout, *q, *k, *v, *out, *lse, *dq, *dk, *dv, o, call,
+                                 workspace_bytes);
   }));
 }
 
@@ -176,9 +208,11 @@ hfa_status hfa_prepare_forward_kvcache(const hfa_tensor* q, const hfa_tensor* k_
     if (const char* name =
             first_null({{"q", q}, {"k_cache", k_cache}, {"v_cache", v_cache}, {"out", out}}))
       return no_call(call, null_argument(name));
-    if (options == nullptr) return no_call(call, null_argument("options"));
-    return hfa::prepare_forward_kvcache(*q, *k_cache, *v_cache, *out, lse,
-                                        hfa::detail::from_c(*options), call, workspace_bytes);
+    hfa::KVCacheOptions o;
+    if (hfa::Status status = options_from(options, &o, /*required=*/true); !status)
+      return no_call(call, status);
+    return hfa::prepare_forward_kvcache(*q, *k_cache, *v_cache, *out, lse, o, call,
+                                        workspace_bytes);
   }));
 }
 

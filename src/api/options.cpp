@@ -1,7 +1,8 @@
 // The options structs from their one description (hfa/options.def): the C and C++ defaults, the
-// conversions between them, the range checks of the values, and the description the library
-// exports (hfa_describe_options). Each is a row macro applied to every row; a kind's rule is
-// written once, in the macros of that kind.
+// conversions between them, the copy of the values into the problems the backends take, the
+// range checks of the values, and the description the library exports (hfa_describe_options).
+// Each is a row macro applied to every row; a kind's rule is written once, in the macros of that
+// kind.
 #include "api/options.hpp"
 
 #include <cmath>
@@ -48,6 +49,19 @@ namespace {
 #define HFA_DEFAULT_C_INT32 HFA_DEFAULT_C_VALUE
 #define HFA_DEFAULT_C_REAL HFA_DEFAULT_C_VALUE
 #define HFA_DEFAULT_C_BYTES HFA_DEFAULT_C_VALUE
+
+// ---- options -> problem, by kind ----------------------------------------------------------------
+
+#define HFA_COPY_VALUE_AS_IS(name, value) problem->name = options.name;
+#define HFA_COPY_VALUE_FLAG HFA_COPY_VALUE_AS_IS
+#define HFA_COPY_VALUE_INT32 HFA_COPY_VALUE_AS_IS
+#define HFA_COPY_VALUE_REAL HFA_COPY_VALUE_AS_IS
+#define HFA_COPY_VALUE_SCALE(name, value) problem->name = options.name.value_or(value);
+#define HFA_COPY_VALUE_HANDLE HFA_COPY_VALUE_AS_IS
+#define HFA_COPY_VALUE_BYTES HFA_COPY_VALUE_AS_IS
+#define HFA_COPY_VALUE_NONE(name, value)
+#define HFA_COPY_VALUE_TENSOR HFA_COPY_VALUE_NONE  // checked and viewed by the validation
+#define HFA_COPY_VALUE_VECTOR HFA_COPY_VALUE_NONE
 
 // ---- value checks, by kind ---------------------------------------------------------------------
 
@@ -126,6 +140,7 @@ namespace detail {
 
 hfa_options default_c_options() {
   hfa_options c{};  // padding too: the struct is compared and copied byte for byte
+  c.struct_size = sizeof c;
 #define HFA_ATTENTION_OPTION(kind, name, value, ...) HFA_DEFAULT_C_##kind(name, value)
 #include "hfa/options.def"
   return c;
@@ -133,6 +148,7 @@ hfa_options default_c_options() {
 
 hfa_kvcache_options default_c_kvcache_options() {
   hfa_kvcache_options c{};
+  c.struct_size = sizeof c;
 #define HFA_KVCACHE_OPTION(kind, name, value, ...) HFA_DEFAULT_C_##kind(name, value)
 #include "hfa/options.def"
   return c;
@@ -164,6 +180,29 @@ Status check_option_values(const KVCacheOptions& options) {
   HFA_CHECK_##kind(name, low, high, note)
 #include "hfa/options.def"
   return Status::ok();
+}
+
+Status check_struct_size(std::size_t given, std::size_t ours) {
+  if (given == ours) return Status::ok();
+  if (given == 0)
+    return invalid("options", "struct_size is 0: start the struct from the default options "
+                   "(hfa_default_options(), a constructed hfa::Options), which set it");
+  if (given < ours)
+    return invalid("options", "struct of ", given, " bytes, this library needs ", ours,
+                   ": rebuild against its hfa.h");
+  return invalid("options", "struct of ", given, " bytes, this library's has ", ours,
+                 ": the caller was built against a newer hfa.h (rebuild against this "
+                 "library's, or use the library of that hfa.h)");
+}
+
+void copy_values(const Options& options, ForwardProblem* problem) {
+#define HFA_ATTENTION_OPTION(kind, name, value, ...) HFA_COPY_VALUE_##kind(name, value)
+#include "hfa/options.def"
+}
+
+void copy_values(const KVCacheOptions& options, KVCacheProblem* problem) {
+#define HFA_KVCACHE_OPTION(kind, name, value, ...) HFA_COPY_VALUE_##kind(name, value)
+#include "hfa/options.def"
 }
 
 std::span<const hfa_option_info> describe_options(hfa_options_struct which) {

@@ -441,11 +441,10 @@ ForwardProblem forward_problem_of(const Core& core, const Varlen& varlen, const 
   if (options.seqused_k != nullptr)
     p->seqused_k = static_cast<const int32_t*>(options.seqused_k->data);
 
+  copy_values(options, p);
   p->softmax_scale = options.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(p->hdim_qk)));
-  p->softcap = options.softcap;
   // Causal is the window (left, 0); like FlashAttention, the flag wins over window_right.
-  p->window_left = options.window_left;
-  p->window_right = options.causal ? 0 : options.window_right;
+  if (options.causal) p->window_right = 0;
   // A left window reaching past the first key of every row is no window: row i's bound
   // i + seqlen_k - seqlen_q - left is <= 0 for all rows when left >= seqlen_k - 1 (seqlen_k is
   // the max length with varlen, so this holds per sequence too). Dropping it lets backends
@@ -456,10 +455,6 @@ ForwardProblem forward_problem_of(const Core& core, const Varlen& varlen, const 
 
   p->device = Device{static_cast<DeviceKind>(Q.tensor->device),
                      Q.tensor->device == HFA_CPU ? 0 : Q.tensor->device_index};
-  p->stream = options.stream;
-  p->workspace = options.workspace;
-  p->workspace_bytes = options.workspace_bytes;
-  p->sm_margin = options.sm_margin;
   return problem;
 }
 
@@ -615,6 +610,7 @@ uint64_t validations_on_this_thread() { return validations; }
 Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardProblem* problem) {
   count_validation();
   if (args.options == nullptr) return invalid("options", "is null");
+  HFA_RETURN_IF_ERROR(check_struct_size(args.options->struct_size, sizeof(Options)));
   const Options& options = *args.options;
   if (purpose == Purpose::run && args.out == nullptr) return invalid("out", "is null");
   Core core;
@@ -626,7 +622,6 @@ Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardPr
     HFA_RETURN_IF_ERROR(check_lse("lse", args.lse, core, batch, varlen.cu_q != nullptr, true));
   if (options.accumulate) HFA_RETURN_IF_ERROR(check_accumulate(args, core, purpose));
   *problem = forward_problem_of(core, varlen, args.lse, options);
-  problem->accumulate = options.accumulate;
   HFA_RETURN_IF_ERROR(attach_vectors(options, HFA_CALL_FORWARD, vector_dims(core, varlen),
                                      *args.q, &problem->vectors));
   HFA_RETURN_IF_ERROR(attach_block_sparse(options, *args.q, problem));
@@ -638,6 +633,7 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
                               BackwardProblem* problem) {
   count_validation();
   if (args.options == nullptr) return invalid("options", "is null");
+  HFA_RETURN_IF_ERROR(check_struct_size(args.options->struct_size, sizeof(Options)));
   const Options& options = *args.options;
   const bool run = purpose == Purpose::run;
   if (run) {
@@ -704,7 +700,6 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
     }
   }
   problem->fwd = forward_problem_of(core, varlen, run ? args.lse : nullptr, options);
-  problem->deterministic = options.deterministic;
   HFA_RETURN_IF_ERROR(attach_vectors(options, HFA_CALL_BACKWARD, vector_dims(core, varlen),
                                      *args.q, &problem->fwd.vectors));
   HFA_RETURN_IF_ERROR(attach_block_sparse(options, *args.q, &problem->fwd));

@@ -338,7 +338,6 @@ Status check_append(const Tensor& q, const KVCacheOptions& o, bool view_append,
   p->rotary_sin_stride = sin.stride[0];
   p->rotary_dim = static_cast<int32_t>(2 * cos.shape[1]);
   p->seqlen_ro = static_cast<int32_t>(cos.shape[0]);
-  p->rotary_interleaved = o.rotary_interleaved;
   return Status::ok();
 }
 
@@ -558,6 +557,7 @@ Status kvcache_validation_from_env(bool* on) {
 Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCacheProblem* problem) {
   count_validation();
   if (args.options == nullptr) return invalid("options", "is null");
+  HFA_RETURN_IF_ERROR(check_struct_size(args.options->struct_size, sizeof(KVCacheOptions)));
   const KVCacheOptions& o = *args.options;
   // Sparse calls address the caches as a pool of pages through the indices alone.
   const bool sparse = o.indices != nullptr;
@@ -603,6 +603,7 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
   HFA_RETURN_IF_ERROR(check_same_device("out", out, q));
 
   KVCacheProblem p;
+  copy_values(o, &p);
   HFA_RETURN_IF_ERROR(cache_format(q, k, o, &p.format));
 
   // Varlen queries: batch from the offsets (cache_seqlens and the rest must agree).
@@ -710,20 +711,12 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
   p.v.stride = {v.stride[0], v.stride[1], v.stride[2]};
   p.v.hdim = p.hdim_v;
   p.softmax_scale = o.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(p.hdim_qk)));
-  p.softcap = o.softcap;
-  p.window_left = o.window_left;
-  p.window_right = o.causal ? 0 : o.window_right;
+  if (o.causal) p.window_right = 0;
   p.causal = p.window_left < 0 && p.window_right == 0;
-  p.num_splits = o.num_splits;
-  p.split_size = o.split_size;
   bool validate_from_env = false;
   HFA_RETURN_IF_ERROR(kvcache_validation_from_env(&validate_from_env));
   p.validate = o.validate || validate_from_env;
   p.device = q.device == HFA_CUDA ? Device{DeviceKind::cuda, q.device_index} : Device{DeviceKind::cpu, 0};
-  p.stream = o.stream;
-  p.workspace = o.workspace;
-  p.workspace_bytes = o.workspace_bytes;
-  p.sm_margin = o.sm_margin;
   if (p.split_size > 0) {  // a sequence's chunks, like num_splits, are at most kMaxKVSplits
     // A sparse row splits its topk indices; a dense sequence its cache.
     const int64_t capacity = sparse ? int64_t{p.topk} : int64_t{p.max_pages} * p.page_size;

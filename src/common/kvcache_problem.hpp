@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "common/host_device.hpp"
+#include "common/option_values.hpp"
 #include "common/problem.hpp"
 
 namespace hfa::detail {
@@ -93,18 +94,16 @@ struct KVCacheProblem {
   int64_t num_pages = 0;
   CacheSide k, v;
 
-  float softmax_scale = 0.0f;  // resolved
-  float softcap = 0.0f;
-  // As ForwardProblem, with seqlen_k = cache_seqlens[b]: causal is window_right = 0.
-  int32_t window_left = -1;
-  int32_t window_right = -1;
-  bool causal = false;
-  int32_t num_splits = 0;  // 0: the backend chooses
-  int32_t split_size = 0;  // > 0: keys per split, fixed boundaries (batch-invariant); excludes num_splits
-  // Validation mode (the option or HFA_VALIDATE_KVCACHE): the API has read cache_seqlens,
+  // Every option that is a value (hfa/options.def's HFA_KVCACHE_OPTION rows but the tensors), one
+  // member each, of its row's name, as ForwardProblem's: softmax_scale, the window and causal
+  // resolved alike (seqlen_k = cache_seqlens[b]). num_splits 0: the backend chooses; split_size
+  // > 0: keys per split, fixed boundaries (batch-invariant), excluding num_splits. validate is
+  // resolved too (the option or HFA_VALIDATE_KVCACHE): the API has then read cache_seqlens,
   // block_table and the varlen offsets back from the device and checked them, as it always does
-  // for CPU tensors. A backend never checks them.
-  bool validate = false;
+  // for CPU tensors; a backend never checks them. sm_margin: SMs to leave free (the GPU plans
+  // its automatic splits for the others). rotary_interleaved is read with rotary tables only.
+#define HFA_KVCACHE_OPTION(kind, name, value, ...) HFA_PROBLEM_VALUE_##kind(name, value)
+#include "hfa/options.def"
 
   // Append (k_new / v_new): new_tokens(b) tokens of sequence b written at cache_seqlens[b] + i
   // before the attention, which then covers attended_length(b) keys.
@@ -126,14 +125,8 @@ struct KVCacheProblem {
   int64_t rotary_cos_stride = 0, rotary_sin_stride = 0;  // between positions, in elements
   int32_t rotary_dim = 0;
   int32_t seqlen_ro = 0;
-  bool rotary_interleaved = false;
 
   Device device;
-  void* stream = nullptr;
-  void* workspace = nullptr;
-  std::size_t workspace_bytes = 0;
-  // SMs to leave free for other kernels (>= 0; the GPU plans its splits for the others).
-  int32_t sm_margin = 0;
   // The VECTOR options (hfa/options.def), checked, as ForwardProblem::vectors.
   KVCacheVectors vectors;
 

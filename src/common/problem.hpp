@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "common/block_sparse.hpp"
+#include "common/option_values.hpp"
 #include "common/option_vectors.hpp"
 #include "common/scale_view.hpp"
 #include "hfa/hfa.hpp"
@@ -64,25 +65,27 @@ struct ForwardProblem {
   // of keys has one scale.
   ScaleView q_descale, k_descale, v_descale;
 
-  float softmax_scale = 0.0f;  // resolved (never the "default" marker)
-  float softcap = 0.0f;        // 0 = off
-  // Bottom-right aligned window: query i of a sequence sees key j iff
-  //   (window_left  < 0 || j >= i + seqlen_k - seqlen_q - window_left) and
-  //   (window_right < 0 || j <= i + seqlen_k - seqlen_q + window_right).
-  // Causal is window_right = 0 (the API folds the flag in); causal stays set for dispatch.
-  int32_t window_left = -1;
-  int32_t window_right = -1;
-  bool causal = false;
-
   Device device;
-  void* stream = nullptr;
-  void* workspace = nullptr;
-  std::size_t workspace_bytes = 0;
-  // SMs to leave free for other kernels (>= 0; a GPU backend checks it against its SM count).
-  int32_t sm_margin = 0;
-  // Merge into out (f32) and lse rather than overwrite them (hfa_options.accumulate): both hold
-  // a result over other keys; a row of lse −inf has none, and its out is not read.
-  bool accumulate = false;
+
+  // Every option that is a value (hfa/options.def's HFA_ATTENTION_OPTION rows but the tensors),
+  // one member each, of its row's name: what the caller gave (common/option_values.hpp), which
+  // the API then resolves for these:
+  //   softmax_scale  never the "default" marker: 1/sqrt(hdim_qk) when none was given;
+  //   window_left, window_right  bottom-right aligned: query i of a sequence sees key j iff
+  //       (window_left  < 0 || j >= i + seqlen_k - seqlen_q - window_left) and
+  //       (window_right < 0 || j <= i + seqlen_k - seqlen_q + window_right);
+  //     causal is window_right = 0 (the API folds the flag in), and a left window reaching past
+  //     every row's first key is -1 (no window: the same result, no mask work);
+  //   causal  set iff the window is (-1, 0), whichever way the caller spelled it: backends
+  //     dispatch on the flag.
+  // Of the others (hfa/options.def says what each means): softcap 0 = off; sm_margin SMs to
+  // leave free for other kernels (>= 0; a GPU backend checks it against its SM count);
+  // accumulate merges into out (f32) and lse rather than overwrite them (both hold a result over
+  // other keys; a row of lse -inf has none, and its out is not read); deterministic is the
+  // backward's; workspace and workspace_bytes are the run's (hfa_run puts them in).
+#define HFA_ATTENTION_OPTION(kind, name, value, ...) HFA_PROBLEM_VALUE_##kind(name, value)
+#include "hfa/options.def"
+
   // The VECTOR options (hfa/options.def), checked; a backend that reads none of them rejects
   // them (first_unread).
   AttentionVectors vectors;
@@ -95,7 +98,7 @@ struct ForwardProblem {
 };
 
 struct BackwardProblem {
-  ForwardProblem fwd;  // q, k, v, out, lse (required here), options
+  ForwardProblem fwd;  // q, k, v, out, lse (required here), options (deterministic too)
   const void* dout = nullptr;
   void* dq = nullptr;
   void* dk = nullptr;
@@ -104,7 +107,6 @@ struct BackwardProblem {
   // fp32 (heads_q), contiguous: the gradient of fwd.sinks (overwritten); null = not wanted.
   // Only set when fwd.sinks is.
   float* dsinks = nullptr;
-  bool deterministic = false;
   // D = rowsum(dO∘O), given (hfa_options.softmax_d); null: the backend computes it. Element
   // (b, h, i) at b·batch_stride + h·head_stride + i, as fwd.lse's (varlen: batch stride 0 and
   // i from cu_seqlens_q[b]). Given, fwd.out is not read.

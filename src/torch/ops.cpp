@@ -133,9 +133,15 @@ struct OptionalView {
   }
 };
 
+// The field at `offset` of an options struct (hfa_option_info's), of type T.
+template <class T, class Options>
+T& field(Options& options, std::size_t offset) {
+  return *reinterpret_cast<T*>(reinterpret_cast<char*>(&options) + offset);
+}
+
 // --- the VECTOR rows of hfa/options.def: one list argument of the full ops -----------------------
 //
-// Every full op takes `Tensor?[]? vectors=None` last (before fwd_into's out): entry n, when given,
+// Every full op takes `Tensor?[]? vectors=None` after sm_margin: entry n, when given,
 // sets the struct's n-th VECTOR row in the rows' order (hfa_describe_options), named by its caller
 // name in messages. So a new row reaches the ops, their autograd and the Python front end with no
 // edit here (python/tests/test_torch_schema.py checks the list against the description).
@@ -167,11 +173,55 @@ struct VectorViews {
     views.reserve(given->size());
     for (std::size_t n = 0; n < given->size(); ++n) {
       views.emplace_back(given->get(n), rows[n]->caller);
-      *reinterpret_cast<const hfa_tensor**>(reinterpret_cast<char*>(&options) +
-                                            rows[n]->offset) = views.back().get();
+      field<const hfa_tensor*>(options, rows[n]->offset) = views.back().get();
     }
   }
 };
+
+// --- the scalar rows of hfa/options.def: one list argument of the full ops -----------------------
+//
+// Every full op takes `float[]? scalars=None` after the vectors (the KV-cache ops after indices):
+// (row, value) pairs, row the index of a FLAG, INT32, REAL or SCALE row among its struct's rows
+// (hfa_describe_options' order, which only grows at its end) and value its value (a FLAG nonzero
+// for on; an INT32 an integer, which a double holds exactly). They are set after the named
+// arguments, so a scalar row that no argument names (python/hfa/_lib.py: scalars_of, from the
+// caller's keyword) reaches the library with no edit here, as a VECTOR row does through
+// `vectors` (python/tests/test_torch_schema.py checks that the ops take every row this way).
+using Scalars = std::optional<at::ArrayRef<double>>;
+const Scalars kNoScalars;
+
+// One pair's row of an options struct, described; a ValueError for an index that is none.
+const hfa_option_info& scalar_row(hfa_options_struct which, double index) {
+  int32_t count = 0;
+  const hfa_option_info* rows = hfa_describe_options(which, &count, nullptr);
+  const bool in_range = index >= 0 && index < count && index == std::floor(index);
+  const hfa_option_kind kind = in_range ? rows[static_cast<int32_t>(index)].kind : HFA_KIND_TENSOR;
+  TORCH_CHECK_VALUE(kind == HFA_KIND_FLAG || kind == HFA_KIND_INT32 || kind == HFA_KIND_REAL ||
+                        kind == HFA_KIND_SCALE,
+                    "scalars: ", index, " is no scalar row of the options");
+  return rows[static_cast<int32_t>(index)];
+}
+
+template <class Options>
+void set_scalars(const Scalars& given, hfa_options_struct which, Options& options) {
+  if (!given.has_value() || given->empty()) return;
+  TORCH_CHECK_VALUE(given->size() % 2 == 0, "scalars: (row, value) pairs, got ", given->size(),
+                    " numbers");
+  for (std::size_t n = 0; n < given->size(); n += 2) {
+    const hfa_option_info& row = scalar_row(which, (*given)[n]);
+    const double value = (*given)[n + 1];
+    switch (row.kind) {
+      case HFA_KIND_FLAG: field<int32_t>(options, row.offset) = value != 0; break;
+      case HFA_KIND_INT32:
+        TORCH_CHECK_VALUE(value == std::trunc(value) && value >= INT32_MIN && value <= INT32_MAX,
+                          row.caller, ": ", value, " is not an int32");
+        field<int32_t>(options, row.offset) = static_cast<int32_t>(value);
+        break;
+      case HFA_KIND_SCALE: field<int32_t>(options, row.flag_offset) = 1; [[fallthrough]];
+      default: field<float>(options, row.offset) = static_cast<float>(value); break;  // REAL
+    }
+  }
+}
 
 // The inputs' GPU current for the call (libhfa launches on the current device).
 struct OnDevice {
@@ -270,6 +320,7 @@ struct AttentionArgs {  // what hfa::fwd and hfa::bwd share after q, k, v
   const OptTensor& seqused_k;
   int64_t sm_margin;
   const Vectors& vectors = kNoVectors;
+  const Scalars& scalars = kNoScalars;
 };
 
 // The options' vectors (views), alive for one call.
@@ -349,6 +400,7 @@ void forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const T
   const VectorViews table_vectors(a.vectors, HFA_OPTIONS_ATTENTION, o);
   Fp8Views descales(fp8);
   descales.apply(fp8, o);
+  set_scalars(a.scalars, HFA_OPTIONS_ATTENTION, o);
   const hfa_tensor qt = view(q, "q"), kt = view(k, "k"), vt = view(v, "v");
   const hfa_tensor ot = view(out, "out");
   std::optional<hfa_tensor> lt;
@@ -392,10 +444,10 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const Tensor& v
                                const OptTensor& q_descale, const OptTensor& k_descale,
                                const OptTensor& v_descale, int64_t descale_block_q,
                                int64_t descale_block_kv, int64_t sm_margin,
-                               const Vectors& vectors) {
+                               const Vectors& vectors, const Scalars& scalars) {
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, deterministic, sinks,
-                  seqused_q, seqused_k, sm_margin, vectors};
+                  seqused_q, seqused_k, sm_margin, vectors, scalars};
   Fp8Args fp8{q_descale, k_descale, v_descale, descale_block_q, descale_block_kv};
   bool varlen = is_varlen(cu_seqlens_q, cu_seqlens_k);
   Tensor out = new_out(q, v, varlen, seqused_q.has_value());
@@ -411,10 +463,11 @@ Tensor fwd_into(const Tensor& q, const Tensor& k, const Tensor& v,
                 const OptTensor& sinks, const OptTensor& seqused_q, const OptTensor& seqused_k,
                 const OptTensor& q_descale, const OptTensor& k_descale,
                 const OptTensor& v_descale, int64_t descale_block_q, int64_t descale_block_kv,
-                int64_t sm_margin, const Vectors& vectors, const Tensor& out) {
+                int64_t sm_margin, const Vectors& vectors, const Scalars& scalars,
+                const Tensor& out) {
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, false, sinks,
-                  seqused_q, seqused_k, sm_margin, vectors};
+                  seqused_q, seqused_k, sm_margin, vectors, scalars};
   Fp8Args fp8{q_descale, k_descale, v_descale, descale_block_q, descale_block_kv};
   bool varlen = is_varlen(cu_seqlens_q, cu_seqlens_k);
   check_rank(q, "q", varlen);
@@ -432,10 +485,11 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd(
     const OptTensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
     std::optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
     double softcap, bool deterministic, const OptTensor& sinks, const OptTensor& seqused_q,
-    const OptTensor& seqused_k, int64_t sm_margin, const Vectors& vectors) {
+    const OptTensor& seqused_k, int64_t sm_margin, const Vectors& vectors,
+    const Scalars& scalars) {
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, deterministic, sinks,
-                  seqused_q, seqused_k, sm_margin, vectors};
+                  seqused_q, seqused_k, sm_margin, vectors, scalars};
   Tensor dout = usable_strides(dout_in), q = usable_strides(q_in);
   Tensor k = usable_strides(k_in), v = usable_strides(v_in), out = usable_strides(out_in);
   Tensor lse = usable_strides(lse_in);
@@ -449,6 +503,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd(
   AttentionViews views(a);
   hfa_options o = views.options(a, q);
   const VectorViews table_vectors(a.vectors, HFA_OPTIONS_ATTENTION, o);
+  set_scalars(a.scalars, HFA_OPTIONS_ATTENTION, o);
   hfa_tensor dsinks_view;
   if (sinks) {
     dsinks_view = view(dsinks, "dsinks");
@@ -483,7 +538,7 @@ constexpr const char* kSavedOptions[] = {"cu_seqlens_q", "cu_seqlens_k", "max_se
                                          "max_seqlen_k", "softmax_scale", "causal",
                                          "window_left", "window_right", "softcap",
                                          "deterministic", "sinks", "seqused_q", "seqused_k",
-                                         "sm_margin", "vectors"};
+                                         "sm_margin", "vectors", "scalars"};
 
 struct Attention : torch::autograd::Function<Attention> {
   static torch::autograd::variable_list forward(
@@ -494,13 +549,14 @@ struct Attention : torch::autograd::Function<Attention> {
       const OptTensor& sinks, const OptTensor& seqused_q, const OptTensor& seqused_k,
       const OptTensor& q_descale, const OptTensor& k_descale, const OptTensor& v_descale,
       int64_t descale_block_q, int64_t descale_block_kv, int64_t sm_margin,
-      const Vectors& vectors) {
+      const Vectors& vectors, const Scalars& scalars) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, lse] = fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, softmax_scale, causal, window_left,
                                   window_right, softcap, deterministic, sinks, seqused_q,
                                   seqused_k, q_descale, k_descale, v_descale,
-                                  descale_block_q, descale_block_kv, sm_margin, vectors);
+                                  descale_block_q, descale_block_kv, sm_margin, vectors,
+                                  scalars);
     // No gradient flows through the LSE (libhfa's backward has no dLSE input, and
     // FlashAttention-3 drops it silently); marked, lse.requires_grad says so.
     ctx->mark_non_differentiable({lse});
@@ -508,7 +564,7 @@ struct Attention : torch::autograd::Function<Attention> {
     c10::IValue values[] = {cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                             softmax_scale, causal, window_left, window_right, softcap,
                             deterministic, sinks, seqused_q, seqused_k, sm_margin,
-                            vectors};
+                            vectors, scalars};
     static_assert(sizeof(values) / sizeof(values[0]) == std::size(kSavedOptions));
     for (std::size_t i = 0; i < std::size(kSavedOptions); ++i)
       ctx->saved_data[kSavedOptions[i]] = values[i];
@@ -523,6 +579,9 @@ struct Attention : torch::autograd::Function<Attention> {
     // Only lse was used downstream: the gradient through out is zero.
     Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(out);
     OptTensor sinks = d["sinks"].toOptional<Tensor>();
+    const auto saved_scalars = d["scalars"].toOptional<std::vector<double>>();
+    const Scalars scalars =
+        saved_scalars ? Scalars(*saved_scalars) : kNoScalars;  // a view of the saved list
     static auto bwd_op = op<BwdSignature>("hfa::bwd");
     auto [dq, dk, dv, dsinks] = bwd_op.call(
         dout, q, k, v, out, lse, d["cu_seqlens_q"].toOptional<Tensor>(),
@@ -531,11 +590,12 @@ struct Attention : torch::autograd::Function<Attention> {
         d["causal"].toBool(), d["window_left"].toInt(), d["window_right"].toInt(),
         d["softcap"].toDouble(), d["deterministic"].toBool(), sinks,
         d["seqused_q"].toOptional<Tensor>(), d["seqused_k"].toOptional<Tensor>(),
-        d["sm_margin"].toInt(), d["vectors"].toOptional<c10::List<std::optional<Tensor>>>());
+        d["sm_margin"].toInt(), d["vectors"].toOptional<c10::List<std::optional<Tensor>>>(),
+        scalars);
     // One gradient per input of forward: q, k, v, ten options, sinks, seqused_q, seqused_k,
-    // the five FP8 arguments, sm_margin and the vectors (none: no VECTOR row has a gradient).
-    // (FP8 inputs have no backward: hfa::bwd says so. So no descale is saved.)
-    torch::autograd::variable_list result(23);
+    // the five FP8 arguments, sm_margin, the vectors (none: no VECTOR row has a gradient) and
+    // the scalars. (FP8 inputs have no backward: hfa::bwd says so. So no descale is saved.)
+    torch::autograd::variable_list result(24);
     result[0] = dq;
     result[1] = dk;
     result[2] = dv;
@@ -551,7 +611,7 @@ std::tuple<Tensor, Tensor> fwd_autograd(
     double softcap, bool deterministic, const OptTensor& sinks, const OptTensor& seqused_q,
     const OptTensor& seqused_k, const OptTensor& q_descale, const OptTensor& k_descale,
     const OptTensor& v_descale, int64_t descale_block_q, int64_t descale_block_kv,
-    int64_t sm_margin, const Vectors& vectors) {
+    int64_t sm_margin, const Vectors& vectors, const Scalars& scalars) {
   // Inference (no input wants a gradient): no autograd node, a plain redispatch.
   const bool wants_grad =
       at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() ||
@@ -561,12 +621,13 @@ std::tuple<Tensor, Tensor> fwd_autograd(
     return fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                          softmax_scale, causal, window_left, window_right, softcap,
                          deterministic, sinks, seqused_q, seqused_k, q_descale, k_descale,
-                         v_descale, descale_block_q, descale_block_kv, sm_margin, vectors);
+                         v_descale, descale_block_q, descale_block_kv, sm_margin, vectors,
+                         scalars);
   }
   torch::autograd::variable_list result = Attention::apply(
       q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
       window_left, window_right, softcap, deterministic, sinks, seqused_q, seqused_k, q_descale,
-      k_descale, v_descale, descale_block_q, descale_block_kv, sm_margin, vectors);
+      k_descale, v_descale, descale_block_q, descale_block_kv, sm_margin, vectors, scalars);
   return {result[0], result[1]};
 }
 
@@ -600,6 +661,7 @@ struct KVCacheArgs {
   double softcap;
   int64_t num_splits, split_size, sm_margin;
   const Vectors& vectors = kNoVectors;
+  const Scalars& scalars = kNoScalars;
 };
 
 // A KV-cache argument's hfa_dtype: its own, never another argument's (the library trusts the
@@ -664,6 +726,7 @@ void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_
   o.cu_seqlens_k_new = cu_k_new.get();
   o.sm_margin = to_int32(a.sm_margin, "sm_margin");
   const VectorViews table_vectors(a.vectors, HFA_OPTIONS_KVCACHE, o);
+  set_scalars(a.scalars, HFA_OPTIONS_KVCACHE, o);
   OptionalView k_view(k_cache, own_code(k_cache, a.cache_code, "k_cache"), "k_cache", caches),
       v_view(v_cache, own_code(v_cache, a.cache_code, "v_cache"), "v_cache", caches);
   const hfa_tensor qt = view(q, "q"), ot = view(out, "out");
@@ -684,13 +747,15 @@ void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_
       const OptTensor &cu_seqlens_q, int64_t max_seqlen_q, const OptTensor &cu_seqlens_k_new,  \
       std::optional<double> softmax_scale, bool causal, int64_t window_left,                   \
       int64_t window_right, double softcap, int64_t num_splits, int64_t split_size,            \
-      int64_t sm_margin, const Vectors &vectors, const OptTensor &indices
+      int64_t sm_margin, const Vectors &vectors, const OptTensor &indices,                     \
+      const Scalars &scalars
 #define HFA_KVCACHE_ARGUMENTS                                                                   \
   KVCacheArgs {                                                                                 \
     cache_code, scale_code, cache_seqlens, block_table, k_scale, v_scale, k_global_scale,       \
         v_global_scale, k_new, v_new, rotary_cos, rotary_sin, rotary_interleaved,               \
         cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new, indices, softmax_scale, causal,           \
-        window_left, window_right, softcap, num_splits, split_size, sm_margin, vectors          \
+        window_left, window_right, softcap, num_splits, split_size, sm_margin, vectors,         \
+        scalars                                                                                 \
   }
 
 Tensor kvcache_lse(const Tensor& q, bool varlen) {
@@ -805,7 +870,7 @@ Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
   }
   return Attention::apply(q, k, v, kNone, kNone, 0, 0, softmax_scale, causal, window_left,
                           window_right, softcap, deterministic, kNone, kNone, kNone, kNone,
-                          kNone, kNone, 0, 0, /*sm_margin=*/0, kNoVectors)[0];
+                          kNone, kNone, 0, 0, /*sm_margin=*/0, kNoVectors, kNoScalars)[0];
 }
 
 Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -825,17 +890,18 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
   return Attention::apply(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                           causal, window_left, window_right, softcap, deterministic, kNone,
                           kNone, kNone, kNone, kNone, kNone, 0, 0, /*sm_margin=*/0,
-                          kNoVectors)[0];
+                          kNoVectors, kNoScalars)[0];
 }
 
 }  // namespace
 
 // Schemas: the same as python/hfa/_torch_ctypes.py's custom ops (fwd, bwd), plus the out=
 // and KV-cache forms. Optional arguments after the options keep their defaults, so that older
-// callers of hfa::fwd still bind; sm_margin and then the VECTOR rows' list come last in every
-// full op but the KV-cache ones, which take indices (added later) after them. An option argument
-// is named by its hfa/options.def row's field and typed by the row's kind (FLAG bool, INT32 int,
-// REAL float, SCALE float?, TENSOR Tensor?; the VECTOR rows are the entries of `vectors`):
+// callers of hfa::fwd still bind; sm_margin, the VECTOR rows' list and the scalar rows' pairs
+// come last in every full op (the KV-cache ones take indices, added later, before the pairs). An
+// option argument is named by its hfa/options.def row's field and typed by the row's kind (FLAG
+// bool, INT32 int, REAL float, SCALE float?, TENSOR Tensor?; the VECTOR rows are the entries of
+// `vectors`, and every scalar row may also be set through `scalars`):
 // python/tests/test_torch_schema.py checks every op against the library's description
 // (hfa_describe_options), and that the full ops take every row their calls read.
 #define HFA_ATTENTION_OPTIONS                                                                  \
@@ -847,8 +913,10 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
   ", Tensor? q_descale=None, Tensor? k_descale=None, Tensor? v_descale=None, "                 \
   "int descale_block_q=0, int descale_block_kv=0"
 // SMs left free for other kernels (hfa_options.sm_margin), and the VECTOR rows (VectorViews),
-// last in every full op.
+// last in every full op but for the scalar rows (set_scalars), which come after them (the
+// KV-cache ops': after indices).
 #define HFA_SM_MARGIN ", int sm_margin=0, Tensor?[]? vectors=None"
+#define HFA_SCALARS ", float[]? scalars=None"
 #define HFA_KVCACHE_SCHEMA                                                                     \
   "Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, int cache_code, int scale_code, "         \
   "Tensor? cache_seqlens, Tensor? block_table, Tensor? k_scale, Tensor? v_scale, "               \
@@ -856,17 +924,17 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
   "Tensor? rotary_cos, Tensor? rotary_sin, bool rotary_interleaved, Tensor? cu_seqlens_q, "     \
   "int max_seqlen_q, Tensor? cu_seqlens_k_new, float? softmax_scale, bool causal, "          \
   "int window_left, int window_right, float softcap, int num_splits, int split_size"          \
-  HFA_SM_MARGIN ", Tensor? indices=None"
+  HFA_SM_MARGIN ", Tensor? indices=None" HFA_SCALARS
 
 TORCH_LIBRARY(hfa, m) {
   m.def("fwd(Tensor q, Tensor k, Tensor v, " HFA_ATTENTION_OPTIONS
-        "bool deterministic, " HFA_ATTENTION_VECTORS HFA_FP8_ARGUMENTS HFA_SM_MARGIN
+        "bool deterministic, " HFA_ATTENTION_VECTORS HFA_FP8_ARGUMENTS HFA_SM_MARGIN HFA_SCALARS
         ") -> (Tensor, Tensor)");
   m.def("fwd_into(Tensor q, Tensor k, Tensor v, " HFA_ATTENTION_OPTIONS HFA_ATTENTION_VECTORS
-        HFA_FP8_ARGUMENTS HFA_SM_MARGIN ", *, Tensor(o!) out) -> Tensor");
+        HFA_FP8_ARGUMENTS HFA_SM_MARGIN HFA_SCALARS ", *, Tensor(o!) out) -> Tensor");
   m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
         HFA_ATTENTION_OPTIONS "bool deterministic, " HFA_ATTENTION_VECTORS HFA_SM_MARGIN
-        ") -> (Tensor, Tensor, Tensor, Tensor)");
+        HFA_SCALARS ") -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("fwd_kvcache(" HFA_KVCACHE_SCHEMA ") -> (Tensor, Tensor)");
   m.def("fwd_kvcache_into(" HFA_KVCACHE_SCHEMA ", *, Tensor(o!) out) -> Tensor");
   // The plain calls (the section above their kernels says why).

@@ -1,6 +1,11 @@
 // What validation hands the backends: resolved defaults, folded causal, element strides.
 #include <cmath>
+#include <cstdint>
+#include <string_view>
+#include <utility>
+#include <vector>
 
+#include "api/options.hpp"
 #include "api/validate.hpp"
 #include "fixture.hpp"
 
@@ -133,6 +138,120 @@ TEST(Problem, Fp8ScaleViews) {
   EXPECT_EQ(p.v_descale.block_stride, 0);
   EXPECT_EQ(p.v_descale.head_stride, 0);
   EXPECT_EQ(p.v_descale.block_rows, 0);
+}
+
+// ---- every value option reaches the backends ----------------------------------------------------
+//
+// Each option that is a value (all rows of hfa/options.def but the tensors) is set, through the C
+// struct as a binding sets it (hfa_describe_options' offsets), to a value of its own; the copy
+// into the problem (copy_values) must bring each to the problem's member of the row's name. The
+// rows are walked twice, by the description and by the table itself (a row macro naming the
+// member), so a row added to the table is tested here with no new test code, and a value row
+// whose member or copy were missing would fail to build or to compare.
+
+bool is_value(hfa_option_kind kind) { return kind != HFA_KIND_TENSOR && kind != HFA_KIND_VECTOR; }
+
+// A value of row n's own, as the C field takes it (a flag: on) and as a double.
+double value_for(const hfa_option_info& row, int n) {
+  switch (row.kind) {
+    case HFA_KIND_FLAG: return 1;
+    case HFA_KIND_INT32: return 100 + n;
+    case HFA_KIND_REAL:
+    case HFA_KIND_SCALE: return 0.25 * n;
+    case HFA_KIND_HANDLE:
+    case HFA_KIND_BYTES: return 4096.0 * (n + 1);
+    default: return 0;
+  }
+}
+
+void set_field(void* c, const hfa_option_info& row, double value) {
+  auto* at = static_cast<unsigned char*>(c) + row.offset;
+  switch (row.kind) {
+    case HFA_KIND_FLAG:
+    case HFA_KIND_INT32: *reinterpret_cast<int32_t*>(at) = static_cast<int32_t>(value); break;
+    case HFA_KIND_SCALE:
+      *reinterpret_cast<int32_t*>(static_cast<unsigned char*>(c) + row.flag_offset) = 1;
+      [[fallthrough]];
+    case HFA_KIND_REAL: *reinterpret_cast<float*>(at) = static_cast<float>(value); break;
+    case HFA_KIND_HANDLE:
+      *reinterpret_cast<void**>(at) = reinterpret_cast<void*>(static_cast<uintptr_t>(value));
+      break;
+    case HFA_KIND_BYTES: *reinterpret_cast<std::size_t*>(at) = static_cast<std::size_t>(value);
+      break;
+    default: break;
+  }
+}
+
+// A problem's member as a double, whatever its type.
+double number(bool v) { return v ? 1 : 0; }
+double number(int32_t v) { return v; }
+double number(float v) { return v; }
+double number(std::size_t v) { return static_cast<double>(v); }
+double number(const void* v) { return static_cast<double>(reinterpret_cast<uintptr_t>(v)); }
+
+// The C struct with every value row set to its own value, and those values by field name.
+template <typename C>
+C every_value_set(hfa_options_struct which, C c,
+                  std::vector<std::pair<std::string_view, double>>* set) {
+  int32_t count = 0;
+  const hfa_option_info* rows = hfa_describe_options(which, &count, nullptr);
+  for (int n = 0; n < count; ++n) {
+    if (!is_value(rows[n].kind)) continue;
+    set->emplace_back(rows[n].name, value_for(rows[n], n));
+    set_field(&c, rows[n], set->back().second);
+  }
+  return c;
+}
+
+// What the table's row `name` was set to (NaN: the description has no such value row).
+double given(const std::vector<std::pair<std::string_view, double>>& set, std::string_view name) {
+  for (const auto& [field, value] : set)
+    if (field == name) return value;
+  return std::nan("");
+}
+
+#define HFA_EXPECT_MEMBER(name) EXPECT_EQ(number(p.name), given(set, #name)) << #name;
+#define HFA_EXPECT_VALUE_FLAG HFA_EXPECT_MEMBER
+#define HFA_EXPECT_VALUE_INT32 HFA_EXPECT_MEMBER
+#define HFA_EXPECT_VALUE_REAL HFA_EXPECT_MEMBER
+#define HFA_EXPECT_VALUE_SCALE HFA_EXPECT_MEMBER
+#define HFA_EXPECT_VALUE_HANDLE HFA_EXPECT_MEMBER
+#define HFA_EXPECT_VALUE_BYTES HFA_EXPECT_MEMBER
+#define HFA_EXPECT_VALUE_TENSOR(name)
+#define HFA_EXPECT_VALUE_VECTOR(name)
+
+TEST(Problem, EveryValueOptionReachesItsMember) {
+  std::vector<std::pair<std::string_view, double>> set;
+  const hfa_options c = every_value_set(HFA_OPTIONS_ATTENTION, hfa_default_options(), &set);
+  ForwardProblem p;
+  detail::copy_values(detail::from_c(c), &p);
+#define HFA_ATTENTION_OPTION(kind, name, ...) HFA_EXPECT_VALUE_##kind(name)
+#include "hfa/options.def"
+  EXPECT_FALSE(set.empty());
+}
+
+TEST(Problem, EveryKVCacheValueOptionReachesItsMember) {
+  std::vector<std::pair<std::string_view, double>> set;
+  const hfa_kvcache_options c =
+      every_value_set(HFA_OPTIONS_KVCACHE, hfa_default_kvcache_options(), &set);
+  detail::KVCacheProblem p;
+  detail::copy_values(detail::from_c(c), &p);
+#define HFA_KVCACHE_OPTION(kind, name, ...) HFA_EXPECT_VALUE_##kind(name)
+#include "hfa/options.def"
+  EXPECT_FALSE(set.empty());
+}
+
+// The resolution after the copy keeps what a caller gave where nothing is to resolve: the
+// problem a call builds holds the call's values.
+TEST(Problem, ACallsValuesReachItsProblem) {
+  Attention a;
+  a.options.sm_margin = 3;
+  a.options.sparse_block_q = 64;
+  a.options.softcap = 2.5f;
+  const ForwardProblem p = build(a);
+  EXPECT_EQ(p.sm_margin, 3);
+  EXPECT_EQ(p.sparse_block_q, 64);
+  EXPECT_EQ(p.softcap, 2.5f);
 }
 
 }  // namespace

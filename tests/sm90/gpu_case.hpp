@@ -54,7 +54,7 @@ class GpuCase {
     p.dout = dout_.get<void>();
     p.dq = dq_.get<void>(), p.dk = dk_.get<void>(), p.dv = dv_.get<void>();
     if (p.dsinks != nullptr) p.dsinks = dsinks_.get<float>();
-    p.deterministic = deterministic;
+    p.fwd.deterministic = deterministic;
     return p;
   }
 

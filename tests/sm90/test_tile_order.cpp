@@ -61,7 +61,7 @@ detail::BackwardProblem backward_problem(int heads_q, int heads_kv, int batch, b
   detail::BackwardProblem p;
   p.fwd.heads_q = heads_q, p.fwd.heads_kv = heads_kv, p.fwd.batch = batch;
   if (causal) p.fwd.causal = true, p.fwd.window_right = 0;
-  p.deterministic = deterministic;
+  p.fwd.deterministic = deterministic;
   return p;
 }
 

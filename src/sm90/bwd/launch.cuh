@@ -102,7 +102,7 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
   params.ws.dpsum = reinterpret_cast<float*>(workspace + layout.dpsum_offset);
   params.ws.dq_accum = reinterpret_cast<float*>(workspace + layout.dq_offset);
   params.ws.dq_turns =
-      problem.deterministic ? reinterpret_cast<int32_t*>(workspace + layout.turns_offset) : nullptr;
+      problem.fwd.deterministic ? reinterpret_cast<int32_t*>(workspace + layout.turns_offset) : nullptr;
   params.ws.padded_rows = layout.padded_rows;
   params.heads_per_kv = f.heads_q / f.heads_kv;
   params.num_m_blocks = (f.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
@@ -173,7 +173,7 @@ template <int kHeadDimQK, int kHeadDimV, bool kWindowed, bool kSoftcap, typename
 Status launch_mode(const detail::BackwardProblem& problem, const LaunchContext& context) {
   using Default = Config<kHeadDimQK, kHeadDimV, kWindowed, kSoftcap>;
   if constexpr (Default::kDqFromRegisters) {
-    if (problem.deterministic) {
+    if (problem.fwd.deterministic) {
       return launch<Config<kHeadDimQK, kHeadDimV, kWindowed, kSoftcap, true>, Element>(problem,
                                                                                       context);
     }

@@ -45,7 +45,7 @@ HFA_HD inline int64_t run_row(const int32_t* cu_seqlens, int64_t padded_rows, in
 // Whether the key-side accumulators exist: a GQA group whose query heads may be split over CTAs.
 // The deterministic mode keeps a group in one CTA (its dK and dV adds would land in any order).
 inline bool has_key_accumulators(const detail::BackwardProblem& problem) {
-  return problem.fwd.heads_q > problem.fwd.heads_kv && !problem.deterministic;
+  return problem.fwd.heads_q > problem.fwd.heads_kv && !problem.fwd.deterministic;
 }
 
 struct WorkspaceLayout {
@@ -77,7 +77,7 @@ WorkspaceLayout workspace_layout(const detail::BackwardProblem& problem) {
   w.dpsum_offset = align_up(w.lse_offset + rows * sizeof(float));
   w.dq_offset = align_up(w.dpsum_offset + rows * sizeof(float));
   w.turns_offset = align_up(w.dq_offset + rows * Config::kHeadDimQK * sizeof(float));
-  const std::size_t turns = problem.deterministic ? rows / Config::kBlockM * sizeof(int32_t) : 0;
+  const std::size_t turns = p.deterministic ? rows / Config::kBlockM * sizeof(int32_t) : 0;
   w.dk_offset = align_up(w.turns_offset + turns);
   w.dv_offset = align_up(w.dk_offset + keys * Config::kHeadDimQK * sizeof(float));
   w.bytes = align_up(w.dv_offset + keys * Config::kHeadDimV * sizeof(float));
