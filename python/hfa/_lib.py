@@ -380,19 +380,20 @@ def vector_rows(struct) -> list:
     return [info for info in OPTION_INFO[struct].values() if info.kind == VECTOR]
 
 
-def vectors_of(struct, fields: dict):
-    """The torch ops' `vectors` argument for the rows given ({field: value}, hfa._args.options):
-    entry n for the n-th VECTOR row, None where not given; None when no row is given (the
-    usual call). A scalar row has no place in the ops yet: NotImplementedError naming it."""
+def op_arguments(struct, fields: dict):
+    """The torch ops' option arguments for the rows given ({field: value}, hfa._args.options):
+    (vectors, named). vectors: the ops' `vectors` list, entry n for the n-th VECTOR row, None
+    where not given; None when no VECTOR row is given (the usual call). named: every other row
+    given, {field: value}, which the full ops take as arguments of the same names
+    (python/tests/test_torch_schema.py checks that they take every row their calls read)."""
     if not fields:
-        return None
+        return None, {}
     rows = vector_rows(struct)
-    for field in fields:
-        if OPTION_INFO[struct][field].kind != VECTOR:
-            raise NotImplementedError(f"{OPTION_INFO[struct][field].caller.decode()}: not "
-                                      "taken by the torch ops yet (numpy arrays and the C ABI "
-                                      "take it)")
-    return [fields.get(info.name.decode()) for info in rows]
+    vector_fields = {info.name.decode() for info in rows}
+    named = {field: value for field, value in fields.items() if field not in vector_fields}
+    if len(named) == len(fields):
+        return None, named
+    return [fields.get(info.name.decode()) for info in rows], named
 
 
 def make_options(**values) -> Options:

@@ -17,10 +17,17 @@ from typing import List, Optional, Tuple
 
 import torch
 
+from ._block_mask import ROWS as BLOCK_SPARSE_ROWS
 from ._torch_calls import backward_into, forward_into
 from ._torch_shapes import dsinks_shape, is_varlen, lse_shape, out_dtype, out_shapes
 
 Tensor = torch.Tensor
+
+
+def _block_sparse(*values) -> dict:
+    """The ops' last arguments, the block-sparse rows in their order (kv_num_blocks ...
+    sparse_block_kv: hfa._block_mask.ROWS), as {field: value} for the library's options."""
+    return dict(zip(BLOCK_SPARSE_ROWS, values))
 
 
 def spelled_schema(fn) -> str:
@@ -64,13 +71,17 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
         q_descale: Optional[Tensor] = None, k_descale: Optional[Tensor] = None,
         v_descale: Optional[Tensor] = None, descale_block_q: int = 0,
         descale_block_kv: int = 0, sm_margin: int = 0,
-        vectors: Optional[List[Optional[Tensor]]] = None) -> Tuple[Tensor, Tensor]:
+        vectors: Optional[List[Optional[Tensor]]] = None,
+        kv_num_blocks: Optional[Tensor] = None, kv_indices: Optional[Tensor] = None,
+        full_kv_num_blocks: Optional[Tensor] = None, full_kv_indices: Optional[Tensor] = None,
+        kv_mask_bits: Optional[Tensor] = None, sparse_block_q: int = 128,
+        sparse_block_kv: int = 128) -> Tuple[Tensor, Tensor]:
     """(out, lse). `deterministic` is unused here; it rides along for the backward (so does
     sm_margin, which both use). sinks: float32 (heads_q,); seqused_q/k: int32 (batch,). The
     library leaves the out and lse rows beyond seqused_q untouched, so with seqused_q they are
     allocated as 0 and -inf. The descales (float32) and block sizes are those of float8 e4m3
     inputs (hfa.h); out is then bfloat16. vectors: the VECTOR rows' tensors, in their order
-    (src/torch/ops.cpp)."""
+    (src/torch/ops.cpp); then the block-sparse rows (hfa/options.def)."""
     varlen = is_varlen(cu_seqlens_q, cu_seqlens_k)
     out_shape, _ = out_shapes(q, v, varlen)
     partial = seqused_q is not None
@@ -80,21 +91,27 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
     forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
              softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
              seqused_k, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv,
-             sm_margin, vectors=vectors)
+             sm_margin, vectors=vectors,
+             rows=_block_sparse(kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices,
+                                kv_mask_bits, sparse_block_q, sparse_block_kv))
     return out, lse
 
 
 def fwd_into(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
              causal, window_left, window_right, softcap, sinks=None, seqused_q=None,
              seqused_k=None, q_descale=None, k_descale=None, v_descale=None, descale_block_q=0,
-             descale_block_kv=0, sm_margin=0, vectors=None, *, out):
+             descale_block_kv=0, sm_margin=0, vectors=None, kv_num_blocks=None, kv_indices=None,
+             full_kv_num_blocks=None, full_kv_indices=None, kv_mask_bits=None,
+             sparse_block_q=128, sparse_block_kv=128, *, out):
     """lse, the forward written into a caller's out (eager only: not an op here, unlike the
     native hfa::fwd_into of the same arguments)."""
     lse = _new_lse(q, is_varlen(cu_seqlens_q, cu_seqlens_k), seqused_q is not None)
     forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
              softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
              seqused_k, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv,
-             sm_margin, vectors=vectors)
+             sm_margin, vectors=vectors,
+             rows=_block_sparse(kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices,
+                                kv_mask_bits, sparse_block_q, sparse_block_kv))
     return lse
 
 
@@ -106,8 +123,11 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
         max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_left: int,
         window_right: int, softcap: float, deterministic: bool, sinks: Optional[Tensor] = None,
         seqused_q: Optional[Tensor] = None, seqused_k: Optional[Tensor] = None,
-        sm_margin: int = 0, vectors: Optional[List[Optional[Tensor]]] = None
-        ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        sm_margin: int = 0, vectors: Optional[List[Optional[Tensor]]] = None,
+        kv_num_blocks: Optional[Tensor] = None, kv_indices: Optional[Tensor] = None,
+        full_kv_num_blocks: Optional[Tensor] = None, full_kv_indices: Optional[Tensor] = None,
+        kv_mask_bits: Optional[Tensor] = None, sparse_block_q: int = 128,
+        sparse_block_kv: int = 128) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """(dq, dk, dv, dsinks): the first three of their input's shape and dtype, contiguous;
     dsinks float32 (heads_q,) with sinks, else empty (0,). Gradient rows beyond seqused are 0."""
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -116,7 +136,10 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
     dsinks = torch.empty(dsinks_shape(sinks), dtype=torch.float32, device=q.device)
     backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, cu_seqlens_q, cu_seqlens_k,
                   max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
-                  softcap, deterministic, sinks, seqused_q, seqused_k, sm_margin, vectors=vectors)
+                  softcap, deterministic, sinks, seqused_q, seqused_k, sm_margin, vectors=vectors,
+                  rows=_block_sparse(kv_num_blocks, kv_indices, full_kv_num_blocks,
+                                     full_kv_indices, kv_mask_bits, sparse_block_q,
+                                     sparse_block_kv))
     return dq, dk, dv, dsinks
 
 
@@ -130,6 +153,8 @@ def _setup_context(ctx, inputs, output):
     # sm_margin, after the five FP8 arguments, has a default too; the backward uses it as well.
     ctx.sm_margin = inputs[21] if len(inputs) > 21 else 0
     ctx.vectors = inputs[22] if len(inputs) > 22 else None  # no gradient: passed on as given
+    # The block-sparse rows after them, read by the backward as the forward's (no gradient).
+    ctx.block_sparse = tuple(inputs[23:30])
     ctx.num_inputs = len(inputs)
     out, lse = output
     # No gradient flows through the LSE (the C ABI has no dLSE input yet, and FlashAttention-3
@@ -146,13 +171,13 @@ def _backward(ctx, grad_out, grad_lse):
     # grad_lse is None or zeros: lse is marked non-differentiable in _setup_context.
     dq, dk, dv, dsinks = torch.ops.hfa.bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, *ctx.params,
                                            sinks, seqused_q, seqused_k, ctx.sm_margin,
-                                           ctx.vectors)
+                                           ctx.vectors, *ctx.block_sparse)
     # One entry per input of hfa::fwd: q, k, v, ten options, then sinks, seqused_q, seqused_k,
-    # the five FP8 arguments, sm_margin and the vectors (as many of those as the call passed).
-    # A list input takes a list of gradients: one None per vector.
+    # the five FP8 arguments, sm_margin, the vectors and the seven block-sparse rows (as many of
+    # those as the call passed). A list input takes a list of gradients: one None per vector.
     no_vectors = None if ctx.vectors is None else [None] * len(ctx.vectors)
     grads = (dq, dk, dv) + (None,) * 10 + (dsinks if sinks is not None else None,) + (None,) * 8
-    grads += (no_vectors,)
+    grads += (no_vectors,) + (None,) * len(BLOCK_SPARSE_ROWS)
     return grads[:ctx.num_inputs]
 
 

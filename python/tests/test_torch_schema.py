@@ -5,8 +5,9 @@ An op's schema is its positional ABI, written out where it is registered (src/to
 python/hfa/_torch_ctypes.py) and read by the Python front end and the fake kernels. Its option
 arguments are checked here against the rows they set: each is a row, named by the row's field
 (window_left and window_right are two ints where the caller writes one window_size), of the
-type the row's kind takes; it is read by one of the op's calls; and the full ops take every row
-their calls read but those listed in NOT_ARGUMENTS. So a row and a schema cannot drift apart
+type the row's kind takes, with the row's default where it has one (a number); it is read by
+one of the op's calls; and the full ops take every row their calls read but those listed in
+NOT_ARGUMENTS. So a row and a schema cannot drift apart
 silently: a new row, a renamed field, a kind changed, fails here until the schemas follow.
 The fakes' parameters are checked against the schemas, and the ctypes path's schemas against the
 native ones.
@@ -54,12 +55,6 @@ NOT_ARGUMENTS = {
     "softmax_d": "flash_attn_backward(softmax_d=), through the C ABI",
     "validate": "the environment (HFA_VALIDATE_KVCACHE=1)",
 }
-# Block-sparse attention (FlexAttention's BlockMask layout) reaches the library through the C ABI
-# only so far; the ops take its tensors when the Python block_mask= front end lands (issue 35).
-NOT_ARGUMENTS.update({name: "not yet an op's argument: block-sparse through the C ABI only"
-                      for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks",
-                                   "full_kv_indices", "kv_mask_bits", "sparse_block_q",
-                                   "sparse_block_kv")})
 
 F, B, KV = 1, 2, 4  # hfa_option_calls
 # Each op: its options struct, the calls whose options it takes (an op with an autograd kernel
@@ -111,6 +106,10 @@ def disagreements(schema, rows, calls, complete):
                             f"is {kind}, which takes {' or '.join(wanted) or 'no argument'}")
         if not row.calls & calls:
             problems.append(f"{arg.name}: the op's calls do not read it")
+        default = arg.default_value
+        if isinstance(default, (bool, int, float)) and default != row.default_value:
+            problems.append(f"{arg.name}: default {default!r} in the schema, but its row's is "
+                            f"{row.default_value:g}")
     if complete:
         problems += [f"{name}: a row the op's calls read, missing from the schema"
                      for name, row in rows.items()
@@ -157,6 +156,8 @@ def test_a_schema_that_drifted_from_its_row_is_named():
         "stream: int in the schema, but its row's kind is HANDLE, which takes no argument"]
     assert problems("Tensor? q_descale", calls=B) == ["q_descale: the op's calls do not read it"]
     assert problems("Tensor[] vectors") == ["vectors: Tensor[] in the schema, not Tensor?[]?"]
+    assert problems("int sparse_block_q=64") == [
+        "sparse_block_q: default 64 in the schema, but its row's is 128"]
     missing = problems("float? softmax_scale", complete=True)
     assert "causal: a row the op's calls read, missing from the schema" in missing
     assert not any(m.startswith(tuple(NOT_ARGUMENTS)) for m in missing)

@@ -135,7 +135,7 @@ struct OptionalView {
 
 // --- the VECTOR rows of hfa/options.def: one list argument of the full ops -----------------------
 //
-// Every full op takes `Tensor?[]? vectors=None` last (before fwd_into's out): entry n, when given,
+// Every full op takes `Tensor?[]? vectors=None` after sm_margin: entry n, when given,
 // sets the struct's n-th VECTOR row in the rows' order (hfa_describe_options), named by its caller
 // name in messages. So a new row reaches the ops, their autograd and the Python front end with no
 // edit here (python/tests/test_torch_schema.py checks the list against the description).
@@ -248,6 +248,43 @@ at::ScalarType out_dtype(const Tensor& q) {
   return fp8 ? at::kBFloat16 : q.scalar_type();
 }
 
+// --- block-sparse attention: the kv_num_blocks ... sparse_block_kv rows of hfa/options.def -------
+//
+// Arguments of hfa::fwd, hfa::fwd_into and hfa::bwd after `vectors`, named by their rows' fields
+// (the Python front end passes them by name, from block_mask=). The backward reads the forward's
+// lists, so hfa::fwd's autograd saves them as they are.
+#define HFA_BLOCK_SPARSE_PARAMETERS                                                              \
+  const OptTensor &kv_num_blocks, const OptTensor &kv_indices,                                 \
+      const OptTensor &full_kv_num_blocks, const OptTensor &full_kv_indices,                   \
+      const OptTensor &kv_mask_bits, int64_t sparse_block_q, int64_t sparse_block_kv
+#define HFA_BLOCK_SPARSE_ARGUMENTS                                                               \
+  kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices, kv_mask_bits, sparse_block_q, \
+      sparse_block_kv
+
+struct BlockSparseArgs {
+  OptTensor kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices, kv_mask_bits;
+  int64_t block_q = 128, block_kv = 128;  // the rows' defaults, as the schemas'
+};
+const BlockSparseArgs kNoBlockSparse;
+
+// The given lists' views, alive for one call, set in the options struct.
+struct BlockSparseViews {
+  OptionalView num, indices, full_num, full_indices, bits;
+
+  BlockSparseViews(const BlockSparseArgs& a, hfa_options& o)
+      : num(a.kv_num_blocks, "kv_num_blocks"), indices(a.kv_indices, "kv_indices"),
+        full_num(a.full_kv_num_blocks, "full_kv_num_blocks"),
+        full_indices(a.full_kv_indices, "full_kv_indices"), bits(a.kv_mask_bits, "kv_mask_bits") {
+    o.kv_num_blocks = num.get();
+    o.kv_indices = indices.get();
+    o.full_kv_num_blocks = full_num.get();
+    o.full_kv_indices = full_indices.get();
+    o.kv_mask_bits = bits.get();
+    o.sparse_block_q = to_int32(a.block_q, "sparse_block_q");
+    o.sparse_block_kv = to_int32(a.block_kv, "sparse_block_kv");
+  }
+};
+
 // --- hfa::fwd, hfa::fwd_into -------------------------------------------------------------------
 
 // A varlen call's q, k, v and out are (total_tokens, heads, headdim): one with either cu_seqlens
@@ -270,6 +307,7 @@ struct AttentionArgs {  // what hfa::fwd and hfa::bwd share after q, k, v
   const OptTensor& seqused_k;
   int64_t sm_margin;
   const Vectors& vectors = kNoVectors;
+  const BlockSparseArgs& sparse = kNoBlockSparse;
 };
 
 // The options' vectors (views), alive for one call.
@@ -347,6 +385,7 @@ void forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const T
   AttentionViews views(a);
   hfa_options o = views.options(a, q);
   const VectorViews table_vectors(a.vectors, HFA_OPTIONS_ATTENTION, o);
+  const BlockSparseViews block_sparse(a.sparse, o);
   Fp8Views descales(fp8);
   descales.apply(fp8, o);
   const hfa_tensor qt = view(q, "q"), kt = view(k, "k"), vt = view(v, "v");
@@ -392,10 +431,11 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const Tensor& v
                                const OptTensor& q_descale, const OptTensor& k_descale,
                                const OptTensor& v_descale, int64_t descale_block_q,
                                int64_t descale_block_kv, int64_t sm_margin,
-                               const Vectors& vectors) {
+                               const Vectors& vectors, HFA_BLOCK_SPARSE_PARAMETERS) {
+  const BlockSparseArgs sparse{HFA_BLOCK_SPARSE_ARGUMENTS};
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, deterministic, sinks,
-                  seqused_q, seqused_k, sm_margin, vectors};
+                  seqused_q, seqused_k, sm_margin, vectors, sparse};
   Fp8Args fp8{q_descale, k_descale, v_descale, descale_block_q, descale_block_kv};
   bool varlen = is_varlen(cu_seqlens_q, cu_seqlens_k);
   Tensor out = new_out(q, v, varlen, seqused_q.has_value());
@@ -411,10 +451,12 @@ Tensor fwd_into(const Tensor& q, const Tensor& k, const Tensor& v,
                 const OptTensor& sinks, const OptTensor& seqused_q, const OptTensor& seqused_k,
                 const OptTensor& q_descale, const OptTensor& k_descale,
                 const OptTensor& v_descale, int64_t descale_block_q, int64_t descale_block_kv,
-                int64_t sm_margin, const Vectors& vectors, const Tensor& out) {
+                int64_t sm_margin, const Vectors& vectors, HFA_BLOCK_SPARSE_PARAMETERS,
+                const Tensor& out) {
+  const BlockSparseArgs sparse{HFA_BLOCK_SPARSE_ARGUMENTS};
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, false, sinks,
-                  seqused_q, seqused_k, sm_margin, vectors};
+                  seqused_q, seqused_k, sm_margin, vectors, sparse};
   Fp8Args fp8{q_descale, k_descale, v_descale, descale_block_q, descale_block_kv};
   bool varlen = is_varlen(cu_seqlens_q, cu_seqlens_k);
   check_rank(q, "q", varlen);
@@ -432,10 +474,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd(
     const OptTensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
     std::optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
     double softcap, bool deterministic, const OptTensor& sinks, const OptTensor& seqused_q,
-    const OptTensor& seqused_k, int64_t sm_margin, const Vectors& vectors) {
+    const OptTensor& seqused_k, int64_t sm_margin, const Vectors& vectors,
+    HFA_BLOCK_SPARSE_PARAMETERS) {
+  const BlockSparseArgs sparse{HFA_BLOCK_SPARSE_ARGUMENTS};
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, deterministic, sinks,
-                  seqused_q, seqused_k, sm_margin, vectors};
+                  seqused_q, seqused_k, sm_margin, vectors, sparse};
   Tensor dout = usable_strides(dout_in), q = usable_strides(q_in);
   Tensor k = usable_strides(k_in), v = usable_strides(v_in), out = usable_strides(out_in);
   Tensor lse = usable_strides(lse_in);
@@ -449,6 +493,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd(
   AttentionViews views(a);
   hfa_options o = views.options(a, q);
   const VectorViews table_vectors(a.vectors, HFA_OPTIONS_ATTENTION, o);
+  const BlockSparseViews block_sparse(a.sparse, o);
   hfa_tensor dsinks_view;
   if (sinks) {
     dsinks_view = view(dsinks, "dsinks");
@@ -479,11 +524,11 @@ const c10::TypedOperatorHandle<FwdSignature>& fwd_op() {
 }
 
 // The options of a call, saved for its backward (optional tensors as IValues: None stays None).
-constexpr const char* kSavedOptions[] = {"cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
-                                         "max_seqlen_k", "softmax_scale", "causal",
-                                         "window_left", "window_right", "softcap",
-                                         "deterministic", "sinks", "seqused_q", "seqused_k",
-                                         "sm_margin", "vectors"};
+constexpr const char* kSavedOptions[] = {
+    "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "softmax_scale", "causal",
+    "window_left", "window_right", "softcap", "deterministic", "sinks", "seqused_q", "seqused_k",
+    "sm_margin", "vectors", "kv_num_blocks", "kv_indices", "full_kv_num_blocks",
+    "full_kv_indices", "kv_mask_bits", "sparse_block_q", "sparse_block_kv"};
 
 struct Attention : torch::autograd::Function<Attention> {
   static torch::autograd::variable_list forward(
@@ -494,13 +539,14 @@ struct Attention : torch::autograd::Function<Attention> {
       const OptTensor& sinks, const OptTensor& seqused_q, const OptTensor& seqused_k,
       const OptTensor& q_descale, const OptTensor& k_descale, const OptTensor& v_descale,
       int64_t descale_block_q, int64_t descale_block_kv, int64_t sm_margin,
-      const Vectors& vectors) {
+      const Vectors& vectors, const BlockSparseArgs& sparse) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [out, lse] = fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                  max_seqlen_k, softmax_scale, causal, window_left,
-                                  window_right, softcap, deterministic, sinks, seqused_q,
-                                  seqused_k, q_descale, k_descale, v_descale,
-                                  descale_block_q, descale_block_kv, sm_margin, vectors);
+    auto [out, lse] = fwd_op().call(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+        window_left, window_right, softcap, deterministic, sinks, seqused_q, seqused_k,
+        q_descale, k_descale, v_descale, descale_block_q, descale_block_kv, sm_margin, vectors,
+        sparse.kv_num_blocks, sparse.kv_indices, sparse.full_kv_num_blocks,
+        sparse.full_kv_indices, sparse.kv_mask_bits, sparse.block_q, sparse.block_kv);
     // No gradient flows through the LSE (libhfa's backward has no dLSE input, and
     // FlashAttention-3 drops it silently); marked, lse.requires_grad says so.
     ctx->mark_non_differentiable({lse});
@@ -508,7 +554,9 @@ struct Attention : torch::autograd::Function<Attention> {
     c10::IValue values[] = {cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                             softmax_scale, causal, window_left, window_right, softcap,
                             deterministic, sinks, seqused_q, seqused_k, sm_margin,
-                            vectors};
+                            vectors, sparse.kv_num_blocks, sparse.kv_indices,
+                            sparse.full_kv_num_blocks, sparse.full_kv_indices,
+                            sparse.kv_mask_bits, sparse.block_q, sparse.block_kv};
     static_assert(sizeof(values) / sizeof(values[0]) == std::size(kSavedOptions));
     for (std::size_t i = 0; i < std::size(kSavedOptions); ++i)
       ctx->saved_data[kSavedOptions[i]] = values[i];
@@ -531,11 +579,16 @@ struct Attention : torch::autograd::Function<Attention> {
         d["causal"].toBool(), d["window_left"].toInt(), d["window_right"].toInt(),
         d["softcap"].toDouble(), d["deterministic"].toBool(), sinks,
         d["seqused_q"].toOptional<Tensor>(), d["seqused_k"].toOptional<Tensor>(),
-        d["sm_margin"].toInt(), d["vectors"].toOptional<c10::List<std::optional<Tensor>>>());
+        d["sm_margin"].toInt(), d["vectors"].toOptional<c10::List<std::optional<Tensor>>>(),
+        d["kv_num_blocks"].toOptional<Tensor>(), d["kv_indices"].toOptional<Tensor>(),
+        d["full_kv_num_blocks"].toOptional<Tensor>(), d["full_kv_indices"].toOptional<Tensor>(),
+        d["kv_mask_bits"].toOptional<Tensor>(), d["sparse_block_q"].toInt(),
+        d["sparse_block_kv"].toInt());
     // One gradient per input of forward: q, k, v, ten options, sinks, seqused_q, seqused_k,
-    // the five FP8 arguments, sm_margin and the vectors (none: no VECTOR row has a gradient).
-    // (FP8 inputs have no backward: hfa::bwd says so. So no descale is saved.)
-    torch::autograd::variable_list result(23);
+    // the five FP8 arguments, sm_margin, the vectors (none: no VECTOR row has a gradient) and
+    // the block-sparse lists (none either). (FP8 inputs have no backward: hfa::bwd says so. So
+    // no descale is saved.)
+    torch::autograd::variable_list result(24);
     result[0] = dq;
     result[1] = dk;
     result[2] = dv;
@@ -551,7 +604,7 @@ std::tuple<Tensor, Tensor> fwd_autograd(
     double softcap, bool deterministic, const OptTensor& sinks, const OptTensor& seqused_q,
     const OptTensor& seqused_k, const OptTensor& q_descale, const OptTensor& k_descale,
     const OptTensor& v_descale, int64_t descale_block_q, int64_t descale_block_kv,
-    int64_t sm_margin, const Vectors& vectors) {
+    int64_t sm_margin, const Vectors& vectors, HFA_BLOCK_SPARSE_PARAMETERS) {
   // Inference (no input wants a gradient): no autograd node, a plain redispatch.
   const bool wants_grad =
       at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() ||
@@ -561,12 +614,14 @@ std::tuple<Tensor, Tensor> fwd_autograd(
     return fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                          softmax_scale, causal, window_left, window_right, softcap,
                          deterministic, sinks, seqused_q, seqused_k, q_descale, k_descale,
-                         v_descale, descale_block_q, descale_block_kv, sm_margin, vectors);
+                         v_descale, descale_block_q, descale_block_kv, sm_margin, vectors,
+                         HFA_BLOCK_SPARSE_ARGUMENTS);
   }
   torch::autograd::variable_list result = Attention::apply(
       q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
       window_left, window_right, softcap, deterministic, sinks, seqused_q, seqused_k, q_descale,
-      k_descale, v_descale, descale_block_q, descale_block_kv, sm_margin, vectors);
+      k_descale, v_descale, descale_block_q, descale_block_kv, sm_margin, vectors,
+      BlockSparseArgs{HFA_BLOCK_SPARSE_ARGUMENTS});
   return {result[0], result[1]};
 }
 
@@ -805,7 +860,7 @@ Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
   }
   return Attention::apply(q, k, v, kNone, kNone, 0, 0, softmax_scale, causal, window_left,
                           window_right, softcap, deterministic, kNone, kNone, kNone, kNone,
-                          kNone, kNone, 0, 0, /*sm_margin=*/0, kNoVectors)[0];
+                          kNone, kNone, 0, 0, /*sm_margin=*/0, kNoVectors, kNoBlockSparse)[0];
 }
 
 Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -825,7 +880,7 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
   return Attention::apply(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                           causal, window_left, window_right, softcap, deterministic, kNone,
                           kNone, kNone, kNone, kNone, kNone, 0, 0, /*sm_margin=*/0,
-                          kNoVectors)[0];
+                          kNoVectors, kNoBlockSparse)[0];
 }
 
 }  // namespace
@@ -833,7 +888,8 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
 // Schemas: the same as python/hfa/_torch_ctypes.py's custom ops (fwd, bwd), plus the out=
 // and KV-cache forms. Optional arguments after the options keep their defaults, so that older
 // callers of hfa::fwd still bind; sm_margin and then the VECTOR rows' list come last in every
-// full op but the KV-cache ones, which take indices (added later) after them. An option argument
+// full op, followed by the block-sparse rows in the attention ones and indices (added later) in
+// the KV-cache ones. An option argument
 // is named by its hfa/options.def row's field and typed by the row's kind (FLAG bool, INT32 int,
 // REAL float, SCALE float?, TENSOR Tensor?; the VECTOR rows are the entries of `vectors`):
 // python/tests/test_torch_schema.py checks every op against the library's description
@@ -849,6 +905,12 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
 // SMs left free for other kernels (hfa_options.sm_margin), and the VECTOR rows (VectorViews),
 // last in every full op.
 #define HFA_SM_MARGIN ", int sm_margin=0, Tensor?[]? vectors=None"
+// The block-sparse rows (BlockSparseArgs), after the vectors in hfa::fwd, hfa::fwd_into and
+// hfa::bwd, with the rows' defaults.
+#define HFA_BLOCK_SPARSE                                                                       \
+  ", Tensor? kv_num_blocks=None, Tensor? kv_indices=None, Tensor? full_kv_num_blocks=None, "   \
+  "Tensor? full_kv_indices=None, Tensor? kv_mask_bits=None, int sparse_block_q=128, "           \
+  "int sparse_block_kv=128"
 #define HFA_KVCACHE_SCHEMA                                                                     \
   "Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, int cache_code, int scale_code, "         \
   "Tensor? cache_seqlens, Tensor? block_table, Tensor? k_scale, Tensor? v_scale, "               \
@@ -861,12 +923,12 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
 TORCH_LIBRARY(hfa, m) {
   m.def("fwd(Tensor q, Tensor k, Tensor v, " HFA_ATTENTION_OPTIONS
         "bool deterministic, " HFA_ATTENTION_VECTORS HFA_FP8_ARGUMENTS HFA_SM_MARGIN
-        ") -> (Tensor, Tensor)");
+        HFA_BLOCK_SPARSE ") -> (Tensor, Tensor)");
   m.def("fwd_into(Tensor q, Tensor k, Tensor v, " HFA_ATTENTION_OPTIONS HFA_ATTENTION_VECTORS
-        HFA_FP8_ARGUMENTS HFA_SM_MARGIN ", *, Tensor(o!) out) -> Tensor");
+        HFA_FP8_ARGUMENTS HFA_SM_MARGIN HFA_BLOCK_SPARSE ", *, Tensor(o!) out) -> Tensor");
   m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
         HFA_ATTENTION_OPTIONS "bool deterministic, " HFA_ATTENTION_VECTORS HFA_SM_MARGIN
-        ") -> (Tensor, Tensor, Tensor, Tensor)");
+        HFA_BLOCK_SPARSE ") -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("fwd_kvcache(" HFA_KVCACHE_SCHEMA ") -> (Tensor, Tensor)");
   m.def("fwd_kvcache_into(" HFA_KVCACHE_SCHEMA ", *, Tensor(o!) out) -> Tensor");
   // The plain calls (the section above their kernels says why).
