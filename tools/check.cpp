@@ -113,6 +113,19 @@ ForwardProblem base_problem(const HostProblem& w, int64_t head_begin) {
   return p;
 }
 
+// The run's block mask (--block-mask) over rows [a, a + rows) and keys [0, keys) of sequence
+// b, for a problem of those alone (its row 0 is row a): built again from the pattern, as the
+// run's was, and set in p. Nothing without a mask.
+constexpr int32_t kCheckMaskBlock = 64;  // any size: the float64 reference reads the lists
+
+void restrict_block_mask(const Spec& s, int64_t b, int64_t a, int64_t rows, int64_t keys,
+                         HostBlockMask* mask, ForwardProblem* p) {
+  if (!s.block_mask) return;
+  build_block_mask([&](int64_t i) { return s.mask_keys(b, a + i); }, rows, keys,
+                   kCheckMaskBlock, kCheckMaskBlock, mask);
+  p->block_sparse = mask->view;
+}
+
 struct Errors {
   ErrorStat out, lse, dq, dk, dv;
 };
@@ -147,6 +160,8 @@ void check_block(const HostProblem& w, bool backward, int64_t b, int64_t h, int6
   p.window_left = reduced.left;
   p.window_right = reduced.right;
   p.causal = p.window_left < 0 && p.window_right == 0;
+  HostBlockMask mask;
+  restrict_block_mask(s, b, a, r, reduced.seqlen_k, &mask, &p);
 
   std::vector<double> out(r * s.hdim_v), lse(r);
   cpu::reference_forward(p, out.data(), lse.data());
@@ -198,6 +213,8 @@ void check_key_gradients(const HostProblem& w, int64_t b, int64_t g, Errors* err
   p.v_stride = contiguous(seqlen_k, 1, s.hdim_v);
   bp.dout = dout.data();
   bp.dout_stride = contiguous(seqlen_q, group, s.hdim_v);
+  HostBlockMask mask;
+  restrict_block_mask(s, b, 0, seqlen_q, seqlen_k, &mask, &p);
   std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
   cpu::reference_backward(bp, dq.data(), dk.data(), dv.data());
   for (int64_t j = 0; j < seqlen_k; ++j) {

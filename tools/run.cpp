@@ -43,6 +43,13 @@ float64 reference on a sample of rows. Exits 1 when the comparison fails.
   --varlen L1,L2,...       a varlen batch (cu_seqlens) of these lengths, 0 allowed; sets
                            --batch and the lengths, checked sequence by sequence
   --varlen-k L1,L2,...     the sequences' key lengths apart                 [= --varlen]
+  --block-mask PATTERN     block-sparse attention (FlexAttention's BlockMask layout, CPU) over
+                           a mask the tool builds in blocks of --sparse-block-q x
+                           --sparse-block-kv, ANDed with causal and the window; PATTERN is
+                           document:L1,L2,... (documents of these lengths, repeated to fill
+                           the sequence) or causal-sliding:W (keys i - W .. i). Over each
+                           sequence, or with --varlen over the packed tokens (as FlexAttention
+                           users write a mask for a packed batch)
   --kvcache                decode over a paged KV cache (forward_kvcache) instead; reports
                            GB/s of cache read (codes and scales). With it:
     --cache-len N|L1,...   cached tokens per sequence (a list sets --batch) [1024]
@@ -67,9 +74,9 @@ names the flags to lower). Before a run that may take a second or more, it measu
 sample of the problem on the device and prints the estimated work and time on stderr; a run
 estimated over --max-time is refused.
 
-TFLOP/s count the (query, key) pairs the mask lets through (causal, window), summed over
-the sequences of a varlen batch. A KV cache is filled by the library's quantize_kv and checked
-against the float64 reference over what dequantize_kv reads back.
+TFLOP/s count the (query, key) pairs the mask lets through (causal, window, block mask),
+summed over the sequences of a varlen batch. A KV cache is filled by the library's quantize_kv
+and checked against the float64 reference over what dequantize_kv reads back.
 )";
 
 // `amount` (FLOPs, bytes) per call as a rate in `unit` (1e12: TFLOP/s, 1e9: GB/s).

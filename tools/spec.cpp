@@ -19,6 +19,12 @@ int64_t start(const std::vector<int64_t>& lengths, int64_t fixed, int64_t b) {
 int64_t Spec::start_q(int64_t b) const { return start(varlen_q, seqlen_q, b); }
 int64_t Spec::start_k(int64_t b) const { return start(varlen_k, seqlen_k, b); }
 
+KeyRange Spec::mask_keys(int64_t b, int64_t i) const {
+  if (!block_mask) return {0, seqlen_k_of(b) - 1};
+  const KeyRange keys = block_mask.keys(mask_row(b) + i);
+  return {keys.first - mask_key(b), keys.last - mask_key(b)};
+}
+
 float Spec::softmax_scale() const {
   return rows.softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(hdim)));
 }
@@ -60,6 +66,9 @@ std::string Spec::describe() const {
   if (softcap > 0) s << ", softcap " << softcap;
   if (sinks) s << ", sinks";
   if (sm_margin > 0) s << ", sm_margin " << sm_margin;
+  if (block_mask)
+    s << ", block mask " << block_mask.describe() << " (" << rows.sparse_block_q << " x "
+      << rows.sparse_block_kv << ")";
   return s.str();
 }
 
@@ -130,30 +139,38 @@ void parse_spec(Args& args, Spec* spec) {
   spec->sinks = args.flag("sinks");
   // The upper bound is the GPU's SM count, which the library checks (naming sm_margin).
   spec->sm_margin = static_cast<int32_t>(args.integer("sm-margin", 0, 0, 1 << 20));
+  if (const auto mask = args.value("block-mask")) spec->block_mask = parse_block_mask(*mask);
 }
 
 int64_t visible_pairs(int64_t seqlen_q, int64_t seqlen_k, bool causal, int32_t window_left,
-                      int32_t window_right) {
+                      int32_t window_right, const RowKeys& row_keys) {
   const int64_t right = causal ? 0 : window_right;
   int64_t pairs = 0;
   for (int64_t i = 0; i < seqlen_q; ++i) {
     const int64_t diagonal = i + seqlen_k - seqlen_q;  // bottom-right aligned
-    const int64_t first = window_left < 0 ? 0 : std::max<int64_t>(0, diagonal - window_left);
-    const int64_t last = right < 0 ? seqlen_k - 1 : std::min(seqlen_k - 1, diagonal + right);
+    int64_t first = window_left < 0 ? 0 : std::max<int64_t>(0, diagonal - window_left);
+    int64_t last = right < 0 ? seqlen_k - 1 : std::min(seqlen_k - 1, diagonal + right);
+    if (row_keys) {
+      const KeyRange mask = row_keys(i);
+      first = std::max(first, mask.first), last = std::min(last, mask.last);
+    }
     pairs += std::max<int64_t>(0, last - first + 1);
   }
   return pairs;
 }
 
 double forward_flops(const Spec& s) {
-  double pairs = 0;  // over the whole batch
+  auto pairs_of = [&](int64_t b) {  // sequence b's
+    RowKeys mask;
+    if (s.block_mask) mask = [&s, b](int64_t i) { return s.mask_keys(b, i); };
+    return static_cast<double>(visible_pairs(s.seqlen_q_of(b), s.seqlen_k_of(b), s.causal,
+                                             s.window_left, s.window_right, mask));
+  };
+  double pairs = 0;  // over the whole batch; fixed-length sequences share one mask
   if (s.varlen_q.empty() && s.varlen_k.empty())
-    pairs = static_cast<double>(s.batch) *
-            static_cast<double>(visible_pairs(s.seqlen_q, s.seqlen_k, s.causal, s.window_left, s.window_right));
+    pairs = static_cast<double>(s.batch) * pairs_of(0);
   else
-    for (int64_t b = 0; b < s.batch; ++b)
-      pairs += static_cast<double>(
-          visible_pairs(s.seqlen_q_of(b), s.seqlen_k_of(b), s.causal, s.window_left, s.window_right));
+    for (int64_t b = 0; b < s.batch; ++b) pairs += pairs_of(b);
   return 2.0 * s.heads * pairs * (s.hdim + s.hdim_v);
 }
 

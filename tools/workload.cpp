@@ -90,6 +90,7 @@ Workload::Workload(const Spec& spec, uint64_t seed, bool backward)
     sinks_ = to_device(s.device, sinks, {s.heads}, true);  // not packed
     options_.sinks = &sinks_.tensor;
   }
+  if (s.block_mask) attach_block_mask();
   allocate_workspace();
   if (!backward) return;
 
@@ -103,6 +104,28 @@ Workload::Workload(const Spec& spec, uint64_t seed, bool backward)
   dk_ = make_slot(dk, {batch, seqlen_k, s.kv_heads, s.hdim}, false);
   dv_ = make_slot(dv, {batch, seqlen_k, s.kv_heads, s.hdim_v}, false);
   allocate_workspace();
+}
+
+// The block mask over each sequence (fixed length: one mask broadcast over the batch and the
+// heads) or over the packed tokens (varlen), on the run's device.
+void Workload::attach_block_mask() {
+  const Spec& s = spec_;
+  const bool packed = !s.varlen_q.empty();
+  HostBlockMask mask;
+  build_block_mask([&s](int64_t i) { return s.block_mask.keys(i); },
+                   packed ? s.total_q() : s.seqlen_q, packed ? s.total_k() : s.seqlen_k,
+                   s.rows.sparse_block_q, s.rows.sparse_block_kv, &mask);
+  const int64_t m = mask.q_blocks;
+  mask_counts_ = to_device(s.device, mask.counts, {1, 1, m}, true);
+  mask_indices_ = to_device(s.device, mask.indices, {1, 1, m, mask.slots}, true);
+  mask_full_counts_ = to_device(s.device, mask.full_counts, {1, 1, m}, true);
+  mask_full_indices_ = to_device(s.device, mask.full_indices, {1, 1, m, mask.full_slots}, true);
+  mask_bits_ = to_device(s.device, mask.bits, {1, 1, m, mask.bits.size() / m}, true);
+  options_.kv_num_blocks = &mask_counts_.tensor;
+  options_.kv_indices = &mask_indices_.tensor;
+  options_.full_kv_num_blocks = &mask_full_counts_.tensor;
+  options_.full_kv_indices = &mask_full_indices_.tensor;
+  options_.kv_mask_bits = &mask_bits_.tensor;
 }
 
 void Workload::allocate_workspace() {

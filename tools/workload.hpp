@@ -52,7 +52,7 @@ class HostProblem {
 
 class Workload : public HostProblem {
  public:
-  Workload(const Workload&) = delete;  // options_ points at the sinks slot of this object
+  Workload(const Workload&) = delete;  // options_ points at slots of this object
   // Inputs q, k, v (and dout with `backward`) are random normals from `seed`; varlen specs
   // (varlen_q and varlen_k both set) run packed, with cu_seqlens.
   // Throws WorkloadError when the library rejects the problem already at the workspace query.
@@ -68,11 +68,13 @@ class Workload : public HostProblem {
   using Slot = DeviceTensor;
   void allocate_workspace();
   Slot make_slot(const HostArray& host, std::initializer_list<int64_t> shape, bool upload);
+  void attach_block_mask();
 
   bool with_backward_ = false;
   Options options_;
   Slot q_, k_, v_, dout_, out_, lse_, dq_, dk_, dv_, sinks_;
   Slot cu_seqlens_q_, cu_seqlens_k_;  // varlen only
+  Slot mask_counts_, mask_indices_, mask_full_counts_, mask_full_indices_, mask_bits_;
   std::unique_ptr<DeviceMemory> workspace_;  // what the backend asks for, if anything
 };
 

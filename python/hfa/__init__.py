@@ -15,7 +15,7 @@ use (HFA_LIBRARY, then next to this package, then the checkout's build/*/src/).
 import re
 import sys
 
-from . import _args, _lib
+from . import _args, _block_mask, _lib
 from ._lib import (HfaError, HfaInvalidArgument, HfaNotSupported, candidate_paths,
                    cuda_device_count, library_path, version)
 from ._merge import merge_partials
@@ -103,19 +103,20 @@ def _frontend(q):
     raise TypeError(f"q: expected a torch.Tensor or a numpy.ndarray, got {type(q).__name__}")
 
 
-def _block_mask_rows(options: dict, fe) -> dict:
-    """options with block_mask= replaced by the rows it stands for (hfa._block_mask)."""
-    if fe is not None:
-        raise NotImplementedError("block_mask: torch tensors do not take block-sparse masks yet "
-                                  "(the torch ops have no block-sparse arguments); numpy does")
-    from . import _block_mask
-    options = dict(options)
-    given = _block_mask.rows(options.pop("block_mask"))
-    for name in given:
-        if name in options:
-            raise TypeError(f"{name}: given twice (as a keyword and in block_mask)")
-    options.update(given)
-    return options
+def _attention_options(options: dict, fe, call: int):
+    """The keyword options of an attention call (hfa_options' rows by their caller names) as
+    {field: value} (hfa._args.options), block_mask= replaced by the rows it stands for, as
+    torch tensors or numpy arrays for the front end fe (hfa._block_mask); None when none."""
+    if not options:
+        return None
+    if "block_mask" in options:
+        options = dict(options)
+        given = _block_mask.rows(options.pop("block_mask"), as_numpy=fe is None)
+        for name in given:
+            if name in options:
+                raise TypeError(f"{name}: given twice (as a keyword and in block_mask)")
+        options.update(given)
+    return _args.options(options, _lib.Options, call)
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -144,9 +145,10 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     too but its grid is not limited by it (hfa.h); the CPU ignores it.
     **options: every other row of the options' description (include/hfa/options.def) this call
     reads, by its name (hfa._lib.caller_rows), checked as the named arguments are.
-    block_mask= (numpy, CPU): block-sparse attention from torch's FlexAttention
-    BlockMask (its partial blocks' bits evaluated from its mask_mod once, cached on it) or a
-    mapping of the kv_num_blocks ... sparse_block_kv rows' values (hfa._block_mask).
+    block_mask= (CPU): block-sparse attention from torch's FlexAttention BlockMask (its partial
+    blocks' bits evaluated from its mask_mod once, cached on it: under torch.compile, call once
+    eagerly first) or a mapping of the kv_num_blocks ... sparse_block_kv rows' values
+    (hfa._block_mask); with torch tensors through the ops, autograd included.
     Returns out, or (out, lse) when return_attn_probs (the LSE, not the probabilities, as FA3).
     """
     # The scalar arguments checked and normalized (hfa._args), one call each: this is the
@@ -161,9 +163,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     descale_block_q = _args.integer(descale_block_q, "descale_block_q")
     descale_block_kv = _args.integer(descale_block_kv, "descale_block_kv")
     fe = _frontend(q)
-    if "block_mask" in options:
-        options = _block_mask_rows(options, fe)
-    options = _args.options(options, _lib.Options, _lib.CALL_FORWARD) if options else None
+    options = _attention_options(options, fe, _lib.CALL_FORWARD)
     if fe is not None:
         return fe.flash_attn_func(q, k, v, softmax_scale, causal, window_size, softcap,
                                   deterministic, return_attn_probs, learnable_sink, out,
@@ -195,7 +195,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     the cache tokens of each sequence, cu_seqlens_k unused; this runs flash_attn_with_kvcache
     with varlen queries (num_splits and the descales as there). Otherwise as flash_attn_func,
     FP8 inputs and their descales included (a per-block descale counts the blocks of each
-    sequence from its first row), and sm_margin."""
+    sequence from its first row), and sm_margin. block_mask= is the packed tokens' mask, as
+    FlexAttention users write it for documents packed into one sequence: batch 1, blocks
+    counted from token 0, ANDed with the sequences' bounds."""
     window_size = _args.window(window_size)
     softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
     softcap = _args.real(softcap, "softcap")
@@ -234,7 +236,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             raise
     fp8 = (q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
     fe = _frontend(q)
-    options = _args.options(options, _lib.Options, _lib.CALL_FORWARD) if options else None
+    options = _attention_options(options, fe, _lib.CALL_FORWARD)
     if fe is not None:
         return fe.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                          max_seqlen_k, softmax_scale, causal, window_size,
@@ -264,7 +266,7 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     softmax_d (float32, laid out as lse): D = rowsum(dout * out) computed once by the caller,
     e.g. for the steps of a context-parallel ring, which share the final out; out is then not
     read. lse may be a slice of a longer one (any strides with a unit last one).
-    block_mask= (numpy): the forward's (flash_attn_func), its rows cached on a BlockMask."""
+    block_mask=: the forward's (flash_attn_func), its rows cached on a BlockMask."""
     window_size = _args.window(window_size)
     softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
     softcap = _args.real(softcap, "softcap")
@@ -274,9 +276,7 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     fe = _frontend(q)
-    if "block_mask" in options:
-        options = _block_mask_rows(options, fe)
-    options = _args.options(options, _lib.Options, _lib.CALL_BACKWARD) if options else None
+    options = _attention_options(options, fe, _lib.CALL_BACKWARD)
     if fe is not None:
         return fe.flash_attn_backward(dout, q, k, v, out, lse, softmax_scale, causal,
                                       window_size, softcap, deterministic, cu_seqlens_q,
@@ -319,7 +319,7 @@ def flash_attn_accumulate(q, k, v, out, lse, softmax_scale=None, causal=False,
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     fe = _frontend(q)
-    options = _args.options(options, _lib.Options, _lib.CALL_FORWARD) if options else None
+    options = _attention_options(options, fe, _lib.CALL_FORWARD)
     if fe is not None:
         return fe.flash_attn_accumulate(q, k, v, out, lse, softmax_scale, causal, window_size,
                                         softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,

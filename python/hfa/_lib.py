@@ -8,11 +8,12 @@ front ends build `Tensor` views over their own memory, prepare a call here (`pre
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import glob
 import os
 import threading
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 # --- enums, as in hfa.h ------------------------------------------------------------------------
 
@@ -154,6 +155,13 @@ class OptionInfo(ctypes.Structure):
     ]
 
 
+# One row of the description as plain Python values (its strings as bytes), with
+# hfa_option_info's fields: what OPTION_INFO holds. The front end reads rows in code that
+# torch.compile traces, and the dynamo of torch 2.11 cannot read a ctypes Structure's fields (it
+# finds the class's CField descriptors, not their values).
+Row = collections.namedtuple("Row", [field for field, _ in OptionInfo._fields_])
+
+
 # hfa_option_kind, and each kind's C type.
 FLAG, INT32, REAL, SCALE, TENSOR, HANDLE, BYTES, VECTOR = range(8)
 _KIND_TYPES = {FLAG: ctypes.c_int32, INT32: ctypes.c_int32, REAL: ctypes.c_float,
@@ -163,7 +171,7 @@ _POINTERS = (TENSOR, VECTOR)  # the kinds a tensor is given for, as a pointer to
 # hfa_option_calls
 CALL_FORWARD, CALL_BACKWARD, CALL_KVCACHE = 1, 2, 4
 _OPTIONS_STRUCTS = {0: Options, 1: KVCacheOptions}  # hfa_options_struct
-OPTION_INFO = {}  # struct class -> {field name: OptionInfo}, once the library is loaded
+OPTION_INFO = {}  # struct class -> {field name: Row}, once the library is loaded
 
 
 def _mirror_options(lib: ctypes.CDLL) -> None:
@@ -194,7 +202,9 @@ def _mirror_options(lib: ctypes.CDLL) -> None:
                 raise OSError(f"hfa: {struct.__name__}.{name} lies elsewhere in this libhfa")
         if ctypes.sizeof(struct) != size.value:
             raise OSError(f"hfa: {struct.__name__} has another size in this libhfa")
-        OPTION_INFO[struct] = {info.name.decode(): info for info in infos}
+        OPTION_INFO[struct] = {info.name.decode(): Row(*(getattr(info, field)
+                                                         for field in Row._fields))
+                               for info in infos}
 
 
 _lib = None
@@ -343,7 +353,7 @@ def _options(struct, init, values) -> ctypes.Structure:
     return o
 
 
-def _set(o: ctypes.Structure, info: OptionInfo, value) -> None:
+def _set(o: ctypes.Structure, info: Row, value) -> None:
     """One field of an options struct, by its row's kind."""
     name = info.name.decode()
     if info.kind == SCALE:
@@ -377,7 +387,7 @@ _caller_rows = {}
 
 
 def caller_rows(struct, call: int) -> dict:
-    """{caller name: OptionInfo} of the rows of `struct` that `call` (CALL_*) reads and no
+    """{caller name: Row} of the rows of `struct` that `call` (CALL_*) reads and no
     entry point sets by hand: the keyword arguments an entry point takes from the description."""
     key = (struct, call)
     rows = _caller_rows.get(key)
@@ -399,20 +409,36 @@ def vector_rows(struct) -> list:
 SCALARS = (FLAG, INT32, REAL, SCALE)  # the kinds the torch ops take in `scalars`
 
 
-def vectors_of(struct, fields: dict):
-    """The torch ops' `vectors` argument for the rows given ({field: value}, hfa._args.options):
-    entry n for the n-th VECTOR row, None where not given; None when no vector is given (the
-    usual call). The scalar rows go to scalars_of; any other row has no place in the ops yet:
-    NotImplementedError naming it."""
+class OpArguments(NamedTuple):
+    """The torch ops' option arguments for the rows a caller gave by keyword (op_arguments).
+    Each row reaches an op one way, by its kind, so that a new row of a kind needs no schema
+    edit where its kind comes in a list (src/torch/ops.cpp)."""
+    vectors: Optional[list]  # `vectors`: entry n for the n-th VECTOR row (vector_rows)
+    tensors: dict  # the TENSOR rows, {field: tensor}: the arguments of their fields' names
+    scalars: Optional[list]  # `scalars`: (row, value) pairs (scalars_of)
+
+
+NO_OP_ARGUMENTS = OpArguments(None, {}, None)  # the usual call: no keyword row
+
+
+def op_arguments(struct, fields: dict) -> OpArguments:
+    """The torch ops' option arguments for the rows given ({field: value}, hfa._args.options):
+    the VECTOR rows in `vectors` (None where not given; None when no vector is given), the
+    TENSOR rows by name (python/tests/test_torch_schema.py checks that the full ops take every
+    one their calls read) and the scalar rows in `scalars`. A row of another kind has no place
+    in the ops: NotImplementedError naming it."""
     if not fields:
-        return None
+        return NO_OP_ARGUMENTS
+    rows = OPTION_INFO[struct]
     for field in fields:
-        info = OPTION_INFO[struct][field]
-        if info.kind not in SCALARS + (VECTOR,):
-            raise NotImplementedError(f"{info.caller.decode()}: not taken by the torch ops yet "
-                                      "(numpy arrays and the C ABI take it)")
-    given = [fields.get(info.name.decode()) for info in vector_rows(struct)]
-    return given if any(t is not None for t in given) else None
+        if rows[field].kind not in SCALARS + (VECTOR, TENSOR):
+            raise NotImplementedError(f"{rows[field].caller.decode()}: not taken by the torch "
+                                      "ops (numpy arrays and the C ABI take it)")
+    vectors = [fields.get(info.name.decode()) for info in vector_rows(struct)]
+    return OpArguments(vectors if any(t is not None for t in vectors) else None,
+                       {field: value for field, value in fields.items()
+                        if rows[field].kind == TENSOR},
+                       scalars_of(struct, fields))
 
 
 def scalars_of(struct, fields: dict):

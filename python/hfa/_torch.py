@@ -81,7 +81,9 @@ _bwd = torch.ops.hfa.bwd.default
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
               causal, window_left, window_right, softcap, deterministic, sinks=None,
               seqused_q=None, seqused_k=None, q_descale=None, k_descale=None, v_descale=None,
-              descale_block_q=0, descale_block_kv=0, sm_margin=0, vectors=None, scalars=None):
+              descale_block_q=0, descale_block_kv=0, sm_margin=0, vectors=None,
+              kv_num_blocks=None, kv_indices=None, full_kv_num_blocks=None, full_kv_indices=None,
+              kv_mask_bits=None, scalars=None):
     out_shape, lse = out_shapes(q, v, is_varlen(cu_seqlens_q, cu_seqlens_k))
     return (q.new_empty(out_shape, dtype=out_dtype(q.dtype)),
             q.new_empty(lse, dtype=torch.float32))
@@ -91,7 +93,8 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, s
 def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
               softmax_scale, causal, window_left, window_right, softcap, deterministic,
               sinks=None, seqused_q=None, seqused_k=None, sm_margin=0, vectors=None,
-              scalars=None):
+              kv_num_blocks=None, kv_indices=None, full_kv_num_blocks=None, full_kv_indices=None,
+              kv_mask_bits=None, scalars=None):
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             q.new_empty(dsinks_shape(sinks), dtype=torch.float32))
 
@@ -111,7 +114,9 @@ if NATIVE:
                        softmax_scale, causal, window_left, window_right, softcap, sinks=None,
                        seqused_q=None, seqused_k=None, q_descale=None, k_descale=None,
                        v_descale=None, descale_block_q=0, descale_block_kv=0, sm_margin=0,
-                       vectors=None, scalars=None, *, out):
+                       vectors=None, kv_num_blocks=None, kv_indices=None,
+                       full_kv_num_blocks=None, full_kv_indices=None, kv_mask_bits=None,
+                       scalars=None, *, out):
         varlen = is_varlen(cu_seqlens_q, cu_seqlens_k)
         return q.new_empty(lse_shape(q, varlen), dtype=torch.float32)
 
@@ -181,25 +186,28 @@ _NO_FP8 = (None, None, None, 0, 0)
 
 def _forward(q, k, v, out, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
              deterministic, sinks, seqused_q, seqused_k, fp8=_NO_FP8, sm_margin=0,
-             table=(None, None)):
+             arguments=_lib.NO_OP_ARGUMENTS):
     """(out, lse); into the caller's out when given (no autograd through it). fp8: _fp8's;
-    table: the ops' vectors and scalars (_table)."""
+    arguments: the ops' option arguments (_option_arguments)."""
+    vectors = arguments.vectors
+    rows = dict(arguments.tensors, scalars=arguments.scalars)  # after `vectors`, by name
     if out is None:
         return _fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
-                    deterministic, sinks, seqused_q, seqused_k, *fp8, sm_margin, *table)
+                    deterministic, sinks, seqused_q, seqused_k, *fp8, sm_margin, vectors, **rows)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                        for t in (q, k, v, sinks)):
         raise ValueError("out: writing into a given out is not differentiable; call under "
                          "torch.no_grad() or leave out=None")
     into_args = (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, sinks,
-                 seqused_q, seqused_k, *fp8, sm_margin, *table)
+                 seqused_q, seqused_k, *fp8, sm_margin, vectors)
     if NATIVE:
-        return out, _fwd_into(*into_args, out=out)
+        return out, _fwd_into(*into_args, out=out, **rows)
     if out.dtype != out_dtype(q.dtype):  # an f16 out of FP8 inputs: hfa::fwd returns bf16
         from . import _torch_ctypes
-        return out, _torch_ctypes.fwd_into(*into_args, out=out)
+        return out, _torch_ctypes.fwd_into(*into_args, out=out, **rows)
     result, lse = _fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap,
-                       deterministic, sinks, seqused_q, seqused_k, *fp8, sm_margin, *table)
+                       deterministic, sinks, seqused_q, seqused_k, *fp8, sm_margin, vectors,
+                       **rows)
     if out.shape != result.shape or out.dtype != result.dtype or out.device != result.device:
         raise ValueError(f"out: expected {tuple(result.shape)} {result.dtype} on "
                          f"{result.device}, got {tuple(out.shape)} {out.dtype} on {out.device}")
@@ -214,21 +222,16 @@ def check_tensors(**arguments):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
 
 
-_NO_TABLE = (None, None)
-
-
-def _table(options, struct=_lib.Options):
-    """The ops' `vectors` and `scalars` for the rows given by their names ({field: value},
-    hfa._args.options; hfa._lib.vectors_of and scalars_of), each vector a tensor (TypeError
-    naming the argument otherwise)."""
+def _option_arguments(options, struct=_lib.Options):
+    """The ops' option arguments (hfa._lib.op_arguments) for the rows given by the caller's
+    keywords ({field: value}, hfa._args.options), each VECTOR and TENSOR row's value a tensor
+    (TypeError naming the argument otherwise)."""
     if not options:
-        return _NO_TABLE
-    vectors = _lib.vectors_of(struct, options)
-    if vectors is not None:
-        rows = _lib.OPTION_INFO[struct]
-        check_tensors(**{rows[field].caller.decode(): t for field, t in options.items()
-                         if rows[field].kind == _lib.VECTOR})
-    return vectors, _lib.scalars_of(struct, options)
+        return _lib.NO_OP_ARGUMENTS
+    rows = _lib.OPTION_INFO[struct]
+    check_tensors(**{rows[field].caller.decode(): value for field, value in options.items()
+                     if rows[field].kind in (_lib.TENSOR, _lib.VECTOR)})
+    return _lib.op_arguments(struct, options)
 
 
 def _plain(learnable_sink, out, q_descale, k_descale, v_descale, descale_block_q,
@@ -248,16 +251,15 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     check_tensors(k=k, v=v, learnable_sink=learnable_sink, out=out, q_descale=q_descale,
                   k_descale=k_descale, v_descale=v_descale)
     wl, wr = window_size  # ints: hfa.flash_attn_func normalized it (hfa._args.window)
-    table = _table(options)
-    if not (return_attn_probs or sm_margin or table != _NO_TABLE) and _plain(
-            learnable_sink, out, q_descale, k_descale, v_descale, descale_block_q,
-            descale_block_kv):
+    if not (return_attn_probs or sm_margin or options) and _plain(learnable_sink, out, q_descale,
+                                                      k_descale, v_descale, descale_block_q,
+                                                      descale_block_kv):
         return _attention(q, k, v, softmax_scale, bool(causal), wl, wr, float(softcap),
                           bool(deterministic))
     out, lse = _forward(q, k, v, out, None, None, 0, 0, softmax_scale, bool(causal), wl, wr,
                         float(softcap), bool(deterministic), _sinks(learnable_sink), None, None,
                         _fp8(q_descale, k_descale, v_descale, descale_block_q,
-                             descale_block_kv), int(sm_margin), table)
+                             descale_block_kv), int(sm_margin), _option_arguments(options))
     return (out, lse) if return_attn_probs else out
 
 
@@ -271,9 +273,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                   seqused_q=seqused_q, seqused_k=seqused_k, learnable_sink=learnable_sink,
                   out=out, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     wl, wr = window_size  # normalized by hfa.flash_attn_varlen_func
-    table = _table(options)
-    if (not (return_attn_probs or sm_margin or table != _NO_TABLE) and seqused_q is None
-            and seqused_k is None
+    if (not (return_attn_probs or sm_margin or options) and seqused_q is None and seqused_k is None
             and _plain(learnable_sink, out, q_descale, k_descale, v_descale, descale_block_q,
                        descale_block_kv)):
         return _varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
@@ -286,7 +286,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                         wr, float(softcap), bool(deterministic), _sinks(learnable_sink),
                         seqused_q, seqused_k,
                         _fp8(q_descale, k_descale, v_descale, descale_block_q,
-                             descale_block_kv), int(sm_margin), table)
+                             descale_block_kv), int(sm_margin), _option_arguments(options))
     return (out, lse) if return_attn_probs else out
 
 
@@ -307,18 +307,20 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     wl, wr = _window(window_size)
     mq, mk = _max_lengths(cu_seqlens_q, max_seqlen_q, max_seqlen_k)
     sinks = _sinks(learnable_sink)
-    vectors, scalars = _table(options)
+    vectors, tensors, scalars = _option_arguments(options)
     arguments = (cu_seqlens_q, cu_seqlens_k, mq, mk, softmax_scale, bool(causal), wl, wr,
                  float(softcap), bool(deterministic), sinks, seqused_q, seqused_k,
                  int(sm_margin))
     if softmax_d is None:
-        dq, dk, dv, dsinks = _bwd(dout, q, k, v, out, lse, *arguments, vectors, scalars)
+        dq, dk, dv, dsinks = _bwd(dout, q, k, v, out, lse, *arguments, vectors, **tensors,
+                                  scalars=scalars)
     else:  # no op takes a given D: the C ABI directly
         from . import _torch_calls
         dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
         dsinks = torch.empty(dsinks_shape(sinks), dtype=torch.float32, device=q.device)
         _torch_calls.backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, *arguments,
-                                   softmax_d=softmax_d, vectors=vectors, scalars=scalars)
+                                   softmax_d=softmax_d, vectors=vectors, tensors=tensors,
+                                   scalars=scalars)
     return (dq, dk, dv) if sinks is None else (dq, dk, dv, dsinks)
 
 
@@ -337,12 +339,12 @@ def flash_attn_accumulate(q, k, v, out, lse, softmax_scale, causal, window_size,
     from . import _torch_calls
     wl, wr = window_size  # normalized by hfa.flash_attn_accumulate
     mq, mk = _max_lengths(cu_seqlens_q, max_seqlen_q, max_seqlen_k)
-    vectors, scalars = _table(options)
+    vectors, tensors, scalars = _option_arguments(options)
     _torch_calls.forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, mq, mk,
                               softmax_scale, bool(causal), wl, wr, float(softcap),
                               _sinks(learnable_sink), seqused_q, seqused_k,
                               sm_margin=int(sm_margin), accumulate=True, vectors=vectors,
-                              scalars=scalars)
+                              tensors=tensors, scalars=scalars)
     return out, lse
 
 
@@ -363,12 +365,12 @@ def forward_kvcache(q, k_cache, v_cache, out, cache_code, scale_code, cache_seql
     """(out, lse) through the native hfa::fwd_kvcache ops (python/hfa/_kvcache.py has already
     resolved the cache format and the lengths' defaults)."""
     wl, wr = _window(window_size)
+    vectors, tensors, scalars = _option_arguments(options, _lib.KVCacheOptions)
     args = (q, k_cache, v_cache, cache_code, scale_code, cache_seqlens, page_table, k_scale,
             v_scale, k_global_scale, v_global_scale, k, v, rotary_cos, rotary_sin,
             bool(rotary_interleaved), cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new,
             softmax_scale, bool(causal), wl, wr, float(softcap), num_splits, split_size,
-            int(sm_margin))
-    vectors, scalars = _table(options, _lib.KVCacheOptions)
+            int(sm_margin), vectors)
     if out is None:
-        return _fwd_kvcache(*args, vectors, scalars=scalars)
-    return out, _fwd_kvcache_into(*args, vectors, scalars=scalars, out=out)
+        return _fwd_kvcache(*args, **tensors, scalars=scalars)
+    return out, _fwd_kvcache_into(*args, **tensors, scalars=scalars, out=out)

@@ -76,14 +76,19 @@ class CallArguments:
                  sinks=None, seqused_q=None, seqused_k=None, dsinks=None, q_descale=None,
                  k_descale=None, v_descale=None, descale_block_q=0, descale_block_kv=0,
                  sm_margin=0, accumulate=False, softmax_d=None, table_vectors=None,
-                 table_scalars=None):
+                 table_tensors=None, table_scalars=None):
         self.keep = []
-        vectors = {}
-        # The ops' `vectors`: entry n sets the n-th VECTOR row (hfa._lib.vector_rows).
-        for info, t in zip(_lib.vector_rows(_lib.Options), table_vectors or ()):
+        fields = {}  # the options' fields given, by name
+        # The ops' `vectors`: entry n sets the n-th VECTOR row (hfa._lib.vector_rows); their
+        # TENSOR rows come by field (hfa._lib.op_arguments).
+        tensors = dict(zip((info.name.decode() for info in _lib.vector_rows(_lib.Options)),
+                           table_vectors or ()))
+        tensors.update(table_tensors or {})
+        rows = _lib.OPTION_INFO[_lib.Options]
+        for field, t in tensors.items():
             if t is not None:
-                t, vectors[info.name.decode()] = view(t, info.caller.decode())
-                self.keep += [t, vectors[info.name.decode()]]
+                t, fields[field] = view(t, rows[field].caller.decode())
+                self.keep += [t, fields[field]]
         # The options' field, and the caller's name of what is given there. cu_seqlens_q without
         # cu_seqlens_k, or the other way round, is the library's to name.
         for field, name, t in (("cu_seqlens_q", "cu_seqlens_q", cu_seqlens_q),
@@ -93,16 +98,16 @@ class CallArguments:
                                ("seqused_k", "seqused_k", seqused_k),
                                ("dsinks", "dsinks", dsinks)):
             if t is not None:
-                t, vectors[field] = view(t, name)
-                self.keep += [t, vectors[field]]
+                t, fields[field] = view(t, name)
+                self.keep += [t, fields[field]]
         for name, t in (("q_descale", q_descale), ("k_descale", k_descale),
                         ("v_descale", v_descale)):
             if t is not None:
-                vectors[name] = view_as_is(t, name)
-                self.keep += [t, vectors[name]]
+                fields[name] = view_as_is(t, name)
+                self.keep += [t, fields[name]]
         if softmax_d is not None:
-            softmax_d, vectors["softmax_d"] = view(softmax_d, "softmax_d")
-            self.keep += [softmax_d, vectors["softmax_d"]]
+            softmax_d, fields["softmax_d"] = view(softmax_d, "softmax_d")
+            self.keep += [softmax_d, fields["softmax_d"]]
         stream = None
         if ref.device.type == "cuda":
             stream = torch.cuda.current_stream(ref.device).cuda_stream
@@ -111,7 +116,7 @@ class CallArguments:
             softcap=softcap, deterministic=deterministic, max_seqlen_q=max_seqlen_q,
             max_seqlen_k=max_seqlen_k, stream=stream, descale_block_q=descale_block_q,
             descale_block_kv=descale_block_kv, sm_margin=sm_margin, accumulate=accumulate,
-            **vectors)
+            **fields)
         # The ops' `scalars`: (row, value) pairs, set after the named arguments (hfa._lib).
         if table_scalars:
             _lib.set_scalars(self.options, table_scalars)
@@ -120,10 +125,11 @@ class CallArguments:
 def forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
              softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
              seqused_k, q_descale=None, k_descale=None, v_descale=None, descale_block_q=0,
-             descale_block_kv=0, sm_margin=0, accumulate=False, vectors=None,
+             descale_block_kv=0, sm_margin=0, accumulate=False, vectors=None, tensors=None,
              scalars=None) -> None:
     """The library's forward into out and lse, taken as they are (with accumulate: merged
-    into them)."""
+    into them). vectors, tensors and scalars: the ops' option arguments
+    (hfa._lib.op_arguments)."""
     q, qt = view(q, "q")
     k, kt = view(k, "k")
     v, vt = view(v, "v")
@@ -132,7 +138,7 @@ def forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                          softmax_scale, causal, window_left, window_right, softcap, False, sinks,
                          seqused_q, seqused_k, None, q_descale, k_descale, v_descale,
                          descale_block_q, descale_block_kv, sm_margin, accumulate,
-                         table_vectors=vectors, table_scalars=scalars)
+                         table_vectors=vectors, table_tensors=tensors, table_scalars=scalars)
     with on_device(q):
         _lib.run(_lib.prepare_forward(qt, kt, vt, ot, lt, args.options),
                  lambda nbytes: workspace(nbytes, q.device))
@@ -141,7 +147,7 @@ def forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 def backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, cu_seqlens_q, cu_seqlens_k,
                   max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
                   softcap, deterministic, sinks, seqused_q, seqused_k, sm_margin=0,
-                  softmax_d=None, vectors=None, scalars=None) -> None:
+                  softmax_d=None, vectors=None, tensors=None, scalars=None) -> None:
     """The library's backward into dq, dk, dv (and dsinks with sinks), taken as they are.
     softmax_d: the given D = rowsum(dout * out), float32 laid out as lse (out is then not
     read)."""
@@ -156,7 +162,7 @@ def backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, cu_seqlens_q, cu_
                          softmax_scale, causal, window_left, window_right, softcap, deterministic,
                          sinks, seqused_q, seqused_k, dsinks if sinks is not None else None,
                          sm_margin=sm_margin, softmax_d=softmax_d, table_vectors=vectors,
-                         table_scalars=scalars)
+                         table_tensors=tensors, table_scalars=scalars)
     with on_device(q):
         _lib.run(_lib.prepare_backward(dot, qt, kt, vt, ot, lt, dqt, dkt, dvt, args.options),
                  lambda nbytes: workspace(nbytes, q.device))

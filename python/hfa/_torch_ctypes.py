@@ -17,10 +17,18 @@ from typing import List, Optional, Tuple
 
 import torch
 
+from ._block_mask import TENSORS as BLOCK_SPARSE_TENSORS
 from ._torch_calls import backward_into, forward_into
 from ._torch_shapes import dsinks_shape, is_varlen, lse_shape, out_dtype, out_shapes
 
 Tensor = torch.Tensor
+
+
+def _block_sparse(*tensors) -> dict:
+    """The ops' block-sparse arguments, after `vectors` in their order (kv_num_blocks ...
+    kv_mask_bits: hfa._block_mask.TENSORS), as {field: tensor} for the library's options (the
+    block sizes, scalar rows, come in `scalars`)."""
+    return dict(zip(BLOCK_SPARSE_TENSORS, tensors))
 
 
 def spelled_schema(fn) -> str:
@@ -65,13 +73,17 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
         v_descale: Optional[Tensor] = None, descale_block_q: int = 0,
         descale_block_kv: int = 0, sm_margin: int = 0,
         vectors: Optional[List[Optional[Tensor]]] = None,
+        kv_num_blocks: Optional[Tensor] = None, kv_indices: Optional[Tensor] = None,
+        full_kv_num_blocks: Optional[Tensor] = None, full_kv_indices: Optional[Tensor] = None,
+        kv_mask_bits: Optional[Tensor] = None,
         scalars: Optional[List[float]] = None) -> Tuple[Tensor, Tensor]:
     """(out, lse). `deterministic` is unused here; it rides along for the backward (so does
     sm_margin, which both use). sinks: float32 (heads_q,); seqused_q/k: int32 (batch,). The
     library leaves the out and lse rows beyond seqused_q untouched, so with seqused_q they are
     allocated as 0 and -inf. The descales (float32) and block sizes are those of float8 e4m3
     inputs (hfa.h); out is then bfloat16. vectors: the VECTOR rows' tensors, in their order;
-    scalars: (row, value) pairs setting scalar rows (src/torch/ops.cpp)."""
+    then the block-sparse rows' tensors (hfa/options.def); scalars: (row, value) pairs setting
+    scalar rows (src/torch/ops.cpp)."""
     varlen = is_varlen(cu_seqlens_q, cu_seqlens_k)
     out_shape, _ = out_shapes(q, v, varlen)
     partial = seqused_q is not None
@@ -81,21 +93,27 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
     forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
              softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
              seqused_k, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv,
-             sm_margin, vectors=vectors, scalars=scalars)
+             sm_margin, vectors=vectors,
+             tensors=_block_sparse(kv_num_blocks, kv_indices, full_kv_num_blocks,
+                                   full_kv_indices, kv_mask_bits), scalars=scalars)
     return out, lse
 
 
 def fwd_into(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
              causal, window_left, window_right, softcap, sinks=None, seqused_q=None,
              seqused_k=None, q_descale=None, k_descale=None, v_descale=None, descale_block_q=0,
-             descale_block_kv=0, sm_margin=0, vectors=None, scalars=None, *, out):
+             descale_block_kv=0, sm_margin=0, vectors=None, kv_num_blocks=None, kv_indices=None,
+             full_kv_num_blocks=None, full_kv_indices=None, kv_mask_bits=None, scalars=None, *,
+             out):
     """lse, the forward written into a caller's out (eager only: not an op here, unlike the
     native hfa::fwd_into of the same arguments)."""
     lse = _new_lse(q, is_varlen(cu_seqlens_q, cu_seqlens_k), seqused_q is not None)
     forward_into(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
              softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
              seqused_k, q_descale, k_descale, v_descale, descale_block_q, descale_block_kv,
-             sm_margin, vectors=vectors, scalars=scalars)
+             sm_margin, vectors=vectors,
+             tensors=_block_sparse(kv_num_blocks, kv_indices, full_kv_num_blocks,
+                                   full_kv_indices, kv_mask_bits), scalars=scalars)
     return lse
 
 
@@ -108,7 +126,10 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
         window_right: int, softcap: float, deterministic: bool, sinks: Optional[Tensor] = None,
         seqused_q: Optional[Tensor] = None, seqused_k: Optional[Tensor] = None,
         sm_margin: int = 0, vectors: Optional[List[Optional[Tensor]]] = None,
-        scalars: Optional[List[float]] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        kv_num_blocks: Optional[Tensor] = None, kv_indices: Optional[Tensor] = None,
+        full_kv_num_blocks: Optional[Tensor] = None, full_kv_indices: Optional[Tensor] = None,
+        kv_mask_bits: Optional[Tensor] = None, scalars: Optional[List[float]] = None
+        ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """(dq, dk, dv, dsinks): the first three of their input's shape and dtype, contiguous;
     dsinks float32 (heads_q,) with sinks, else empty (0,). Gradient rows beyond seqused are 0."""
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -118,11 +139,15 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
     backward_into(dout, q, k, v, out, lse, dq, dk, dv, dsinks, cu_seqlens_q, cu_seqlens_k,
                   max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right,
                   softcap, deterministic, sinks, seqused_q, seqused_k, sm_margin, vectors=vectors,
-                  scalars=scalars)
+                  tensors=_block_sparse(kv_num_blocks, kv_indices, full_kv_num_blocks,
+                                        full_kv_indices, kv_mask_bits), scalars=scalars)
     return dq, dk, dv, dsinks
 
 
 # --- autograd ----------------------------------------------------------------------------------
+
+_SCALARS = 23 + len(BLOCK_SPARSE_TENSORS)  # where hfa::fwd's `scalars` lies among its inputs
+
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, wl, wr, softcap, deterministic) = inputs[:13]
@@ -132,7 +157,10 @@ def _setup_context(ctx, inputs, output):
     # sm_margin, after the five FP8 arguments, has a default too; the backward uses it as well.
     ctx.sm_margin = inputs[21] if len(inputs) > 21 else 0
     ctx.vectors = inputs[22] if len(inputs) > 22 else None  # no gradient: passed on as given
-    ctx.scalars = inputs[23] if len(inputs) > 23 else None  # the backward reads them too
+    # The block-sparse tensors after them, read by the backward as the forward's (no gradient),
+    # and the scalars, which the backward reads too.
+    ctx.block_sparse = _block_sparse(*inputs[23:_SCALARS])
+    ctx.scalars = inputs[_SCALARS] if len(inputs) > _SCALARS else None
     out, lse = output
     # No gradient flows through the LSE (the C ABI has no dLSE input yet, and FlashAttention-3
     # drops it silently). Marking it says so: lse.requires_grad is False.
@@ -148,13 +176,15 @@ def _backward(ctx, grad_out, grad_lse):
     # grad_lse is None or zeros: lse is marked non-differentiable in _setup_context.
     dq, dk, dv, dsinks = torch.ops.hfa.bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, *ctx.params,
                                            sinks, seqused_q, seqused_k, ctx.sm_margin,
-                                           ctx.vectors, ctx.scalars)
+                                           ctx.vectors, **ctx.block_sparse,
+                                           scalars=ctx.scalars)
     # One entry per input of hfa::fwd: q, k, v, ten options, then sinks, seqused_q, seqused_k,
-    # the five FP8 arguments, sm_margin, the vectors and the scalars (as many of those as the
-    # call passed). A list of tensors takes a list of gradients: one None per vector.
+    # the five FP8 arguments, sm_margin, the vectors, the block-sparse tensors and the scalars
+    # (as many of those as the call passed). A list of tensors takes a list of gradients: one
+    # None per vector.
     no_vectors = None if ctx.vectors is None else [None] * len(ctx.vectors)
     grads = (dq, dk, dv) + (None,) * 10 + (dsinks if sinks is not None else None,) + (None,) * 8
-    grads += (no_vectors, None)
+    grads += (no_vectors,) + (None,) * len(BLOCK_SPARSE_TENSORS) + (None,)
     # As many as the caller passed: torch 2.11 hands setup_context every input, defaults filled
     # in, but wants gradients only for those given (trailing defaults are dropped on the way
     # in); needs_input_grad has one entry per given input on every version.

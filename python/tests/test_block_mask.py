@@ -1,7 +1,9 @@
 """block_mask= through the numpy front end (CPU forward and backward): torch's FlexAttention
 BlockMask, its bits evaluated from its mask_mod once and cached on it, and a mapping of the rows'
 arrays, against dense float64 attention and its gradients under the same mask_mod; rows that
-see no key give O = 0 and LSE = -inf."""
+see no key give O = 0 and LSE = -inf. Varlen takes the packed tokens' BlockMask, as
+FlexAttention users build it for documents packed into one sequence. (Torch tensors:
+test_torch_block_mask.py.)"""
 
 import numpy as np
 import pytest
@@ -125,7 +127,7 @@ def test_mapping_of_rows_and_rejections():
     q, k, v = (rng.standard_normal((1, sq, 2, 64), dtype=np.float32) for _ in range(3))
     block_mask = flex.create_block_mask(prefix_lm, None, None, sq, sk, device="cpu")
     from hfa import _block_mask
-    rows = _block_mask.rows(block_mask)
+    rows = _block_mask.rows(block_mask, as_numpy=True)
     assert getattr(block_mask, "_hfa_block_sparse_rows") is not None
     out = hfa.flash_attn_func(q, k, v, block_mask=dict(rows))
     want, _ = dense(q, k, v, allowed_of(prefix_lm, 1, 2, sq, sk))
@@ -142,6 +144,52 @@ def test_mapping_of_rows_and_rejections():
     with pytest.raises(ValueError, match="kv_indices"):
         hfa.flash_attn_func(q, k, v, block_mask=bad, out=out_buffer)
     assert np.isnan(out_buffer).all(), "a rejected call wrote out"
-    with pytest.raises(NotImplementedError, match="block_mask"):
-        hfa.flash_attn_func(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v),
-                            block_mask=block_mask)
+
+
+def packed_documents(lengths):
+    """A document mask_mod over the packed tokens of documents of these lengths (FlexAttention's
+    way of writing a varlen batch), its cu_seqlens (int32) and the dense pairs it allows."""
+    ids = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+
+    def same_document(b, h, q_idx, kv_idx):
+        return ids[q_idx] == ids[kv_idx]
+
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    return same_document, cu
+
+
+def test_varlen_takes_the_packed_tokens_block_mask():
+    """A BlockMask of batch 1 over the packed tokens (documents in its mask_mod, causal in the
+    call) gives each document's attention, forward and backward, as dense float64 per document;
+    a mask of one batch entry per sequence is refused by name."""
+    lengths = [100, 0, 37, 200, 63]
+    same_document, cu = packed_documents(lengths)
+    total = int(cu[-1])
+    rng = np.random.default_rng(7)
+    q, dout = (rng.standard_normal((total, 4, 64), dtype=np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((total, 2, 64), dtype=np.float32) for _ in range(2))
+    block_mask = flex.create_block_mask(same_document, None, None, total, total, device="cpu")
+    lengths_args = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(lengths),
+                        max_seqlen_k=max(lengths))
+    out, lse = hfa.flash_attn_varlen_func(q, k, v, *lengths_args.values(), causal=True,
+                                          block_mask=block_mask, return_attn_probs=True)
+    grads = hfa.flash_attn_backward(dout, q, k, v, out, lse, causal=True, block_mask=block_mask,
+                                    **lengths_args)
+    for b in range(len(lengths)):
+        rows = slice(cu[b], cu[b + 1])
+        if cu[b] == cu[b + 1]:
+            continue
+        n = cu[b + 1] - cu[b]
+        causal = np.tril(np.ones((n, n), bool))[None, None]
+        one = lambda x: x[None, rows]  # noqa: E731  (a batch of the one document)
+        want_out, want_lse = dense(one(q), one(k), one(v), causal)
+        np.testing.assert_allclose(out[rows], want_out[0], atol=2e-5, rtol=0)
+        np.testing.assert_allclose(lse[:, rows], want_lse[0], atol=2e-5, rtol=0)
+        want = dense_grads(one(q), one(k), one(v), one(dout), causal)
+        for got, w, label in zip(grads, want, ("dq", "dk", "dv")):
+            np.testing.assert_allclose(got[rows], w[0], atol=1e-4, rtol=0, err_msg=label)
+
+    per_sequence = flex.create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx, 4, None,
+                                          max(lengths), max(lengths), device="cpu")
+    with pytest.raises(ValueError, match="kv_num_blocks: dim 0 must be 1 with cu_seqlens"):
+        hfa.flash_attn_varlen_func(q, k, v, *lengths_args.values(), block_mask=per_sequence)

@@ -5,9 +5,12 @@ An op's schema is its positional ABI, written out where it is registered (src/to
 python/hfa/_torch_ctypes.py) and read by the Python front end and the fake kernels. Its option
 arguments are checked here against the rows they set: each is a row, named by the row's field
 (window_left and window_right are two ints where the caller writes one window_size), of the
-type the row's kind takes; it is read by one of the op's calls; and the full ops take every row
-their calls read but those listed in NOT_ARGUMENTS. So a row and a schema cannot drift apart
-silently: a new row, a renamed field, a kind changed, fails here until the schemas follow.
+type the row's kind takes, with the row's default where it has one (a number); it is read by
+one of the op's calls; and the full ops take every row their calls read but those listed in
+NOT_ARGUMENTS: every VECTOR row in `vectors`, every scalar row in `scalars` (some also by name,
+FlashAttention's parameters) and every TENSOR row as an argument of its name. So a row and a
+schema cannot drift apart silently: a new row, a renamed field, a kind changed, fails here
+until the schemas follow.
 The fakes' parameters are checked against the schemas, and the ctypes path's schemas against the
 native ones.
 """
@@ -57,11 +60,6 @@ NOT_ARGUMENTS = {
     "softmax_d": "flash_attn_backward(softmax_d=), through the C ABI",
     "validate": "the environment (HFA_VALIDATE_KVCACHE=1)",
 }
-# Block-sparse attention (FlexAttention's BlockMask layout) reaches the library through the C ABI
-# only so far; the ops take its tensors when the Python block_mask= front end lands (issue 35).
-NOT_ARGUMENTS.update({name: "not yet an op's argument: block-sparse through the C ABI only"
-                      for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks",
-                                   "full_kv_indices", "kv_mask_bits")})
 
 F, B, KV = 1, 2, 4  # hfa_option_calls
 # Each op: its options struct, the calls whose options it takes (an op with an autograd kernel
@@ -93,17 +91,18 @@ def spelled(t):
 def disagreements(schema, rows, calls, complete):
     """Where an op's schema (torch's FunctionSchema) disagrees with the description's rows
     ({field name: hfa_option_info}) of the calls it makes, as messages naming the argument."""
-    problems, taken = [], set()
+    problems, taken, lists_given = [], set(), set()
+    lists = {VECTORS: (_lib.VECTOR,), SCALARS: _lib.SCALARS}
     for arg in schema.arguments:
         if arg.name in OPERANDS:
             continue
-        lists = {VECTORS: (_lib.VECTOR,), SCALARS: _lib.SCALARS}
         listed = next((lst for lst in lists if lst[0] == arg.name), None)
         if listed is not None:
             if spelled(arg.type) != listed[1]:
                 problems.append(f"{listed[0]}: {spelled(arg.type)} in the schema, not "
                                 f"{listed[1]}")
             taken.update(name for name, row in rows.items() if row.kind in lists[listed])
+            lists_given.add(listed)
             continue
         taken.add(arg.name)
         row = rows.get(arg.name)
@@ -116,7 +115,17 @@ def disagreements(schema, rows, calls, complete):
                             f"is {kind}, which takes {' or '.join(wanted) or 'no argument'}")
         if not row.calls & calls:
             problems.append(f"{arg.name}: the op's calls do not read it")
+        default = arg.default_value
+        if isinstance(default, (bool, int, float)) and default != row.default_value:
+            problems.append(f"{arg.name}: default {default!r} in the schema, but its row's is "
+                            f"{row.default_value:g}")
     if complete:
+        # A full op takes each list its calls read a row of, even where arguments of their own
+        # name every such row so far: the front end sends a keyword row of those kinds there.
+        problems += [f"{lst[0]}: missing from the schema, but the op's calls read rows of its "
+                     "kinds" for lst, kinds in lists.items()
+                     if lst not in lists_given
+                     and any(row.kind in kinds and row.calls & calls for row in rows.values())]
         problems += [f"{name}: a row the op's calls read, missing from the schema"
                      for name, row in rows.items()
                      if row.calls & calls and name not in taken and name not in NOT_ARGUMENTS]
@@ -163,8 +172,12 @@ def test_a_schema_that_drifted_from_its_row_is_named():
     assert problems("Tensor? q_descale", calls=B) == ["q_descale: the op's calls do not read it"]
     assert problems("Tensor[] vectors") == ["vectors: Tensor[] in the schema, not Tensor?[]?"]
     assert problems("int[]? scalars") == ["scalars: int[]? in the schema, not float[]?"]
+    assert problems("int sm_margin=1") == [
+        "sm_margin: default 1 in the schema, but its row's is 0"]
     missing = problems("float? softmax_scale", complete=True)
     assert "causal: a row the op's calls read, missing from the schema" in missing
+    assert "scalars: missing from the schema, but the op's calls read rows of its kinds" in missing
+    assert "vectors: missing from the schema, but the op's calls read rows of its kinds" in missing
     assert not any(m.startswith(tuple(NOT_ARGUMENTS)) for m in missing)
     # The lists take every row of their kinds: what is missing then is the tensors alone.
     missing = problems("Tensor?[]? vectors=None, float[]? scalars=None", complete=True)
@@ -309,9 +322,9 @@ def test_the_front_end_sends_a_scalar_row_by_its_callers_name(monkeypatch):
     assert callers
     sent = []
 
-    def recording_fwd(*args):
-        sent.append(args[-1])
-        return real_fwd(*args)
+    def recording_fwd(*args, **kwargs):
+        sent.append(kwargs.get("scalars"))
+        return real_fwd(*args, **kwargs)
 
     real_fwd = _torch._fwd
     monkeypatch.setattr(_torch, "_fwd", recording_fwd)
@@ -320,3 +333,42 @@ def test_the_front_end_sends_a_scalar_row_by_its_callers_name(monkeypatch):
         value = int(row.low) if row.kind == _lib.INT32 else 1.0
         hfa.flash_attn_func(q, k, v, **{name: value})
         assert sent.pop() == [float(rows.index(row.name.decode())), float(value)], name
+
+
+def test_the_front_end_sends_each_row_one_way(monkeypatch):
+    """Keyword rows of every kind the ops take (hfa._lib.op_arguments) reach hfa::fwd and
+    hfa::bwd each one way: the VECTOR row in `vectors`, the block-sparse TENSOR rows by their
+    names and their block sizes (INT32 rows) in `scalars`. The library reads them all: block
+    sizes other than the defaults fit the mask's extents, and a mask of no bit leaves every row
+    without a key (O = 0)."""
+    import hfa
+    rows = list(_lib.OPTION_INFO[_lib.Options])
+    sent = {}
+
+    def recording(name, real):
+        def op(*args, **kwargs):
+            sent[name] = (args[-1], kwargs)
+            return real(*args, **kwargs)
+        monkeypatch.setattr(_torch, name, op)
+
+    recording("_fwd", _torch._fwd)
+    recording("_bwd", _torch._bwd)
+    q, k, v, _ = attention_args()
+    int32 = dict(dtype=torch.int32)
+    block_mask = {"kv_num_blocks": torch.ones(1, 1, 1, **int32),
+                  "kv_indices": torch.zeros(1, 1, 1, 1, **int32),
+                  "kv_mask_bits": torch.zeros(1, 1, 1, 64, **int32),  # 64 rows of one word
+                  "sparse_block_q": 64, "sparse_block_kv": 32}
+    slopes = torch.ones(2)
+    out, lse = hfa.flash_attn_func(q, k, v, alibi_slopes=slopes, block_mask=block_mask,
+                                   return_attn_probs=True)
+    assert torch.equal(out, torch.zeros_like(out)) and bool(lse.isneginf().all())
+    hfa.flash_attn_backward(out, q, k, v, out, lse, alibi_slopes=slopes, block_mask=block_mask)
+    sizes = [float(rows.index("sparse_block_q")), 64.0, float(rows.index("sparse_block_kv")),
+             32.0]
+    for op in ("_fwd", "_bwd"):
+        vectors, named = sent[op]
+        assert vectors == [slopes if info.name == b"alibi_slopes" else None
+                           for info in _lib.vector_rows(_lib.Options)], op
+        assert sorted(named) == ["kv_indices", "kv_mask_bits", "kv_num_blocks", "scalars"], op
+        assert named["scalars"] == sizes, op

@@ -13,25 +13,42 @@ namespace {
 
 int64_t blocks_of(int64_t length, int64_t block) { return (length + block - 1) / block; }
 
+// What the mask covers: each sequence at fixed length; with cu_seqlens the packed tokens as one
+// sequence (BlockSparse::packed), a mask batch of 1.
+struct MaskExtent {
+  int64_t batch, rows, keys;
+  const char *rows_name, *keys_name;  // for messages
+};
+
+MaskExtent extent_of(const ForwardProblem& p) {
+  if (p.is_varlen()) return {1, p.total_q, p.total_k, "total_q", "total_k"};
+  return {p.batch, p.seqlen_q, p.seqlen_k, "seqlen_q", "seqlen_k"};
+}
+
 // A tensor of rank `rank` whose dims are (batch | 1, heads_q | 1, q_blocks >= need_q, last),
-// `last` < 0: any. Its view (stride 0 over an extent-1 dim) goes to *view.
+// `last` < 0: any; with cu_seqlens its batch is 1. Its view (stride 0 over an extent-1 dim) goes
+// to *view.
 Status check_block_tensor(const char* name, const Tensor* t, int rank, const char* layout,
-                          const ForwardProblem& p, int64_t need_q, int64_t last, const Tensor& q,
-                          BlockIndexView* view) {
+                          const ForwardProblem& p, const MaskExtent& mask, int64_t need_q,
+                          int64_t last, const Tensor& q, BlockIndexView* view) {
   HFA_RETURN_IF_ERROR(check_tensor_form(name, t, rank, layout, false));
   if (t->dtype != HFA_I32) return invalid(name, "expected dtype i32, got ", dtype_name(
                                               static_cast<DType>(t->dtype)));
   HFA_RETURN_IF_ERROR(check_same_device(name, *t, q));
   const int64_t batch = t->shape[0], heads = t->shape[1], q_blocks = t->shape[2];
-  if (batch != 1 && batch != p.batch)
-    return invalid(name, "dim 0 must be the batch (", p.batch, ") or 1, got ",
+  if (p.is_varlen() && batch != 1)
+    return invalid(name, "dim 0 must be 1 with cu_seqlens (one mask over the packed sequences, "
+                   "FlexAttention's batch of 1), got ", tensor_shape_string(*t), " ", layout);
+  if (batch != 1 && batch != mask.batch)
+    return invalid(name, "dim 0 must be the batch (", mask.batch, ") or 1, got ",
                    tensor_shape_string(*t), " ", layout);
   if (heads != 1 && heads != p.heads_q)
     return invalid(name, "dim 1 must be heads_q (", p.heads_q, ") or 1, got ",
                    tensor_shape_string(*t), " ", layout);
   if (q_blocks < need_q)
-    return invalid(name, "dim 2 must count at least ceil(seqlen_q / sparse_block_q) = ", need_q,
-                   " query blocks, got ", tensor_shape_string(*t), " ", layout);
+    return invalid(name, "dim 2 must count at least ceil(", mask.rows_name,
+                   " / sparse_block_q) = ", need_q, " query blocks, got ",
+                   tensor_shape_string(*t), " ", layout);
   if (last >= 0 && t->shape[3] != last)
     return invalid(name, "dim 3 must be ", last, ", got ", tensor_shape_string(*t), " ", layout);
   view->data = static_cast<const int32_t*>(t->data);
@@ -41,8 +58,8 @@ Status check_block_tensor(const char* name, const Tensor* t, int rank, const cha
 
 // Counts in [0, slots], indices in [0, kv_blocks), and no key block twice in a row of blocks
 // (the partial and full lists together): a repeated block would be counted twice.
-Status check_values(const ForwardProblem& p, const BlockSparse& s, int64_t need_q,
-                    int64_t kv_blocks, int64_t slots, int64_t full_slots) {
+Status check_values(const ForwardProblem& p, const MaskExtent& mask, const BlockSparse& s,
+                    int64_t need_q, int64_t kv_blocks, int64_t slots, int64_t full_slots) {
   std::vector<int64_t> seen(static_cast<std::size_t>(kv_blocks), -1);
   int64_t row = 0;  // a stamp per row of blocks, so that `seen` is never cleared
   struct List {
@@ -55,7 +72,7 @@ Status check_values(const ForwardProblem& p, const BlockSparse& s, int64_t need_
       {"kv_num_blocks", "kv_indices", s.kv_num_blocks, s.kv_indices, slots},
       {"full_kv_num_blocks", "full_kv_indices", s.full_kv_num_blocks, s.full_kv_indices,
        full_slots}};
-  for (int64_t b = 0; b < p.batch; ++b) {
+  for (int64_t b = 0; b < mask.batch; ++b) {
     for (int64_t h = 0; h < p.heads_q; ++h) {
       for (int64_t m = 0; m < need_q; ++m, ++row) {
         for (const List& list : lists) {
@@ -69,8 +86,8 @@ Status check_values(const ForwardProblem& p, const BlockSparse& s, int64_t need_
             const int32_t index = *list.indices.at(b, h, m, k);
             if (index < 0 || index >= kv_blocks)
               return invalid(list.index_name, "element (", b, ", ", h, ", ", m, ", ", k,
-                             ") = ", index, " is outside [0, ", kv_blocks,
-                             ") (ceil(seqlen_k / sparse_block_kv))");
+                             ") = ", index, " is outside [0, ", kv_blocks, ") (ceil(",
+                             mask.keys_name, " / sparse_block_kv))");
             if (seen[index] == row)
               return invalid(list.index_name, "element (", b, ", ", h, ", ", m, ", ", k,
                              "): key block ", index,
@@ -96,9 +113,6 @@ Status attach_block_sparse(const Options& options, const Tensor& q, ForwardProbl
       if (t != nullptr) return invalid(name, "is given but kv_num_blocks is null");
     return Status::ok();
   }
-  if (p->is_varlen())
-    return not_supported("kv_num_blocks: block-sparse attention with varlen (cu_seqlens) is not "
-                         "supported yet");
   if (options.kv_indices == nullptr)
     return invalid("kv_indices", "is null but kv_num_blocks is given");
   if (options.kv_mask_bits == nullptr)
@@ -113,38 +127,40 @@ Status attach_block_sparse(const Options& options, const Tensor& q, ForwardProbl
   s.block_q = options.sparse_block_q;
   s.block_kv = options.sparse_block_kv;
   s.words_per_row = static_cast<int32_t>(blocks_of(s.block_kv, 32));
-  const int64_t need_q = blocks_of(p->seqlen_q, s.block_q);
-  const int64_t kv_blocks = blocks_of(p->seqlen_k, s.block_kv);
-  HFA_RETURN_IF_ERROR(check_block_tensor("kv_num_blocks", options.kv_num_blocks, 3,
-                                         "(batch, heads_q, q_blocks)", *p, need_q, -1, q,
-                                         &s.kv_num_blocks));
-  HFA_RETURN_IF_ERROR(check_block_tensor("kv_indices", options.kv_indices, 4,
-                                         "(batch, heads_q, q_blocks, slots)", *p, need_q, -1, q,
-                                         &s.kv_indices));
+  s.packed = p->is_varlen();
+  const MaskExtent mask = extent_of(*p);
+  const int64_t need_q = blocks_of(mask.rows, s.block_q);
+  const int64_t kv_blocks = blocks_of(mask.keys, s.block_kv);
+  auto check = [&](const char* name, const Tensor* t, int rank, const char* layout,
+                   int64_t last, BlockIndexView* view) {
+    return check_block_tensor(name, t, rank, layout, *p, mask, need_q, last, q, view);
+  };
+  const char* counts = "(batch, heads_q, q_blocks)";
+  const char* lists = "(batch, heads_q, q_blocks, slots)";
+  HFA_RETURN_IF_ERROR(check("kv_num_blocks", options.kv_num_blocks, 3, counts, -1,
+                            &s.kv_num_blocks));
+  HFA_RETURN_IF_ERROR(check("kv_indices", options.kv_indices, 4, lists, -1, &s.kv_indices));
   const int64_t slots = options.kv_indices->shape[3];
   // block_q·words_per_row < 2^57; times the slots it could pass int64's range.
   const int64_t block_words = int64_t{s.block_q} * s.words_per_row;
   if (slots > 0 && block_words > INT64_MAX / slots)
     return invalid("kv_mask_bits", "would hold ", slots, " x ", block_words,
                    " words a query block: more than any tensor can");
-  const int64_t words = slots * block_words;
-  HFA_RETURN_IF_ERROR(check_block_tensor(
+  HFA_RETURN_IF_ERROR(check(
       "kv_mask_bits", options.kv_mask_bits, 4,
-      "(batch, heads_q, q_blocks, slots * sparse_block_q * ceil(sparse_block_kv / 32))", *p,
-      need_q, words, q, &s.kv_mask_bits));
+      "(batch, heads_q, q_blocks, slots * sparse_block_q * ceil(sparse_block_kv / 32))",
+      slots * block_words, &s.kv_mask_bits));
   int64_t full_slots = 0;
   if (options.full_kv_num_blocks != nullptr) {
-    HFA_RETURN_IF_ERROR(check_block_tensor("full_kv_num_blocks", options.full_kv_num_blocks, 3,
-                                           "(batch, heads_q, q_blocks)", *p, need_q, -1, q,
-                                           &s.full_kv_num_blocks));
-    HFA_RETURN_IF_ERROR(check_block_tensor("full_kv_indices", options.full_kv_indices, 4,
-                                           "(batch, heads_q, q_blocks, slots)", *p, need_q, -1,
-                                           q, &s.full_kv_indices));
+    HFA_RETURN_IF_ERROR(check("full_kv_num_blocks", options.full_kv_num_blocks, 3, counts, -1,
+                              &s.full_kv_num_blocks));
+    HFA_RETURN_IF_ERROR(check("full_kv_indices", options.full_kv_indices, 4, lists, -1,
+                              &s.full_kv_indices));
     full_slots = options.full_kv_indices->shape[3];
   }
   // The values are read where they can be without a copy; a GPU would trust them.
   if (q.device == HFA_CPU)
-    HFA_RETURN_IF_ERROR(check_values(*p, s, need_q, kv_blocks, slots, full_slots));
+    HFA_RETURN_IF_ERROR(check_values(*p, mask, s, need_q, kv_blocks, slots, full_slots));
   p->block_sparse = s;
   return Status::ok();
 }

@@ -1,6 +1,8 @@
 // Block-sparse attention (hfa_options' kv_num_blocks ... rows, FlexAttention's BlockMask layout)
 // as the backends see it: views the API checked (api/validate_block_sparse.cpp), indexed by
-// (sequence, query head, query block, slot) with stride 0 over a broadcast dim.
+// (mask batch, query head, query block, slot) with stride 0 over a broadcast dim. The mask's
+// rows and keys are its own coordinates: a sequence's at fixed length, the packed tokens' with
+// cu_seqlens (origin() maps one to the other).
 #pragma once
 
 #include <cstdint>
@@ -27,8 +29,20 @@ struct BlockSparse {
   int32_t block_q = 128;
   int32_t block_kv = 128;
   int32_t words_per_row = 4;  // ceil(block_kv / 32): int32 words of one row of a partial block
+  // Varlen: one mask over the packed tokens (FlexAttention's batch of 1 holding the documents
+  // end to end), its blocks counted from token 0 of q and k rather than from each sequence's.
+  bool packed = false;
 
   HFA_HD explicit operator bool() const { return static_cast<bool>(kv_num_blocks); }
+
+  // Where row 0 and key 0 of sequence b sit in the mask: its own batch entry at (0, 0), or,
+  // packed, entry 0 at the sequence's first token of q and of k (q_begin, k_begin).
+  struct Origin {
+    int64_t batch, row, key;
+  };
+  HFA_HD Origin origin(int64_t b, int64_t q_begin, int64_t k_begin) const {
+    return packed ? Origin{0, q_begin, k_begin} : Origin{b, 0, 0};
+  }
 
   // The words of row 0 of the partial block in slot s of query block m; row r starts
   // r·words_per_row words further.

@@ -247,43 +247,61 @@ struct PackedKeys {
 };
 
 // The block-sparse mask of one (sequence, query head) indexed the other way round: the
-// backward walks key tiles, the forward's lists run per query block. entry(m, kb) is kNone,
-// kFull or the slot of key block kb among query block m's partial blocks: the transposed lists,
+// backward walks key tiles, the forward's lists run per query block. The table covers the mask
+// blocks the sequence's rows and keys overlap (with cu_seqlens the packed tokens' blocks, which
+// need not start at the sequence's first row or key); entry(m, kb) of those is kNone, kFull or
+// the slot of the key block among the query block's partial blocks: the transposed lists,
 // derived on the CPU from the forward's (FlexAttention keeps them precomputed for its GPU
-// backward).
+// backward). A listed block past the sequence's keys (seqused_k, another packed sequence) holds
+// none of its pairs and is left out.
 struct SparseTable {
   static constexpr int32_t kNone = -1, kFull = -2;
   const detail::BlockSparse* sparse = nullptr;  // null: not block-sparse
-  int64_t b = 0, h = 0, q_blocks = 0, kv_blocks = 0;
+  detail::BlockSparse::Origin origin{};
+  int64_t h = 0;
+  int64_t first_m = 0, first_kb = 0;    // the mask blocks of the sequence's row 0 and key 0
+  int64_t q_blocks = 0, kv_blocks = 0;  // the mask blocks its rows and keys overlap
   std::vector<int32_t> entries;
 
-  SparseTable(const ForwardProblem& p, int64_t batch_index, int64_t head, const Sequence& seq)
-      : b(batch_index), h(head) {
+  SparseTable(const ForwardProblem& p, int64_t b, int64_t head, const Sequence& seq) : h(head) {
     if (!p.block_sparse) return;
     sparse = &p.block_sparse;
-    q_blocks = (seq.seqlen_q + sparse->block_q - 1) / sparse->block_q;
-    kv_blocks = (seq.seqlen_k + sparse->block_kv - 1) / sparse->block_kv;
+    origin = sparse->origin(b, seq.q_begin, seq.k_begin);
+    first_m = origin.row / sparse->block_q;
+    first_kb = origin.key / sparse->block_kv;
+    q_blocks = seq.seqlen_q == 0 ? 0 : row_block(seq.seqlen_q - 1) - first_m + 1;
+    kv_blocks = seq.seqlen_k == 0 ? 0 : key_block(seq.seqlen_k - 1) - first_kb + 1;
     entries.assign(static_cast<std::size_t>(q_blocks * kv_blocks), kNone);
     for (int64_t m = 0; m < q_blocks; ++m) {
       int32_t* row = entries.data() + m * kv_blocks;
+      auto mark = [&](int32_t index, int32_t entry) {
+        const int64_t kb = index - first_kb;
+        if (kb >= 0 && kb < kv_blocks) row[kb] = entry;
+      };
+      const int64_t mask_m = first_m + m;
       if (sparse->full_kv_num_blocks) {
-        for (int32_t s = 0; s < *sparse->full_kv_num_blocks.at(b, h, m); ++s)
-          row[*sparse->full_kv_indices.at(b, h, m, s)] = kFull;
+        for (int32_t s = 0; s < *sparse->full_kv_num_blocks.at(origin.batch, h, mask_m); ++s)
+          mark(*sparse->full_kv_indices.at(origin.batch, h, mask_m, s), kFull);
       }
-      for (int32_t s = 0; s < *sparse->kv_num_blocks.at(b, h, m); ++s)
-        row[*sparse->kv_indices.at(b, h, m, s)] = s;
+      for (int32_t s = 0; s < *sparse->kv_num_blocks.at(origin.batch, h, mask_m); ++s)
+        mark(*sparse->kv_indices.at(origin.batch, h, mask_m, s), s);
     }
   }
   explicit operator bool() const { return sparse != nullptr; }
-  int32_t entry(int64_t m, int64_t kb) const { return entries[m * kv_blocks + kb]; }
+  // The mask blocks of the sequence's row i and key j.
+  int64_t row_block(int64_t i) const { return (origin.row + i) / sparse->block_q; }
+  int64_t key_block(int64_t j) const { return (origin.key + j) / sparse->block_kv; }
+  int32_t entry(int64_t m, int64_t kb) const {
+    return entries[(m - first_m) * kv_blocks + kb - first_kb];
+  }
 
   // Over rows [i_first, i_last] × keys [j_first, j_last]: whether some block is visited, and
   // whether every one is full (no mask work).
   void survey(int64_t i_first, int64_t i_last, int64_t j_first, int64_t j_last, bool* some,
               bool* all_full) const {
     *some = false, *all_full = true;
-    for (int64_t m = i_first / sparse->block_q; m <= i_last / sparse->block_q; ++m)
-      for (int64_t kb = j_first / sparse->block_kv; kb <= j_last / sparse->block_kv; ++kb) {
+    for (int64_t m = row_block(i_first); m <= row_block(i_last); ++m)
+      for (int64_t kb = key_block(j_first); kb <= key_block(j_last); ++kb) {
         const int32_t e = entry(m, kb);
         *some = *some || e != kNone;
         *all_full = *all_full && e == kFull;
@@ -292,14 +310,15 @@ struct SparseTable {
 
   // Scores of row i, keys [j_first, j_first + n): −inf where the mask hides the pair.
   void mask_row(float* x, int n, int64_t i, int64_t j_first) const {
-    const int64_t m = i / sparse->block_q, r = i % sparse->block_q;
+    const int64_t m = row_block(i), r = origin.row + i - m * sparse->block_q;
     for (int c = 0; c < n; ++c) {
-      const int64_t j = j_first + c, kb = j / sparse->block_kv;
+      const int64_t kb = key_block(j_first + c);
       const int32_t e = entry(m, kb);
       if (e == kFull) continue;
+      const int64_t column = origin.key + j_first + c - kb * sparse->block_kv;
       if (e == kNone ||
-          !detail::BlockSparse::bit(sparse->bits(b, h, m, e) + r * sparse->words_per_row,
-                                    j - kb * sparse->block_kv))
+          !detail::BlockSparse::bit(
+              sparse->bits(origin.batch, h, m, e) + r * sparse->words_per_row, column))
         x[c] = -kInfinity;
     }
   }

@@ -160,8 +160,9 @@ void store_query_tile(const ForwardProblem& p, const Kernels& kernels, int64_t b
   }
 }
 
+// Query rows [i_first, i_end) of one (sequence, head): at most kMaxTilesPerItem tiles.
 void forward_query_block(const ForwardProblem& p, const Kernels& kernels, int64_t b, int64_t h,
-                         int64_t i_first, int tiles, const Sequence& seq, ForwardTiles& t) {
+                         int64_t i_first, int64_t i_end, const Sequence& seq, ForwardTiles& t) {
   const ScoreTransform transform(p);
   const AlibiBias alibi(p, b, h, seq);
   const KeyWindow window(p, seq);
@@ -177,11 +178,11 @@ void forward_query_block(const ForwardProblem& p, const Kernels& kernels, int64_
     start_sum = 1.0f;
   }
 
-  int count = 0;  // query tiles of the block inside the sequence
-  for (; count < tiles && i_first + count * kRows < seq.seqlen_q; ++count) {
+  int count = 0;  // query tiles of the block
+  for (; i_first + count * kRows < i_end; ++count) {
     QueryTile& q = t.queries[count];
     q.i_first = i_first + count * kRows;
-    q.rows = static_cast<int>(std::min<int64_t>(kRows, seq.seqlen_q - q.i_first));
+    q.rows = static_cast<int>(std::min<int64_t>(kRows, i_end - q.i_first));
     load_transposed(kernels, p.dtype, in.q, q.i_first, q.rows, p.hdim_qk, transform.qk_factor,
                     t.staging, q.q_t, kRows);
     std::fill(q.row_max, q.row_max + q.rows, start_max);
@@ -221,28 +222,50 @@ void forward_query_block(const ForwardProblem& p, const Kernels& kernels, int64_
   if (!sparse) {
     visit_keys(window.first(i_first), key_end, nullptr);
   } else {
-    // Only the listed key blocks (the item is one query block): the full ones, then the
-    // partial ones with their bits; the window still bounds each (the mask is their AND).
-    const int64_t m = i_first / sparse.block_q;
+    // Only the listed key blocks (the item is one query block's rows of this sequence): the
+    // full ones, then the partial ones with their bits; the window still bounds each (the mask
+    // is their AND). Mask coordinates are the sequence's shifted by its origin (packed: its
+    // first tokens), so a key block may reach outside the sequence: that part is not visited.
+    const detail::BlockSparse::Origin origin = sparse.origin(b, seq.q_begin, seq.k_begin);
+    const int64_t m = (origin.row + i_first) / sparse.block_q;
+    const int64_t row_of_block = m * sparse.block_q - origin.row;  // may lie before the sequence
+    auto first_key = [&](int32_t index) { return int64_t{index} * sparse.block_kv - origin.key; };
     auto visit_block = [&](int32_t index, const PartialBlock* partial) {
-      const int64_t j_first = int64_t{index} * sparse.block_kv;
+      const int64_t j_first = first_key(index);
       const int64_t begin = std::max(j_first, window.first(i_first));
       visit_keys(begin, std::min(j_first + sparse.block_kv, key_end), partial);
     };
     if (sparse.full_kv_num_blocks) {
-      const int32_t full = *sparse.full_kv_num_blocks.at(b, h, m);
+      const int32_t full = *sparse.full_kv_num_blocks.at(origin.batch, h, m);
       for (int32_t s = 0; s < full; ++s)
-        visit_block(*sparse.full_kv_indices.at(b, h, m, s), nullptr);
+        visit_block(*sparse.full_kv_indices.at(origin.batch, h, m, s), nullptr);
     }
-    const int32_t count_partial = *sparse.kv_num_blocks.at(b, h, m);
+    const int32_t count_partial = *sparse.kv_num_blocks.at(origin.batch, h, m);
     for (int32_t s = 0; s < count_partial; ++s) {
-      const int32_t index = *sparse.kv_indices.at(b, h, m, s);
-      const PartialBlock partial{sparse.bits(b, h, m, s), sparse.words_per_row, i_first,
-                                 int64_t{index} * sparse.block_kv};
+      const int32_t index = *sparse.kv_indices.at(origin.batch, h, m, s);
+      const PartialBlock partial{sparse.bits(origin.batch, h, m, s), sparse.words_per_row,
+                                 row_of_block, first_key(index)};
       visit_block(index, &partial);
     }
   }
   for (int tile = 0; tile < count; ++tile) store_query_tile(p, kernels, b, h, seq, t.queries[tile]);
+}
+
+// The query rows [first, end) of work item `item` of a sequence: runs of rows_per_item rows
+// counted from the sequence's first row, or, block-sparse (rows_per_item = block_q), the rows of
+// each mask query block the sequence overlaps. With cu_seqlens those are the packed tokens'
+// blocks, so a sequence may start inside one: its first item is then short.
+struct RowRange {
+  int64_t first, end;
+};
+
+RowRange item_rows(const ForwardProblem& p, int64_t b, const Sequence& seq, int64_t item,
+                   int64_t rows_per_item) {
+  const detail::BlockSparse& sparse = p.block_sparse;
+  const int64_t before = sparse ? sparse.origin(b, seq.q_begin, seq.k_begin).row % sparse.block_q
+                                : 0;  // rows of the first block ahead of the sequence
+  const int64_t first = item * rows_per_item - before;
+  return {std::max<int64_t>(first, 0), std::min(first + rows_per_item, seq.seqlen_q)};
 }
 
 }  // namespace
@@ -260,7 +283,9 @@ Status tiled_forward(const ForwardProblem& p) {
          heads * ((tiles_per_sequence + tiles_per_item - 1) / tiles_per_item) < 4 * pool.thread_count()) {
     tiles_per_item /= 2;
   }
-  const int64_t items_per_sequence = (tiles_per_sequence + tiles_per_item - 1) / tiles_per_item;
+  // A packed mask's blocks need not start at a sequence's first row: one more item each.
+  const int64_t items_per_sequence = (tiles_per_sequence + tiles_per_item - 1) / tiles_per_item +
+                                     (p.block_sparse.packed ? 1 : 0);
   const int64_t items_per_batch = items_per_sequence * p.heads_q;
   const std::size_t scratch_size = ForwardTiles(p).carver.used();
   pool.parallel_for(p.batch * items_per_batch, [&](int64_t item, int) {
@@ -269,11 +294,11 @@ Status tiled_forward(const ForwardProblem& p) {
     // Last blocks first: under a causal mask they see the most keys, so the long items start
     // early and the short ones fill in at the end.
     const int64_t block = items_per_sequence - 1 - item % items_per_sequence;
-    const int64_t i_first = block * tiles_per_item * kRows;
     const Sequence seq = sequence_of(p, b);
-    if (i_first >= seq.seqlen_q) return;
+    const RowRange rows = item_rows(p, b, seq, block, int64_t{tiles_per_item} * kRows);
+    if (rows.first >= rows.end) return;
     ForwardTiles tiles(p, thread_scratch(scratch_size));
-    forward_query_block(p, kernels, b, h, i_first, tiles_per_item, seq, tiles);
+    forward_query_block(p, kernels, b, h, rows.first, rows.end, seq, tiles);
   });
   return Status::ok();
 }

@@ -113,19 +113,22 @@ struct HeadAttention {
 
   // Whether the block-sparse mask lets row i see key j, by the definition in hfa/options.def:
   // j's key block listed among i's query block's full blocks, or among its partial ones with
-  // the pair's bit set. Read pair by pair from the lists, apart from the tiled kernels' walk.
+  // the pair's bit set, in the mask's coordinates (packed: the sequence's first tokens added).
+  // Read pair by pair from the lists, apart from the tiled kernels' walk.
   bool block_mask_sees(int64_t i, int64_t j) const {
     const detail::BlockSparse& s = p.block_sparse;
     if (!s) return true;
-    const int64_t m = i / s.block_q, key_block = j / s.block_kv;
-    const int64_t b = batch_index;
+    const detail::BlockSparse::Origin o = s.origin(batch_index, seq.q_begin, seq.k_begin);
+    const int64_t row = o.row + i, key = o.key + j;
+    const int64_t m = row / s.block_q, key_block = key / s.block_kv;
+    const int64_t b = o.batch;
     if (s.full_kv_num_blocks) {
       for (int32_t slot = 0; slot < *s.full_kv_num_blocks.at(b, head, m); ++slot)
         if (*s.full_kv_indices.at(b, head, m, slot) == key_block) return true;
     }
     for (int32_t slot = 0; slot < *s.kv_num_blocks.at(b, head, m); ++slot) {
       if (*s.kv_indices.at(b, head, m, slot) != key_block) continue;
-      const int64_t r = i % s.block_q, c = j % s.block_kv;
+      const int64_t r = row % s.block_q, c = key % s.block_kv;
       const int64_t words_per_row = (s.block_kv + 31) / 32;
       const int64_t word = (slot * s.block_q + r) * words_per_row + c / 32;
       const auto bits = static_cast<uint32_t>(*s.kv_mask_bits.at(b, head, m, word));

@@ -180,13 +180,14 @@ struct VectorViews {
 
 // --- the scalar rows of hfa/options.def: one list argument of the full ops -----------------------
 //
-// Every full op takes `float[]? scalars=None` after the vectors (the KV-cache ops after indices):
-// (row, value) pairs, row the index of a FLAG, INT32, REAL or SCALE row among its struct's rows
-// (hfa_describe_options' order, which only grows at its end) and value its value (a FLAG nonzero
-// for on; an INT32 an integer, which a double holds exactly). They are set after the named
-// arguments, so a scalar row that no argument names (python/hfa/_lib.py: scalars_of, from the
-// caller's keyword) reaches the library with no edit here, as a VECTOR row does through
-// `vectors` (python/tests/test_torch_schema.py checks that the ops take every row this way).
+// Every full op takes `float[]? scalars=None` last (after the vectors and the TENSOR rows named
+// after them: the block-sparse ones, the KV-cache ops' indices): (row, value) pairs, row the
+// index of a FLAG, INT32, REAL or SCALE row among its struct's rows (hfa_describe_options' order,
+// which only grows at its end) and value its value (a FLAG nonzero for on; an INT32 an integer,
+// which a double holds exactly). They are set after the named arguments, so a scalar row that
+// no argument names (python/hfa/_lib.py: scalars_of, from the caller's keyword) reaches the
+// library with no edit here, as a VECTOR row does through `vectors`
+// (python/tests/test_torch_schema.py checks that the ops take every row this way).
 using Scalars = std::optional<at::ArrayRef<double>>;
 const Scalars kNoScalars;
 
@@ -298,6 +299,40 @@ at::ScalarType out_dtype(const Tensor& q) {
   return fp8 ? at::kBFloat16 : q.scalar_type();
 }
 
+// --- block-sparse attention: the kv_num_blocks ... kv_mask_bits rows of hfa/options.def --------
+//
+// Arguments of hfa::fwd, hfa::fwd_into and hfa::bwd after `vectors`, named by their rows' fields
+// (the Python front end passes them by name, from block_mask=); the block sizes, sparse_block_q
+// and sparse_block_kv, are scalar rows and come in `scalars`. The backward reads the forward's
+// lists, so hfa::fwd's autograd saves them as they are.
+#define HFA_BLOCK_SPARSE_PARAMETERS                                                              \
+  const OptTensor &kv_num_blocks, const OptTensor &kv_indices,                                 \
+      const OptTensor &full_kv_num_blocks, const OptTensor &full_kv_indices,                   \
+      const OptTensor &kv_mask_bits
+#define HFA_BLOCK_SPARSE_ARGUMENTS                                                               \
+  kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices, kv_mask_bits
+
+struct BlockSparseArgs {
+  OptTensor kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices, kv_mask_bits;
+};
+const BlockSparseArgs kNoBlockSparse;
+
+// The given lists' views, alive for one call, set in the options struct.
+struct BlockSparseViews {
+  OptionalView num, indices, full_num, full_indices, bits;
+
+  BlockSparseViews(const BlockSparseArgs& a, hfa_options& o)
+      : num(a.kv_num_blocks, "kv_num_blocks"), indices(a.kv_indices, "kv_indices"),
+        full_num(a.full_kv_num_blocks, "full_kv_num_blocks"),
+        full_indices(a.full_kv_indices, "full_kv_indices"), bits(a.kv_mask_bits, "kv_mask_bits") {
+    o.kv_num_blocks = num.get();
+    o.kv_indices = indices.get();
+    o.full_kv_num_blocks = full_num.get();
+    o.full_kv_indices = full_indices.get();
+    o.kv_mask_bits = bits.get();
+  }
+};
+
 // --- hfa::fwd, hfa::fwd_into -------------------------------------------------------------------
 
 // A varlen call's q, k, v and out are (total_tokens, heads, headdim): one with either cu_seqlens
@@ -320,6 +355,7 @@ struct AttentionArgs {  // what hfa::fwd and hfa::bwd share after q, k, v
   const OptTensor& seqused_k;
   int64_t sm_margin;
   const Vectors& vectors = kNoVectors;
+  const BlockSparseArgs& sparse = kNoBlockSparse;
   const Scalars& scalars = kNoScalars;
 };
 
@@ -398,6 +434,7 @@ void forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const T
   AttentionViews views(a);
   hfa_options o = views.options(a, q);
   const VectorViews table_vectors(a.vectors, HFA_OPTIONS_ATTENTION, o);
+  const BlockSparseViews block_sparse(a.sparse, o);
   Fp8Views descales(fp8);
   descales.apply(fp8, o);
   set_scalars(a.scalars, HFA_OPTIONS_ATTENTION, o);
@@ -444,10 +481,12 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const Tensor& v
                                const OptTensor& q_descale, const OptTensor& k_descale,
                                const OptTensor& v_descale, int64_t descale_block_q,
                                int64_t descale_block_kv, int64_t sm_margin,
-                               const Vectors& vectors, const Scalars& scalars) {
+                               const Vectors& vectors, HFA_BLOCK_SPARSE_PARAMETERS,
+                               const Scalars& scalars) {
+  const BlockSparseArgs sparse{HFA_BLOCK_SPARSE_ARGUMENTS};
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, deterministic, sinks,
-                  seqused_q, seqused_k, sm_margin, vectors, scalars};
+                  seqused_q, seqused_k, sm_margin, vectors, sparse, scalars};
   Fp8Args fp8{q_descale, k_descale, v_descale, descale_block_q, descale_block_kv};
   bool varlen = is_varlen(cu_seqlens_q, cu_seqlens_k);
   Tensor out = new_out(q, v, varlen, seqused_q.has_value());
@@ -463,11 +502,12 @@ Tensor fwd_into(const Tensor& q, const Tensor& k, const Tensor& v,
                 const OptTensor& sinks, const OptTensor& seqused_q, const OptTensor& seqused_k,
                 const OptTensor& q_descale, const OptTensor& k_descale,
                 const OptTensor& v_descale, int64_t descale_block_q, int64_t descale_block_kv,
-                int64_t sm_margin, const Vectors& vectors, const Scalars& scalars,
-                const Tensor& out) {
+                int64_t sm_margin, const Vectors& vectors, HFA_BLOCK_SPARSE_PARAMETERS,
+                const Scalars& scalars, const Tensor& out) {
+  const BlockSparseArgs sparse{HFA_BLOCK_SPARSE_ARGUMENTS};
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, false, sinks,
-                  seqused_q, seqused_k, sm_margin, vectors, scalars};
+                  seqused_q, seqused_k, sm_margin, vectors, sparse, scalars};
   Fp8Args fp8{q_descale, k_descale, v_descale, descale_block_q, descale_block_kv};
   bool varlen = is_varlen(cu_seqlens_q, cu_seqlens_k);
   check_rank(q, "q", varlen);
@@ -486,10 +526,11 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd(
     std::optional<double> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
     double softcap, bool deterministic, const OptTensor& sinks, const OptTensor& seqused_q,
     const OptTensor& seqused_k, int64_t sm_margin, const Vectors& vectors,
-    const Scalars& scalars) {
+    HFA_BLOCK_SPARSE_PARAMETERS, const Scalars& scalars) {
+  const BlockSparseArgs sparse{HFA_BLOCK_SPARSE_ARGUMENTS};
   AttentionArgs a{cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                   causal, window_left, window_right, softcap, deterministic, sinks,
-                  seqused_q, seqused_k, sm_margin, vectors, scalars};
+                  seqused_q, seqused_k, sm_margin, vectors, sparse, scalars};
   Tensor dout = usable_strides(dout_in), q = usable_strides(q_in);
   Tensor k = usable_strides(k_in), v = usable_strides(v_in), out = usable_strides(out_in);
   Tensor lse = usable_strides(lse_in);
@@ -503,6 +544,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd(
   AttentionViews views(a);
   hfa_options o = views.options(a, q);
   const VectorViews table_vectors(a.vectors, HFA_OPTIONS_ATTENTION, o);
+  const BlockSparseViews block_sparse(a.sparse, o);
   set_scalars(a.scalars, HFA_OPTIONS_ATTENTION, o);
   hfa_tensor dsinks_view;
   if (sinks) {
@@ -534,11 +576,11 @@ const c10::TypedOperatorHandle<FwdSignature>& fwd_op() {
 }
 
 // The options of a call, saved for its backward (optional tensors as IValues: None stays None).
-constexpr const char* kSavedOptions[] = {"cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
-                                         "max_seqlen_k", "softmax_scale", "causal",
-                                         "window_left", "window_right", "softcap",
-                                         "deterministic", "sinks", "seqused_q", "seqused_k",
-                                         "sm_margin", "vectors", "scalars"};
+constexpr const char* kSavedOptions[] = {
+    "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "softmax_scale", "causal",
+    "window_left", "window_right", "softcap", "deterministic", "sinks", "seqused_q", "seqused_k",
+    "sm_margin", "vectors", "kv_num_blocks", "kv_indices", "full_kv_num_blocks",
+    "full_kv_indices", "kv_mask_bits", "scalars"};
 
 struct Attention : torch::autograd::Function<Attention> {
   static torch::autograd::variable_list forward(
@@ -549,14 +591,14 @@ struct Attention : torch::autograd::Function<Attention> {
       const OptTensor& sinks, const OptTensor& seqused_q, const OptTensor& seqused_k,
       const OptTensor& q_descale, const OptTensor& k_descale, const OptTensor& v_descale,
       int64_t descale_block_q, int64_t descale_block_kv, int64_t sm_margin,
-      const Vectors& vectors, const Scalars& scalars) {
+      const Vectors& vectors, const BlockSparseArgs& sparse, const Scalars& scalars) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [out, lse] = fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                  max_seqlen_k, softmax_scale, causal, window_left,
-                                  window_right, softcap, deterministic, sinks, seqused_q,
-                                  seqused_k, q_descale, k_descale, v_descale,
-                                  descale_block_q, descale_block_kv, sm_margin, vectors,
-                                  scalars);
+    auto [out, lse] = fwd_op().call(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+        window_left, window_right, softcap, deterministic, sinks, seqused_q, seqused_k,
+        q_descale, k_descale, v_descale, descale_block_q, descale_block_kv, sm_margin, vectors,
+        sparse.kv_num_blocks, sparse.kv_indices, sparse.full_kv_num_blocks,
+        sparse.full_kv_indices, sparse.kv_mask_bits, scalars);
     // No gradient flows through the LSE (libhfa's backward has no dLSE input, and
     // FlashAttention-3 drops it silently); marked, lse.requires_grad says so.
     ctx->mark_non_differentiable({lse});
@@ -564,7 +606,9 @@ struct Attention : torch::autograd::Function<Attention> {
     c10::IValue values[] = {cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                             softmax_scale, causal, window_left, window_right, softcap,
                             deterministic, sinks, seqused_q, seqused_k, sm_margin,
-                            vectors, scalars};
+                            vectors, sparse.kv_num_blocks, sparse.kv_indices,
+                            sparse.full_kv_num_blocks, sparse.full_kv_indices,
+                            sparse.kv_mask_bits, scalars};
     static_assert(sizeof(values) / sizeof(values[0]) == std::size(kSavedOptions));
     for (std::size_t i = 0; i < std::size(kSavedOptions); ++i)
       ctx->saved_data[kSavedOptions[i]] = values[i];
@@ -591,11 +635,14 @@ struct Attention : torch::autograd::Function<Attention> {
         d["softcap"].toDouble(), d["deterministic"].toBool(), sinks,
         d["seqused_q"].toOptional<Tensor>(), d["seqused_k"].toOptional<Tensor>(),
         d["sm_margin"].toInt(), d["vectors"].toOptional<c10::List<std::optional<Tensor>>>(),
-        scalars);
+        d["kv_num_blocks"].toOptional<Tensor>(), d["kv_indices"].toOptional<Tensor>(),
+        d["full_kv_num_blocks"].toOptional<Tensor>(), d["full_kv_indices"].toOptional<Tensor>(),
+        d["kv_mask_bits"].toOptional<Tensor>(), scalars);
     // One gradient per input of forward: q, k, v, ten options, sinks, seqused_q, seqused_k,
-    // the five FP8 arguments, sm_margin, the vectors (none: no VECTOR row has a gradient) and
-    // the scalars. (FP8 inputs have no backward: hfa::bwd says so. So no descale is saved.)
-    torch::autograd::variable_list result(24);
+    // the five FP8 arguments, sm_margin, the vectors (none: no VECTOR row has a gradient), the
+    // block-sparse lists (none either) and the scalars. (FP8 inputs have no backward: hfa::bwd
+    // says so. So no descale is saved.)
+    torch::autograd::variable_list result(25);
     result[0] = dq;
     result[1] = dk;
     result[2] = dv;
@@ -611,7 +658,8 @@ std::tuple<Tensor, Tensor> fwd_autograd(
     double softcap, bool deterministic, const OptTensor& sinks, const OptTensor& seqused_q,
     const OptTensor& seqused_k, const OptTensor& q_descale, const OptTensor& k_descale,
     const OptTensor& v_descale, int64_t descale_block_q, int64_t descale_block_kv,
-    int64_t sm_margin, const Vectors& vectors, const Scalars& scalars) {
+    int64_t sm_margin, const Vectors& vectors, HFA_BLOCK_SPARSE_PARAMETERS,
+    const Scalars& scalars) {
   // Inference (no input wants a gradient): no autograd node, a plain redispatch.
   const bool wants_grad =
       at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() ||
@@ -622,12 +670,13 @@ std::tuple<Tensor, Tensor> fwd_autograd(
                          softmax_scale, causal, window_left, window_right, softcap,
                          deterministic, sinks, seqused_q, seqused_k, q_descale, k_descale,
                          v_descale, descale_block_q, descale_block_kv, sm_margin, vectors,
-                         scalars);
+                         HFA_BLOCK_SPARSE_ARGUMENTS, scalars);
   }
   torch::autograd::variable_list result = Attention::apply(
       q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
       window_left, window_right, softcap, deterministic, sinks, seqused_q, seqused_k, q_descale,
-      k_descale, v_descale, descale_block_q, descale_block_kv, sm_margin, vectors, scalars);
+      k_descale, v_descale, descale_block_q, descale_block_kv, sm_margin, vectors,
+      BlockSparseArgs{HFA_BLOCK_SPARSE_ARGUMENTS}, scalars);
   return {result[0], result[1]};
 }
 
@@ -870,7 +919,8 @@ Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
   }
   return Attention::apply(q, k, v, kNone, kNone, 0, 0, softmax_scale, causal, window_left,
                           window_right, softcap, deterministic, kNone, kNone, kNone, kNone,
-                          kNone, kNone, 0, 0, /*sm_margin=*/0, kNoVectors, kNoScalars)[0];
+                          kNone, kNone, 0, 0, /*sm_margin=*/0, kNoVectors, kNoBlockSparse,
+                          kNoScalars)[0];
 }
 
 Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -890,18 +940,19 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
   return Attention::apply(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                           causal, window_left, window_right, softcap, deterministic, kNone,
                           kNone, kNone, kNone, kNone, kNone, 0, 0, /*sm_margin=*/0,
-                          kNoVectors, kNoScalars)[0];
+                          kNoVectors, kNoBlockSparse, kNoScalars)[0];
 }
 
 }  // namespace
 
 // Schemas: the same as python/hfa/_torch_ctypes.py's custom ops (fwd, bwd), plus the out=
 // and KV-cache forms. Optional arguments after the options keep their defaults, so that older
-// callers of hfa::fwd still bind; sm_margin, the VECTOR rows' list and the scalar rows' pairs
-// come last in every full op (the KV-cache ones take indices, added later, before the pairs). An
-// option argument is named by its hfa/options.def row's field and typed by the row's kind (FLAG
-// bool, INT32 int, REAL float, SCALE float?, TENSOR Tensor?; the VECTOR rows are the entries of
-// `vectors`, and every scalar row may also be set through `scalars`):
+// callers of hfa::fwd still bind. After sm_margin every full op takes, in this order, the VECTOR
+// rows' list, the TENSOR rows added since by their fields' names (the attention ops' block-sparse
+// rows, the KV-cache ops' indices) and the scalar rows' pairs. An option argument is named by its
+// hfa/options.def row's field and typed by the row's kind (FLAG bool, INT32 int, REAL float,
+// SCALE float?, TENSOR Tensor?; the VECTOR rows are the entries of `vectors`, and every scalar
+// row may also be set through `scalars`, which a row no argument names takes):
 // python/tests/test_torch_schema.py checks every op against the library's description
 // (hfa_describe_options), and that the full ops take every row their calls read.
 #define HFA_ATTENTION_OPTIONS                                                                  \
@@ -912,10 +963,14 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
 #define HFA_FP8_ARGUMENTS                                                                      \
   ", Tensor? q_descale=None, Tensor? k_descale=None, Tensor? v_descale=None, "                 \
   "int descale_block_q=0, int descale_block_kv=0"
-// SMs left free for other kernels (hfa_options.sm_margin), and the VECTOR rows (VectorViews),
-// last in every full op but for the scalar rows (set_scalars), which come after them (the
-// KV-cache ops': after indices).
+// SMs left free for other kernels (hfa_options.sm_margin), and the VECTOR rows (VectorViews).
 #define HFA_SM_MARGIN ", int sm_margin=0, Tensor?[]? vectors=None"
+// The block-sparse rows' tensors (BlockSparseArgs), after the vectors in hfa::fwd, hfa::fwd_into
+// and hfa::bwd.
+#define HFA_BLOCK_SPARSE                                                                       \
+  ", Tensor? kv_num_blocks=None, Tensor? kv_indices=None, Tensor? full_kv_num_blocks=None, "   \
+  "Tensor? full_kv_indices=None, Tensor? kv_mask_bits=None"
+// The scalar rows' pairs (set_scalars), last in every full op.
 #define HFA_SCALARS ", float[]? scalars=None"
 #define HFA_KVCACHE_SCHEMA                                                                     \
   "Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, int cache_code, int scale_code, "         \
@@ -928,13 +983,14 @@ Tensor varlen_attention_autograd(const Tensor& q, const Tensor& k, const Tensor&
 
 TORCH_LIBRARY(hfa, m) {
   m.def("fwd(Tensor q, Tensor k, Tensor v, " HFA_ATTENTION_OPTIONS
-        "bool deterministic, " HFA_ATTENTION_VECTORS HFA_FP8_ARGUMENTS HFA_SM_MARGIN HFA_SCALARS
-        ") -> (Tensor, Tensor)");
+        "bool deterministic, " HFA_ATTENTION_VECTORS HFA_FP8_ARGUMENTS HFA_SM_MARGIN
+        HFA_BLOCK_SPARSE HFA_SCALARS ") -> (Tensor, Tensor)");
   m.def("fwd_into(Tensor q, Tensor k, Tensor v, " HFA_ATTENTION_OPTIONS HFA_ATTENTION_VECTORS
-        HFA_FP8_ARGUMENTS HFA_SM_MARGIN HFA_SCALARS ", *, Tensor(o!) out) -> Tensor");
+        HFA_FP8_ARGUMENTS HFA_SM_MARGIN HFA_BLOCK_SPARSE HFA_SCALARS
+        ", *, Tensor(o!) out) -> Tensor");
   m.def("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
         HFA_ATTENTION_OPTIONS "bool deterministic, " HFA_ATTENTION_VECTORS HFA_SM_MARGIN
-        HFA_SCALARS ") -> (Tensor, Tensor, Tensor, Tensor)");
+        HFA_BLOCK_SPARSE HFA_SCALARS ") -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("fwd_kvcache(" HFA_KVCACHE_SCHEMA ") -> (Tensor, Tensor)");
   m.def("fwd_kvcache_into(" HFA_KVCACHE_SCHEMA ", *, Tensor(o!) out) -> Tensor");
   // The plain calls (the section above their kernels says why).

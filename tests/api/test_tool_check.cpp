@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "api/validate.hpp"
+#include "block_mask.hpp"
 #include "check.hpp"
 #include "cpu/reference.hpp"
 
@@ -126,6 +127,57 @@ TEST(ToolFlops, CountsThePairsInsideTheMask) {
   s.batch = 1, s.heads = 1, s.seqlen_q = s.seqlen_k = 1024, s.hdim = s.hdim_v = 64;
   s.window_left = 128, s.window_right = 0;
   EXPECT_DOUBLE_EQ(forward_flops(s), 2.0 * 128 * (128 * 129 / 2 + 896 * 129));
+}
+
+// --block-mask's patterns, their FLOPs, and the mask the tool builds from them: every pair's
+// visibility read back from the lists and bits as the library reads them (hfa/options.def).
+TEST(ToolBlockMask, PatternsAndTheirPairs) {
+  const BlockMaskPattern documents = parse_block_mask("document:3,2");
+  EXPECT_EQ(documents.describe(), "document:3,2");
+  const int64_t firsts[] = {0, 0, 0, 3, 3, 5, 5, 5, 8, 8};  // 3, 2, 3, 2 repeated
+  for (int64_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(documents.keys(i).first, firsts[i]) << i;
+    EXPECT_EQ(documents.keys(i).last, firsts[i] + (i % 5 < 3 ? 2 : 1)) << i;
+  }
+  const BlockMaskPattern sliding = parse_block_mask("causal-sliding:2");
+  EXPECT_EQ(sliding.keys(5).first, 3);
+  EXPECT_EQ(sliding.keys(5).last, 5);
+  for (const char* bad : {"document", "document:", "document:4,0", "causal-sliding:-1", "band:3"})
+    EXPECT_THROW(parse_block_mask(bad), UsageError) << bad;
+
+  // Two varlen sequences of 5 and 4 tokens under the documents' pattern over the packed tokens:
+  // the second starts inside a document (token 5 of 3, 2, 3, 2, ...), causal within each.
+  Spec s;
+  s.heads = 1, s.hdim = s.hdim_v = 64, s.causal = true, s.batch = 2;
+  s.varlen_q = s.varlen_k = {5, 4};
+  s.block_mask = documents;
+  EXPECT_EQ(s.mask_keys(1, 0).first, 0);  // packed token 5: its document is tokens 5..7
+  EXPECT_EQ(s.mask_keys(1, 3).first, 3);  // packed token 8: tokens 8..9
+  // Sequence 0: 6 + 3 pairs; sequence 1: 6 + 1 pairs.
+  EXPECT_DOUBLE_EQ(forward_flops(s), 2.0 * (9 + 7) * 128);
+}
+
+TEST(ToolBlockMask, BuiltListsAndBitsSayThePattern) {
+  for (const char* text : {"document:100,37,5", "causal-sliding:45"}) {
+    const BlockMaskPattern pattern = parse_block_mask(text);
+    const int64_t rows = 300, keys = 290;
+    HostBlockMask mask;
+    build_block_mask([&](int64_t i) { return pattern.keys(i); }, rows, keys, 64, 48, &mask);
+    const detail::BlockSparse& v = mask.view;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < keys; ++j) {
+        const int64_t m = i / v.block_q, kb = j / v.block_kv;
+        bool seen = false;
+        for (int32_t s = 0; s < *v.full_kv_num_blocks.at(0, 0, m); ++s)
+          seen = seen || *v.full_kv_indices.at(0, 0, m, s) == kb;
+        for (int32_t s = 0; s < *v.kv_num_blocks.at(0, 0, m); ++s)
+          if (*v.kv_indices.at(0, 0, m, s) == kb)
+            seen = detail::BlockSparse::bit(
+                v.bits(0, 0, m, s) + (i % v.block_q) * v.words_per_row, j % v.block_kv);
+        const KeyRange want = pattern.keys(i);
+        ASSERT_EQ(seen, want.first <= j && j <= want.last) << text << " (" << i << ", " << j << ")";
+      }
+  }
 }
 
 }  // namespace

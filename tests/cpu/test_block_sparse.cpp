@@ -1,11 +1,13 @@
 // Block-sparse attention (hfa_options' kv_num_blocks ... rows, FlexAttention's BlockMask
 // layout): masks of the kinds (documents, prefix-LM, sliding + global tokens, random
 // block patterns with empty rows) built from a dense predicate as create_block_mask builds them,
-// through the public API against attention written out densely in float64 under the same
-// predicate, and the float64 oracle (reference.cpp) against it too; the backward against the
-// oracle's under the same lists. Outputs start as NaN.
+// at fixed length and over the packed tokens of a varlen batch, through the public API against
+// attention written out densely in float64 under the same predicate, and the float64 oracle
+// (reference.cpp) against it too; the backward against the oracle's under the same lists.
+// Outputs start as NaN; rows beyond seqused_q must stay so.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -26,9 +28,52 @@ using test::AttentionData;
 using test::HostTensor;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Whether query row i of (sequence b, query head h) may see key j (before causal).
+// Whether query row i of (mask batch b, query head h) may see key j (before causal), in the
+// mask's coordinates: a sequence's rows and keys at fixed length, the packed tokens with varlen.
 using Visible = std::function<bool(int64_t b, int64_t h, int64_t i, int64_t j)>;
+
+// What a mask covers (hfa/options.def): each sequence at fixed length; with varlen one packed
+// sequence of every token end to end (FlexAttention's batch of 1).
+struct MaskShape {
+  int64_t batch, rows, keys;
+};
+
+int64_t sum(const std::vector<int32_t>& lengths) {
+  int64_t total = 0;
+  for (int32_t n : lengths) total += n;
+  return total;
+}
+
+MaskShape mask_shape(const AttentionCase& c) {
+  if (c.is_varlen()) return {1, sum(c.varlen_q), sum(c.varlen_k)};
+  return {c.batch, c.seqlen_q, c.seqlen_k};
+}
+
+// Sequence b as the dense attention below reads it: its first token of q and of k (the tensors
+// are contiguous, token-major at fixed length too), its allocated and used lengths, and where
+// its row 0 and key 0 sit in the mask.
+struct Span {
+  int64_t q0, k0, rows, keys, used_rows, used_keys;
+  int64_t mask_batch, mask_row, mask_key;
+};
+
+Span span_of(const AttentionData& data, int64_t b) {
+  const AttentionCase& c = data.spec();
+  Span s{};
+  if (c.is_varlen()) {
+    s.q0 = data.cu_seqlens_q()[b], s.k0 = data.cu_seqlens_k()[b];
+    s.rows = c.varlen_q[b], s.keys = c.varlen_k[b];
+    s.mask_batch = 0, s.mask_row = s.q0, s.mask_key = s.k0;
+  } else {
+    s.q0 = b * c.seqlen_q, s.k0 = b * c.seqlen_k, s.rows = c.seqlen_q, s.keys = c.seqlen_k;
+    s.mask_batch = b, s.mask_row = 0, s.mask_key = 0;
+  }
+  s.used_rows = c.seqused_q.empty() ? s.rows : c.seqused_q[b];
+  s.used_keys = c.seqused_k.empty() ? s.keys : c.seqused_k[b];
+  return s;
+}
 
 struct MaskSpec {
   int32_t block_q = 128, block_kv = 128;
@@ -45,9 +90,10 @@ struct BlockMaskTensors {
   MaskSpec spec;
 
   BlockMaskTensors(const AttentionCase& c, const Visible& visible, MaskSpec s) : spec(s) {
-    const int64_t batch = s.broadcast ? 1 : c.batch, heads = s.broadcast ? 1 : c.heads_q;
-    const int64_t q_blocks = (c.seqlen_q + s.block_q - 1) / s.block_q;
-    const int64_t kv_blocks = (c.seqlen_k + s.block_kv - 1) / s.block_kv;
+    const MaskShape shape = mask_shape(c);
+    const int64_t batch = s.broadcast ? 1 : shape.batch, heads = s.broadcast ? 1 : c.heads_q;
+    const int64_t q_blocks = (shape.rows + s.block_q - 1) / s.block_q;
+    const int64_t kv_blocks = (shape.keys + s.block_kv - 1) / s.block_kv;
     const int64_t words = (s.block_kv + 31) / 32;
     const int64_t block_words = s.block_q * words;
     num = HostTensor(DType::i32, {batch, heads, q_blocks});
@@ -66,8 +112,8 @@ struct BlockMaskTensors {
           for (int64_t kb = 0; kb < kv_blocks; ++kb) {
             std::vector<uint32_t> block(static_cast<std::size_t>(block_words), 0);
             int64_t seen = 0, pairs = 0;
-            for (int64_t r = 0; r < s.block_q && m * s.block_q + r < c.seqlen_q; ++r)
-              for (int64_t col = 0; col < s.block_kv && kb * s.block_kv + col < c.seqlen_k;
+            for (int64_t r = 0; r < s.block_q && m * s.block_q + r < shape.rows; ++r)
+              for (int64_t col = 0; col < s.block_kv && kb * s.block_kv + col < shape.keys;
                    ++col) {
                 ++pairs;
                 if (!visible(b, h, m * s.block_q + r, kb * s.block_kv + col)) continue;
@@ -114,8 +160,41 @@ struct BlockMaskTensors {
   }
 };
 
-// Dense attention in float64 under `visible` (and causal, bottom-right), from the inputs as
-// their dtype holds them: out (b, i, h, d) and lse (b, h, i). A row that sees nothing: 0, -inf.
+// The case's varlen offsets and used lengths as the options' int32 tensors.
+struct Lengths {
+  HostTensor cu_q, cu_k, used_q, used_k;
+  Tensor views[4]{};
+
+  explicit Lengths(const AttentionData& data)
+      : cu_q(tensor_of(data.cu_seqlens_q())), cu_k(tensor_of(data.cu_seqlens_k())),
+        used_q(tensor_of(data.spec().seqused_q)), used_k(tensor_of(data.spec().seqused_k)) {
+    const HostTensor* all[] = {&cu_q, &cu_k, &used_q, &used_k};
+    for (int n = 0; n < 4; ++n) views[n] = all[n]->view();
+  }
+
+  Options attach(Options o, const AttentionCase& c) const {
+    if (c.is_varlen()) {
+      o.cu_seqlens_q = &views[0], o.cu_seqlens_k = &views[1];
+      o.max_seqlen_q = *std::max_element(c.varlen_q.begin(), c.varlen_q.end());
+      o.max_seqlen_k = *std::max_element(c.varlen_k.begin(), c.varlen_k.end());
+    }
+    if (!c.seqused_q.empty()) o.seqused_q = &views[2];
+    if (!c.seqused_k.empty()) o.seqused_k = &views[3];
+    return o;
+  }
+
+ private:
+  static HostTensor tensor_of(const std::vector<int32_t>& values) {
+    HostTensor t(DType::i32, {static_cast<int64_t>(values.size())});
+    for (std::size_t n = 0; n < values.size(); ++n) t.set(static_cast<int64_t>(n), values[n]);
+    return t;
+  }
+};
+
+// Dense attention in float64 under `visible` (and causal, bottom-right within each sequence's
+// used lengths), from the inputs as their dtype holds them: out (token, h, d) and lse
+// (b, h, i) or, varlen, (h, token). A row that sees nothing: 0, -inf; a row beyond seqused_q:
+// NaN, the forward's "untouched".
 struct Dense {
   std::vector<double> out, lse;
 };
@@ -123,63 +202,70 @@ struct Dense {
 Dense dense_attention(const AttentionData& data, const Visible& visible) {
   const AttentionCase& c = data.spec();
   Dense r;
-  r.out.assign(static_cast<std::size_t>(c.batch) * c.seqlen_q * c.heads_q * c.hdim_v, 0.0);
-  r.lse.assign(static_cast<std::size_t>(c.batch) * c.heads_q * c.seqlen_q, -kInf);
+  r.out.assign(static_cast<std::size_t>(data.total_q()) * c.heads_q * c.hdim_v, kNaN);
+  r.lse.assign(static_cast<std::size_t>(data.total_q()) * c.heads_q, kNaN);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.hdim_qk));
   const int64_t group = c.heads_q / c.heads_kv;
-  auto at = [&](const HostTensor& t, int64_t b, int64_t s, int64_t h, int64_t d) {
-    const int64_t seqlen = t.shape()[1], heads = t.shape()[2], dim = t.shape()[3];
-    return t.get(((b * seqlen + s) * heads + h) * dim + d);
+  auto at = [&](const HostTensor& t, int64_t token, int64_t h, int64_t d) {
+    const std::vector<int64_t>& shape = t.shape();
+    const int64_t heads = shape[shape.size() - 2], dim = shape.back();
+    return t.get((token * heads + h) * dim + d);
   };
-  for (int64_t b = 0; b < c.batch; ++b)
+  for (int64_t b = 0; b < c.sequences(); ++b) {
+    const Span s = span_of(data, b);
     for (int64_t h = 0; h < c.heads_q; ++h)
-      for (int64_t i = 0; i < c.seqlen_q; ++i) {
-        std::vector<double> score(static_cast<std::size_t>(c.seqlen_k), -kInf);
+      for (int64_t i = 0; i < s.used_rows; ++i) {
+        const int64_t lse_at = c.is_varlen() ? h * data.total_q() + s.q0 + i
+                                             : (b * c.heads_q + h) * c.seqlen_q + i;
+        double* out = r.out.data() + ((s.q0 + i) * c.heads_q + h) * c.hdim_v;
+        std::fill(out, out + c.hdim_v, 0.0);
+        r.lse[lse_at] = -kInf;
+        std::vector<double> score(static_cast<std::size_t>(s.used_keys), -kInf);
         double max = -kInf;
-        for (int64_t j = 0; j < c.seqlen_k; ++j) {
-          if (!visible(b, h, i, j)) continue;
-          if (c.causal && j > i + c.seqlen_k - c.seqlen_q) continue;
-          double s = 0;
+        for (int64_t j = 0; j < s.used_keys; ++j) {
+          if (!visible(s.mask_batch, h, s.mask_row + i, s.mask_key + j)) continue;
+          if (c.causal && j > i + s.used_keys - s.used_rows) continue;
+          double dot = 0;
           for (int64_t d = 0; d < c.hdim_qk; ++d)
-            s += at(data.q, b, i, h, d) * at(data.k, b, j, h / group, d);
-          score[j] = s * scale;
+            dot += at(data.q, s.q0 + i, h, d) * at(data.k, s.k0 + j, h / group, d);
+          score[j] = dot * scale;
           max = std::max(max, score[j]);
         }
         if (max == -kInf) continue;
-        double sum = 0;
-        for (double& s : score) sum += (s = std::exp(s - max));
-        r.lse[(b * c.heads_q + h) * c.seqlen_q + i] = max + std::log(sum);
+        double total = 0;
+        for (double& x : score) total += (x = std::exp(x - max));
+        r.lse[lse_at] = max + std::log(total);
         for (int64_t d = 0; d < c.hdim_v; ++d) {
           double o = 0;
-          for (int64_t j = 0; j < c.seqlen_k; ++j)
-            if (score[j] > 0) o += score[j] * at(data.v, b, j, h / group, d);
-          r.out[((b * c.seqlen_q + i) * c.heads_q + h) * c.hdim_v + d] = o / sum;
+          for (int64_t j = 0; j < s.used_keys; ++j)
+            if (score[j] > 0) o += score[j] * at(data.v, s.k0 + j, h / group, d);
+          out[d] = o / total;
         }
       }
+  }
   return r;
 }
 
-// out and lse (as HostTensors, or the oracle's arrays) against the dense result: every row
-// written (NaN never passes), rows that see nothing exactly O = 0 and LSE = -inf.
+// out and lse (as HostTensors, or the oracle's arrays) against the dense result: every used row
+// written (NaN never passes), rows that see nothing exactly O = 0 and LSE = -inf, rows beyond
+// seqused_q untouched (NaN).
 template <class Out, class Lse>
 void expect_matches(const Dense& want, const Out& out, const Lse& lse, double tol,
                     const std::string& what) {
   int64_t bad = 0, empty_rows = 0;
+  auto expect = [&](const char* name, std::size_t n, double got, double wanted) {
+    const bool ok = std::isnan(wanted) ? std::isnan(got)
+                    : wanted == -kInf  ? got == -kInf
+                                       : std::abs(got - wanted) <= tol;
+    if (!ok && bad++ < 5)
+      ADD_FAILURE() << what << ": " << name << "[" << n << "] = " << got << ", want " << wanted;
+  };
   for (std::size_t n = 0; n < want.lse.size(); ++n) {
-    const double got = lse(static_cast<int64_t>(n));
-    if (want.lse[n] == -kInf) {
-      ++empty_rows;
-      if (got != -kInf && bad++ < 5)
-        ADD_FAILURE() << what << ": lse[" << n << "] = " << got << ", want -inf";
-    } else if (!(std::abs(got - want.lse[n]) <= tol) && bad++ < 5) {
-      ADD_FAILURE() << what << ": lse[" << n << "] = " << got << ", want " << want.lse[n];
-    }
+    empty_rows += want.lse[n] == -kInf;
+    expect("lse", n, lse(static_cast<int64_t>(n)), want.lse[n]);
   }
-  for (std::size_t n = 0; n < want.out.size(); ++n) {
-    const double got = out(static_cast<int64_t>(n));
-    if (!(std::abs(got - want.out[n]) <= tol) && bad++ < 5)
-      ADD_FAILURE() << what << ": out[" << n << "] = " << got << ", want " << want.out[n];
-  }
+  for (std::size_t n = 0; n < want.out.size(); ++n)
+    expect("out", n, out(static_cast<int64_t>(n)), want.out[n]);
   EXPECT_EQ(bad, 0) << what << " (" << empty_rows << " rows see no key)";
 }
 
@@ -270,6 +356,51 @@ std::vector<SparseCase> sparse_cases() {
     s.expect_empty_rows = true;
     cases.push_back(s);
   }
+  // Used lengths: key blocks listed past seqused_k (sequence 0 uses 120 keys: its rows past 128
+  // see none) and rows past seqused_q, which stay untouched.
+  {
+    SparseCase s{"two_halves_seqused", base(2, 300, 300, 2, 1),
+                 [](int64_t, int64_t, int64_t i, int64_t j) { return (i < 128) == (j < 128); },
+                 {}};
+    s.c.seqused_q = {300, 170}, s.c.seqused_k = {120, 290};
+    s.expect_empty_rows = true;
+    cases.push_back(s);
+  }
+  // Varlen: one mask over the packed tokens (FlexAttention's batch of 1), its blocks straddling
+  // the sequences. A document mask as FlexAttention users write it...
+  {
+    SparseCase s{"varlen_documents", base(1, 1, 1, 2, 1), documents({100, 37, 200, 63}), {}};
+    s.c.varlen_q = s.c.varlen_k = {100, 37, 200, 63};
+    cases.push_back(s);
+  }
+  // ... causal within each document, 64-row blocks, no full blocks, bf16, an empty document.
+  {
+    SparseCase s{"varlen_documents_causal_bf16", base(1, 1, 1, 4, 2),
+                 documents({150, 0, 10, 240}), {}};
+    s.c.varlen_q = s.c.varlen_k = {150, 0, 10, 240};
+    s.c.dtype = DType::bf16, s.c.causal = true, s.spec.block_q = 64, s.spec.with_full = false;
+    cases.push_back(s);
+  }
+  // A mask that ignores the documents (a band over the packed tokens, per head): cu_seqlens
+  // still bounds each sequence (their AND); fewer queries than keys, and used lengths.
+  {
+    SparseCase s{"varlen_band_seqused", base(1, 1, 1, 2, 1),
+                 [](int64_t, int64_t h, int64_t i, int64_t j) {
+                   return std::abs(i - j) <= 40 + 30 * h || j % 97 == 0;
+                 },
+                 {}};
+    s.c.varlen_q = {150, 0, 90, 70}, s.c.varlen_k = {200, 20, 130, 70};
+    s.c.seqused_q = {120, 0, 90, 64}, s.c.seqused_k = {200, 5, 100, 70};
+    s.spec.block_kv = 64;
+    cases.push_back(s);
+  }
+  {
+    SparseCase s{"varlen_random_empty_rows", base(1, 1, 1, 2, 2), random_blocks(128, 128, 11),
+                 {}};
+    s.c.varlen_q = {200, 190}, s.c.varlen_k = {150, 230};
+    s.expect_empty_rows = true;
+    cases.push_back(s);
+  }
   return cases;
 }
 
@@ -293,9 +424,10 @@ TEST_P(BlockSparse, ForwardAndBackwardMatchDenseMaskedAttention) {
     ASSERT_TRUE(some) << "the case was meant to have rows that see no key";
   }
 
+  const Lengths lengths(data);
   Options options;
   options.causal = s.c.causal;
-  options = mask.attach(options);
+  options = mask.attach(lengths.attach(options, s.c));
   const Tensor q = data.q.view(), k = data.k.view(), v = data.v.view(), out = data.out.view();
   const Tensor lse = data.lse.view();
   const Status status = forward(q, k, v, out, &lse, options);
@@ -309,6 +441,7 @@ TEST_P(BlockSparse, ForwardAndBackwardMatchDenseMaskedAttention) {
   p.block_sparse.block_q = s.spec.block_q;
   p.block_sparse.block_kv = s.spec.block_kv;
   p.block_sparse.words_per_row = (s.spec.block_kv + 31) / 32;
+  p.block_sparse.packed = s.c.is_varlen();
   auto view_of = [](const HostTensor& t) {
     detail::BlockIndexView view;
     view.data = static_cast<const int32_t*>(t.data());
@@ -323,7 +456,7 @@ TEST_P(BlockSparse, ForwardAndBackwardMatchDenseMaskedAttention) {
     p.block_sparse.full_kv_num_blocks = view_of(mask.full_num);
     p.block_sparse.full_kv_indices = view_of(mask.full_indices);
   }
-  std::vector<double> ref_out(want.out.size()), ref_lse(want.lse.size());
+  std::vector<double> ref_out(want.out.size(), kNaN), ref_lse(want.lse.size(), kNaN);
   cpu::reference_forward(p, ref_out.data(), ref_lse.data());
   const double ref_tol = s.c.dtype == DType::f32 ? 1e-10 : 1e-9;
   expect_matches(want, [&](int64_t n) { return ref_out[n]; },
@@ -427,6 +560,39 @@ TEST(BlockSparseArgs, RejectsByNameAndWritesNothing) {
   };
   EXPECT_TRUE(same(data.out.values(), out_before)) << "a refused call wrote out";
   EXPECT_TRUE(same(data.lse.values(), lse_before)) << "a refused call wrote lse";
+}
+
+// With cu_seqlens the mask is the packed tokens' (a batch of 1, blocks of total_q rows and
+// total_k keys): a mask per sequence, or one as long as the longest sequence, is refused by name.
+TEST(BlockSparseArgs, VarlenTakesOneMaskOverThePackedTokens) {
+  AttentionCase c = base(1, 1, 1, 2, 1);
+  c.varlen_q = {120, 180}, c.varlen_k = {150, 250};  // 300 rows, 400 keys: 3 x 4 blocks
+  AttentionData data(c);
+  const Lengths lengths(data);
+  const Visible everything = [](int64_t, int64_t, int64_t, int64_t) { return true; };
+  const BlockMaskTensors per_sequence(base(2, 180, 250, 2, 1), everything, {});
+  const BlockMaskTensors longest(base(1, 180, 250, 2, 1), everything, {});
+  BlockMaskTensors bad_index(c, everything, {});
+  bad_index.full_indices.set(0, 4);
+  struct Bad {
+    const BlockMaskTensors& mask;
+    const char* argument;
+    const char* words;
+  } bad[] = {
+      {per_sequence, "kv_num_blocks", "dim 0 must be 1 with cu_seqlens"},
+      {longest, "kv_num_blocks", "ceil(total_q / sparse_block_q) = 3"},
+      {bad_index, "full_kv_indices", "ceil(total_k / sparse_block_kv)"},
+  };
+  const Tensor q = data.q.view(), k = data.k.view(), v = data.v.view(), out = data.out.view();
+  const Tensor lse = data.lse.view();
+  for (const Bad& b : bad) {
+    const Status status = forward(q, k, v, out, &lse, b.mask.attach(lengths.attach({}, c)));
+    EXPECT_EQ(status.code(), Code::invalid_argument) << status.message();
+    EXPECT_EQ(status.message().rfind(std::string(b.argument) + ":", 0), 0u) << status.message();
+    EXPECT_NE(status.message().find(b.words), std::string::npos) << status.message();
+  }
+  for (int64_t n = 0; n < data.out.numel(); ++n)
+    ASSERT_TRUE(std::isnan(data.out.get(n))) << "a refused call wrote out";
 }
 
 }  // namespace
