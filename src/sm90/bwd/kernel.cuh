@@ -7,6 +7,7 @@
 #include "sm90/bwd/epilogue.cuh"
 #include "sm90/bwd/mainloop.cuh"
 #include "sm90/bwd/producer.cuh"
+#include "sm90/common/warpgroup.cuh"
 #include "sm90/ptx/registers.cuh"
 
 namespace hfa::sm90::bwd {
@@ -41,8 +42,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1) backward_kernel(const __g
   const KeyTile tile = Scheduler<Config>::tile(p, blockIdx.x);
   if (tile.n_block * Config::kBlockN >= tile.allocated_k) return;  // no key of this sequence
   const BlockRange blocks = Scheduler<Config>::query_range(p, tile);
-  const int warpgroup = threadIdx.x / kThreadsPerWarpgroup;
-  const int thread = threadIdx.x % kThreadsPerWarpgroup;
+  const int warpgroup = warpgroup_index();
+  const int thread = thread_in_warpgroup();
 
   if (threadIdx.x == 0) {
     smem.kv_full.init(1);

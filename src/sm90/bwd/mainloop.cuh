@@ -17,6 +17,7 @@
 #include "sm90/bwd/shared_storage.cuh"
 #include "sm90/common/score_mods.cuh"
 #include "sm90/ptx/fragment.cuh"
+#include "sm90/ptx/matrix_move.cuh"
 #include "sm90/ptx/named_barrier.cuh"
 #include "sm90/ptx/tma.cuh"
 #include "sm90/ptx/wgmma.cuh"
@@ -179,16 +180,21 @@ struct ConsumerMainloop {
     }
   }
 
-  // The warpgroup's part of a Scores tile: packed register i holds the pair (row half i % 2,
-  // columns 8·(i / 2) + column_pair, + 1) of accumulator_to_operand's packing.
+  // The warpgroup's part of a Scores tile, 16 columns a stmatrix: packed register i holds the
+  // pair (row half i % 2, columns 8·(i / 2) + column_pair, + 1) of accumulator_to_operand's
+  // packing, so registers 4q .. 4q + 3 are the 8×8 matrices (row half 0, 1) × (columns 16q,
+  // 16q + 8), and lane l gives the address of row l % 8 of matrix l / 8.
   __device__ __forceinline__ void store_scores(typename Storage::ScoresTile& tile,
                                                const uint32_t (&packed)[kSAcc / 2]) {
-    uint8_t* base = reinterpret_cast<uint8_t*>(tile.data);
+    const int lane = thread % 32, matrix = lane / 8;
+    const int row = kRole.key_row0 + thread / 32 * 16 + matrix % 2 * 8 + lane % 8;
+    const uint32_t base = ptx::smem_address(tile.data);
 #pragma unroll
-    for (int i = 0; i < kSAcc / 2; ++i) {
-      const int row = kRole.key_row0 + at.row0 + 8 * (i % 2);
-      const int column = kRole.query_col0 + 8 * (i / 2) + at.column_pair;
-      *reinterpret_cast<uint32_t*>(base + Storage::ScoresTile::offset(row, column)) = packed[i];
+    for (int q = 0; q < kSAcc / 8; ++q) {
+      const uint32_t matrices[4] = {packed[4 * q], packed[4 * q + 1], packed[4 * q + 2],
+                                    packed[4 * q + 3]};
+      const int column = kRole.query_col0 + 16 * q + matrix / 2 * 8;
+      ptx::stmatrix_x4(base + Storage::ScoresTile::offset(row, column), matrices);
     }
   }
 

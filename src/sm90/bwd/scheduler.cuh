@@ -66,13 +66,14 @@ struct Scheduler {
   }
 
   // Whether the scores of (this tile, query block m) need the mask: keys past seqlen_k or cut
-  // by the window for some query of the block. One test with and without a window, on
-  // purpose: without one, "keys past seqlen_k" alone does not depend on m, the compiler
-  // hoisted it out of the query-block loop and split the loop in two, and ptxas then
+  // by the window for some query of the block. Without a window only the first depends on the
+  // tile alone, and the compiler may hoist it out of the query-block loop and split the loop:
+  // harmless now that the warpgroup branch is uniform (warpgroup.cuh); before, ptxas then
   // serialized every wgmma of the kernel (C7520: WG.AR in a divergent path).
   static __device__ __forceinline__ bool needs_mask(const Params& p, const KeyTile& t, int m_block) {
     const int first_key = t.n_block * Config::kBlockN;
     const int last_key = first_key + Config::kBlockN - 1;
+    if constexpr (!Config::kWindowed) return last_key >= t.seq.seqlen_k;
     return block_needs_mask(p, t.seq, m_block * Config::kBlockM,
                             (m_block + 1) * Config::kBlockM - 1, first_key, last_key);
   }
