@@ -6,6 +6,7 @@
 #include "sm90/fwd/epilogue.cuh"
 #include "sm90/fwd/mainloop.cuh"
 #include "sm90/fwd/producer.cuh"
+#include "sm90/common/warpgroup.cuh"
 #include "sm90/ptx/registers.cuh"
 
 namespace hfa::sm90::fwd {
@@ -17,11 +18,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   extern __shared__ uint8_t dynamic_smem[];
   Storage& smem = shared_storage<Storage>(dynamic_smem);
 
-  // Shuffled from lane 0 so that the compiler knows it is one value a warp: what derives from
-  // it (the consumers' Q descriptors) then lives in uniform registers (SASS: two R2UR a Q·Kᵀ
-  // wgmma otherwise).
-  const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / kThreadsPerWarpgroup, 0);
-  const int thread = threadIdx.x % kThreadsPerWarpgroup;
+  const int warpgroup = warpgroup_index();
+  const int thread = thread_in_warpgroup();
   constexpr int kWarpsPerConsumerGroup = kThreadsPerWarpgroup / 32;
   constexpr int kConsumers = Config::kConsumerWarpgroups;
 
