@@ -31,6 +31,7 @@ Layout layout_of(KVFormat f, int64_t d) {
     case KVFormat::fp8_per_token: return {d, 1, DType::e4m3, DType::f32};
     case KVFormat::nvfp4: return {d / 2, d / 16, DType::fp4_e2m1x2, DType::e4m3};
     case KVFormat::mxfp4: return {d / 2, d / 32, DType::fp4_e2m1x2, DType::ue8m0};
+    case KVFormat::fp8_mla: break;  // whole 656-byte records, not codes beside scales: not here
   }
   return {};
 }
@@ -134,6 +135,7 @@ const char* name_of(KVFormat f) {
     case KVFormat::fp8_per_token: return "fp8_per_token";
     case KVFormat::nvfp4: return "nvfp4";
     case KVFormat::mxfp4: return "mxfp4";
+    case KVFormat::fp8_mla: return "fp8_mla";
   }
   return "?";
 }
