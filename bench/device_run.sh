@@ -96,9 +96,11 @@ step_torch_ops() {
 step_pytest() {  # [FILE...]
   local files=("$@")
   [ ${#files[@]} -gt 0 ] || files=(python/tests)
-  HFA_LIBRARY="$bin/libhfa.so" PYTHONPATH=python python3 -m pytest -q -n 8 -p no:cacheprovider \
+  # -v: one line per test as it ends, so a run cut by a time limit still names its failures.
+  HFA_LIBRARY="$bin/libhfa.so" PYTHONPATH=python python3 -m pytest -v -n 8 -p no:cacheprovider \
     "${files[@]}" > "$out/pytest.txt" 2>&1 || status=1
-  tail -2 "$out/pytest.txt"
+  grep -E " (FAILED|ERROR) " "$out/pytest.txt" | head -20
+  tail -1 "$out/pytest.txt"
 }
 
 # Each variant of .device/variants (bench/build_variants.sh) on its cells, hfa alone.
