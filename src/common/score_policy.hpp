@@ -4,8 +4,9 @@
 //
 // A policy is chosen at compile time by the kernel list (kernel_list.def) per instantiation, so
 // a kernel pays only for what it was compiled with. It has two parts:
-//   - the score modifiers, ScoreMods<Cap, Bias>, applied in order to each score of a tile: today
-//     none or Softcap (ListedMods); Alibi below is ready for the kernels (after the softcap);
+//   - the score modifiers, ScoreMods<Cap, Bias>, applied in order to each score of a tile: none,
+//     Softcap or Alibi on the GPU (ListedMods; both at once on the CPU only, Alibi after the
+//     softcap);
 //   - the mask rule: which key blocks a query block visits, whether a visited block needs
 //     element masking, and the element mask. Today the window rule (causal, sliding, varlen
 //     bounds: WindowRule; the kernels' switch kWindowed); BlockSparse below adds block lists
@@ -133,21 +134,32 @@ struct SoftcapLog2 {
 };
 
 // ALiBi (FlashAttention-2's semantics): logits get −slope·|i + seqlen_k − seqlen_q − j|, after
-// the scale and after the softcap; slope_in_units is the slope in the tile's units. Additive:
-// the backward's dS needs no factor. Not instantiated in the GPU kernels yet.
+// the scale and after the softcap; slope_in_units is the slope in the tile's units (in_units:
+// divided by score_unit). Additive:
+// the backward's dS needs no factor.
 struct Alibi {
   static constexpr bool kPositional = true;
   static constexpr bool kScalesGrad = false;
 
   float slope_in_units;
 
+  HFA_HD static Alibi in_units(float slope, float unit) { return {slope / unit}; }
   HFA_HD static Alibi for_problem(float slope, float softmax_scale, float softcap) {
-    return {slope / score_unit(softmax_scale, softcap)};
+    return in_units(slope, score_unit(softmax_scale, softcap));
   }
 
   template <typename T>
   HFA_HD T score(T s, const ScorePosition& at) const {
     return s - T(slope_in_units) * T(at.distance());
+  }
+  // The same from the signed offset i + diagonal − j, held in a float (exact below 2^24): the
+  // GPU kernels' form, one FMA whose |·| is an operand modifier in SASS.
+  HFA_HD float score_at_offset(float s, float offset) const {
+#if defined(__CUDA_ARCH__)
+    return fmaf(-slope_in_units, fabsf(offset), s);
+#else
+    return std::fma(-slope_in_units, std::fabs(offset), s);
+#endif
   }
   template <typename T>
   HFA_HD T derivative(T) const {
@@ -181,12 +193,33 @@ struct ScoreMods {
     factor = cap.derivative(capped);
     return bias.score(capped, at);
   }
+  // A positional bias's GPU form (Alibi::score_at_offset): the signed offset i + diagonal − j.
+  HFA_HD float score_at_offset(float s, float offset) const {
+    return bias.score_at_offset(cap.score(s, ScorePosition{}), offset);
+  }
 };
 
-// The modifiers the kernel list's switches select (kernel_list.def: softcap or not). ALiBi
-// would add a switch here and a slot filled in ScoreMods' bias.
-template <bool kSoftcap>
-using ListedMods = std::conditional_t<kSoftcap, ScoreMods<Softcap>, ScoreMods<>>;
+// The modifiers the GPU kernels are compiled with (their launch's switches): none, Softcap or
+// Alibi. Not both: ALiBi models (BLOOM, MPT) do not softcap and softcapped ones (Gemma 2, Grok)
+// have no ALiBi, so the pair would double the kernels for no model; the sm90 backend refuses it
+// by name and the CPU backend runs it.
+template <bool kSoftcap, bool kAlibi = false>
+using ListedMods = std::conditional_t<
+    kSoftcap, ScoreMods<Softcap>, std::conditional_t<kAlibi, ScoreMods<NoScoreMod, Alibi>, ScoreMods<>>>;
+
+// ALiBi's slopes as a kernel reads them: the option's (sequence, query head) view
+// (hfa_options.alibi_slopes; a stride is 0 over a dim its shape lacks) and the tile's unit
+// (score_unit), so that of(b, h) is the modifier of sequence b's rows of query head h.
+struct AlibiSlopes {
+  const float* slopes;  // null: no ALiBi
+  int64_t batch_stride;
+  int64_t head_stride;
+  float unit;
+
+  HFA_HD Alibi of(int batch, int head) const {
+    return Alibi::in_units(slopes[batch * batch_stride + head * head_stride], unit);
+  }
+};
 
 // ---- Row terms ------------------------------------------------------------------------------
 

@@ -60,20 +60,28 @@ Status check_partial_out_support(const ForwardProblem& p) {
   return Status::ok();
 }
 
-// A VECTOR option (hfa/options.def) given that these kernels do not read (none yet) is refused,
-// named, rather than silently ignored.
-template <class Vectors>
-Status check_vectors(const Vectors& vectors, const char* family) {
-  return detail::refuse_unread(vectors, family, {});
-}
-
 // What no kernel of the forward and backward reads yet, refused by name rather than ignored: the
-// VECTOR rows (ALiBi) and block-sparse lists.
+// VECTOR rows (hfa/options.def) other than alibi_slopes, and block-sparse lists.
 Status check_unread_options(const ForwardProblem& p, const char* family) {
-  HFA_RETURN_IF_ERROR(check_vectors(p.vectors, family));
+  HFA_RETURN_IF_ERROR(detail::refuse_unread(p.vectors, family, {"alibi_slopes"}));
   if (p.block_sparse)
     return {Code::not_supported, std::string("kv_num_blocks: block-sparse attention is not "
                                              "supported by the ") + family + " kernels"};
+  return Status::ok();
+}
+
+// ALiBi runs on the 16-bit kernels without softcap (score_policy.hpp's ListedMods says why); the
+// rest is refused by name, the CPU backend runs it.
+Status check_alibi_support(const ForwardProblem& p, const char* family) {
+  if (!p.vectors.alibi_slopes) return Status::ok();
+  auto refused = [&](const std::string& with) {
+    return Status{Code::not_supported, std::string("alibi_slopes with ") + with +
+                                           ": not supported by the " + family +
+                                           " kernels (the CPU backend runs it)"};
+  };
+  if (p.softcap > 0.0f) return refused("softcap");
+  if (p.dtype == DType::e4m3) return refused("e4m3 inputs");
+  if (p.out_dtype != p.dtype) return refused(std::string("an ") + dtype_name(p.out_dtype) + " out");
   return Status::ok();
 }
 
@@ -82,6 +90,7 @@ Status check_unread_options(const ForwardProblem& p, const char* family) {
 Status check_support(const ForwardProblem& p, const char* family) {
   auto not_supported = [&](const std::string& what) { return sm90::not_supported(family, what); };
   HFA_RETURN_IF_ERROR(check_unread_options(p, family));
+  HFA_RETURN_IF_ERROR(check_alibi_support(p, family));
   if (p.dtype == DType::e4m3 && family == fwd::kFamily) return check_fp8_support(p);
   if (p.dtype == DType::e4m3) return not_supported("FP8 backward");
   if (!is_compiled_dtype(p.dtype)) {
@@ -114,6 +123,7 @@ Status forward(const ForwardProblem& p) {
     return with_compiled_fp8_kernel(p.out_dtype, p.hdim_qk, p.hdim_v, run);
   }
   return with_compiled_kernel(p.dtype, p.hdim_qk, p.hdim_v, [&]<int kQK, int kV, typename Element>() {
+    if (p.vectors.alibi_slopes) return fwd::run_forward_alibi<kQK, kV, Element>(p, context);
     if (p.out_dtype == p.dtype) return fwd::run_forward<kQK, kV, Element>(p, context);
     return with_partial_out_type(p.out_dtype, [&]<typename Out>() {
       return fwd::run_forward_partial<kQK, kV, Element, Out>(p, context);
@@ -124,6 +134,7 @@ Status forward(const ForwardProblem& p) {
 Status forward_workspace_size(const ForwardProblem& p, std::size_t* bytes) {
   *bytes = 0;
   HFA_RETURN_IF_ERROR(check_unread_options(p, fwd::kFamily));  // refused at prepare, not run
+  HFA_RETURN_IF_ERROR(check_alibi_support(p, fwd::kFamily));
   *bytes = fwd::workspace_bytes(p);
   return Status::ok();
 }
@@ -140,7 +151,7 @@ Status kvcache_checked(const detail::KVCacheProblem& p, Rest... rest) {
                                      " with " + dtype_name(p.dtype) +
                                      " queries is not supported by the " + decode::kFamily +
                                      " yet (the CPU backend writes it)"};
-  HFA_RETURN_IF_ERROR(check_vectors(p.vectors, decode::kFamily));
+  HFA_RETURN_IF_ERROR(detail::refuse_unread(p.vectors, decode::kFamily, {}));
   return entry(p, rest...);
 }
 
@@ -155,6 +166,7 @@ Status backward(const BackwardProblem& p) {
   const bwd::LaunchContext context{sms, on.facts.l2_bytes};
   const detail::HeadDims dims = bwd::head_dims_to_run(p.fwd);
   return with_compiled_kernel(p.fwd.dtype, dims.qk, dims.v, [&]<int kQK, int kV, typename Element>() {
+    if (p.fwd.vectors.alibi_slopes) return bwd::run_backward_alibi<kQK, kV, Element>(p, context);
     return bwd::run_backward<kQK, kV, Element>(p, context);
   });
 }

@@ -124,6 +124,7 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
   params.softmax_scale = f.softmax_scale;
   params.sinks = f.sinks;
   params.dsinks = problem.dsinks;
+  params.alibi = alibi_slopes(f);
   params.num_tiles = params.num_n_blocks * (f.heads_q / params.heads_per_tile) * f.batch;
   params.head_groups_per_section =
       head_groups_per_section(f, params.heads_per_tile, params.num_n_blocks, context);
@@ -168,42 +169,67 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
   return Status::ok();
 }
 
+// The configuration under the launch's policy switch: ALiBi's layer (AlibiTileConfig) or none.
+template <typename Plain, bool kAlibi>
+using WithPolicy = std::conditional_t<kAlibi, AlibiTileConfig<Plain>, Plain>;
+
 // The deterministic mode's own configuration where it has one (TileConfig::kDeterministic).
-template <int kHeadDimQK, int kHeadDimV, bool kWindowed, bool kSoftcap, typename Element>
+template <int kHeadDimQK, int kHeadDimV, bool kWindowed, bool kSoftcap, typename Element,
+          bool kAlibi = false>
 Status launch_mode(const detail::BackwardProblem& problem, const LaunchContext& context) {
   using Default = Config<kHeadDimQK, kHeadDimV, kWindowed, kSoftcap>;
   if constexpr (Default::kDqFromRegisters) {
     if (problem.fwd.deterministic) {
-      return launch<Config<kHeadDimQK, kHeadDimV, kWindowed, kSoftcap, true>, Element>(problem,
-                                                                                      context);
+      using Deterministic = Config<kHeadDimQK, kHeadDimV, kWindowed, kSoftcap, true>;
+      return launch<WithPolicy<Deterministic, kAlibi>, Element>(problem, context);
     }
   }
-  return launch<Default, Element>(problem, context);
+  return launch<WithPolicy<Default, kAlibi>, Element>(problem, context);
 }
 
-template <int kHeadDimQK, int kHeadDimV, bool kWindowed, typename Element>
+// The score policy's switch: kAlibi compiles only the ALiBi kernels (their own translation units,
+// run_backward_alibi), the rest the plain and softcapped ones.
+template <int kHeadDimQK, int kHeadDimV, bool kWindowed, typename Element, bool kAlibi = false>
 Status launch_softcap_or_not(const detail::BackwardProblem& problem, const LaunchContext& context) {
-  if (problem.fwd.softcap > 0.0f) {
-    if constexpr (kHeadDimQK <= 64) {  // runs on the 128 configuration (head_dim_qk_to_run)
-      return {Code::internal, "sm90 backward: a softcapped head dim 64 reached its configuration"};
-    } else {
-      return launch_mode<kHeadDimQK, kHeadDimV, kWindowed, true, Element>(problem, context);
+  if constexpr (kAlibi) {
+    return launch_mode<kHeadDimQK, kHeadDimV, kWindowed, false, Element, true>(problem, context);
+  } else {
+    if (problem.fwd.softcap > 0.0f) {
+      if constexpr (kHeadDimQK <= 64) {  // runs on the 128 configuration (head_dim_qk_to_run)
+        return {Code::internal,
+                "sm90 backward: a softcapped head dim 64 reached its configuration"};
+      } else {
+        return launch_mode<kHeadDimQK, kHeadDimV, kWindowed, true, Element>(problem, context);
+      }
     }
+    return launch_mode<kHeadDimQK, kHeadDimV, kWindowed, false, Element>(problem, context);
   }
-  return launch_mode<kHeadDimQK, kHeadDimV, kWindowed, false, Element>(problem, context);
+}
+
+template <int kHeadDimQK, int kHeadDimV, typename Element, bool kAlibi = false>
+Status run_backward_with(const detail::BackwardProblem& problem, const LaunchContext& context) {
+  if (problem.fwd.has_window()) {
+    return launch_softcap_or_not<kHeadDimQK, kHeadDimV, true, Element, kAlibi>(problem, context);
+  }
+  return launch_softcap_or_not<kHeadDimQK, kHeadDimV, false, Element, kAlibi>(problem, context);
 }
 
 template <int kHeadDimQK, int kHeadDimV, typename Element>
 Status run_backward(const detail::BackwardProblem& problem, const LaunchContext& context) {
-  if (problem.fwd.has_window()) {
-    return launch_softcap_or_not<kHeadDimQK, kHeadDimV, true, Element>(problem, context);
-  }
-  return launch_softcap_or_not<kHeadDimQK, kHeadDimV, false, Element>(problem, context);
+  return run_backward_with<kHeadDimQK, kHeadDimV, Element>(problem, context);
+}
+
+template <int kHeadDimQK, int kHeadDimV, typename Element>
+Status run_backward_alibi(const detail::BackwardProblem& problem, const LaunchContext& context) {
+  return run_backward_with<kHeadDimQK, kHeadDimV, Element, true>(problem, context);
 }
 
 }  // namespace hfa::sm90::bwd
 
-// One translation unit per (head dims, element type).
+// One translation unit per (head dims, element type), and the same for ALiBi.
 #define HFA_INSTANTIATE_BACKWARD(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT)                         \
   template hfa::Status hfa::sm90::bwd::run_backward<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT>(     \
+      const hfa::detail::BackwardProblem&, const hfa::sm90::bwd::LaunchContext&);
+#define HFA_INSTANTIATE_BACKWARD_ALIBI(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT)                   \
+  template hfa::Status hfa::sm90::bwd::run_backward_alibi<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT>( \
       const hfa::detail::BackwardProblem&, const hfa::sm90::bwd::LaunchContext&);

@@ -63,5 +63,9 @@ std::size_t workspace_bytes(const detail::BackwardProblem& problem) {
 // allocation and no host synchronization, so the call can be captured in a CUDA graph.
 template <int kHeadDimQK, int kHeadDimV, typename Element>
 Status run_backward(const detail::BackwardProblem& problem, const LaunchContext& context);
+// The same with ALiBi (hfa_options.alibi_slopes; no softcap, the backend checks): its own
+// translation units, so that the kernels without it are compiled as before.
+template <int kHeadDimQK, int kHeadDimV, typename Element>
+Status run_backward_alibi(const detail::BackwardProblem& problem, const LaunchContext& context);
 
 }  // namespace hfa::sm90::bwd

@@ -31,7 +31,8 @@ struct ConsumerMainloop {
   static constexpr WarpgroupRole kRole = Config::role(kWarpgroup);
   static constexpr int kSAcc = Config::kScoreColumns / 2;  // 64 × columns fp32 over 128 threads
   // The score policy's dS factor of each score (softcap: 1 − tanh²).
-  static constexpr int kFactorAcc = Config::Mods::kScalesGrad ? kSAcc : 1;
+  using Mods = typename Config::Mods;
+  static constexpr int kFactorAcc = Mods::kScalesGrad ? kSAcc : 1;
   static constexpr int kDkAcc = kRole.dk_count * kSlabColumns / 2;
   static constexpr int kDvAcc = kRole.dv_count * kSlabColumns / 2;
   static constexpr int kDqAcc = kPartRegisters;
@@ -139,14 +140,24 @@ struct ConsumerMainloop {
   }
 
   // Sᵀ → P in place, after the score policy's modifiers, which leave their dS factor in
-  // `factor` (taken before masking: softcap's 1 − tanh² would be NaN at −inf).
+  // `factor` (taken before masking: softcap's 1 − tanh² would be NaN at −inf). head_mods: a
+  // positional policy's modifiers of the step's head (ALiBi's slope; both row halves are keys of
+  // that one head).
   __device__ __forceinline__ void probabilities(float (&s)[kSAcc], float (&factor)[kFactorAcc],
-                                                const KeyTile& tile, int m_block, int stage) {
-    apply_score_mods(s, factor, score_mods<typename Config::Mods>(p.softcap_prescale));
+                                                const KeyTile& tile, int m_block, int stage,
+                                                const Mods& head_mods) {
+    const int first_key = tile.n_block * Config::kBlockN + kRole.key_row0 + at.row0;
+    const int first_query = m_block * Config::kBlockM + kRole.query_col0 + at.column_pair;
+    if constexpr (Mods::kPositional) {
+      float diagonal_column[2];
+      fragment_diagonal(diagonal_column, first_key, first_query, tile.seq);
+      const Mods row_mods[2] = {head_mods, head_mods};
+      apply_score_mods(s, row_mods, diagonal_column);
+    } else {
+      apply_score_mods(s, factor, score_mods<Mods>(p.softcap_prescale));
+    }
     if (Scheduler<Config>::needs_mask(p, tile, m_block)) {
-      mask_scores(
-          s, tile.n_block * Config::kBlockN + kRole.key_row0 + at.row0,
-          m_block * Config::kBlockM + kRole.query_col0 + at.column_pair, tile.seq, p);
+      mask_scores(s, first_key, first_query, tile.seq, p);
     }
     // A query past the sequence has LSE +inf (preprocess): P = 0 there without a test.
 #pragma unroll
@@ -172,7 +183,7 @@ struct ConsumerMainloop {
         const int i = 4 * j + 2 * half;
         dp[i] = prob[i] * (dp[i] - d.x);
         dp[i + 1] = prob[i + 1] * (dp[i + 1] - d.y);
-        if constexpr (Config::Mods::kScalesGrad) {
+        if constexpr (Mods::kScalesGrad) {
           dp[i] *= factor[i];
           dp[i + 1] *= factor[i + 1];
         }
@@ -243,6 +254,9 @@ struct ConsumerMainloop {
                        float (&dv)[kDvAcc]) {
     const int q_stage = q_ring.stage, do_stage = do_ring.stage, scores_stage = scores_ring.stage;
     float s[kSAcc], dp[kSAcc], factor[kFactorAcc];
+    // Loaded before the waits, so that the load's latency hides behind them.
+    Mods head_mods{};
+    if constexpr (Mods::kPositional) head_mods = row_score_mods<Mods>(p.alibi, tile.batch, head);
 
     smem.q_full[q_stage].wait(q_ring.phase);
     const int valid_queries = tile.seq.seqlen_q - m_block * Config::kBlockM;
@@ -265,7 +279,7 @@ struct ConsumerMainloop {
     ptx::commit_group();
     ptx::wait_group<1>();
     ptx::fence_operands(s);
-    probabilities(s, factor, tile, m_block, q_stage);
+    probabilities(s, factor, tile, m_block, q_stage, head_mods);
     ptx::wait_group<0>();
     ptx::fence_operands(dp);
     score_gradients(dp, s, factor, do_stage);

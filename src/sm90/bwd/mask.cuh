@@ -11,6 +11,12 @@
 
 namespace hfa::sm90::bwd {
 
+// The query on the diagonal of `key` (i + seqlen_k − seqlen_q = key), as a column counted from
+// first_query: the window's bounds and ALiBi's distances are counted from it.
+__device__ __forceinline__ int diagonal_query_column(int key, int first_query, const Sequence& seq) {
+  return key - seq.diagonal() - first_query;
+}
+
 // s: one thread's accumulator of a 64-key × N-query tile; first_key: the key of its row0,
 // first_query: the query of its first column (column_pair included). Masked scores become −inf.
 template <int kAcc, WindowFields P>
@@ -25,7 +31,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[kAcc], int first_key, int
     if (key >= seq.seqlen_k) {
       end = begin;
     } else {
-      const int facing = key - seq.diagonal() - first_query;  // the query on the key's diagonal
+      const int facing = diagonal_query_column(key, first_query, seq);
       if (p.window_right >= 0) begin = window_first_query(p, facing);
       if (p.window_left >= 0) end = window_last_query(p, facing) + 1;
     }
@@ -34,6 +40,16 @@ __device__ __forceinline__ void mask_scores(float (&s)[kAcc], int first_key, int
       const int column = ptx::fragment_column(i, 0);
       if (ptx::fragment_row_half(i) == half && (column < begin || column >= end)) s[i] = -INFINITY;
     }
+  }
+}
+
+// ALiBi's coordinates of the same fragment (score_mods.cuh): per row half (key), the column of
+// the query on its diagonal.
+__device__ __forceinline__ void fragment_diagonal(float (&diagonal_column)[2], int first_key,
+                                                  int first_query, const Sequence& seq) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    diagonal_column[half] = float(diagonal_query_column(first_key + 8 * half, first_query, seq));
   }
 }
 

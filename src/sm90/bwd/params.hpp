@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cuda.h>
 
+#include "common/score_policy.hpp"
+
 namespace hfa::sm90::bwd {
 
 struct RowStrides {
@@ -84,6 +86,9 @@ struct Params {
   // out and dout; null: computed there. Last, so the main kernel's parameter offsets stay.
   const float* softmax_d;
   int64_t softmax_d_batch_stride, softmax_d_head_stride;
+
+  // ALiBi only (last, as above): the slopes, read once a query head (mainloop.cuh's step).
+  policy::AlibiSlopes alibi;
 };
 
 }  // namespace hfa::sm90::bwd

@@ -143,4 +143,13 @@ struct TileConfig {
                 "keys split with 64 queries: dQ's slabs split evenly");
 };
 
+// A configuration whose scores take ALiBi (score_policy.hpp; without softcap, ListedMods): the
+// plain configuration's tiles under the ALiBi policy, a layer over it so that the kernels
+// compiled before keep their names and code (as the forward's AlibiTileConfig).
+template <typename Plain>
+struct AlibiTileConfig : Plain {
+  static_assert(!Plain::kSoftcap, "ALiBi without softcap (backend.cpp refuses the pair)");
+  using Mods = policy::ListedMods<false, true>;
+};
+
 }  // namespace hfa::sm90::bwd

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "common/problem.hpp"
+#include "common/score_policy.hpp"
 #include "sm90/common/math.hpp"
 #include "sm90/tma_descriptor.hpp"
 
@@ -72,6 +73,14 @@ void fill_shared_fields(Params& params, const detail::ForwardProblem& problem) {
   const bool softcapped = problem.softcap > 0.0f;
   params.softcap_prescale = softcapped ? problem.softmax_scale / problem.softcap : 0.0f;
   params.scale_log2 = (softcapped ? problem.softcap : problem.softmax_scale) * kLog2e;
+}
+
+// ALiBi's slopes as the kernels read them (policy::AlibiSlopes): the option's view, and the
+// unit of the tiles' scores, which the kernels scale inside their exp2.
+inline policy::AlibiSlopes alibi_slopes(const detail::ForwardProblem& problem) {
+  const detail::OptionVector& slopes = problem.vectors.alibi_slopes;
+  return {static_cast<const float*>(slopes.data), slopes.batch_stride, slopes.head_stride,
+          policy::score_unit(problem.softmax_scale, problem.softcap)};
 }
 
 // Pairs per section of the sectioned tile order (tile_order.cuh): as many as share half the L2

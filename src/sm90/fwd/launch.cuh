@@ -165,6 +165,7 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
   params.hdim_v = problem.hdim_v;
   fill_shared_fields(params, problem);
   params.sinks = problem.sinks;
+  params.alibi = alibi_slopes(problem);
   if constexpr (Config::kFp8) fill_fp8_fields(params, problem);
   params.num_m_blocks = ((problem.seqlen_q << pack_shift) + Config::kBlockM - 1) / Config::kBlockM;
   params.num_tiles = params.num_m_blocks * params.tile_heads * b;
@@ -192,15 +193,21 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
   return launch_status(kFamily);
 }
 
+// The score policy's switch: kAlibi compiles only the ALiBi kernels (their own translation units,
+// run_forward_alibi), the rest the plain and softcapped ones.
 template <int kHeadDimQK, int kHeadDimV, bool kWindowed, typename Element, typename Out,
-          bool kShortRows = false, bool kKeyBlockScales = false>
+          bool kShortRows = false, bool kKeyBlockScales = false, bool kAlibi = false>
 Status launch_softcap_or_not(const detail::ForwardProblem& problem, const LaunchContext& context) {
   using Plain = TileConfigFor<kHeadDimQK, kHeadDimV, kWindowed, false, Element, Out, kShortRows,
                               kKeyBlockScales>;
-  using Softcapped = TileConfigFor<kHeadDimQK, kHeadDimV, kWindowed, true, Element, Out,
-                                   kShortRows, kKeyBlockScales>;
-  return problem.softcap > 0.0f ? launch<Softcapped>(problem, context)
-                                : launch<Plain>(problem, context);
+  if constexpr (kAlibi) {
+    return launch<AlibiTileConfig<Plain>>(problem, context);
+  } else {
+    using Softcapped = TileConfigFor<kHeadDimQK, kHeadDimV, kWindowed, true, Element, Out,
+                                     kShortRows, kKeyBlockScales>;
+    return problem.softcap > 0.0f ? launch<Softcapped>(problem, context)
+                                  : launch<Plain>(problem, context);
+  }
 }
 
 // Windowed problems of at most this many keys (varlen: the longest sequence's) run on the
@@ -210,25 +217,30 @@ Status launch_softcap_or_not(const detail::ForwardProblem& problem, const Launch
 inline constexpr int kShortRowsMaxKeys = 1024;
 
 template <int kHeadDimQK, int kHeadDimV, typename Element, typename Out,
-          bool kKeyBlockScales = false>
+          bool kKeyBlockScales = false, bool kAlibi = false>
 Status run_forward_with(const detail::ForwardProblem& problem, const LaunchContext& context) {
   if (uses_window(problem)) {
     if constexpr (has_short_rows_tile<kHeadDimQK, Element>) {
       if (problem.seqlen_k <= kShortRowsMaxKeys) {
-        return launch_softcap_or_not<kHeadDimQK, kHeadDimV, true, Element, Out, true>(problem,
-                                                                                     context);
+        return launch_softcap_or_not<kHeadDimQK, kHeadDimV, true, Element, Out, true, false,
+                                     kAlibi>(problem, context);
       }
     }
     return launch_softcap_or_not<kHeadDimQK, kHeadDimV, true, Element, Out, false,
-                                 kKeyBlockScales>(problem, context);
+                                 kKeyBlockScales, kAlibi>(problem, context);
   }
   return launch_softcap_or_not<kHeadDimQK, kHeadDimV, false, Element, Out, false,
-                               kKeyBlockScales>(problem, context);
+                               kKeyBlockScales, kAlibi>(problem, context);
 }
 
 template <int kHeadDimQK, int kHeadDimV, typename Element>
 Status run_forward(const detail::ForwardProblem& problem, const LaunchContext& context) {
   return run_forward_with<kHeadDimQK, kHeadDimV, Element, Element>(problem, context);
+}
+
+template <int kHeadDimQK, int kHeadDimV, typename Element>
+Status run_forward_alibi(const detail::ForwardProblem& problem, const LaunchContext& context) {
+  return run_forward_with<kHeadDimQK, kHeadDimV, Element, Element, false, true>(problem, context);
 }
 
 template <int kHeadDimQK, int kHeadDimV, typename Element, typename Out>
@@ -250,10 +262,13 @@ Status run_forward_fp8(const detail::ForwardProblem& problem, const LaunchContex
 
 }  // namespace hfa::sm90::fwd
 
-// One translation unit per (head dims, element type), per (head dims, element, out type) for a
-// partial out, and per (head dims, out type) for FP8.
+// One translation unit per (head dims, element type) and the same for ALiBi, per (head dims,
+// element, out type) for a partial out, and per (head dims, out type) for FP8.
 #define HFA_INSTANTIATE_FORWARD(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT)                          \
   template hfa::Status hfa::sm90::fwd::run_forward<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT>(      \
+      const hfa::detail::ForwardProblem&, const hfa::sm90::fwd::LaunchContext&);
+#define HFA_INSTANTIATE_FORWARD_ALIBI(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT)                    \
+  template hfa::Status hfa::sm90::fwd::run_forward_alibi<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT>( \
       const hfa::detail::ForwardProblem&, const hfa::sm90::fwd::LaunchContext&);
 #define HFA_INSTANTIATE_FORWARD_PARTIAL(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT, OUT)               \
   template hfa::Status hfa::sm90::fwd::run_forward_partial<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT, OUT>( \

@@ -53,6 +53,10 @@ inline std::size_t workspace_bytes(const detail::ForwardProblem& problem) {
 // for each). A problem runs on the smallest that holds it (kernel_list.hpp), padded with zeros.
 template <int kHeadDimQK, int kHeadDimV, typename Element>
 Status run_forward(const detail::ForwardProblem& problem, const LaunchContext& context);
+// The same with ALiBi (hfa_options.alibi_slopes; no softcap, the backend checks): its own
+// translation units, so that the kernels without it are compiled as before.
+template <int kHeadDimQK, int kHeadDimV, typename Element>
+Status run_forward_alibi(const detail::ForwardProblem& problem, const LaunchContext& context);
 // The 16-bit forward writing out as Out, a partial result (common/kernel_list.def's
 // HFA_KERNEL_PARTIAL_OUT): the standard tiles, no softcap (the backend checks).
 template <int kHeadDimQK, int kHeadDimV, typename Element, typename Out>

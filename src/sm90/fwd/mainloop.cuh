@@ -9,6 +9,8 @@
 // scales where fp8_scales.cuh puts them.
 #pragma once
 
+#include <type_traits>
+
 #include "sm90/fwd/fp8_scales.cuh"
 #include "sm90/fwd/mask.cuh"
 #include "sm90/fwd/params.hpp"
@@ -212,37 +214,79 @@ struct ConsumerMainloop {
     return Config::kFp8 ? scales.softcap_prescale : p.softcap_prescale;
   }
 
+  // The tile row (packed with PackGQA) of the thread's first row, the second 8 below; and the
+  // key of its first column in block n_block, the others at fragment_column(i, 0) from it.
+  __device__ __forceinline__ int fragment_row0(const WorkTile& tile,
+                                               const ptx::FragmentCoords& at) const {
+    return tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup + at.row0;
+  }
+  __device__ __forceinline__ static int fragment_key0(int n_block, const ptx::FragmentCoords& at) {
+    return n_block * Config::kBlockN + at.column_pair;
+  }
+
   // The FP8 tile's scales that stay for the whole tile.
   __device__ __forceinline__ void start_tile(const WorkTile& tile) {
     static_assert(Config::kFp8);
     kv_head = (tile.head << p.pack_shift) / p.heads_per_kv;
     scales = score_scales(p, tile, kv_head);
     if (p.fp8_row_scales) {
-      const int row0 = tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup +
-                       ptx::fragment_coords(thread).row0;
+      const int row0 = fragment_row0(tile, ptx::fragment_coords(thread));
       q_rows[0] = q_row_scale(p, tile, row0);
       q_rows[1] = q_row_scale(p, tile, row0 + 8);
     }
   }
 
-  // Applies the score policy's modifiers to S (softcap), masks it where block n_block needs it
-  // (after the modifiers: tanh(−inf) is not −inf), then turns it into unnormalized probabilities.
+  // A positional policy's modifiers of the thread's two rows (ALiBi: their heads' slopes, which
+  // differ under PackGQA), loaded once a tile before its first GEMM, which hides the loads'
+  // latency. The other kernels keep nothing: even an unused member of this struct moved the FP8
+  // kernels' spill slots.
+  struct RowMods {
+    typename Config::Mods half[2];
+  };
+  struct NoRowMods {};
+  using TileRowMods = std::conditional_t<Config::Mods::kPositional, RowMods, NoRowMods>;
+
+  __device__ __forceinline__ TileRowMods row_mods_of(const WorkTile& tile) const {
+    TileRowMods mods{};
+    if constexpr (Config::Mods::kPositional) {
+      const int row0 = fragment_row0(tile, ptx::fragment_coords(thread));
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        mods.half[half] = row_score_mods<typename Config::Mods>(
+            p.alibi, tile.batch, head_of_row(p, tile, row0 + 8 * half));
+      }
+    }
+    return mods;
+  }
+
+  // Applies the score policy's modifiers to S (softcap or ALiBi), masks it where block n_block
+  // needs it (after the modifiers: tanh(−inf) is not −inf), then turns it into unnormalized
+  // probabilities.
   __device__ __forceinline__ void softmax_step(float (&s)[kSAcc], OnlineSoftmax& softmax,
                                                float (&rescale)[2], const WorkTile& tile,
                                                int n_block, const ptx::FragmentCoords& at,
-                                               const BlockScales& block) {
+                                               const BlockScales& block,
+                                               const TileRowMods& row_mods) {
     if constexpr (Config::kFp8) {
       if (p.fp8_row_scales) scale_rows(s, block.score);
     }
-    apply_score_mods(s, score_mods<typename Config::Mods>(softcap_prescale()));
+    using Mods = typename Config::Mods;
+    if constexpr (Mods::kPositional) {
+      float diagonal_column[2];
+      fragment_diagonal(diagonal_column, fragment_row0(tile, at), fragment_key0(n_block, at),
+                        tile.seq, p);
+      apply_score_mods(s, row_mods.half, diagonal_column);
+    } else {
+      apply_score_mods(s, score_mods<Mods>(softcap_prescale()));
+    }
     // The softmax is inlined into both branches, as when the unmasked one took other exponentials
     // (exp2 on the FMA pipes, docs/decisions/002): one call after the if compiles to other SASS,
     // one copy of the softmax instead of two (not measured).
     constexpr int kOffset = Config::kMaxOffset;
     constexpr bool kSumRows = !Config::kRowSumsByMma;
     if (block_needs_mask<Config>(p, tile, n_block)) {
-      const int row0 = tile.m_block * Config::kBlockM + warpgroup * kRowsPerWarpgroup + at.row0;
-      apply_mask<Config::kWindowed>(s, row0, n_block * Config::kBlockN + at.column_pair, tile.seq, p);
+      apply_mask<Config::kWindowed>(s, fragment_row0(tile, at), fragment_key0(n_block, at),
+                                    tile.seq, p);
       softmax.update<kOffset, kSumRows>(s, scale_log2(), rescale);
     } else {
       softmax.update<kOffset, kSumRows>(s, scale_log2(), rescale);
@@ -268,6 +312,7 @@ struct ConsumerMainloop {
                       OnlineSoftmax& softmax) {
     softmax.reset();
     if constexpr (Config::kFp8) start_tile(tile);
+    const TileRowMods row_mods = row_mods_of(tile);
     smem.q_full[q_ring.stage].wait(q_ring.phase);
     q_address = tile_q_address();
     // With seqused_k, the first V block (the sequence's last keys) is made safe before the
@@ -309,7 +354,7 @@ struct ConsumerMainloop {
     release(smem.k_empty[k_ring.stage]);
     k_ring.advance();
     if (blocks.count() == 1) release_q();  // that was the tile's last Q·Kᵀ
-    softmax_step(s, softmax, rescale, tile, n, at, block);
+    softmax_step(s, softmax, rescale, tile, n, at, block, row_mods);
     ptx::accumulator_to_operand<Element>(s, pm);
 
     for (--n; n >= blocks.begin; --n) {
@@ -326,7 +371,7 @@ struct ConsumerMainloop {
       release(smem.k_empty[k_ring.stage]);
       k_ring.advance();
       if (n == blocks.begin) release_q();  // a later tile's Q may load now
-      softmax_step(s, softmax, rescale, tile, n, at, block);
+      softmax_step(s, softmax, rescale, tile, n, at, block, row_mods);
       ptx::wait_group<0>();
       ptx::fence_operands(o);
       ptx::fence_operands(sums);

@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include "common/scale_view.hpp"
+#include "common/score_policy.hpp"
 
 namespace hfa::sm90::fwd {
 
@@ -87,6 +88,9 @@ struct Params {
   // f32 out only (last, as above): 1 merges each row into out and lse, the running result of
   // earlier calls, instead of storing it (hfa_options.accumulate; epilogue.cuh).
   int32_t accumulate;
+
+  // ALiBi only (last, as above): the slopes, read once a tile (mainloop.cuh's start_rows).
+  policy::AlibiSlopes alibi;
 };
 
 }  // namespace hfa::sm90::fwd

@@ -19,6 +19,10 @@ struct WorkTile {
 // A tile row's query index within its sequence: with PackGQA, rows are (query, head) pairs,
 // head fastest (see Params::pack_shift).
 __device__ __forceinline__ int query_of_row(const Params& p, int row) { return row >> p.pack_shift; }
+// And its query head: the tile's head (group) and, with PackGQA, the row's place in the group.
+__device__ __forceinline__ int head_of_row(const Params& p, const WorkTile& tile, int row) {
+  return (tile.head << p.pack_shift) + (row & ((1 << p.pack_shift) - 1));
+}
 
 // Persistent schedule, one CTA per SM. Every CTA starts with tile blockIdx.x; then
 //   static:  tile + gridDim.x — right when all tiles cost the same (no window);

@@ -186,6 +186,16 @@ using TileConfigFor =
                kKeyBlockScales && TileConfig<kHeadDimQK, kHeadDimV, kWindowed, kSoftcap, Element,
                                              Out, kShortRows>::kBlockN != detail::kFp8KeyBlock>;
 
+// A configuration whose scores take ALiBi (score_policy.hpp; without softcap, ListedMods): the
+// plain configuration's tiles and registers under the ALiBi policy. A layer over it rather than
+// one more switch of TileConfig, so that the kernels compiled before keep their names and code.
+template <typename Plain>
+struct AlibiTileConfig : Plain {
+  static_assert(!Plain::kSoftcap && !Plain::kFp8 && !Plain::kPartialOut,
+                "ALiBi: 16-bit inputs and out, no softcap (backend.cpp refuses the rest)");
+  using Mods = policy::ListedMods<false, true>;
+};
+
 // Whether a short-rows configuration exists for this head dim and element type (its tile is
 // smaller than the standard one): hdim 64, 16-bit, while its standard tile has more rows than 128.
 template <int kHeadDimQK, typename Element>
