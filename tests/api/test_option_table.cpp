@@ -299,7 +299,8 @@ TEST(OptionTable, AttentionVectorsTakeTheirRowsFormsOnly) {
       EXPECT_TRUE(a.forward_outputs_untouched() && a.backward_outputs_untouched());
     }
     // Every accepted form is read by the CPU backend; a backend whose kernels read no vector
-    // (sm90's check, refuse_unread with nothing read) refuses it, naming it: no row is ignored.
+    // (refuse_unread with nothing read, as sm90's decode) refuses it, naming it: no row is
+    // ignored.
     for (const std::vector<int64_t>& shape : accepted_shapes(row, a.batch, a.heads_q)) {
       VectorArg good(static_cast<hfa_dtype>(row.low), shape);
       EXPECT_EQ(attention_call_with(a, row, &good.tensor), HFA_SUCCESS)

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "common/score_policy.hpp"
@@ -60,6 +61,30 @@ TEST(ScorePolicy, AlibiBiasesTheLogitsAfterScaleAndSoftcap) {
       }
     }
   }
+}
+
+// The GPU kernels' form (score_at_offset: the signed offset i + diagonal − j, in a float) is the
+// same bias, on both sides of the diagonal; the kernels' policy of ALiBi is the bias alone.
+TEST(ScorePolicy, AlibiKernelFormMatchesThePositions) {
+  static_assert(std::is_same_v<ListedMods<false, true>, ScoreMods<NoScoreMod, Alibi>>);
+  static_assert(std::is_same_v<ListedMods<false>, ScoreMods<>>);
+  const ListedMods<false, true> mods{{}, Alibi::for_problem(0.25f, 0.125f, 0.0f)};
+  for (int i = 0; i < 6; ++i) {
+    for (int j = 0; j < 11; ++j) {
+      const ScorePosition at{i, j, 4};
+      const float offset = static_cast<float>(i + at.diagonal - j);
+      EXPECT_FLOAT_EQ(mods.score_at_offset(1.5f, offset), mods.score(1.5f, at)) << i << ' ' << j;
+    }
+  }
+}
+
+// The kernels' slopes: element (b, h) of a (heads) or (batch, heads) vector, in the tile's unit.
+TEST(ScorePolicy, AlibiSlopesIndexBothShapes) {
+  const float slopes[6] = {0.5f, 0.25f, 0.125f, 1.0f, 2.0f, 4.0f};
+  const AlibiSlopes per_head{slopes, 0, 1, 0.5f};
+  EXPECT_FLOAT_EQ(per_head.of(1, 2).slope_in_units, 0.25f);
+  const AlibiSlopes per_sequence{slopes, 3, 1, 0.5f};
+  EXPECT_FLOAT_EQ(per_sequence.of(1, 2).slope_in_units, 8.0f);
 }
 
 // Softcap then ALiBi: the backward's factor is the cap's derivative at the cap's output.

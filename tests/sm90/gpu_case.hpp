@@ -20,14 +20,15 @@ class GpuCase {
       : data_(data), q_(data.q), k_(data.k), v_(data.v), out_(data.out), lse_(data.lse),
         dout_(data.dout), dq_(data.dq), dk_(data.dk), dv_(data.dv),
         cu_q_(data.cu_seqlens_q()), cu_k_(data.cu_seqlens_k()), sinks_(data.sinks),
-        dsinks_(data.dsinks), used_q_(data.spec().seqused_q), used_k_(data.spec().seqused_k) {}
+        dsinks_(data.dsinks), used_q_(data.spec().seqused_q), used_k_(data.spec().seqused_k),
+        alibi_slopes_(data.alibi_slopes) {}
 
   int32_t sm_margin = 0;  // the problems' sm_margin (SMs left free)
 
   // The copies were made (check with ASSERT_NO_FATAL_FAILURE(gpu.check_copies())).
   void check_copies() const {
     for (const DeviceCopy* copy : {&q_, &k_, &v_, &out_, &lse_, &dout_, &dq_, &dk_, &dv_, &cu_q_,
-                                   &cu_k_, &sinks_, &dsinks_, &used_q_, &used_k_}) {
+                                   &cu_k_, &sinks_, &dsinks_, &used_q_, &used_k_, &alibi_slopes_}) {
       HFA_CUDA_OK(copy->status());
     }
   }
@@ -43,6 +44,7 @@ class GpuCase {
     if (p.sinks != nullptr) p.sinks = sinks_.get<float>();
     if (p.seqused_q != nullptr) p.seqused_q = used_q_.get<int32_t>();
     if (p.seqused_k != nullptr) p.seqused_k = used_k_.get<int32_t>();
+    if (p.vectors.alibi_slopes) p.vectors.alibi_slopes.data = alibi_slopes_.get<float>();
     p.device = Device::cuda(0);
     p.sm_margin = sm_margin;
     return p;
@@ -114,6 +116,7 @@ class GpuCase {
 
   AttentionData& data_;
   DeviceCopy q_, k_, v_, out_, lse_, dout_, dq_, dk_, dv_, cu_q_, cu_k_, sinks_, dsinks_, used_q_, used_k_;
+  DeviceCopy alibi_slopes_;  // the slopes as the case's data holds them when the GpuCase is made
 };
 
 }  // namespace hfa::test

@@ -3,11 +3,14 @@
 // the masks and layouts the forward and backward feature tests both combine.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/attention_case.hpp"
+#include "common/expected.hpp"
 #include "hfa/hfa.hpp"
 
 namespace hfa::test {
@@ -98,6 +101,99 @@ void for_each_forward_feature_case(DType dtype, HeadDims dims, Visit&& visit) {
             set_layout(c, layout);
             visit(c, index++);
           }
+}
+
+// ALiBi's cases, which the forward and backward tests both run: each kernel family's head dims
+// (64, 128, 192/128, 256), both dtypes, slopes per head and per (sequence, head), every mask,
+// seqlen_q ≠ seqlen_k both ways (the bias is bottom-right aligned), varlen and seqused, GQA and
+// MQA with few queries (PackGQA: a tile's rows of several heads, each with its slope), and the
+// hdim 64 windowed tiles of both sizes (short rows up to 1024 keys). A handful, not a matrix:
+// the kernels' ALiBi is one code path on top of the masks the feature matrices cover.
+enum class Slopes {
+  bloom,         // per head, 2^(−8(h+1)/heads): the slopes of BLOOM and MPT
+  steep,         // per head, 0.5 · 2^h: a bias that leaves a row its nearest keys
+  per_sequence,  // per (sequence, head), random (attention_case.hpp): 0.01 to ~1
+};
+
+struct AlibiCase {
+  AttentionCase c;
+  Slopes slopes;
+  bool deterministic = false;  // the backward's deterministic mode (its own configuration at 256)
+};
+
+inline std::vector<AlibiCase> alibi_cases() {
+  auto make = [](DType dtype, int qk, int v, Mask mask, Layout layout, int heads_q, int heads_kv,
+                 Slopes slopes) {
+    AlibiCase a;
+    AttentionCase& c = a.c;
+    c.dtype = dtype;
+    c.hdim_qk = qk;
+    c.hdim_v = v;
+    c.heads_q = heads_q;
+    c.heads_kv = heads_kv;
+    set_mask(c, mask);
+    set_layout(c, layout);
+    c.alibi = slopes == Slopes::per_sequence ? AttentionCase::Alibi::per_sequence_head
+                                             : AttentionCase::Alibi::per_head;
+    a.slopes = slopes;
+    return a;
+  };
+  std::vector<AlibiCase> cases = {
+      make(DType::bf16, 64, 64, Mask::causal, Layout::fixed, 4, 4, Slopes::bloom),
+      make(DType::f16, 64, 64, Mask::none, Layout::short_fixed, 8, 2, Slopes::steep),
+      make(DType::f16, 128, 128, Mask::none, Layout::varlen, 8, 2, Slopes::per_sequence),
+      make(DType::bf16, 128, 128, Mask::window, Layout::short_fixed, 8, 1, Slopes::per_sequence),
+      make(DType::bf16, 128, 128, Mask::causal, Layout::seqused, 4, 4, Slopes::steep),
+      make(DType::f16, 192, 128, Mask::causal, Layout::short_varlen, 8, 2, Slopes::bloom),
+      make(DType::bf16, 256, 256, Mask::sliding, Layout::varlen, 4, 2, Slopes::per_sequence),
+      make(DType::f16, 256, 256, Mask::none, Layout::fixed, 2, 2, Slopes::bloom),
+  };
+  // More queries than keys: the first rows face keys before the first (causal: they see none).
+  AlibiCase taller = make(DType::bf16, 128, 128, Mask::causal, Layout::fixed, 4, 2, Slopes::bloom);
+  taller.c.seqlen_q = 211, taller.c.seqlen_k = 150;
+  cases.push_back(taller);
+  // hdim 64's windowed standard tile (more than 1024 keys), sinks beside the bias.
+  AlibiCase longer = make(DType::bf16, 64, 64, Mask::sliding, Layout::fixed, 2, 2, Slopes::bloom);
+  longer.c.batch = 1, longer.c.seqlen_q = 700, longer.c.seqlen_k = 1300;
+  longer.c.window_left = 300;
+  longer.c.sinks = true;
+  cases.push_back(longer);
+  // The backward's deterministic configuration (hdim 256, head dims split).
+  AlibiCase deterministic =
+      make(DType::bf16, 256, 256, Mask::causal, Layout::fixed, 4, 2, Slopes::steep);
+  deterministic.deterministic = true;
+  cases.push_back(deterministic);
+  for (std::size_t i = 0; i < cases.size(); ++i) cases[i].c.seed = 300 + i;
+  return cases;
+}
+
+// The case's slopes in its data: the random ones attention_case.hpp drew, or the per-head ones
+// `slopes` names in their place.
+inline void set_slopes(AttentionData& data, Slopes slopes) {
+  const int heads = data.spec().heads_q;
+  for (int h = 0; h < heads && slopes != Slopes::per_sequence; ++h) {
+    data.alibi_slopes[h] = slopes == Slopes::bloom ? std::exp2(-8.0f * float(h + 1) / float(heads))
+                                                   : 0.5f * std::exp2(float(h));
+  }
+}
+
+// How far ALiBi moves the oracle's out: the largest difference between out_ref (with the
+// case's slopes) and the oracle's out with every slope 0. The ALiBi tests want it far above
+// their tolerance, so that they cannot pass with the bias ignored (the backward's gradients
+// follow from the same probabilities).
+inline double alibi_effect_on_out(AttentionData& data, const std::vector<double>& out_ref) {
+  const std::vector<float> slopes = data.alibi_slopes;
+  std::fill(data.alibi_slopes.begin(), data.alibi_slopes.end(), 0.0f);
+  const ForwardExpectation unbiased = expected_forward(data);
+  std::copy(slopes.begin(), slopes.end(), data.alibi_slopes.begin());
+  double largest = 0.0;
+  for (std::size_t i = 0; i < out_ref.size(); ++i)
+    largest = std::max(largest, std::fabs(out_ref[i] - unbiased.out_ref[i]));
+  return largest;
+}
+
+inline const char* slopes_name(Slopes slopes) {
+  return slopes == Slopes::bloom ? "bloom" : slopes == Slopes::steep ? "steep" : "per_sequence";
 }
 
 }  // namespace hfa::test

@@ -77,6 +77,21 @@ TEST_P(BackwardSm90Features, EveryOptionWithEveryOther) {
 INSTANTIATE_TEST_SUITE_P(Matrix, BackwardSm90Features, ::testing::ValuesIn(combinations()),
                          [](const auto& info) { return combination_name(info.param); });
 
+// ALiBi (alibi_cases in gpu_combinations.hpp): forward, then dq, dk, dv (NaN before the call)
+// against the float64 oracle; each case's bias moves the oracle's out by 0.1 or more, so its
+// gradients could not match with the bias ignored.
+TEST(BackwardSm90Alibi, SlopesMasksLayouts) {
+  HFA_REQUIRE_HOPPER();
+  for (const AlibiCase& a : alibi_cases()) {
+    SCOPED_TRACE(a.c.name() + "_" + slopes_name(a.slopes) +
+                 (a.deterministic ? "_deterministic" : ""));
+    AttentionData data(a.c);
+    set_slopes(data, a.slopes);
+    check_on_gpu(data, a.deterministic);
+    EXPECT_GT(alibi_effect_on_out(data, expected_forward(data).out_ref), 0.1);
+  }
+}
+
 // seqlens 1, 17, 255, 1000 and 4097 (one past a multiple of every tile), unequal both ways,
 // GQA 8 and MQA, large magnitudes that stress the exponentials.
 TEST(BackwardSm90Lengths, SeqlensRatiosMagnitudes) {

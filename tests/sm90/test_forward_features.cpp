@@ -76,5 +76,62 @@ TEST(ForwardSm90Long, WindowsAndVarlen) {
   }
 }
 
+// ALiBi (alibi_cases in gpu_combinations.hpp) against the float64 oracle, out and lse NaN before
+// the call, and each case's bias large enough to matter: out moves by 0.1 or more without it.
+TEST(ForwardSm90Alibi, SlopesMasksLayouts) {
+  HFA_REQUIRE_HOPPER();
+  for (const AlibiCase& a : alibi_cases()) {
+    SCOPED_TRACE(a.c.name() + "_" + slopes_name(a.slopes));
+    AttentionData data(a.c);
+    set_slopes(data, a.slopes);
+    const ForwardExpectation expected = expected_forward(data, true);
+    forward_on_gpu(data);
+    check_forward_results(data, expected);
+    EXPECT_GT(alibi_effect_on_out(data, expected.out_ref), 0.1);
+  }
+}
+
+// What the GPU does not compile with ALiBi is refused by name, before any kernel (so this runs
+// without a GPU): softcap beside it (no model has both; the CPU backend runs it), e4m3 inputs and
+// an f32 out.
+TEST(ForwardSm90Alibi, RefusesWhatItDoesNotCompile) {
+  AttentionCase c;
+  c.dtype = DType::bf16;
+  c.hdim_qk = c.hdim_v = 128;
+  c.batch = 1, c.seqlen_q = c.seqlen_k = 64;
+  c.heads_q = c.heads_kv = 2;
+  c.alibi = AttentionCase::Alibi::per_head;
+  auto refusal = [](const Status& status) {
+    EXPECT_EQ(status.code(), Code::not_supported) << status.message();
+    return status.message();
+  };
+  const detail::Backend& sm90 = *detail::sm90_backend();
+  {
+    AttentionCase softcapped = c;
+    softcapped.softcap = 30.0f;
+    AttentionData data(softcapped);
+    const std::string message = refusal(sm90.forward(data.forward_problem()));
+    EXPECT_NE(message.find("alibi_slopes with softcap"), std::string::npos) << message;
+    EXPECT_NE(refusal(sm90.backward(data.backward_problem())).find("alibi_slopes with softcap"),
+              std::string::npos);
+    std::size_t bytes = 0;
+    EXPECT_EQ(sm90.forward_workspace_size(data.forward_problem(), &bytes).code(),
+              Code::not_supported);
+  }
+  {
+    AttentionData data(c);
+    detail::ForwardProblem p = data.forward_problem();
+    p.dtype = DType::e4m3;
+    EXPECT_NE(refusal(sm90.forward(p)).find("alibi_slopes with e4m3 inputs"), std::string::npos);
+  }
+  {
+    AttentionCase partial = c;
+    partial.out_dtype = DType::f32;
+    AttentionData data(partial);
+    EXPECT_NE(refusal(sm90.forward(data.forward_problem())).find("alibi_slopes with an f32 out"),
+              std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace hfa::test
