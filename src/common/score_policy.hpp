@@ -135,8 +135,7 @@ struct SoftcapLog2 {
 
 // ALiBi (FlashAttention-2's semantics): logits get −slope·|i + seqlen_k − seqlen_q − j|, after
 // the scale and after the softcap; slope_in_units is the slope in the tile's units (in_units:
-// divided by score_unit). Additive:
-// the backward's dS needs no factor.
+// divided by score_unit). Additive: the backward's dS needs no factor.
 struct Alibi {
   static constexpr bool kPositional = true;
   static constexpr bool kScalesGrad = false;
@@ -204,8 +203,9 @@ struct ScoreMods {
 // have no ALiBi, so the pair would double the kernels for no model; the sm90 backend refuses it
 // by name and the CPU backend runs it.
 template <bool kSoftcap, bool kAlibi = false>
-using ListedMods = std::conditional_t<
-    kSoftcap, ScoreMods<Softcap>, std::conditional_t<kAlibi, ScoreMods<NoScoreMod, Alibi>, ScoreMods<>>>;
+using ListedMods =
+    std::conditional_t<kSoftcap, ScoreMods<Softcap>,
+                       std::conditional_t<kAlibi, ScoreMods<NoScoreMod, Alibi>, ScoreMods<>>>;
 
 // ALiBi's slopes as a kernel reads them: the option's (sequence, query head) view
 // (hfa_options.alibi_slopes; a stride is 0 over a dim its shape lacks) and the tile's unit

@@ -13,7 +13,8 @@ namespace hfa::sm90::bwd {
 
 // The query on the diagonal of `key` (i + seqlen_k − seqlen_q = key), as a column counted from
 // first_query: the window's bounds and ALiBi's distances are counted from it.
-__device__ __forceinline__ int diagonal_query_column(int key, int first_query, const Sequence& seq) {
+__device__ __forceinline__ int diagonal_query_column(int key, int first_query,
+                                                     const Sequence& seq) {
   return key - seq.diagonal() - first_query;
 }
 

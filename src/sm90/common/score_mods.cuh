@@ -32,7 +32,9 @@ __device__ __forceinline__ Mods row_score_mods(const policy::AlibiSlopes& alibi,
                                                int head) {
   static_assert(std::is_same_v<decltype(Mods{}.cap), policy::NoScoreMod>);
   Mods mods{};
-  if constexpr (std::is_same_v<decltype(mods.bias), policy::Alibi>) mods.bias = alibi.of(batch, head);
+  if constexpr (std::is_same_v<decltype(mods.bias), policy::Alibi>) {
+    mods.bias = alibi.of(batch, head);
+  }
   return mods;
 }
 
