@@ -89,7 +89,7 @@ struct Params {
   // earlier calls, instead of storing it (hfa_options.accumulate; epilogue.cuh).
   int32_t accumulate;
 
-  // ALiBi only (last, as above): the slopes, read once a tile (mainloop.cuh's start_rows).
+  // ALiBi only (last, as above): the slopes, read once a tile (mainloop.cuh's row_mods_of).
   policy::AlibiSlopes alibi;
 };
 
