@@ -42,9 +42,18 @@ struct TransposeVParams {
 // One CTA per (sequence, 128 keys) × kv head (sequences along x: a batch may exceed grid.z's
 // 65535): the keys' rows of v into shared memory (zeros past the used length), then each
 // thread writes 16-key groups of a dim's transposed row.
+//
+// A warp of the second phase reads one byte of 8 key groups × 4 dims at a time. Rows are 128 or
+// 256 bytes, so the groups' keys (16 rows apart) would share a bank: 8 wavefronts a load. Each
+// row's 16-byte chunks are stored XOR its group (mod 8) instead, putting the groups' bytes in 8
+// different banks (the 4 dims share a word).
+__device__ __forceinline__ int swizzled_chunk(int key, int chunk) {
+  return chunk ^ (key / kKeyGroup % 8);
+}
 template <int kMaxHeadDim>
 __global__ void __launch_bounds__(kTransposeThreads)
     transpose_v_kernel(const __grid_constant__ TransposeVParams p) {
+  static_assert(kMaxHeadDim >= 8 * 16, "the swizzle spreads 8 key groups over 8 chunks");
   __shared__ alignas(16) uint8_t rows[kTransposeKeys][kMaxHeadDim];
   const int b = int(blockIdx.x) / p.ctas_per_sequence, head = blockIdx.y;
   const int64_t first_key =
@@ -68,7 +77,7 @@ __global__ void __launch_bounds__(kTransposeThreads)
       const uint8_t* row = v + int64_t(key0 + key) * p.v_stride.row;
       value = *reinterpret_cast<const uint4*>(row + chunk * 16);
     }
-    *reinterpret_cast<uint4*>(&rows[key][chunk * 16]) = value;
+    *reinterpret_cast<uint4*>(&rows[key][swizzled_chunk(key, chunk) * 16]) = value;
   }
   __syncthreads();
 
@@ -84,7 +93,7 @@ __global__ void __launch_bounds__(kTransposeThreads)
 #pragma unroll
       for (int byte = 0; byte < 4; ++byte) {
         const int key = group * kKeyGroup + ptx::fp8_key_order(4 * w + byte);
-        word |= uint32_t(rows[key][dim]) << (8 * byte);
+        word |= uint32_t(rows[key][swizzled_chunk(key, dim / 16) * 16 + dim % 16]) << (8 * byte);
       }
       words[w] = word;
     }
