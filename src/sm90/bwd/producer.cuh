@@ -94,7 +94,6 @@ template <typename Config, typename Element>
 struct DqWriter {
   using Storage = SharedStorage<Config, Element>;
   using Dq = typename Storage::Dq;
-  static constexpr bool kDqWaitsForLanding = HFA_SM90_BWD_DQ_WAIT_LANDED;
 
   const Params& p;
   Storage& smem;
@@ -122,9 +121,9 @@ struct DqWriter {
         ptx::reduce_add_1d(accumulator, tile_dq, Dq::kBytes);
         ptx::store_commit_group();
         // Waiting until the adds have landed, not only until they read shared memory, keeps
-        // one add of each CTA in flight: more of them queued in L2 made the backward slower.
-        if constexpr (kDqWaitsForLanding) ptx::store_wait_all();
-        else ptx::store_wait_read();
+        // one add of each CTA in flight: more of them queued in L2 made the backward slower
+        // (docs/decisions/026).
+        ptx::store_wait_all();
       }
       smem.dq_empty[ring.stage].arrive();
       ring.advance();

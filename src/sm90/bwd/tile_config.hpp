@@ -25,10 +25,6 @@
 #ifndef HFA_SM90_BWD_DQ_STAGES_D128
 #define HFA_SM90_BWD_DQ_STAGES_D128 2
 #endif
-#ifndef HFA_SM90_BWD_DQ_WAIT_LANDED
-#define HFA_SM90_BWD_DQ_WAIT_LANDED 1
-#endif
-
 
 namespace hfa::sm90::bwd {
 
