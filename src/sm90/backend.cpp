@@ -70,15 +70,10 @@ Status check_unread_options(const ForwardProblem& p, const char* family) {
   return Status::ok();
 }
 
-// ALiBi runs on the 16-bit kernels without softcap (score_policy.hpp's ListedMods says why), in a
-// build that compiled them (kAlibiCompiled); the rest is refused by name, the CPU backend runs it.
+// ALiBi runs on the 16-bit kernels without softcap (score_policy.hpp's ListedMods says why); the
+// rest is refused by name, the CPU backend runs it.
 Status check_alibi_support(const ForwardProblem& p, const char* family) {
   if (!p.vectors.alibi_slopes) return Status::ok();
-  if (!kAlibiCompiled) {
-    return {Code::not_supported, std::string("alibi_slopes: the ") + family +
-                                     " kernels of this build have no ALiBi (HFA_SM90_ALIBI is "
-                                     "off; the CPU backend runs it)"};
-  }
   auto refused = [&](const std::string& with) {
     return Status{Code::not_supported, std::string("alibi_slopes with ") + with +
                                            ": not supported by the " + family +
@@ -128,9 +123,7 @@ Status forward(const ForwardProblem& p) {
     return with_compiled_fp8_kernel(p.out_dtype, p.hdim_qk, p.hdim_v, run);
   }
   return with_compiled_kernel(p.dtype, p.hdim_qk, p.hdim_v, [&]<int kQK, int kV, typename Element>() {
-    if constexpr (kAlibiCompiled) {
-      if (p.vectors.alibi_slopes) return fwd::run_forward_alibi<kQK, kV, Element>(p, context);
-    }
+    if (p.vectors.alibi_slopes) return fwd::run_forward_alibi<kQK, kV, Element>(p, context);
     if (p.out_dtype == p.dtype) return fwd::run_forward<kQK, kV, Element>(p, context);
     return with_partial_out_type(p.out_dtype, [&]<typename Out>() {
       return fwd::run_forward_partial<kQK, kV, Element, Out>(p, context);
@@ -173,9 +166,7 @@ Status backward(const BackwardProblem& p) {
   const bwd::LaunchContext context{sms, on.facts.l2_bytes};
   const detail::HeadDims dims = bwd::head_dims_to_run(p.fwd);
   return with_compiled_kernel(p.fwd.dtype, dims.qk, dims.v, [&]<int kQK, int kV, typename Element>() {
-    if constexpr (kAlibiCompiled) {
-      if (p.fwd.vectors.alibi_slopes) return bwd::run_backward_alibi<kQK, kV, Element>(p, context);
-    }
+    if (p.fwd.vectors.alibi_slopes) return bwd::run_backward_alibi<kQK, kV, Element>(p, context);
     return bwd::run_backward<kQK, kV, Element>(p, context);
   });
 }

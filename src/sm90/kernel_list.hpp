@@ -10,15 +10,7 @@
 #include "common/head_dims.hpp"
 #include "hfa/hfa.hpp"
 
-#ifndef HFA_SM90_ALIBI
-#define HFA_SM90_ALIBI 0
-#endif
-
 namespace hfa::sm90 {
-
-// Whether the ALiBi kernels are compiled (the build option HFA_SM90_ALIBI, cmake/hfa_options.cmake:
-// off until they have passed their GPU tests). Without them alibi_slopes is refused by name.
-inline constexpr bool kAlibiCompiled = HFA_SM90_ALIBI;
 
 // Whether some compiled element type is `dtype`.
 inline bool is_compiled_dtype(DType dtype) {

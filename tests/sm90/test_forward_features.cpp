@@ -18,7 +18,6 @@
 #include "common/expected.hpp"
 #include "common/forward_checks.hpp"
 #include "sm90/gpu_case.hpp"
-#include "sm90/kernel_list.hpp"
 #include "sm90/gpu_combinations.hpp"
 
 namespace hfa::test {
@@ -81,9 +80,6 @@ TEST(ForwardSm90Long, WindowsAndVarlen) {
 // the call, and each case's bias large enough to matter: out moves by 0.1 or more without it.
 TEST(ForwardSm90Alibi, SlopesMasksLayouts) {
   HFA_REQUIRE_HOPPER();
-  if (!sm90::kAlibiCompiled) {
-    GTEST_SKIP() << "skipped, this build has no sm90 ALiBi kernels (HFA_SM90_ALIBI is off)";
-  }
   for (const AlibiCase& a : alibi_cases()) {
     SCOPED_TRACE(a.c.name() + "_" + slopes_name(a.slopes));
     AttentionData data(a.c);
@@ -97,7 +93,7 @@ TEST(ForwardSm90Alibi, SlopesMasksLayouts) {
 
 // What the GPU does not compile with ALiBi is refused by name, before any kernel (so this runs
 // without a GPU): softcap beside it (no model has both; the CPU backend runs it), e4m3 inputs and
-// an f32 out; in a build without the ALiBi kernels, every ALiBi problem.
+// an f32 out.
 TEST(ForwardSm90Alibi, RefusesWhatItDoesNotCompile) {
   AttentionCase c;
   c.dtype = DType::bf16;
@@ -110,25 +106,16 @@ TEST(ForwardSm90Alibi, RefusesWhatItDoesNotCompile) {
     return status.message();
   };
   const detail::Backend& sm90 = *detail::sm90_backend();
-  // The forward, the backward and the forward's workspace sizing all refuse `data`, naming `why`.
-  auto refused_everywhere = [&](AttentionData& data, const std::string& why) {
-    const std::string message = refusal(sm90.forward(data.forward_problem()));
-    EXPECT_NE(message.find(why), std::string::npos) << message;
+  {  // the forward, the backward and the forward's workspace sizing
+    AttentionCase softcapped = c;
+    softcapped.softcap = 30.0f;
+    AttentionData data(softcapped);
+    const std::string why = "alibi_slopes with softcap";
+    EXPECT_NE(refusal(sm90.forward(data.forward_problem())).find(why), std::string::npos);
     EXPECT_NE(refusal(sm90.backward(data.backward_problem())).find(why), std::string::npos);
     std::size_t bytes = 0;
     EXPECT_EQ(sm90.forward_workspace_size(data.forward_problem(), &bytes).code(),
               Code::not_supported);
-  };
-  if (!sm90::kAlibiCompiled) {
-    AttentionData data(c);
-    refused_everywhere(data, "HFA_SM90_ALIBI is off");
-    return;
-  }
-  {
-    AttentionCase softcapped = c;
-    softcapped.softcap = 30.0f;
-    AttentionData data(softcapped);
-    refused_everywhere(data, "alibi_slopes with softcap");
   }
   {
     AttentionData data(c);
