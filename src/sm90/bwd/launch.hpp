@@ -38,12 +38,15 @@ inline int heads_per_tile(const detail::BackwardProblem& problem, int n_blocks,
 }
 
 // The tile configuration a problem runs on. Windows, softcap and the deterministic mode select
-// kernels, not tiles: the workspace's shape depends on the head dims alone.
+// kernels; the tiles' query rows, and so the workspace's shape, depend on the head dims and,
+// at hdim 128, on the window and softcap (TileConfig::kDqTransposed), never on the mode.
 template <int kHeadDimQK, int kHeadDimV, bool kWindowed = false, bool kSoftcap = false,
           bool kDeterministic = false>
 using Config = TileConfig<kHeadDimQK, kHeadDimV, kWindowed, kSoftcap, kDeterministic>;
-static_assert(Config<128, 128, true, true>::kBlockM == Config<128, 128>::kBlockM &&
-              Config<128, 128, true, true>::kBlockN == Config<128, 128>::kBlockN);
+static_assert(Config<128, 128, true, true>::kBlockN == Config<128, 128>::kBlockN);
+static_assert(Config<256, 256, false, false, true>::kBlockM == Config<256, 256>::kBlockM &&
+                  Config<192, 192, false, false, true>::kBlockM == Config<192, 192>::kBlockM,
+              "the deterministic configuration keeps the workspace's shape");
 
 // The head dims whose compiled configuration runs a problem: its own, except that a softcapped
 // problem of head dim 64 runs on the 128 configuration (zero-padded). At 64 the tile takes 128
@@ -53,9 +56,17 @@ inline detail::HeadDims head_dims_to_run(const detail::ForwardProblem& p) {
   return {p.hdim_qk, p.hdim_v};
 }
 
-// Bytes of workspace the call needs (workspace.hpp's layout for the configuration it runs on).
+// Bytes of workspace the call needs (workspace.hpp's layout for the configuration it runs on:
+// launch.cuh's choice by window and softcap; ALiBi's layer and the deterministic configuration
+// keep their plain configuration's rows).
 template <int kHeadDimQK, int kHeadDimV>
 std::size_t workspace_bytes(const detail::BackwardProblem& problem) {
+  if (problem.fwd.has_window()) {
+    return workspace_layout<Config<kHeadDimQK, kHeadDimV, true>>(problem).bytes;
+  }
+  if (problem.fwd.softcap > 0.0f) {
+    return workspace_layout<Config<kHeadDimQK, kHeadDimV, false, true>>(problem).bytes;
+  }
   return workspace_layout<Config<kHeadDimQK, kHeadDimV>>(problem).bytes;
 }
 

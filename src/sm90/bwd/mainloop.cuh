@@ -5,10 +5,14 @@
 //   dS = P ∘ (dP − D)   (× (1 − tanh²) under a softcap)
 //   dV += Pᵀ·dO,  dK += dSᵀ·Q                      (Pᵀ, dSᵀ from registers when keys split)
 //   dQ = dS·K over the block's keys                (dSᵀ of both warpgroups from shared memory)
+//     or dQᵀ = Kᵀ·dSᵀ, the head dim as M           (dS stored queries × keys: kDqTransposed)
 //   → the workspace: added from registers, or through the fp32 dQ tile in shared memory that
 //     the writer warp adds (tile_config.hpp, kDqFromRegisters).
-// dQ goes out one 64 × 64 slab at a time, so at most 32 of its accumulators live at once.
+// dQ goes out one slab at a time (64 × 64, or 64 dims × 80 queries transposed), so at most 32
+// (40) of its accumulators live at once.
 #pragma once
+
+#include <type_traits>
 
 #include "sm90/bwd/fragment_add.cuh"
 #include "sm90/bwd/mask.cuh"
@@ -35,7 +39,7 @@ struct ConsumerMainloop {
   static constexpr int kFactorAcc = Mods::kScalesGrad ? kSAcc : 1;
   static constexpr int kDkAcc = kRole.dk_count * kSlabColumns / 2;
   static constexpr int kDvAcc = kRole.dv_count * kSlabColumns / 2;
-  static constexpr int kDqAcc = kPartRegisters;
+  static constexpr int kDqAcc = Dq::kPartFloats / kThreadsPerWarpgroup;  // a part over 128 threads
   static constexpr int kKSteps = kSlabColumns / kMmaK;  // k16 steps inside one 128-byte slab
   static constexpr uint32_t kKStepBytes = kMmaK * sizeof(Element);
   static constexpr uint32_t kRowStepBytes = kMmaK * ptx::kSwizzleBytes;  // 16 rows of a tile
@@ -91,10 +95,10 @@ struct ConsumerMainloop {
 
   // acc(64 keys × slabs of `operand`) += scoresᵀ · operand, the reduction over the block's
   // queries: scores from registers (packed A fragments) or from a shared Scores tile.
-  template <int kSlabCount, int kAcc, typename OperandTile>
+  template <int kSlabCount, int kAcc, typename SharedScores, typename OperandTile>
   __device__ __forceinline__ void issue_key_gradient(float (&acc)[kAcc],
                                                      const uint32_t (&scores)[kSAcc / 2],
-                                                     const typename Storage::ScoresTile& shared,
+                                                     const SharedScores& shared,
                                                      const OperandTile& operand, int first_slab) {
     static_assert(kAcc == kSlabCount * kSlabColumns / 2);
     const uint64_t b0 = ptx::mnmajor_descriptor(
@@ -109,26 +113,43 @@ struct ConsumerMainloop {
                                scores[4 * step + 3]};
         ptx::mma_rs<kSlabCount * kSlabColumns, Element>(acc, a, b, true);
       } else {
+        static_assert(std::is_same_v<SharedScores, typename Storage::ScoresTile>);
         const uint64_t a = ptx::advance(a0, Storage::ScoresTile::kmajor_step_offset(step));
         ptx::mma_ss<kSlabCount * kSlabColumns, Element, ptx::Major::k, ptx::Major::mn>(acc, a, b, true);
       }
     }
   }
 
-  // dq = dS(rows dq_row0..) · K(slab) over the block's keys; dS read from the dSᵀ tile, whose
-  // query columns make it MN-major, as K is (keys are its rows).
-  __device__ __forceinline__ void issue_dq(float (&dq)[kDqAcc], const typename Storage::ScoresTile& ds,
+  // dQ's slab `slab` over the block's keys, K's slab read MN-major (its dims are contiguous):
+  //   dq = dS(rows dq_row0..) · K(slab), dS read from the dSᵀ tile, whose query columns make it
+  //     MN-major, as K is (keys are its rows);
+  //   transposed (kDqTransposed), dq = dQᵀ(slab) = K(slab)ᵀ · dSᵀ, 64 dims × every query: K's
+  //     slab is A, and B the dS tile, queries as rows, read K-major (its keys are contiguous),
+  //     as Q is in Sᵀ = K·Qᵀ.
+  __device__ __forceinline__ void issue_dq(float (&dq)[kDqAcc], const typename Storage::DsTile& ds,
                                            int slab) {
-    const uint64_t a0 = ptx::mnmajor_descriptor(
-        ptx::smem_address(ds.data) + kRole.dq_row0 / kSlabColumns * Storage::ScoresTile::kSlabBytes,
-        Storage::ScoresTile::kSlabBytes);
-    const uint64_t b0 = ptx::mnmajor_descriptor(
-        ptx::smem_address(smem.k.data) + slab * Storage::KTile::kSlabBytes, Storage::KTile::kSlabBytes);
+    if constexpr (Config::kDqTransposed) {
+      const uint64_t a0 = ptx::mnmajor_descriptor(
+          ptx::smem_address(smem.k.data) + slab * Storage::KTile::kSlabBytes, Storage::KTile::kSlabBytes);
+      const uint64_t b0 = ptx::kmajor_descriptor(ptx::smem_address(ds.data));
 #pragma unroll
-    for (int step = 0; step < Config::kBlockN / kMmaK; ++step) {
-      const uint64_t a = ptx::advance(a0, step * kRowStepBytes);
-      const uint64_t b = ptx::advance(b0, step * kRowStepBytes);
-      ptx::mma_ss<kSlabColumns, Element, ptx::Major::mn, ptx::Major::mn>(dq, a, b, step > 0);
+      for (int step = 0; step < Config::kBlockN / kMmaK; ++step) {
+        const uint64_t a = ptx::advance(a0, step * kRowStepBytes);
+        const uint64_t b = ptx::advance(b0, Storage::DsTile::kmajor_step_offset(step));
+        ptx::mma_ss<Config::kBlockM, Element, ptx::Major::mn, ptx::Major::k>(dq, a, b, step > 0);
+      }
+    } else {
+      const uint64_t a0 = ptx::mnmajor_descriptor(
+          ptx::smem_address(ds.data) + kRole.dq_row0 / kSlabColumns * Storage::ScoresTile::kSlabBytes,
+          Storage::ScoresTile::kSlabBytes);
+      const uint64_t b0 = ptx::mnmajor_descriptor(
+          ptx::smem_address(smem.k.data) + slab * Storage::KTile::kSlabBytes, Storage::KTile::kSlabBytes);
+#pragma unroll
+      for (int step = 0; step < Config::kBlockN / kMmaK; ++step) {
+        const uint64_t a = ptx::advance(a0, step * kRowStepBytes);
+        const uint64_t b = ptx::advance(b0, step * kRowStepBytes);
+        ptx::mma_ss<kSlabColumns, Element, ptx::Major::mn, ptx::Major::mn>(dq, a, b, step > 0);
+      }
     }
   }
 
@@ -209,7 +230,33 @@ struct ConsumerMainloop {
     }
   }
 
-  // dQ slab → its 64 × 64 part of the shared dQ tile, in accumulator order (workspace.hpp).
+  // The warpgroup's dSᵀ into the dS tile (queries × keys: kDqTransposed), the same 8×8
+  // matrices as store_scores each stored transposed: matrix (row half h, columns 16q + 8c)
+  // lands on rows (queries) 16q + 8c .. + 7, keys key_row0 + 16·warp + 8h .. + 7 of each; lane
+  // l gives the address of row l % 8 of matrix l / 8. A matrix's 8 rows are 8 rows of a
+  // swizzle atom, so they fall in 8 different 16-byte chunks: no bank conflicts.
+  __device__ __forceinline__ void store_scores_transposed(typename Storage::DsTile& tile,
+                                                          const uint32_t (&packed)[kSAcc / 2]) {
+    const int lane = thread % 32, matrix = lane / 8;
+    const int key = kRole.key_row0 + thread / 32 * 16 + matrix % 2 * 8;
+    const uint32_t base = ptx::smem_address(tile.data);
+#pragma unroll
+    for (int q = 0; q < kSAcc / 8; ++q) {
+      const uint32_t matrices[4] = {packed[4 * q], packed[4 * q + 1], packed[4 * q + 2],
+                                    packed[4 * q + 3]};
+      const int query = kRole.query_col0 + 16 * q + matrix / 2 * 8 + lane % 8;
+      ptx::stmatrix_x4_trans(base + Storage::DsTile::offset(query, key), matrices);
+    }
+  }
+
+  // dS as dQ's GEMM reads it (Storage::DsTile).
+  __device__ __forceinline__ void store_ds(typename Storage::DsTile& tile,
+                                           const uint32_t (&packed)[kSAcc / 2]) {
+    if constexpr (Config::kDqTransposed) store_scores_transposed(tile, packed);
+    else store_scores(tile, packed);
+  }
+
+  // dQ slab → its part of the shared dQ tile, in accumulator order (workspace.hpp, DqChunk).
   __device__ __forceinline__ void store_dq(const float (&dq)[kDqAcc], int slab) {
     float4* part = reinterpret_cast<float4*>(smem.dq[dq_ring.stage] +
                                              Dq::part(kRole.dq_row0 / kRowsPerWarpgroup, slab));
@@ -222,6 +269,7 @@ struct ConsumerMainloop {
 
   // dQ slab → the workspace's chunk, from registers: the same order as the shared tile.
   __device__ __forceinline__ void add_dq(const float (&dq)[kDqAcc], float* chunk, int slab) {
+    static_assert(!Config::kDqTransposed, "add_fragment_part writes 64 × 64 parts");
     add_fragment_part(chunk + Dq::part(kRole.dq_row0 / kRowsPerWarpgroup, slab), dq, thread);
   }
 
@@ -244,8 +292,8 @@ struct ConsumerMainloop {
     zero_padding_and_sync();
   }
 
-  // The Pᵀ tile of a stage: its own when the warpgroups share P, else dSᵀ's (never read).
-  __device__ __forceinline__ typename Storage::ScoresTile& prob_tile(int stage) {
+  // The Pᵀ tile of a stage: its own when the warpgroups share P, else dS's (never read).
+  __device__ __forceinline__ auto& prob_tile(int stage) {
     if constexpr (kScoresInRegisters) return smem.ds[stage];
     else return smem.p[stage];
   }
@@ -287,8 +335,8 @@ struct ConsumerMainloop {
     uint32_t prob[kSAcc / 2], grad[kSAcc / 2];
     ptx::accumulator_to_operand<Element>(s, prob);
     ptx::accumulator_to_operand<Element>(dp, grad);
-    typename Storage::ScoresTile& ds_tile = smem.ds[scores_stage];
-    store_scores(ds_tile, grad);
+    typename Storage::DsTile& ds_tile = smem.ds[scores_stage];
+    store_ds(ds_tile, grad);
     if constexpr (!kScoresInRegisters) store_scores(prob_tile(scores_stage), prob);
     ptx::fence_proxy_async_smem();  // the tiles are read by wgmma (async proxy) next
 

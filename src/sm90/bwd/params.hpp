@@ -17,9 +17,9 @@ struct RowStrides {
 // The workspace (workspace.hpp): per (batch, query head) a run of padded rows — a multiple of
 // kBlockM, so that every query block of a sequence is one aligned chunk — holding the LSE in
 // log2 units, D = rowsum(dO∘O), and dQ's fp32 accumulator (kBlockM × headdim_qk floats a chunk,
-// in the order of workspace.hpp's FragmentChunk); one turn counter a chunk (deterministic); and,
+// in the order of workspace.hpp's DqChunk); one turn counter a chunk (deterministic); and,
 // where a GQA group's query heads are split over CTAs, per (batch, kv head) a run of padded key
-// rows holding dK's and dV's fp32 accumulators (kBlockN × headdim floats a chunk, same order).
+// rows holding dK's and dV's fp32 accumulators (kBlockN × headdim floats a chunk, FragmentChunk's order).
 struct Workspace {
   float* lse_log2;
   float* dpsum;

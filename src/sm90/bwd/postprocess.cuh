@@ -12,25 +12,35 @@
 
 namespace hfa::sm90::bwd {
 
-// One block's chunk of an fp32 accumulator (FragmentChunk<kRows, kColumns>), scaled and rounded
-// to Element, into rows [0, rows) of `out` (row stride in elements, `columns` of them stored):
-// through shared memory, so that global stores are whole 16-byte runs of a row. Rows from
-// `used` on get zeros. Every thread of the CTA calls it.
-template <int kRows, int kColumns, typename Element>
+// One block's chunk of an fp32 accumulator (a Chunk of workspace.hpp), scaled and rounded to
+// Element, into rows [0, rows) of `out` (row stride in elements, `columns` of
+// them stored): through shared memory, so that global stores are whole 16-byte runs of a row.
+// Rows from `used` on get zeros. Every thread of the CTA calls it.
+template <typename Chunk, typename Element>
 __device__ __forceinline__ void round_chunk(const float* accumulator, float scale, Element* out,
                                             int64_t row_stride, int rows, int used, int columns) {
-  using Chunk = FragmentChunk<kRows, kColumns>;
+  constexpr int kRows = Chunk::kBlockRows, kColumns = Chunk::kBlockColumns;
   constexpr int kRowElements = kColumns + 8;  // a 16-byte pad a row: the scattered writes spread over banks
   __shared__ alignas(16) Element tile[kRows * kRowElements];
 
   const float4* chunk = reinterpret_cast<const float4*>(accumulator);
   for (int i = threadIdx.x; i < Chunk::kFloats / 4; i += kPrePostThreads) {
     const float4 v = chunk[i];
-    // Floats 4i .. 4i + 3 are (row, c), (row, c + 1), (row + 8, c), (row + 8, c + 1).
-    const auto at = Chunk::coords(4 * i);
-    Element* top = tile + at.row * kRowElements + at.column;
-    *reinterpret_cast<uint32_t*>(top) = ptx::pack_pair<Element>(v.x * scale, v.y * scale);
-    *reinterpret_cast<uint32_t*>(top + 8 * kRowElements) = ptx::pack_pair<Element>(v.z * scale, v.w * scale);
+    if constexpr (Chunk::kRowPairs) {
+      // Floats 4i .. 4i + 3 are (row, c), (row, c + 1), (row + 8, c), (row + 8, c + 1).
+      const auto at = Chunk::coords(4 * i);
+      Element* top = tile + at.row * kRowElements + at.column;
+      *reinterpret_cast<uint32_t*>(top) = ptx::pack_pair<Element>(v.x * scale, v.y * scale);
+      *reinterpret_cast<uint32_t*>(top + 8 * kRowElements) = ptx::pack_pair<Element>(v.z * scale, v.w * scale);
+    } else {
+      // No two floats share a row's 4 bytes: one element each, where the chunk places it.
+      const float values[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const auto at = Chunk::coords(4 * i + r);
+        tile[at.row * kRowElements + at.column] = ptx::to_element<Element>(values[r] * scale);
+      }
+    }
   }
   __syncthreads();
 
@@ -55,7 +65,7 @@ __global__ void __launch_bounds__(kPrePostThreads) postprocess_kernel(const __gr
   const int64_t row0 = workspace_row<Config::kBlockM>(p, batch, head) + first;
   Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_stride.batch +
                 (seq.q_offset + first) * p.dq_stride.row + head * p.dq_stride.head;
-  round_chunk<Config::kBlockM, Config::kHeadDimQK>(
+  round_chunk<DqChunk<Config>>(
       p.ws.dq_accum + row0 * Config::kHeadDimQK, p.softmax_scale, dq, p.dq_stride.row,
       min(Config::kBlockM, allocated - first), seq.seqlen_q - first, p.hdim_qk);
 }
@@ -77,11 +87,11 @@ __global__ void __launch_bounds__(kPrePostThreads) key_postprocess_kernel(const 
                 kv_head * p.dk_stride.head;
   Element* dv = static_cast<Element*>(p.dv) + batch * p.dv_stride.batch + key * p.dv_stride.row +
                 kv_head * p.dv_stride.head;
-  round_chunk<Config::kBlockN, Config::kHeadDimQK>(
+  round_chunk<FragmentChunk<Config::kBlockN, Config::kHeadDimQK>>(
       p.ws.dk_accum + chunk * Config::kBlockN * Config::kHeadDimQK, p.softmax_scale, dk,
       p.dk_stride.row, rows, used, p.hdim_qk);
   __syncthreads();  // round_chunk's shared tile is reused
-  round_chunk<Config::kBlockN, Config::kHeadDimV>(
+  round_chunk<FragmentChunk<Config::kBlockN, Config::kHeadDimV>>(
       p.ws.dv_accum + chunk * Config::kBlockN * Config::kHeadDimV, 1.0f, dv, p.dv_stride.row,
       rows, used, p.hdim_v);
 }

@@ -62,7 +62,7 @@ __device__ __forceinline__ float row_dot(const Params& p, int batch, int head, i
 // what it was before the option existed).
 template <typename Config, typename Element, bool kGivenD>
 __global__ void __launch_bounds__(kPrePostThreads) preprocess_kernel(const __grid_constant__ Params p) {
-  using Dq = FragmentChunk<Config::kBlockM, Config::kHeadDimQK>;
+  using Dq = DqChunk<Config>;
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   if (m_block * Config::kBlockM >= allocated_queries(p, batch)) return;
   const Sequence seq = sequence_of(p, batch);

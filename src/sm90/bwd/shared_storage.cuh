@@ -1,6 +1,6 @@
 // The backward kernel's shared memory: the CTA's K and V block, rings of Q (with its LSE) and dO
-// (with its D) stages, the Pᵀ and dSᵀ tiles the warpgroups share, the fp32 dQ tiles the writer
-// warp adds into the workspace (where it does: TileConfig::kDqFromRegisters), and their
+// (with its D) stages, the Pᵀ and dSᵀ (or dS) tiles the warpgroups share, the fp32 dQ tiles the
+// writer warp adds into the workspace (where it does: TileConfig::kDqFromRegisters), and their
 // barriers.
 #pragma once
 
@@ -22,7 +22,11 @@ struct SharedStorage {
   using DOTile = SwizzledTile<Element, Config::kBlockM, Config::kHeadDimV>;
   // Keys as rows, queries as columns: what the warpgroups' accumulators hold.
   using ScoresTile = SwizzledTile<Element, Config::kBlockN, Config::kBlockM>;
-  using Dq = FragmentChunk<Config::kBlockM, Config::kHeadDimQK>;
+  // dS as dQ's GEMM reads it: the accumulators' dSᵀ (its A, MN-major), or, where dQ is
+  // computed transposed, queries as rows and keys as columns (dQᵀ's B, K-major).
+  using DsTile = std::conditional_t<Config::kDqTransposed,
+                                    SwizzledTile<Element, Config::kBlockM, Config::kBlockN>, ScoresTile>;
+  using Dq = DqChunk<Config>;
   static constexpr bool kSharesP = !Config::kKeysSplit;  // Pᵀ feeds dV from registers otherwise
   struct None {};
   // What only the writer warp's path has (TileConfig::kDqFromRegisters: not every one does).
@@ -33,7 +37,7 @@ struct SharedStorage {
   VTile v;
   QTile q[Config::kStagesQ];
   DOTile dout[Config::kStagesDO];
-  ScoresTile ds[Config::kStagesScores];
+  DsTile ds[Config::kStagesScores];
   [[no_unique_address]] std::conditional_t<kSharesP, ScoresTile[Config::kStagesScores], None> p;
   [[no_unique_address]] alignas(16) WriterOnly<float[Config::kStagesDq][Dq::kFloats]> dq;
   alignas(16) float lse_log2[Config::kStagesQ][Config::kBlockM];  // rides with Q

@@ -4,7 +4,9 @@
 // kBlockM queries that see it. Per query block it recomputes the scores transposed,
 // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (keys as the wgmma M), so that Pᵀ and dSᵀ come out with keys as
 // rows: the A operand of dV += Pᵀ·dO and dK += dSᵀ·Q. dQ = dS·K reads dSᵀ from shared memory,
-// and its fp32 partial is added into a workspace accumulator.
+// and its fp32 partial is added into a workspace accumulator. Where the query block is not a
+// whole wgmma M (80 rows, kDqTransposed), dQ is computed transposed instead, dQᵀ = Kᵀ·dSᵀ with
+// the head dim as M and the queries as N, from a dS tile stored with queries as rows.
 //
 // Two consumer warpgroups divide each step one of two ways:
 //   keys split (head dims ≤ 128): each warpgroup its own 64 keys against all kBlockM queries, so
@@ -61,22 +63,51 @@ struct TileConfig {
   static constexpr int kThreads = kThreadsPerWarpgroup * (kConsumerWarpgroups + 1);
   static constexpr bool kKeysSplit = kHeadDimQK <= 128 && kHeadDimV <= 128;
 
+  // hdim 128 without a window (FlashAttention-3's tile there, docs/decisions/038): 80 queries a
+  // step, 25 % more FLOPs than 64 over which to spread a step's fixed costs (its barriers, waits
+  // and wgmma drain), and ~5 % fewer shared-memory bytes a FLOP in a kernel bound by the tensor
+  // and shared-memory pipes. 80 is no multiple of a wgmma's M, so dQ is computed transposed:
+  // dQᵀ = Kᵀ·dSᵀ, each warpgroup one 64-dim slab (M) × the 80 queries (N) over the block's keys
+  // (K). Its B operand, dS with keys as K, must then be K-major (an MN-major operand spans whole
+  // 64-column slabs, and 80 is none), so dS is stored as a queries × keys tile (stmatrix .trans
+  // from the Sᵀ fragment), and the fp32 dQ tile holds dQᵀ's accumulator order (workspace.hpp,
+  // TransposedFragmentChunk).
+  // Kept at 64 rows, as FlashAttention-3 keeps them:
+  //   windowed tiles (causal included): a diagonal block's masked share grows with its rows;
+  //   softcap: its dS factors (kSAcc more registers) beside Sᵀ, dPᵀ, dK and dV would need 248
+  //     of the 240 registers (ptxas at 80 rows: 544 B of spill stores, 432 B of loads; none at
+  //     64).
+  // The deterministic mode runs the 80-row tile too: the writer's turns are per query block,
+  // whatever its rows, while a 64-row configuration of its own would be more kernels and a
+  // workspace shape that depends on the mode. Its risk: one dQ tile where 64 rows had two, so
+  // a late turn stalls the consumers a step sooner (docs/decisions/038).
+  static constexpr bool kDqTransposed =
+      kHeadDimQK == 128 && kHeadDimV == 128 && !kWindowed && !kSoftcap;
+  // 80 = 5 k16 steps of the dV and dK reduction: the most rows whose stages fit (96 would need
+  // 32 + 32 + 3 · 2 · 24 + 48 = 256 KB, shared-memory arithmetic below).
+  static constexpr int kTransposedDqRows = 5 * kMmaK;
+
   // Keys split: 2 × 64 keys. Queries: 128 at hdim 64, where a step's GEMMs are short and S, dP
   // (64 registers each) still fit beside dK, dV (32 each); 64 at hdim 128 (dK, dV take 128
-  // registers). Head dims split: 64 × 64, the tile whose accumulators fit at hdim 256 (dK, dV
-  // 128 registers, Sᵀ and dPᵀ 16 each, a dQ slab 32).
+  // registers), 80 where dQ is computed transposed (S, dP 40 registers each). Head dims split:
+  // 64 × 64, the tile whose accumulators fit at hdim 256 (dK, dV 128 registers, Sᵀ and dPᵀ 16
+  // each, a dQ slab 32).
   static constexpr int kBlockN = kKeysSplit ? kConsumerWarpgroups * kRowsPerWarpgroup : kRowsPerWarpgroup;
-  static constexpr int kBlockM = kKeysSplit && kHeadDimQK <= 64 ? 2 * kRowsPerWarpgroup : kRowsPerWarpgroup;
+  static constexpr int kBlockM = kDqTransposed                  ? kTransposedDqRows
+                                 : kKeysSplit && kHeadDimQK <= 64 ? 2 * kRowsPerWarpgroup
+                                                                  : kRowsPerWarpgroup;
   static constexpr int kScoreColumns = kKeysSplit ? kBlockM : kBlockM / kConsumerWarpgroups;
 
-  // Shared memory (≤ 227 KB): K, V, Q and dO stages, Pᵀ (head dims split only) and dSᵀ stages,
-  // the writer warp's fp32 dQ tiles (where kDqFromRegisters is not set). hdim 128: 32 + 32 +
-  // 2·16 + 2·16 + 2·16 + 2·32 = 224 KB; hdim 64: 16 + 16 + 2·16 + 2·16 + 2·32 + 32 = 192 KB;
-  // 192/192: 24 + 24 + 2·24 + 2·24 + 2·8 + 2·8 (+ 48 deterministic) = 176 (224) KB; 256: 32 +
-  // 32 + 2·32 + 2·32 + 2·8 + 2·8 = 224 KB, deterministic one Q and one dO stage beside the 64 KB
-  // dQ tile (32 + 32 + 32 + 32 + 16 + 16 + 64 = 224 KB). Two stages let the loader fetch the
-  // next step's Q and dO during this one: hdim 256 with one was 20-27 % slower
-  // (docs/decisions/025).
+  // Shared memory (≤ 227 KB): K, V, Q and dO stages, Pᵀ (head dims split only) and dSᵀ (dS
+  // where transposed) stages, the writer warp's fp32 dQ tiles (where kDqFromRegisters is not
+  // set). hdim 128: 32 + 32 + 2·16 + 2·16 + 2·16 + 2·32 = 224 KB; hdim 128 at 80 rows: 32 + 32
+  // + 2·20 + 2·20 + 2·20 + 40 = 224 KB, + 1.25 KB of LSE and D and 88 B of barriers, rounded
+  // up to the 1 KB alignment (226 KB), + the 1 KB alignment pad = 227 KB, the limit exactly
+  // (so one dQ tile); hdim 64: 16 + 16 + 2·16 + 2·16 + 2·32 + 32 = 192 KB; 192/192: 24 + 24 +
+  // 2·24 + 2·24 + 2·8 + 2·8 (+ 48 deterministic) = 176 (224) KB; 256: 32 + 32 + 2·32 + 2·32 +
+  // 2·8 + 2·8 = 224 KB, deterministic one Q and one dO stage beside the 64 KB dQ tile (32 + 32
+  // + 32 + 32 + 16 + 16 + 64 = 224 KB). Two stages let the loader fetch the next step's Q and
+  // dO during this one: hdim 256 with one was 20-27 % slower (docs/decisions/025).
   static constexpr int kStagesQ = kHeadDimQK == 256 && kDeterministic ? 1 : 2;
   static constexpr int kStagesDO = kStagesQ;
   // Two Pᵀ/dSᵀ stages: a warpgroup writes the next step's while the other may still read this
@@ -97,8 +128,8 @@ struct TileConfig {
   // from registers in turn order, each fenced before the turn passes, measured 15-25 % slower
   // at hdim 192 and 256).
   static constexpr bool kDqFromRegisters = !kKeysSplit && !kDeterministic;
-  // The writer's dQ tiles: two where shared memory has room (hdim 128), so a step's dQ need not
-  // wait for the bulk add of the last one.
+  // The writer's dQ tiles: two where shared memory has room (hdim 128 at 64 rows), so a step's
+  // dQ need not wait for the bulk add of the last one; one at 80 rows (the arithmetic above).
   static constexpr int kStagesDq =
       kKeysSplit && kBlockM == kRowsPerWarpgroup ? HFA_SM90_BWD_DQ_STAGES_D128 : 1;
 
@@ -113,7 +144,8 @@ struct TileConfig {
 
   static constexpr WarpgroupRole role(int w) {
     if constexpr (kKeysSplit) {
-      // dQ: two 64-row halves of a 128-query block, or the two slabs of a 64-query one.
+      // dQ: two 64-row halves of a 128-query block, or the two slabs of a 64- or 80-query one
+      // (80: dQᵀ, the slab's 64 dims × every query).
       const bool rows_split = kBlockM == 2 * kRowsPerWarpgroup;
       const int dq_count = rows_split ? kSlabsQK : kSlabsQK / 2;
       return {kRowsPerWarpgroup * w, 0,           0, kSlabsQK, 0, kSlabsV,
@@ -137,6 +169,11 @@ struct TileConfig {
   static_assert(kKeysSplit || kBlockM == kRowsPerWarpgroup, "head dims split: one 64-row dQ tile");
   static_assert(!kKeysSplit || kBlockM == 2 * kRowsPerWarpgroup || kSlabsQK % 2 == 0,
                 "keys split with 64 queries: dQ's slabs split evenly");
+  static_assert(!kDqTransposed || (kKeysSplit && kSlabsQK == kConsumerWarpgroups &&
+                                   kBlockM % kMmaK == 0 && !kDqFromRegisters),
+                "dQ transposed: one 64-dim slab a warpgroup, through the writer's tile");
+  static_assert(kDqTransposed || kBlockM % kRowsPerWarpgroup == 0,
+                "dQ with queries as M: whole 64-row wgmma tiles");
 };
 
 // A configuration whose scores take ALiBi (score_policy.hpp; without softcap, ListedMods): the

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/host_device.hpp"
 #include "common/problem.hpp"
@@ -103,25 +104,44 @@ HFA_HD inline int64_t key_chunk_index(const Params& p, int batch, int kv_head, i
          n_block;
 }
 
+// Where float f of a warpgroup's fp32 accumulator (64 rows × any columns) goes when the
+// warpgroup writes its registers as consecutive 16-byte runs — float (g·128 + t)·4 + r is
+// register 4g + r of thread t — the order of the chunks below: no bank conflicts, whole L2
+// lines. Rows and columns are the accumulator's (fragment.cuh).
+struct AccumulatorPosition {
+  int row, column;
+};
+HFA_HD inline constexpr AccumulatorPosition accumulator_position(int f) {
+  const int group = f / (kThreadsPerWarpgroup * 4);
+  const int thread = f / 4 % kThreadsPerWarpgroup;
+  const int r = f % 4;
+  return {16 * (thread / 32) + (thread % 32) / 4 + 8 * (r / 2), 8 * group + 2 * (thread % 4) + r % 2};
+}
+
+// The (row, column) in its block of a chunk's float.
+struct ChunkCoords {
+  int row, column;
+};
+
 // A block's chunk of an fp32 accumulator: kRows × kColumns floats as 64 × 64 parts, part
-// (row tile, slab) at (row_tile · slabs + slab) · 4096, each in the wgmma accumulator order of
-// the warpgroup that computes it — float (g·128 + t)·4 + r is register 4g + r of thread t — so a
-// warpgroup writes its registers as consecutive 16-byte runs (no bank conflicts, whole L2 lines)
-// and a whole chunk can be added with one bulk reduce.
+// (row tile, slab) at (row_tile · slabs + slab) · 4096, each in the accumulator order of the
+// warpgroup that computes it (accumulator_position), so that a whole chunk can be added with
+// one bulk reduce.
 template <int kRows, int kColumns>
 struct FragmentChunk {
+  static constexpr int kBlockRows = kRows, kBlockColumns = kColumns;
   static constexpr int kSlabs = kColumns / kSlabColumns;
   static constexpr int kPartFloats = kRowsPerWarpgroup * kSlabColumns;
   static constexpr int kFloats = kRows * kColumns;
   static constexpr uint32_t kBytes = kFloats * sizeof(float);
+  // Floats 2j and 2j + 1 are neighbours in a row of the block (columns c, c + 1).
+  static constexpr bool kRowPairs = true;
 
   HFA_HD static constexpr int part(int row_tile, int slab) { return (row_tile * kSlabs + slab) * kPartFloats; }
 
-  // The (row, column) in the block of float f of the chunk.
-  struct Coords {
-    int row, column;
-  };
-  HFA_HD static constexpr Coords coords(int f) {
+  // accumulator_position spelled out (checked below): through the call, the postprocess kernels
+  // compiled to other machine code (the additions associated in another order).
+  HFA_HD static constexpr ChunkCoords coords(int f) {
     const int part_index = f / kPartFloats, in_part = f % kPartFloats;
     const int group = in_part / (kThreadsPerWarpgroup * 4);
     const int thread = in_part / 4 % kThreadsPerWarpgroup;
@@ -131,5 +151,49 @@ struct FragmentChunk {
     return {part_index / kSlabs * kRowsPerWarpgroup + row, part_index % kSlabs * kSlabColumns + column};
   }
 };
+
+// FragmentChunk's parts are in accumulator_position's order.
+constexpr bool fragment_chunk_in_accumulator_order() {
+  using Part = FragmentChunk<kRowsPerWarpgroup, kSlabColumns>;
+  for (int f = 0; f < Part::kFloats; ++f) {
+    const ChunkCoords c = Part::coords(f);
+    const AccumulatorPosition a = accumulator_position(f);
+    if (c.row != a.row || c.column != a.column) return false;
+  }
+  return true;
+}
+static_assert(fragment_chunk_in_accumulator_order());
+
+// dQ's chunk where it is computed transposed (TileConfig::kDqTransposed): part `slab` is the
+// dQᵀ accumulator of the warpgroup that computes that 64-column slab of the head dim — its 64
+// dims as rows, all kRows queries as columns — in accumulator order, so float f lands at the
+// block's row (query) = its accumulator column and column = slab · 64 + its accumulator row.
+// One part spans every query: the row tile is always 0.
+template <int kRows, int kColumns>
+struct TransposedFragmentChunk {
+  static constexpr int kBlockRows = kRows, kBlockColumns = kColumns;
+  static constexpr int kSlabs = kColumns / kSlabColumns;
+  static constexpr int kPartFloats = kSlabColumns * kRows;
+  static constexpr int kFloats = kRows * kColumns;
+  static constexpr uint32_t kBytes = kFloats * sizeof(float);
+  // Floats 2j and 2j + 1 are neighbours in a column of the block (rows q, q + 1).
+  static constexpr bool kRowPairs = false;
+  static_assert(kColumns % kSlabColumns == 0 && kRows % 8 == 0, "whole 8-column groups of dQᵀ");
+
+  HFA_HD static constexpr int part(int row_tile, int slab) { return (row_tile * kSlabs + slab) * kPartFloats; }
+
+  HFA_HD static constexpr ChunkCoords coords(int f) {
+    const AccumulatorPosition at = accumulator_position(f % kPartFloats);
+    return {at.column, f / kPartFloats * kSlabColumns + at.row};
+  }
+};
+
+// dQ's chunk in the configuration's layout: what the consumers write, the writer adds, the
+// preprocess clears and the postprocess reads back.
+template <typename Config>
+using DqChunk =
+    std::conditional_t<Config::kDqTransposed,
+                       TransposedFragmentChunk<Config::kBlockM, Config::kHeadDimQK>,
+                       FragmentChunk<Config::kBlockM, Config::kHeadDimQK>>;
 
 }  // namespace hfa::sm90::bwd

@@ -27,6 +27,16 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t address, const uint32_t (&r
                : "memory");
 }
 
+// As stmatrix_x4, each matrix stored transposed: lane l's register i holds (row l / 4, columns
+// 2·(l % 4), +1) of matrix i, which land in column l / 4 of stored rows 2·(l % 4), +1; lanes
+// 8i..8i+7 give the addresses of matrix i's stored rows (its columns, 16 bytes each). An
+// accumulator tile's columns become the stored rows.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t address, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 // The transpose of an 8x8 b16 matrix held as an mma fragment: an accumulator tile's rows
 // become a B operand's k.
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
