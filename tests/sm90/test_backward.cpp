@@ -5,7 +5,8 @@
 // backward feeds them.
 //
 //   Features: per dtype × head dims, every mask × layout × GQA ratio, softcap and sinks in turn.
-//   Lengths: 1, 17, 255, 1000, 4097, seqlen_q ≠ seqlen_k both ways, GQA 8, large magnitudes.
+//   Lengths: 1, 17, 255, 1000, 4097, seqlen_q ≠ seqlen_k both ways, GQA 8, large magnitudes;
+//     around hdim 128's 80-query blocks (79, 81, 161).
 //   NaN padding: rows past seqused hold NaN in q, k, v, dout, out and lse and must not leak.
 //   Determinism: the deterministic mode gives the same bytes twice, and from a CUDA graph.
 #include <gtest/gtest.h>
@@ -121,6 +122,18 @@ TEST(BackwardSm90Lengths, SeqlensRatiosMagnitudes) {
     c.seed = 300 + hdim;
     cases.push_back(c);
   }
+  // hdim 128 without a mask walks 80-query blocks (tile_config.hpp, kDqTransposed): one short of
+  // a block, one past it, one past two, each against keys that fill no 128-key block; one MQA.
+  const std::pair<int, int> around_80[] = {{79, 161}, {81, 79}, {161, 300}};
+  for (auto [sq, sk] : around_80) {
+    AttentionCase c;
+    c.dtype = turn % 2 ? DType::f16 : DType::bf16;
+    c.hdim_qk = c.hdim_v = 128;
+    c.batch = 2, c.seqlen_q = sq, c.seqlen_k = sk;
+    c.heads_q = 4, c.heads_kv = sq == 161 ? 1 : 2;
+    c.seed = 250 + turn++;
+    cases.push_back(c);
+  }
   AttentionCase large;
   large.dtype = DType::bf16;
   large.hdim_qk = large.hdim_v = 128;
@@ -170,13 +183,15 @@ TEST(BackwardSm90Gqa, WholeGroupsAndSplitHeads) {
 // Rows past seqused (and their out and lse) hold NaN: nothing of them may reach a gradient.
 TEST(BackwardSm90NanPadding, PaddingNeverLeaks) {
   HFA_REQUIRE_HOPPER();
-  for (int hdim : {64, 128, 256})
+  // hdim 128 both ways: causal on 64-query blocks, without a mask on 80-query ones.
+  const std::pair<int, bool> shapes[] = {{64, false}, {128, true}, {128, false}, {256, false}};
+  for (auto [hdim, causal] : shapes)
     for (bool varlen : {false, true}) {
       AttentionCase c;
       c.dtype = DType::bf16;
       c.hdim_qk = c.hdim_v = hdim;
       c.heads_q = 4, c.heads_kv = 2;
-      c.causal = hdim == 128;
+      c.causal = causal;
       c.sinks = hdim == 64;
       if (varlen) {
         c.varlen_q = {100, 130, 64};
@@ -217,9 +232,10 @@ TEST(BackwardSm90NanPadding, PaddingNeverLeaks) {
 TEST(BackwardSm90Determinism, SameBytesEveryRun) {
   HFA_REQUIRE_HOPPER();
   // Both kinds of configuration (keys split at 64/128, the deterministic mode's own at 192/256),
-  // and the windowed turn order (descending) beside the plain one (ascending).
-  const std::pair<int, bool> cases[] = {{64, true}, {128, true}, {192, false}, {256, false},
-                                        {256, true}};
+  // the windowed turn order (descending) beside the plain one (ascending), and hdim 128's
+  // 80-query blocks (no mask: dQ transposed, one dQ tile) beside its 64-query ones (causal).
+  const std::pair<int, bool> cases[] = {{64, true}, {128, true}, {128, false}, {192, false},
+                                        {256, false}, {256, true}};
   for (auto [hdim, causal] : cases) {
     AttentionCase c;
     c.dtype = DType::bf16;

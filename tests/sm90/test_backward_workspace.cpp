@@ -1,0 +1,114 @@
+// The backward's workspace as the host sizes it and the kernels index it (sm90/bwd/workspace.hpp):
+// the order of each fp32 accumulator chunk (where the consumers' registers land and where the
+// postprocess reads them back), and the rows a problem's runs are padded to, which follow the
+// configuration it runs on (80 query rows at hdim 128 without a window or softcap, 64 with
+// one). Host arithmetic: it runs everywhere, GPU or not.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "sm90/bwd/launch.hpp"
+
+namespace hfa::sm90 {
+namespace {
+
+// Every float of a chunk lands on its own (row, column) of the block, and the pairs the
+// postprocess reads together are neighbours the way the chunk says (kRowPairs).
+template <typename Chunk>
+void expect_bijection(int rows, int columns) {
+  ASSERT_EQ(Chunk::kFloats, rows * columns);
+  std::vector<int> seen(Chunk::kFloats, 0);
+  for (int f = 0; f < Chunk::kFloats; ++f) {
+    const bwd::ChunkCoords at = Chunk::coords(f);
+    ASSERT_GE(at.row, 0);
+    ASSERT_LT(at.row, rows);
+    ASSERT_GE(at.column, 0);
+    ASSERT_LT(at.column, columns);
+    ++seen[at.row * columns + at.column];
+    if (f % 2 == 1) {
+      const bwd::ChunkCoords before = Chunk::coords(f - 1);
+      EXPECT_EQ(at.row, before.row + (Chunk::kRowPairs ? 0 : 1)) << f;
+      EXPECT_EQ(at.column, before.column + (Chunk::kRowPairs ? 1 : 0)) << f;
+    }
+  }
+  for (int i = 0; i < Chunk::kFloats; ++i) EXPECT_EQ(seen[i], 1) << "element " << i;
+}
+
+TEST(BackwardDqChunk, EveryFloatItsOwnElement) {
+  expect_bijection<bwd::FragmentChunk<64, 128>>(64, 128);
+  expect_bijection<bwd::FragmentChunk<128, 64>>(128, 64);
+  expect_bijection<bwd::TransposedFragmentChunk<80, 128>>(80, 128);
+}
+
+// dQᵀ's chunk: float (g·128 + t)·4 + r of part s is register 4g + r of thread t of the
+// warpgroup computing slab s, whose accumulator rows are head dims (16·warp + lane / 4, + 8)
+// and columns queries (8g + 2·(lane % 4), + 1).
+TEST(BackwardDqChunk, TransposedIsDqTransposedAccumulatorOrder) {
+  using Chunk = bwd::TransposedFragmentChunk<80, 128>;
+  auto expect_at = [](int f, int query, int dim) {
+    const bwd::ChunkCoords at = Chunk::coords(f);
+    EXPECT_EQ(at.row, query) << f;
+    EXPECT_EQ(at.column, dim) << f;
+  };
+  expect_at(0, 0, 0);
+  expect_at(1, 1, 0);                  // r = 1: the next query
+  expect_at(2, 0, 8);                  // r = 2: the dim 8 rows down
+  expect_at(4 * 1, 2, 0);              // thread 1: its column pair
+  expect_at(4 * 4, 0, 1);              // thread 4: the next row
+  expect_at(4 * 32, 0, 16);            // warp 1
+  expect_at(4 * 128, 8, 0);            // group 1: queries 8 on
+  expect_at(4 * (9 * 128 + 127) + 3, 79, 63);  // the part's last float
+  expect_at(64 * 80, 0, 64);           // part 1: the second slab
+  EXPECT_EQ(Chunk::part(0, 1), 64 * 80);
+}
+
+TEST(BackwardTiles, QueryRowsByConfiguration) {
+  EXPECT_EQ((bwd::Config<128, 128>::kBlockM), 80);
+  EXPECT_TRUE((bwd::Config<128, 128>::kDqTransposed));
+  EXPECT_EQ((bwd::Config<128, 128, true>::kBlockM), 64);
+  EXPECT_EQ((bwd::Config<128, 128, false, true>::kBlockM), 64);
+  EXPECT_EQ((bwd::Config<128, 128, true, true>::kBlockM), 64);
+  EXPECT_EQ((bwd::Config<64, 64>::kBlockM), 128);
+  EXPECT_EQ((bwd::Config<192, 128>::kBlockM), 64);
+  EXPECT_EQ((bwd::Config<256, 256>::kBlockM), 64);
+  EXPECT_FALSE((bwd::Config<64, 64>::kDqTransposed));
+  EXPECT_FALSE((bwd::Config<256, 256>::kDqTransposed));
+}
+
+detail::BackwardProblem problem(int seqlen_q, bool window, bool softcap, bool deterministic) {
+  detail::BackwardProblem p;
+  p.fwd.batch = 2, p.fwd.heads_q = 4, p.fwd.heads_kv = 4;
+  p.fwd.seqlen_q = seqlen_q, p.fwd.seqlen_k = 300;
+  p.fwd.hdim_qk = p.fwd.hdim_v = 128;
+  if (window) p.fwd.causal = true, p.fwd.window_right = 0;
+  if (softcap) p.fwd.softcap = 4.0f;
+  p.fwd.deterministic = deterministic;
+  return p;
+}
+
+// The workspace a call is told to allocate is the layout of the configuration that runs it:
+// 1000 queries pad to 1040 rows in 80-row blocks, 1024 in 64-row ones.
+TEST(BackwardWorkspace, SizedForTheConfigurationThatRuns) {
+  for (bool deterministic : {false, true}) {
+    const detail::BackwardProblem plain = problem(1000, false, false, deterministic);
+    const bwd::WorkspaceLayout rows80 = bwd::workspace_layout<bwd::Config<128, 128>>(plain);
+    EXPECT_EQ(rows80.padded_rows, 1040);
+    EXPECT_EQ((bwd::workspace_bytes<128, 128>(plain)), rows80.bytes);
+    // Runs × padded rows × (LSE, D, 128 fp32 dQ) and a turn counter a block when deterministic,
+    // each region 256-byte aligned.
+    const std::size_t rows = 2 * 4 * 1040;
+    EXPECT_GE(rows80.bytes, rows * (2 + 128) * sizeof(float) +
+                                (deterministic ? rows / 80 * sizeof(int32_t) : 0));
+
+    for (auto [window, softcap] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+      const detail::BackwardProblem p = problem(1000, window, softcap, deterministic);
+      const bwd::WorkspaceLayout rows64 =
+          bwd::workspace_layout<bwd::Config<128, 128, true>>(p);
+      EXPECT_EQ(rows64.padded_rows, 1024);
+      EXPECT_EQ((bwd::workspace_bytes<128, 128>(p)), rows64.bytes) << window << softcap;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hfa::sm90
