@@ -73,7 +73,8 @@ struct TileConfig {
   // from the Sᵀ fragment), and the fp32 dQ tile holds dQᵀ's accumulator order (workspace.hpp,
   // TransposedFragmentChunk).
   // Kept at 64 rows, as FlashAttention-3 keeps them:
-  //   windowed tiles (causal included): a diagonal block's masked share grows with its rows;
+  //   windowed tiles (causal included; not measured at 80): a diagonal block's masked share
+  //     grows with its rows;
   //   softcap: its dS factors (kSAcc more registers) beside Sᵀ, dPᵀ, dK and dV would need 248
   //     of the 240 registers (ptxas at 80 rows: 544 B of spill stores, 432 B of loads; none at
   //     64).
