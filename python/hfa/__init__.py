@@ -151,15 +151,12 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
     (hfa._block_mask); with torch tensors through the ops, autograd included.
     Returns out, or (out, lse) when return_attn_probs (the LSE, not the probabilities, as FA3).
     """
-    # The scalar arguments checked and normalized (hfa._args), one call each: this is the
-    # per-call path, and every microsecond of it shows (bench/overhead_parts.py).
-    window_size = _args.window(window_size)
-    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
-    softcap = _args.real(softcap, "softcap")
-    causal = _args.flag(causal, "causal")
+    # The scalar arguments checked and normalized (hfa._args): this is the per-call path, and
+    # every microsecond of it shows (bench/overhead_parts.py).
+    window_size, softmax_scale, softcap, causal, sm_margin = _args.attention_scalars(
+        window_size, softmax_scale, softcap, causal, sm_margin)
     deterministic = _args.flag(deterministic, "deterministic")
     return_attn_probs = _args.flag(return_attn_probs, "return_attn_probs")
-    sm_margin = _args.sm_margin(sm_margin)
     descale_block_q = _args.integer(descale_block_q, "descale_block_q")
     descale_block_kv = _args.integer(descale_block_kv, "descale_block_kv")
     fe = _frontend(q)
@@ -198,13 +195,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     sequence from its first row), and sm_margin. block_mask= is the packed tokens' mask, as
     FlexAttention users write it for documents packed into one sequence: batch 1, blocks
     counted from token 0, ANDed with the sequences' bounds."""
-    window_size = _args.window(window_size)
-    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
-    softcap = _args.real(softcap, "softcap")
-    causal = _args.flag(causal, "causal")
+    window_size, softmax_scale, softcap, causal, sm_margin = _args.attention_scalars(
+        window_size, softmax_scale, softcap, causal, sm_margin)
     deterministic = _args.flag(deterministic, "deterministic")
     return_attn_probs = _args.flag(return_attn_probs, "return_attn_probs")
-    sm_margin = _args.sm_margin(sm_margin)
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     num_splits = _args.integer(num_splits, "num_splits")
@@ -267,12 +261,9 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     e.g. for the steps of a context-parallel ring, which share the final out; out is then not
     read. lse may be a slice of a longer one (any strides with a unit last one).
     block_mask=: the forward's (flash_attn_func), its rows cached on a BlockMask."""
-    window_size = _args.window(window_size)
-    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
-    softcap = _args.real(softcap, "softcap")
-    causal = _args.flag(causal, "causal")
+    window_size, softmax_scale, softcap, causal, sm_margin = _args.attention_scalars(
+        window_size, softmax_scale, softcap, causal, sm_margin)
     deterministic = _args.flag(deterministic, "deterministic")
-    sm_margin = _args.sm_margin(sm_margin)
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     fe = _frontend(q)
@@ -311,11 +302,8 @@ def flash_attn_accumulate(q, k, v, out, lse, softmax_scale=None, causal=False,
     window that places it (hfa.distributed does). learnable_sink: pass it to one call of a
     series. Not differentiable (torch: call under torch.no_grad()). On a GPU: f16/bf16 inputs
     with no softcap. Returns (out, lse)."""
-    window_size = _args.window(window_size)
-    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
-    softcap = _args.real(softcap, "softcap")
-    causal = _args.flag(causal, "causal")
-    sm_margin = _args.sm_margin(sm_margin)
+    window_size, softmax_scale, softcap, causal, sm_margin = _args.attention_scalars(
+        window_size, softmax_scale, softcap, causal, sm_margin)
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     fe = _frontend(q)
@@ -385,13 +373,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     Returns out, or (out, lse) with return_softmax_lse (lse float32 (batch, heads_q, seqlen_q),
     or (heads_q, total_q) for varlen q).
     """
-    window_size = _args.window(window_size)
-    softmax_scale = _args.real(softmax_scale, "softmax_scale", none_ok=True)
-    softcap = _args.real(softcap, "softcap")
-    causal = _args.flag(causal, "causal")
+    window_size, softmax_scale, softcap, causal, sm_margin = _args.attention_scalars(
+        window_size, softmax_scale, softcap, causal, sm_margin)
     rotary_interleaved = _args.flag(rotary_interleaved, "rotary_interleaved")
     return_softmax_lse = _args.flag(return_softmax_lse, "return_softmax_lse")
-    sm_margin = _args.sm_margin(sm_margin)
     num_splits = _args.integer(num_splits, "num_splits")
     split_size = _args.integer(split_size, "split_size")
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)

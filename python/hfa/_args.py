@@ -119,6 +119,21 @@ def sm_margin(value, name: str = "sm_margin") -> int:
     return integer(value, name)
 
 
+def attention_scalars(window_size, softmax_scale, softcap, causal, sm_margin) -> tuple:
+    """The scalars every attention entry point takes, (window_size, softmax_scale, softcap,
+    causal, sm_margin) checked and normalized by window, real, flag and sm_margin's rules. The
+    usual call passes values that are already what those return (an unbounded window, Python
+    floats and bools, an int margin): one test, no call each (this is the per-call path, and
+    every microsecond of it shows: bench/overhead_parts.py)."""
+    if (type(causal) is bool and type(softcap) is float
+            and (softmax_scale is None or type(softmax_scale) is float)
+            and type(sm_margin) is int and INT32_MIN <= sm_margin <= INT32_MAX
+            and type(window_size) is tuple and window_size == (-1, -1)):
+        return window_size, softmax_scale, softcap, causal, sm_margin
+    return (window(window_size), real(softmax_scale, "softmax_scale", none_ok=True),
+            real(softcap, "softcap"), flag(causal, "causal"), integer(sm_margin, "sm_margin"))
+
+
 def real(value, name: str, none_ok: bool = False):
     """A float argument (softmax_scale, softcap) as a float: a Python or numpy real number, not a
     bool or a string (float("0.5") would take one); None too when none_ok (a default). The

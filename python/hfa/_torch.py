@@ -248,14 +248,16 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
                     learnable_sink=None, out=None, q_descale=None, k_descale=None,
                     v_descale=None, descale_block_q=0, descale_block_kv=0, sm_margin=0,
                     options=None):
-    check_tensors(k=k, v=v, learnable_sink=learnable_sink, out=out, q_descale=q_descale,
-                  k_descale=k_descale, v_descale=v_descale)
     wl, wr = window_size  # ints: hfa.flash_attn_func normalized it (hfa._args.window)
     if not (return_attn_probs or sm_margin or options) and _plain(learnable_sink, out, q_descale,
                                                       k_descale, v_descale, descale_block_q,
                                                       descale_block_kv):
+        if type(k) is not Tensor or type(v) is not Tensor:  # the rest are None (_plain)
+            check_tensors(k=k, v=v)
         return _attention(q, k, v, softmax_scale, bool(causal), wl, wr, float(softcap),
                           bool(deterministic))
+    check_tensors(k=k, v=v, learnable_sink=learnable_sink, out=out, q_descale=q_descale,
+                  k_descale=k_descale, v_descale=v_descale)
     out, lse = _forward(q, k, v, out, None, None, 0, 0, softmax_scale, bool(causal), wl, wr,
                         float(softcap), bool(deterministic), _sinks(learnable_sink), None, None,
                         _fp8(q_descale, k_descale, v_descale, descale_block_q,
@@ -269,17 +271,20 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            seqused_k=None, learnable_sink=None, out=None, q_descale=None,
                            k_descale=None, v_descale=None, descale_block_q=0,
                            descale_block_kv=0, sm_margin=0, options=None):
-    check_tensors(k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                  seqused_q=seqused_q, seqused_k=seqused_k, learnable_sink=learnable_sink,
-                  out=out, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     wl, wr = window_size  # normalized by hfa.flash_attn_varlen_func
     if (not (return_attn_probs or sm_margin or options) and seqused_q is None and seqused_k is None
             and _plain(learnable_sink, out, q_descale, k_descale, v_descale, descale_block_q,
                        descale_block_kv)):
+        if not (type(k) is Tensor and type(v) is Tensor and type(cu_seqlens_q) is Tensor
+                and type(cu_seqlens_k) is Tensor):  # the rest are None (_plain)
+            check_tensors(k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
         return _varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
                                  _as_int(max_seqlen_q, "max_seqlen_q"),
                                  _as_int(max_seqlen_k, "max_seqlen_k"), softmax_scale,
                                  bool(causal), wl, wr, float(softcap), bool(deterministic))
+    check_tensors(k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                  seqused_q=seqused_q, seqused_k=seqused_k, learnable_sink=learnable_sink,
+                  out=out, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     out, lse = _forward(q, k, v, out, cu_seqlens_q, cu_seqlens_k,
                         _as_int(max_seqlen_q, "max_seqlen_q"),
                         _as_int(max_seqlen_k, "max_seqlen_k"), softmax_scale, bool(causal), wl,
