@@ -5,7 +5,9 @@ Tiny problems on one CPU thread (HFA_CPU_THREADS=1: no thread pool's wake-ups), 
 own work is a few microseconds and the rest is what the layers above the kernels cost, and empty
 ones (batch 0), where nothing else is left: hfa's numpy entry points (flash_attn_func,
 flash_attn_backward, flash_attn_with_kvcache with an append) and the C ABI's calls under them
-(hfa_forward, hfa_backward, hfa_forward_kvcache, through ctypes on prebuilt structs).
+(hfa_forward, hfa_backward, hfa_forward_kvcache, through ctypes on prebuilt structs); where
+torch imports, flash_attn_func on torch tensors too (through the torch ops the package finds:
+libhfa_torch beside the library, else its ctypes ops; HFA_TORCH_OPS chooses).
 
 Each checkout given (a source tree with python/hfa, and its library at --library under it) is
 timed in a child process of its own, one child per checkout a round, the checkouts interleaved
@@ -48,6 +50,18 @@ def cases(hfa, _lib, np):
         "numpy flash_attn_with_kvcache": lambda: hfa.flash_attn_with_kvcache(
             q1, k_cache, v_cache, k=k_new, v=v_new, cache_seqlens=seqlens, causal=True),
     }
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        torch.set_num_threads(1)
+        tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
+        tq0, tk0, tv0 = (torch.from_numpy(a) for a in (q0, k0, v0))
+        calls["torch flash_attn_func"] = lambda: hfa.flash_attn_func(tq, tk, tv, causal=True)
+        calls["torch flash_attn_func (batch 0)"] = lambda: hfa.flash_attn_func(tq0, tk0, tv0,
+                                                                               causal=True)
 
     # The C ABI on views made once: what libhfa's entry points cost below the front end.
     def view(a):
