@@ -99,10 +99,11 @@ def make_tensor(data: int, dtype: int, shape: Sequence[int], stride: Sequence[in
     t = Tensor()
     t.data = data or None  # an empty tensor may have no storage: pass NULL, the library decides
     t.dtype = dtype
-    t.rank = len(shape)
-    for i, (n, s) in enumerate(zip(shape, stride)):
-        t.shape[i] = int(n)
-        t.stride[i] = int(s)
+    t.rank = rank = len(shape)
+    # Whole slices (a loop of item assignments cost twice the rest of the call); ctypes takes
+    # Python and numpy integers, and raises TypeError on anything else.
+    t.shape[:rank] = shape
+    t.stride[:rank] = stride
     t.device = device
     t.device_index = device_index
     return t
@@ -168,6 +169,7 @@ _KIND_TYPES = {FLAG: ctypes.c_int32, INT32: ctypes.c_int32, REAL: ctypes.c_float
                SCALE: ctypes.c_float, TENSOR: ctypes.POINTER(Tensor), HANDLE: ctypes.c_void_p,
                BYTES: ctypes.c_size_t, VECTOR: ctypes.POINTER(Tensor)}
 _POINTERS = (TENSOR, VECTOR)  # the kinds a tensor is given for, as a pointer to its view
+_DEFAULT_WHEN_NONE = (*_POINTERS, SCALE)  # None: a null pointer, an unset scale (_set)
 # hfa_option_calls
 CALL_FORWARD, CALL_BACKWARD, CALL_KVCACHE = 1, 2, 4
 _OPTIONS_STRUCTS = {0: Options, 1: KVCacheOptions}  # hfa_options_struct
@@ -349,6 +351,8 @@ def _options(struct, init, values) -> ctypes.Structure:
         info = fields.get(name)
         if info is None:
             raise TypeError(f"{name}: not an option of {struct.__name__}")
+        if value is None and info.kind in _DEFAULT_WHEN_NONE:
+            continue  # the initializer's value already: set by hand, it costs a call
         _set(o, info, value)
     return o
 
