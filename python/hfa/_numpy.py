@@ -26,6 +26,8 @@ def view(a, name: str, bytes_as=None, written=False):
         raise TypeError(f"{name}: expected a numpy array, got {type(a).__name__}")
     code = _args.array_code(name, _KINDS.get(a.dtype), a.dtype, bytes_as)
     _args.check_array(name, a.ndim, a.flags.writeable, written)
+    if a.flags.c_contiguous:  # the usual array: whole, non-negative steps, its packed strides
+        return a, _lib.make_tensor(a.ctypes.data, code, a.shape, _packed_strides(a.shape))
     item = a.itemsize
     steps = [s for n, s in zip(a.shape, a.strides) if n > 1]  # what _strides keeps
     if written:
@@ -44,15 +46,22 @@ def check_out(out) -> None:
         view(out, "out", written=True)
 
 
+def _packed_strides(shape):
+    """The element strides of a C-contiguous array of this shape (a dim of extent 0 counted as
+    1, so that every stride is positive)."""
+    packed, run = [], 1
+    for n in reversed(shape):
+        packed.append(run)
+        run *= max(int(n), 1)
+    packed.reverse()
+    return packed
+
+
 def _strides(a):
     """Element strides. A dim of extent 1, and every dim of an array with no elements, has no
     step to keep: numpy may report any stride there (negative, 0, not whole elements), so it
     gets the packed one."""
-    packed, run = [], 1
-    for n in reversed(a.shape):
-        packed.append(run)
-        run *= max(int(n), 1)
-    packed.reverse()
+    packed = _packed_strides(a.shape)
     if a.size == 0:
         return packed
     return [p if n == 1 else s // a.itemsize for n, s, p in zip(a.shape, a.strides, packed)]
