@@ -111,7 +111,8 @@ def _attention_options(options: dict, fe, call: int):
         return None
     if "block_mask" in options:
         options = dict(options)
-        given = _block_mask.rows(options.pop("block_mask"), as_numpy=fe is None)
+        block_mask = options.pop("block_mask")
+        given = {} if block_mask is None else _block_mask.rows(block_mask, as_numpy=fe is None)
         for name in given:
             if name in options:
                 raise TypeError(f"{name}: given twice (as a keyword and in block_mask)")

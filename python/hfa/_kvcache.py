@@ -195,7 +195,7 @@ def run(q, k_cache, v_cache, *, kind_of, view, alloc_out, alloc_lse, full_seqlen
     vt = tensor(v_cache, "v_cache", cache_code, written=appends)
     ot = tensor(out, "out")
     lt = tensor(lse, "lse")
-    rows = _lib.OPTION_INFO[_lib.KVCacheOptions]
+    rows = _lib.option_rows(_lib.KVCacheOptions)
     by_row = {field: tensor(value, rows[field].caller.decode())
               if rows[field].kind in _lib._POINTERS else value
               for field, value in options.items()} if options else {}

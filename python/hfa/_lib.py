@@ -396,18 +396,26 @@ def caller_rows(struct, call: int) -> dict:
     key = (struct, call)
     rows = _caller_rows.get(key)
     if rows is None:
-        library()
-        rows = {info.caller.decode(): info for name, info in OPTION_INFO[struct].items()
+        rows = {info.caller.decode(): info for name, info in option_rows(struct).items()
                 if info.calls & call and name not in _HAND_SET}
         _caller_rows[key] = rows
+    return rows
+
+
+def option_rows(struct) -> dict:
+    """{field name: Row} of `struct`, the library loaded first: the description is the
+    library's, so a front end's first call of a process may be the one that reads it."""
+    rows = OPTION_INFO.get(struct)
+    if rows is None:
+        library()
+        rows = OPTION_INFO[struct]
     return rows
 
 
 def vector_rows(struct) -> list:
     """The VECTOR rows of `struct` in their order: the entries of the torch ops' `vectors`
     argument (src/torch/ops.cpp)."""
-    library()
-    return [info for info in OPTION_INFO[struct].values() if info.kind == VECTOR]
+    return [info for info in option_rows(struct).values() if info.kind == VECTOR]
 
 
 SCALARS = (FLAG, INT32, REAL, SCALE)  # the kinds the torch ops take in `scalars`
@@ -433,7 +441,7 @@ def op_arguments(struct, fields: dict) -> OpArguments:
     in the ops: NotImplementedError naming it."""
     if not fields:
         return NO_OP_ARGUMENTS
-    rows = OPTION_INFO[struct]
+    rows = option_rows(struct)
     for field in fields:
         if rows[field].kind not in SCALARS + (VECTOR, TENSOR):
             raise NotImplementedError(f"{rows[field].caller.decode()}: not taken by the torch "
@@ -453,7 +461,7 @@ def scalars_of(struct, fields: dict):
     if not fields:
         return None
     pairs = []
-    for row, (name, info) in enumerate(OPTION_INFO[struct].items()):
+    for row, (name, info) in enumerate(option_rows(struct).items()):
         value = fields.get(name)
         if info.kind in SCALARS and value is not None:
             pairs += [float(row), float(value)]

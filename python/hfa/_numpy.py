@@ -122,7 +122,7 @@ def _options(softmax_scale, causal, window_size, softcap, deterministic, cu_q, c
     vectors = {}
     if options:
         for field, value in options.items():
-            info = _lib.OPTION_INFO[_lib.Options][field]
+            info = _lib.option_rows(_lib.Options)[field]
             if info.kind in _lib._POINTERS and value is not None:
                 value, vectors[field] = view(value, info.caller.decode())
                 keep += [value, vectors[field]]

@@ -228,7 +228,7 @@ def _option_arguments(options, struct=_lib.Options):
     (TypeError naming the argument otherwise)."""
     if not options:
         return _lib.NO_OP_ARGUMENTS
-    rows = _lib.OPTION_INFO[struct]
+    rows = _lib.option_rows(struct)
     check_tensors(**{rows[field].caller.decode(): value for field, value in options.items()
                      if rows[field].kind in (_lib.TENSOR, _lib.VECTOR)})
     return _lib.op_arguments(struct, options)

@@ -84,7 +84,7 @@ class CallArguments:
         tensors = dict(zip((info.name.decode() for info in _lib.vector_rows(_lib.Options)),
                            table_vectors or ()))
         tensors.update(table_tensors or {})
-        rows = _lib.OPTION_INFO[_lib.Options]
+        rows = _lib.option_rows(_lib.Options)
         for field, t in tensors.items():
             if t is not None:
                 t, fields[field] = view(t, rows[field].caller.decode())

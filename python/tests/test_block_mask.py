@@ -132,6 +132,10 @@ def test_mapping_of_rows_and_rejections():
     out = hfa.flash_attn_func(q, k, v, block_mask=dict(rows))
     want, _ = dense(q, k, v, allowed_of(prefix_lm, 1, 2, sq, sk))
     np.testing.assert_allclose(out, want, atol=2e-5, rtol=0)
+    # None is no mask, as for every other optional argument.
+    want_full, _ = dense(q, k, v, np.ones((1, 2, sq, sk), bool))
+    np.testing.assert_allclose(hfa.flash_attn_func(q, k, v, block_mask=None), want_full,
+                               atol=2e-5, rtol=0)
 
     with pytest.raises(TypeError, match="block_mask: 'kv_bits'"):
         hfa.flash_attn_func(q, k, v, block_mask={"kv_bits": rows["kv_mask_bits"]})
