@@ -229,7 +229,8 @@ def numpy_forward(q, k_cache, v_cache, out=None, **kw):
     def kind_of(a, name):
         if not isinstance(a, np.ndarray):
             raise TypeError(f"{name}: expected a numpy array, got {type(a).__name__}")
-        return _numpy._KINDS.get(a.dtype, str(a.dtype))
+        kind = _numpy._KINDS.get(a.dtype)
+        return kind if kind is not None else str(a.dtype)  # str(): costly, for messages
 
     def view(a, name, bytes_as, written):
         return _numpy.view(a, name, bytes_as, written)
@@ -261,7 +262,8 @@ def torch_forward(q, k_cache, v_cache, out=None, **kw):
     def kind_of(t, name):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        return _torch_calls.KINDS.get(t.dtype, str(t.dtype))
+        kind = _torch_calls.KINDS.get(t.dtype)
+        return kind if kind is not None else str(t.dtype)
 
     def view(t, name, bytes_as, written):
         if written:  # the library writes it: the caller's tensor itself, never a copy

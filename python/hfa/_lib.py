@@ -170,6 +170,7 @@ _KIND_TYPES = {FLAG: ctypes.c_int32, INT32: ctypes.c_int32, REAL: ctypes.c_float
                BYTES: ctypes.c_size_t, VECTOR: ctypes.POINTER(Tensor)}
 _POINTERS = (TENSOR, VECTOR)  # the kinds a tensor is given for, as a pointer to its view
 _DEFAULT_WHEN_NONE = (*_POINTERS, SCALE)  # None: a null pointer, an unset scale (_set)
+_NUMBERS = (FLAG, INT32, REAL, BYTES)  # a value equal to the row's default_value is that default
 # hfa_option_calls
 CALL_FORWARD, CALL_BACKWARD, CALL_KVCACHE = 1, 2, 4
 _OPTIONS_STRUCTS = {0: Options, 1: KVCacheOptions}  # hfa_options_struct
@@ -351,7 +352,8 @@ def _options(struct, init, values) -> ctypes.Structure:
         info = fields.get(name)
         if info is None:
             raise TypeError(f"{name}: not an option of {struct.__name__}")
-        if value is None and info.kind in _DEFAULT_WHEN_NONE:
+        if value is None and info.kind in _DEFAULT_WHEN_NONE or (
+                info.kind in _NUMBERS and value == info.default_value):
             continue  # the initializer's value already: set by hand, it costs a call
         _set(o, info, value)
     return o
