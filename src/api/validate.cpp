@@ -143,11 +143,17 @@ Status check_operand(const char* name, const Tensor* t, bool varlen, bool is_out
   return Status::ok();
 }
 
-// `op`'s axis must equal `ref`'s: "k: expected headdim 128 (as q), got 64".
-Status expect_axis(const Operand& op, Axis axis, const Operand& ref, Axis ref_axis) {
-  if (op.extent[axis] == ref.extent[ref_axis]) return Status::ok();
+[[gnu::cold, gnu::noinline]] Status axis_mismatch(const Operand& op, Axis axis, const Operand& ref,
+                                                 Axis ref_axis) {
   return invalid(op.name, "expected ", op.axis_name(axis), " ", ref.extent[ref_axis], " (as ",
                  ref.name, "), got ", op.extent[axis]);
+}
+
+// `op`'s axis must equal `ref`'s: "k: expected headdim 128 (as q), got 64". Inline, the message
+// apart: a passing check then costs a compare, not a Status made and destroyed (ten a call).
+inline Status expect_axis(const Operand& op, Axis axis, const Operand& ref, Axis ref_axis) {
+  if (op.extent[axis] == ref.extent[ref_axis]) [[likely]] return Status::ok();
+  return axis_mismatch(op, axis, ref, ref_axis);
 }
 
 // Same extent on every axis (dq as q, dk as k, ...).
