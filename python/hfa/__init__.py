@@ -106,9 +106,8 @@ def _frontend(q):
 def _attention_options(options: dict, fe, call: int):
     """The keyword options of an attention call (hfa_options' rows by their caller names) as
     {field: value} (hfa._args.options), block_mask= replaced by the rows it stands for, as
-    torch tensors or numpy arrays for the front end fe (hfa._block_mask); None when none."""
-    if not options:
-        return None
+    torch tensors or numpy arrays for the front end fe (hfa._block_mask). Callers skip the
+    call when no option is given (the usual call)."""
     if "block_mask" in options:
         options = dict(options)
         block_mask = options.pop("block_mask")
@@ -158,10 +157,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
         window_size, softmax_scale, softcap, causal, sm_margin)
     deterministic = _args.flag(deterministic, "deterministic")
     return_attn_probs = _args.flag(return_attn_probs, "return_attn_probs")
-    descale_block_q = _args.integer(descale_block_q, "descale_block_q")
-    descale_block_kv = _args.integer(descale_block_kv, "descale_block_kv")
+    descale_block_q, descale_block_kv = _args.descale_blocks(descale_block_q, descale_block_kv)
     fe = _frontend(q)
-    options = _attention_options(options, fe, _lib.CALL_FORWARD)
+    options = _attention_options(options, fe, _lib.CALL_FORWARD) if options else None
     if fe is not None:
         return fe.flash_attn_func(q, k, v, softmax_scale, causal, window_size, softcap,
                                   deterministic, return_attn_probs, learnable_sink, out,
@@ -203,8 +201,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     num_splits = _args.integer(num_splits, "num_splits")
-    descale_block_q = _args.integer(descale_block_q, "descale_block_q")
-    descale_block_kv = _args.integer(descale_block_kv, "descale_block_kv")
+    descale_block_q, descale_block_kv = _args.descale_blocks(descale_block_q, descale_block_kv)
     if s_aux is not None:
         if learnable_sink is not None:
             raise ValueError("s_aux, learnable_sink: give one (they are the same argument)")
@@ -231,7 +228,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             raise
     fp8 = (q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
     fe = _frontend(q)
-    options = _attention_options(options, fe, _lib.CALL_FORWARD)
+    options = _attention_options(options, fe, _lib.CALL_FORWARD) if options else None
     if fe is not None:
         return fe.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                          max_seqlen_k, softmax_scale, causal, window_size,
@@ -268,7 +265,7 @@ def flash_attn_backward(dout, q, k, v, out, lse, softmax_scale=None, causal=Fals
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     fe = _frontend(q)
-    options = _attention_options(options, fe, _lib.CALL_BACKWARD)
+    options = _attention_options(options, fe, _lib.CALL_BACKWARD) if options else None
     if fe is not None:
         return fe.flash_attn_backward(dout, q, k, v, out, lse, softmax_scale, causal,
                                       window_size, softcap, deterministic, cu_seqlens_q,
@@ -308,7 +305,7 @@ def flash_attn_accumulate(q, k, v, out, lse, softmax_scale=None, causal=False,
     max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
     max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
     fe = _frontend(q)
-    options = _attention_options(options, fe, _lib.CALL_FORWARD)
+    options = _attention_options(options, fe, _lib.CALL_FORWARD) if options else None
     if fe is not None:
         return fe.flash_attn_accumulate(q, k, v, out, lse, softmax_scale, causal, window_size,
                                         softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,

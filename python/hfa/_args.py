@@ -119,6 +119,14 @@ def sm_margin(value, name: str = "sm_margin") -> int:
     return integer(value, name)
 
 
+def descale_blocks(block_q, block_kv) -> tuple:
+    """(descale_block_q, descale_block_kv) checked by integer's rules; the usual call (no FP8
+    blocks, two int zeros) in one test."""
+    if type(block_q) is int and type(block_kv) is int and block_q == block_kv == 0:
+        return block_q, block_kv
+    return integer(block_q, "descale_block_q"), integer(block_kv, "descale_block_kv")
+
+
 def attention_scalars(window_size, softmax_scale, softcap, causal, sm_margin) -> tuple:
     """The scalars every attention entry point takes, (window_size, softmax_scale, softcap,
     causal, sm_margin) checked and normalized by window, real, flag and sm_margin's rules. The
