@@ -62,6 +62,13 @@ def cases(hfa, _lib, np):
         calls["torch flash_attn_func"] = lambda: hfa.flash_attn_func(tq, tk, tv, causal=True)
         calls["torch flash_attn_func (batch 0)"] = lambda: hfa.flash_attn_func(tq0, tk0, tv0,
                                                                                causal=True)
+        tcu_q, tcu_k = (torch.tensor([0, n], dtype=torch.int32) for n in (4, 8))
+        tq1, tk_cache, tv_cache, tk_new, tv_new, tseqlens = (
+            torch.from_numpy(a) for a in (q1, k_cache, v_cache, k_new, v_new, seqlens))
+        calls["torch flash_attn_varlen_func"] = lambda: hfa.flash_attn_varlen_func(
+            tq[0], tk[0], tv[0], tcu_q, tcu_k, 4, 8, causal=True)
+        calls["torch flash_attn_with_kvcache"] = lambda: hfa.flash_attn_with_kvcache(
+            tq1, tk_cache, tv_cache, k=tk_new, v=tv_new, cache_seqlens=tseqlens, causal=True)
 
     # The C ABI on views made once: what libhfa's entry points cost below the front end.
     def view(a):
