@@ -79,9 +79,8 @@ struct TileConfig {
   //     of the 240 registers (ptxas at 80 rows: 544 B of spill stores, 432 B of loads; none at
   //     64).
   // The deterministic mode runs the 80-row tile too: the writer's turns are per query block,
-  // whatever its rows, while a 64-row configuration of its own would be more kernels and a
-  // workspace shape that depends on the mode. Its risk: one dQ tile where 64 rows had two, so
-  // a late turn stalls the consumers a step sooner (docs/decisions/038).
+  // whatever its rows, and one dQ tile where 64 rows had two stalls no turn: +2-8 % over 64
+  // rows at 2k-16k keys (docs/decisions/038).
   static constexpr bool kDqTransposed =
       kHeadDimQK == 128 && kHeadDimV == 128 && !kWindowed && !kSoftcap;
   // 80 = 5 k16 steps of the dV and dK reduction: the most rows whose stages fit (96 would need
