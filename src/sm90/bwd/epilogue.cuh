@@ -4,6 +4,8 @@
 //     the used keys (seqused_k) and keys no query sees get zeros, their true gradient; or
 //   added in fp32 into the workspace's key accumulators, where the group's query heads are split
 //     over CTAs (Params::heads_per_tile): the key postprocess rounds the sums.
+// Where the gradients are transposed (TileConfig::kTransposedGradients) the accumulators hold
+// dKᵀ and dVᵀ, a slab's 64 dims as rows and the block's keys as columns.
 #pragma once
 
 #include "sm90/bwd/fragment_add.cuh"
@@ -47,18 +49,46 @@ struct Epilogue {
     }
   }
 
+  // acc: slabs [first_slab, ...) of dKᵀ or dVᵀ, 64 dims × the block's keys each, stored the
+  // same way. A thread's register pairs are neighbouring keys of one dim, a column of the
+  // tensor: each element is its own 2-byte store (lanes l and l + 4 hold dims d, d + 1, so a
+  // quad pair's stores fill 16-byte runs of 4 key rows).
+  template <int kAcc>
+  __device__ __forceinline__ void store_transposed(const float (&acc)[kAcc], float scale,
+                                                   void* tensor, const RowStrides& stride,
+                                                   int columns, int first_slab,
+                                                   const KeyTile& tile) const {
+    constexpr int kSlabAcc = Config::kKeySlabRegisters;
+    const ptx::FragmentCoords at = ptx::fragment_coords(thread);
+    Element* base = static_cast<Element*>(tensor) + tile.batch * stride.batch +
+                    tile.kv_head * stride.head;
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) {
+      const int r = i % kSlabAcc;
+      const int dim = (first_slab + i / kSlabAcc) * kSlabColumns + at.row0 +
+                      8 * ptx::fragment_row_half(r);
+      const int key = tile.n_block * Config::kBlockN + ptx::fragment_column(r, at.column_pair);
+      if (dim >= columns || key >= tile.allocated_k) continue;
+      const float value = key < tile.seq.seqlen_k ? acc[i] * scale : 0.0f;
+      base[int64_t(tile.seq.k_offset + key) * stride.row + dim] = ptx::to_element<Element>(value);
+    }
+  }
+
   // acc as above, unscaled, into the key block's chunk of an accumulator of kColumns columns.
   template <int kColumns, int kAcc>
   __device__ __forceinline__ void add(const float (&acc)[kAcc], float* accumulator, int first_slab,
                                       const KeyTile& tile) const {
-    using Chunk = FragmentChunk<Config::kBlockN, kColumns>;
+    using Chunk = KeyChunk<Config, kColumns>;
+    constexpr int kSlabAcc = Config::kKeySlabRegisters;
+    // A transposed slab spans every key of the block: one row tile.
+    const int row_tile = Config::kTransposedGradients ? 0 : kRole.key_row0 / kRowsPerWarpgroup;
     float* chunk = accumulator +
                    key_chunk_index<Config::kBlockN>(p, tile.batch, tile.kv_head, tile.n_block) *
                        Chunk::kFloats;
 #pragma unroll
-    for (int slab = 0; slab < kAcc / kPartRegisters; ++slab) {
-      add_fragment_part(chunk + Chunk::part(kRole.key_row0 / kRowsPerWarpgroup, first_slab + slab),
-                        acc + slab * kPartRegisters, thread);
+    for (int slab = 0; slab < kAcc / kSlabAcc; ++slab) {
+      add_fragment_part<kSlabAcc>(chunk + Chunk::part(row_tile, first_slab + slab),
+                                  acc + slab * kSlabAcc, thread);
     }
   }
 
@@ -67,6 +97,9 @@ struct Epilogue {
     if (p.ws.dk_accum != nullptr) {
       add<Config::kHeadDimQK>(dk, p.ws.dk_accum, kRole.dk_first, tile);
       add<Config::kHeadDimV>(dv, p.ws.dv_accum, kRole.dv_first, tile);
+    } else if constexpr (Config::kTransposedGradients) {
+      store_transposed(dk, p.softmax_scale, p.dk, p.dk_stride, p.hdim_qk, kRole.dk_first, tile);
+      store_transposed(dv, 1.0f, p.dv, p.dv_stride, p.hdim_v, kRole.dv_first, tile);
     } else {
       store(dk, p.softmax_scale, p.dk, p.dk_stride, p.hdim_qk, kRole.dk_first, tile);
       store(dv, 1.0f, p.dv, p.dv_stride, p.hdim_v, kRole.dv_first, tile);

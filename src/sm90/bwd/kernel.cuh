@@ -1,11 +1,15 @@
 // The backward's main kernel: one CTA per key block (scheduler.cuh), split by role.
 //   warpgroup 0 — the producer: the loader thread (TMA) and, where dQ goes through shared
 //                 memory, the dQ writer thread; registers given back.
-//   warpgroups 1, 2 — consumers: the steps of mainloop.cuh, then the dK/dV epilogue.
+//   warpgroups 1, 2 — consumers: the steps of mainloop.cuh (mainloop_transposed.cuh where the
+//                 gradients are transposed), then the dK/dV epilogue.
 #pragma once
+
+#include <type_traits>
 
 #include "sm90/bwd/epilogue.cuh"
 #include "sm90/bwd/mainloop.cuh"
+#include "sm90/bwd/mainloop_transposed.cuh"
 #include "sm90/bwd/producer.cuh"
 #include "sm90/common/warpgroup.cuh"
 #include "sm90/ptx/registers.cuh"
@@ -13,9 +17,14 @@
 namespace hfa::sm90::bwd {
 
 template <typename Config, typename Element, int kWarpgroup>
+using MainloopOf = std::conditional_t<Config::kTransposedGradients,
+                                      TransposedGradientMainloop<Config, Element, kWarpgroup>,
+                                      ConsumerMainloop<Config, Element, kWarpgroup>>;
+
+template <typename Config, typename Element, int kWarpgroup>
 __device__ __forceinline__ void consume(const Params& p, SharedStorage<Config, Element>& smem,
                                         const KeyTile& tile, const BlockRange& blocks, int thread) {
-  using Mainloop = ConsumerMainloop<Config, Element, kWarpgroup>;
+  using Mainloop = MainloopOf<Config, Element, kWarpgroup>;
   Mainloop mainloop{p, smem, thread};
   float dk[Mainloop::kDkAcc], dv[Mainloop::kDvAcc];
 #pragma unroll

@@ -1,5 +1,6 @@
 // Masking a transposed score tile (keys as rows, queries as columns) in registers: every query
-// of a key past seqlen_k, and the queries outside each key's window. Query i sees key j iff
+// of a key past seqlen_k, and the queries outside each key's window (and, last, the same for
+// a tile with queries as rows). Query i sees key j iff
 // j − diagonal − right <= i <= j − diagonal + left (common/window.cuh), so a key row's visible
 // queries are one range; its lower end comes from the right window (causal: the diagonal).
 #pragma once
@@ -51,6 +52,41 @@ __device__ __forceinline__ void fragment_diagonal(float (&diagonal_column)[2], i
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     diagonal_column[half] = float(diagonal_query_column(first_key + 8 * half, first_query, seq));
+  }
+}
+
+// The same for a score tile with queries as rows and keys as columns (the gradients-transposed
+// tile's S, TileConfig::kTransposedGradients), the forward's form: query i sees keys [i +
+// diagonal − left, i + diagonal + right], cut at seqlen_k. s: one thread's accumulator of a
+// 64-query × N-key tile; first_query: the query of its row0; first_key: the key of its first
+// column (column_pair included).
+template <bool kWindowed, int kAcc, WindowFields P>
+__device__ __forceinline__ void mask_scores_by_query(float (&s)[kAcc], int first_query,
+                                                     int first_key, const Sequence& seq,
+                                                     const P& p) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    int key_end = seq.seqlen_k;  // this row sees keys [key_begin, key_end)
+    if constexpr (kWindowed) {
+      const int facing = first_query + 8 * half + seq.diagonal();
+      if (p.window_right >= 0) key_end = min(key_end, window_last_key(p, facing) + 1);
+      if (p.window_left >= 0) {
+        mask_row_half<true>(s, half, window_first_key(p, facing) - first_key, key_end - first_key);
+        continue;
+      }
+    }
+    mask_row_half<false>(s, half, 0, key_end - first_key);
+  }
+}
+
+// ALiBi's coordinates of that fragment: per row half (query), the column of the key on its
+// diagonal, counted from first_key.
+__device__ __forceinline__ void fragment_diagonal_by_query(float (&diagonal_column)[2],
+                                                           int first_query, int first_key,
+                                                           const Sequence& seq) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    diagonal_column[half] = float(first_query + 8 * half + seq.diagonal() - first_key);
   }
 }
 

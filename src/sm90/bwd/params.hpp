@@ -19,8 +19,8 @@ struct RowStrides {
 // log2 units, D = rowsum(dO∘O), and dQ's fp32 accumulator (kBlockM × headdim_qk floats a chunk,
 // in the order of workspace.hpp's DqChunk); one turn counter a chunk (deterministic); and,
 // where a GQA group's query heads are split over CTAs, per (batch, kv head) a run of padded key
-// rows holding dK's and dV's fp32 accumulators (kBlockN × headdim floats a chunk, in
-// FragmentChunk's order).
+// rows holding dK's and dV's fp32 accumulators (kBlockN × headdim floats a chunk, in KeyChunk's
+// order).
 struct Workspace {
   float* lse_log2;
   float* dpsum;

@@ -12,8 +12,7 @@
 
 namespace hfa::sm90::bwd {
 
-// One block's chunk of an fp32 accumulator (a Chunk of workspace.hpp: FragmentChunk or dQ's
-// DqChunk), scaled and rounded to Element, into rows [0, rows) of `out` (row stride in
+// One block's chunk of an fp32 accumulator (a Chunk of workspace.hpp: DqChunk or KeyChunk), scaled and rounded to Element, into rows [0, rows) of `out` (row stride in
 // elements, `columns` of them stored): through shared memory, so that global stores are whole
 // 16-byte runs of a row. Rows from `used` on get zeros. Every thread of the CTA calls it.
 template <typename Chunk, typename Element>
@@ -87,11 +86,11 @@ __global__ void __launch_bounds__(kPrePostThreads) key_postprocess_kernel(const 
                 kv_head * p.dk_stride.head;
   Element* dv = static_cast<Element*>(p.dv) + batch * p.dv_stride.batch + key * p.dv_stride.row +
                 kv_head * p.dv_stride.head;
-  round_chunk<FragmentChunk<Config::kBlockN, Config::kHeadDimQK>>(
+  round_chunk<KeyChunk<Config, Config::kHeadDimQK>>(
       p.ws.dk_accum + chunk * Config::kBlockN * Config::kHeadDimQK, p.softmax_scale, dk,
       p.dk_stride.row, rows, used, p.hdim_qk);
   __syncthreads();  // round_chunk's shared tile is reused
-  round_chunk<FragmentChunk<Config::kBlockN, Config::kHeadDimV>>(
+  round_chunk<KeyChunk<Config, Config::kHeadDimV>>(
       p.ws.dv_accum + chunk * Config::kBlockN * Config::kHeadDimV, 1.0f, dv, p.dv_stride.row,
       rows, used, p.hdim_v);
 }

@@ -8,14 +8,23 @@
 // whole wgmma M (80 rows, kDqTransposed), dQ is computed transposed instead, dQᵀ = Kᵀ·dSᵀ with
 // the head dim as M and the queries as N, from a dS tile stored with queries as rows.
 //
-// Two consumer warpgroups divide each step one of two ways:
+// Where the gradients are transposed (kTransposedGradients), the scores are not: S = Q·Kᵀ and
+// dP = dO·Vᵀ with the queries as M, P and dS stored with keys as rows, and dVᵀ = dOᵀ·P,
+// dKᵀ = Qᵀ·dS and dQᵀ = Kᵀ·dSᵀ with the head dim as M.
+//
+// Two consumer warpgroups divide each step one of three ways:
 //   keys split (head dims ≤ 128): each warpgroup its own 64 keys against all kBlockM queries, so
 //     its Pᵀ and dSᵀ span the whole reduction of dV and dK and feed them from registers, and its
 //     dK, dV accumulators (64 keys × the whole head dims) stay in registers across the walk;
 //   head dims split (192, 256): 64 keys, and 64 × (dqk + dv) accumulators would not fit one
 //     warpgroup's registers, so each warpgroup takes half the queries of Sᵀ and dPᵀ, both halves
 //     meet in shared memory, and each warpgroup accumulates its share of the 64-column slabs of
-//     dK and dV (and computes its share of dQ's).
+//     dK and dV (and computes its share of dQ's);
+//   gradients transposed (192, 256 in the default mode without a window): 80 keys, 64 queries,
+//     each warpgroup S and dP of all the queries against its 40 keys; Pᵀ and dSᵀ meet in shared
+//     memory, and each warpgroup accumulates dKᵀ and dVᵀ for its share of the 64-dim slabs over
+//     all 80 keys (the head dim as M, so that the keys, as N, need not be whole wgmma Ms), and
+//     computes its share of dQᵀ's slabs (docs/decisions/039).
 #pragma once
 
 #include <type_traits>
@@ -33,9 +42,11 @@ namespace hfa::sm90::bwd {
 // What one consumer warpgroup computes of a step. Slab runs are [first, first + count) of
 // 64-column slabs; rows and columns count from the block's first key or query.
 struct WarpgroupRole {
-  int key_row0;     // its 64 rows (keys) of Sᵀ and dPᵀ
+  int key_row0;     // its 64 rows (keys) of Sᵀ and dPᵀ; gradients transposed: its first key
+                    // column of S and dP (it has kScoreColumns of them)
   int query_col0;   // its first query column of Sᵀ and dPᵀ (it has kScoreColumns of them)
-  int dk_first, dk_count;  // dK and dV: rows key_row0 .. + 63, these slabs of the head dims
+  int dk_first, dk_count;  // dK and dV: rows key_row0 .. + 63 (transposed: every key), these
+                           // slabs of the head dims
   int dv_first, dv_count;
   int dq_row0;             // dQ: rows dq_row0 .. + 63 of the query block, these slabs of dqk
   int dq_first, dq_count;
@@ -62,6 +73,21 @@ struct TileConfig {
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = kThreadsPerWarpgroup * (kConsumerWarpgroups + 1);
   static constexpr bool kKeysSplit = kHeadDimQK <= 128 && kHeadDimV <= 128;
+  // Head dims 192 and 256 without a window, in the default mode (FlashAttention-3's tile there,
+  // docs/decisions/039): 80 keys a block, 25 % more than 64, so that each step's Q and dO loads
+  // (64 KB at hdim 256) and dQ adds (64 KB) serve 25 % more FLOPs: 9.8 KB of L2 traffic a MFLOP
+  // where 64 keys moved 12.3, in a kernel that sits at the L2's ceiling. 80 keys are no wgmma M,
+  // so the keys are N everywhere: the scores with the queries as M (each warpgroup 64 × 40),
+  // and dKᵀ, dVᵀ (each slab 64 dims × 80 keys, 40 registers) and dQᵀ (64 dims × 64 queries)
+  // with the head dim as M. Its dK and dV slabs (a warpgroup's share, up to 2 + 2 at hdim 256:
+  // 160 registers) stay in registers across the walk as the 64-key tile's do.
+  // Kept on the head-dims-split tile:
+  //   the deterministic mode: its writer path needs the 64 KB dQ tile beside the stages, and at
+  //     80 keys even one stage of each does not fit at hdim 256 (40 + 40 + 32 + 32 + 10 + 10 +
+  //     64 = 228 KB);
+  //   windowed tiles (causal included): not built here (the block ranges are generic in
+  //     kBlockN, the score mask has the queries-as-rows form, but neither is tested at 80).
+  static constexpr bool kTransposedGradients = !kKeysSplit && !kDeterministic && !kWindowed;
 
   // hdim 128 without a window (FlashAttention-3's tile there, docs/decisions/038): 80 queries a
   // step, 25 % more FLOPs than 64 over which to spread a step's fixed costs (its barriers, waits
@@ -87,29 +113,53 @@ struct TileConfig {
   // 32 + 32 + 3 · 2 · 24 + 48 = 256 KB, shared-memory arithmetic below).
   static constexpr int kTransposedDqRows = 5 * kMmaK;
 
+  // 80 = 5 k16 steps of dQᵀ's reduction over the keys: the most keys whose stages fit at hdim
+  // 256 (96: 48 + 48 + 2·32 + 32 + 2·12 + 2·12 = 240 KB, shared-memory arithmetic below), and
+  // two warpgroups' 40-key halves of S are a wgmma N (a multiple of 8).
+  static constexpr int kTransposedGradientKeys = 5 * kMmaK;
+
   // Keys split: 2 × 64 keys. Queries: 128 at hdim 64, where a step's GEMMs are short and S, dP
   // (64 registers each) still fit beside dK, dV (32 each); 64 at hdim 128 (dK, dV take 128
   // registers), 80 where dQ is computed transposed (S, dP 40 registers each). Head dims split:
   // 64 × 64, the tile whose accumulators fit at hdim 256 (dK, dV 128 registers, Sᵀ and dPᵀ 16
-  // each, a dQ slab 32).
-  static constexpr int kBlockN = kKeysSplit ? kConsumerWarpgroups * kRowsPerWarpgroup : kRowsPerWarpgroup;
+  // each, a dQ slab 32). Gradients transposed: 80 keys × 64 queries (dKᵀ, dVᵀ 160 registers at
+  // hdim 256, S and dP 20 each, a dQᵀ slab 32).
+  static constexpr int kBlockN = kKeysSplit             ? kConsumerWarpgroups * kRowsPerWarpgroup
+                                 : kTransposedGradients ? kTransposedGradientKeys
+                                                        : kRowsPerWarpgroup;
   static constexpr int kBlockM = kDqTransposed                  ? kTransposedDqRows
                                  : kKeysSplit && kHeadDimQK <= 64 ? 2 * kRowsPerWarpgroup
                                                                   : kRowsPerWarpgroup;
-  static constexpr int kScoreColumns = kKeysSplit ? kBlockM : kBlockM / kConsumerWarpgroups;
+  // A warpgroup's columns of its score tiles: queries of Sᵀ and dPᵀ, or, where the gradients
+  // are transposed, keys of S and dP.
+  static constexpr int kScoreColumns = kKeysSplit             ? kBlockM
+                                       : kTransposedGradients ? kBlockN / kConsumerWarpgroups
+                                                              : kBlockM / kConsumerWarpgroups;
 
-  // Shared memory (≤ 227 KB): K, V, Q and dO stages, Pᵀ (head dims split only) and dSᵀ (dS
-  // where transposed) stages, the writer warp's fp32 dQ tiles (where kDqFromRegisters is not
+  // A thread's registers of one 64-column slab of dK or dV: 64 keys × 64 dims over the
+  // warpgroup (32), or, where the gradients are transposed, 64 dims × the block's 80 keys (40).
+  static constexpr int kKeySlabRegisters =
+      (kTransposedGradients ? kBlockN : kRowsPerWarpgroup) * kSlabColumns / kThreadsPerWarpgroup;
+
+  // Shared memory (≤ 227 KB): K, V, Q and dO stages, Pᵀ (wherever the keys are not split) and
+  // dSᵀ (dS where transposed) stages, the writer warp's fp32 dQ tiles (where kDqFromRegisters is not
   // set). hdim 128: 32 + 32 + 2·16 + 2·16 + 2·16 + 2·32 = 224 KB; hdim 128 at 80 rows: 32 + 32
   // + 2·20 + 2·20 + 2·20 + 40 = 224 KB, + 1.25 KB of LSE and D and 88 B of barriers, rounded
   // up to the 1 KB alignment (226 KB), + the 1 KB alignment pad = 227 KB, the limit exactly
-  // (so one dQ tile); hdim 64: 16 + 16 + 2·16 + 2·16 + 2·32 + 32 = 192 KB; 192/192: 24 + 24 +
+  // (so one dQ tile); hdim 64: 16 + 16 + 2·16 + 2·16 + 2·32 + 32 = 192 KB; head dims split
+  // (windowed or deterministic), 192/192: 24 + 24 +
   // 2·24 + 2·24 + 2·8 + 2·8 (+ 48 deterministic) = 176 (224) KB; 256: 32 + 32 + 2·32 + 2·32 +
   // 2·8 + 2·8 = 224 KB, deterministic one Q and one dO stage beside the 64 KB dQ tile (32 + 32
   // + 32 + 32 + 16 + 16 + 64 = 224 KB). Two stages let the loader fetch the next step's Q and
-  // dO during this one: hdim 256 with one was 20-27 % slower (docs/decisions/025).
+  // dO during this one: hdim 256 with one was 20-27 % slower (docs/decisions/025). Gradients
+  // transposed, 80 keys: K 80·dqk·2 B and V 80·dv·2 B, Pᵀ and dSᵀ 80 × 64 (10 KB) a stage;
+  // 256: 40 + 40 + 2·32 + 32 + 2·10 + 2·10 = 216 KB + 768 B of LSE and D and 56 B of
+  // barriers = 217 KB after the alignment, 218 KB with the pad: one dO stage, as
+  // FlashAttention-3 keeps there (a second would need 249 KB); 192/192: 30 + 30 + 2·24 + 2·24
+  // + 2·10 + 2·10 = 196 KB (199 KB launched); 192/128: 30 + 20 + 2·24 + 2·16 + 2·10 + 2·10 =
+  // 170 KB (173 KB).
   static constexpr int kStagesQ = kHeadDimQK == 256 && kDeterministic ? 1 : 2;
-  static constexpr int kStagesDO = kStagesQ;
+  static constexpr int kStagesDO = kTransposedGradients && kHeadDimV == 256 ? 1 : kStagesQ;
   // Two Pᵀ/dSᵀ stages: a warpgroup writes the next step's while the other may still read this
   // one's in its dQ GEMM, and one barrier a step (scores_shared) orders both uses.
   static constexpr int kStagesScores = 2;
@@ -118,15 +168,15 @@ struct TileConfig {
   // accesses. (Measured: one lane per warp after __syncwarp was 0-4 % faster at hdim 128, and
   // compute-sanitizer racecheck reported its reads against the next bulk copy as hazards.)
   static constexpr int kStageReleasers = kConsumerWarpgroups * kThreadsPerWarpgroup;
-  // How dQ partials reach the workspace. Head dims split, in the default mode: each warpgroup
-  // adds its slabs from registers (red.global.add.v4.f32), 8-12 % faster at hdim 256 than the
-  // bulk reduce-add of a 64 KB shared tile a step, which costs a store and a read of it in the
-  // shared memory that the step's GEMMs are short of, and that tile's room holds a second Q/dO
-  // stage instead. Keys split, and deterministic everywhere: the writer warp's bulk reduce of a
-  // shared tile, 6-28 % faster at hdim 64 and 128 (docs/decisions/024); deterministic,
-  // it keeps the turn order without stalling the consumers (adds
-  // from registers in turn order, each fenced before the turn passes, measured 15-25 % slower
-  // at hdim 192 and 256).
+  // How dQ partials reach the workspace. Head dims split (and gradients transposed), in the
+  // default mode: each warpgroup adds its slabs from registers (red.global.add.v4.f32), 8-12 %
+  // faster at hdim 256 than the bulk reduce-add of a 64 KB shared tile a step, which costs a
+  // store and a read of it in the shared memory that the step's GEMMs are short of, and that
+  // tile's room holds a second Q/dO stage instead. Keys split, and deterministic everywhere:
+  // the writer warp's bulk reduce of a shared tile, 6-28 % faster at hdim 64 and 128
+  // (docs/decisions/024); deterministic, it keeps the turn order without stalling the
+  // consumers (adds from registers in turn order, each fenced before the turn passes, measured
+  // 15-25 % slower at hdim 192 and 256).
   static constexpr bool kDqFromRegisters = !kKeysSplit && !kDeterministic;
   // The writer's dQ tiles: two where shared memory has room (hdim 128 at 64 rows), so a step's
   // dQ need not wait for the bulk add of the last one; one at 80 rows (the arithmetic above).
@@ -143,7 +193,14 @@ struct TileConfig {
                 "setmaxnreg: consumers would claim registers the producer never gave back");
 
   static constexpr WarpgroupRole role(int w) {
-    if constexpr (kKeysSplit) {
+    if constexpr (kTransposedGradients) {
+      // Keys of S and dP: 40 each. Slabs of dKᵀ, dVᵀ and dQᵀ: shared as the head-dims-split
+      // tile shares them (below), each slab now over every key or query of the block.
+      WarpgroupRole r = TileConfig<kHeadDimQK, kHeadDimV, kWindowed, kSoftcap, true>::role(w);
+      r.key_row0 = kScoreColumns * w;
+      r.query_col0 = 0;
+      return r;
+    } else if constexpr (kKeysSplit) {
       // dQ: two 64-row halves of a 128-query block, or the two slabs of a 64- or 80-query one
       // (80: dQᵀ, the slab's 64 dims × every query).
       const bool rows_split = kBlockM == 2 * kRowsPerWarpgroup;
@@ -164,8 +221,12 @@ struct TileConfig {
     }
   }
 
-  static_assert(kBlockN % kMmaK == 0 && kBlockM % kMmaK == 0 && kScoreColumns % 16 == 0);
-  static_assert(kKeysSplit || kBlockM / kConsumerWarpgroups == kScoreColumns);
+  static_assert(kBlockN % kMmaK == 0 && kBlockM % kMmaK == 0);
+  static_assert(kTransposedGradients ? kScoreColumns % 8 == 0 && kBlockM == kSlabColumns
+                                     : kScoreColumns % 16 == 0,
+                "score columns: whole stmatrix .x4 pairs of 8-column groups, or 8-column "
+                "groups where S is stored transposed; transposed, Pᵀ and dSᵀ one query slab");
+  static_assert(kKeysSplit || kTransposedGradients || kBlockM / kConsumerWarpgroups == kScoreColumns);
   static_assert(kKeysSplit || kBlockM == kRowsPerWarpgroup, "head dims split: one 64-row dQ tile");
   static_assert(!kKeysSplit || kBlockM == 2 * kRowsPerWarpgroup || kSlabsQK % 2 == 0,
                 "keys split with 64 queries: dQ's slabs split evenly");

@@ -164,11 +164,12 @@ constexpr bool fragment_chunk_in_accumulator_order() {
 }
 static_assert(fragment_chunk_in_accumulator_order());
 
-// dQ's chunk where it is computed transposed (TileConfig::kDqTransposed): part `slab` is the
-// dQᵀ accumulator of the warpgroup that computes that 64-column slab of the head dim — its 64
-// dims as rows, all kRows queries as columns — in accumulator order, so float f lands at the
-// block's row (query) = its accumulator column and column = slab · 64 + its accumulator row.
-// One part spans every query: the row tile is always 0.
+// A chunk computed transposed (dQ where TileConfig::kDqTransposed or kTransposedGradients; dK
+// and dV where kTransposedGradients): part `slab` is the transposed accumulator of the
+// warpgroup that computes that 64-column slab of the head dim — its 64 dims as rows, all kRows
+// queries (keys) as columns — in accumulator order, so float f lands at the block's row =
+// its accumulator column and column = slab · 64 + its accumulator row. One part spans every
+// row of the block: the row tile is always 0.
 template <int kRows, int kColumns>
 struct TransposedFragmentChunk {
   static constexpr int kBlockRows = kRows, kBlockColumns = kColumns;
@@ -192,8 +193,15 @@ struct TransposedFragmentChunk {
 // preprocess clears and the postprocess reads back.
 template <typename Config>
 using DqChunk =
-    std::conditional_t<Config::kDqTransposed,
+    std::conditional_t<Config::kDqTransposed || Config::kTransposedGradients,
                        TransposedFragmentChunk<Config::kBlockM, Config::kHeadDimQK>,
                        FragmentChunk<Config::kBlockM, Config::kHeadDimQK>>;
+
+// dK's or dV's chunk (kColumns: its head dim) of a key block's accumulator where a GQA group is
+// split over CTAs: what the epilogue adds and the key postprocess reads back.
+template <typename Config, int kColumns>
+using KeyChunk = std::conditional_t<Config::kTransposedGradients,
+                                    TransposedFragmentChunk<Config::kBlockN, kColumns>,
+                                    FragmentChunk<Config::kBlockN, kColumns>>;
 
 }  // namespace hfa::sm90::bwd

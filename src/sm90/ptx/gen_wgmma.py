@@ -7,9 +7,10 @@ be produced by templates; this script writes it once. Run it after changing WIDT
 """
 
 # N of the m64nNk16 shapes used: the forward's kBlockN of each tile config (Q·Kᵀ) and each head
-# dim (P·V); the backward's query columns of a warpgroup's Sᵀ (32, 64, 128) and its slab runs of
-# the head dims for dK, dV, dQ (64, 128, 192).
-WIDTHS = [32, 64, 80, 96, 112, 128, 144, 160, 176, 192, 256]
+# dim (P·V); the backward's query columns of a warpgroup's Sᵀ (32, 64, 80, 128), its slab runs of
+# the head dims for dK, dV, dQ (64, 128, 192), and, where the gradients are transposed, a
+# warpgroup's 40 keys of S and dP, the block's 80 keys of dKᵀ and dVᵀ.
+WIDTHS = [32, 40, 64, 80, 96, 112, 128, 144, 160, 176, 192, 256]
 DTYPES = {"bf16": "bf16", "f16": "f16"}
 # m64nNk32 e4m3 shapes of the FP8 forward: its kBlockN (Q·Kᵀ, ss) and head dims (P·V, rs), and
 # 8 for its row sums (P·1, rs). 8-bit operands have no transpose: both are K-major, so the

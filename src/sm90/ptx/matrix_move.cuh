@@ -37,6 +37,14 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t address, const uint32
                : "memory");
 }
 
+// Two matrices the same way (lanes 0..15 give the addresses): the last 8 columns of an
+// accumulator whose columns are an odd number of 8-column groups.
+__device__ __forceinline__ void stmatrix_x2_trans(uint32_t address, const uint32_t (&r)[2]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n" ::"r"(address),
+               "r"(r[0]), "r"(r[1])
+               : "memory");
+}
+
 // The transpose of an 8x8 b16 matrix held as an mma fragment: an accumulator tile's rows
 // become a B operand's k.
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {

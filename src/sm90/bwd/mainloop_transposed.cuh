@@ -1,0 +1,301 @@
+// A consumer warpgroup's step where the gradients are transposed (TileConfig::
+// kTransposedGradients: head dims 192 and 256), and the dKᵀ, dVᵀ it accumulates over all steps:
+//   S = Q·Kᵀ, dP = dO·Vᵀ            every query (M) against its 40 of the block's 80 keys
+//   P = exp2(S·scale_log2 − LSE_log2),  dS = P ∘ (dP − D)   (× (1 − tanh²) under a softcap)
+//   Pᵀ, dSᵀ → shared memory, keys as rows (stmatrix .trans), where both halves meet
+//   dVᵀ += dOᵀ·P,  dKᵀ += Qᵀ·dS       its slabs of the head dims (M) × every key
+//   dQᵀ = Kᵀ·dSᵀ                      its slabs × every query, one slab at a time, each added
+//                                     into the workspace from registers (red.global.add.v4)
+// Pᵀ and dSᵀ are read three ways: K-major as the B of dVᵀ and dKᵀ (keys as N, queries as K),
+// and dSᵀ MN-major as the B of dQᵀ (queries as N, its 64 columns one whole slab).
+#pragma once
+
+#include <type_traits>
+
+#include "sm90/bwd/fragment_add.cuh"
+#include "sm90/bwd/mask.cuh"
+#include "sm90/bwd/params.hpp"
+#include "sm90/bwd/scheduler.cuh"
+#include "sm90/bwd/shared_storage.cuh"
+#include "sm90/common/score_mods.cuh"
+#include "sm90/ptx/fragment.cuh"
+#include "sm90/ptx/matrix_move.cuh"
+#include "sm90/ptx/named_barrier.cuh"
+#include "sm90/ptx/tma.cuh"
+#include "sm90/ptx/wgmma.cuh"
+
+namespace hfa::sm90::bwd {
+
+// Slab i of a warpgroup's accumulators, kPart registers each: the accumulator of one wgmma.
+template <int kPart, int kAcc>
+__device__ __forceinline__ float (&accumulator_slab(float (&acc)[kAcc], int i))[kPart] {
+  static_assert(kAcc % kPart == 0);
+  return *reinterpret_cast<float(*)[kPart]>(acc + i * kPart);
+}
+
+template <typename Config, typename Element, int kWarpgroup>
+struct TransposedGradientMainloop {
+  using Storage = SharedStorage<Config, Element>;
+  using Dq = typename Storage::Dq;
+  using ScoresTile = typename Storage::ScoresTile;  // keys as rows, the block's queries as columns
+  static constexpr WarpgroupRole kRole = Config::role(kWarpgroup);
+  static constexpr int kSAcc = Config::kScoreColumns / 2;  // 64 queries × 40 keys over 128 threads
+  using Mods = typename Config::Mods;
+  static constexpr int kFactorAcc = Mods::kScalesGrad ? kSAcc : 1;
+  static constexpr int kSlabAcc = Config::kKeySlabRegisters;  // 64 dims × the block's keys
+  static constexpr int kDkAcc = kRole.dk_count * kSlabAcc;
+  static constexpr int kDvAcc = kRole.dv_count * kSlabAcc;
+  static constexpr int kDqAcc = Dq::kPartFloats / kThreadsPerWarpgroup;  // 64 dims × the queries
+  static constexpr int kKSteps = kSlabColumns / kMmaK;  // k16 steps inside one 128-byte slab
+  static constexpr uint32_t kKStepBytes = kMmaK * sizeof(Element);
+  static constexpr uint32_t kRowStepBytes = kMmaK * ptx::kSwizzleBytes;  // 16 rows of a tile
+  static constexpr uint32_t kBothWarpgroups = 2 * kThreadsPerWarpgroup;
+  static constexpr int kColumnGroups = Config::kScoreColumns / 8;  // 8-key groups of S
+  static_assert(Config::kTransposedGradients && ScoresTile::kSlabs == 1,
+                "Pᵀ and dSᵀ hold the block's queries in one slab: dQᵀ's MN-major B");
+  static_assert(std::is_same_v<Dq, TransposedFragmentChunk<Config::kBlockM, Config::kHeadDimQK>>);
+
+  const Params& p;
+  Storage& smem;
+  int thread;  // within the warpgroup
+  ptx::FragmentCoords at;
+  ptx::RingPosition<Config::kStagesQ> q_ring;
+  ptx::RingPosition<Config::kStagesDO> do_ring;
+  ptx::RingPosition<Config::kStagesScores> scores_ring;
+
+  __device__ TransposedGradientMainloop(const Params& params, Storage& storage, int thread_in_warpgroup)
+      : p(params), smem(storage), thread(thread_in_warpgroup), at(ptx::fragment_coords(thread)) {}
+
+  // A Q or dO stage: every thread releases its own reads (tile_config.hpp, kStageReleasers).
+  __device__ __forceinline__ void release_stage(ptx::Mbarrier& empty) { empty.arrive(); }
+
+  // ---- GEMMs ---------------------------------------------------------------------------------
+
+  // acc = rows(every query) · columns(keys key_row0 ..)ᵀ over the head dim, both K-major.
+  template <typename RowTile, typename ColumnTile>
+  __device__ __forceinline__ void issue_scores(float (&acc)[kSAcc], const RowTile& rows,
+                                               const ColumnTile& columns) {
+    static_assert(RowTile::kSlabs == ColumnTile::kSlabs);
+    const uint64_t a0 = ptx::kmajor_descriptor(ptx::smem_address(rows.data));
+    // 40 keys = 5 swizzle atoms: the second warpgroup's keys start on one.
+    const uint64_t b0 = ptx::kmajor_descriptor(ptx::smem_address(columns.data) +
+                                               kRole.key_row0 * ptx::kSwizzleBytes);
+#pragma unroll
+    for (int slab = 0; slab < RowTile::kSlabs; ++slab) {
+#pragma unroll
+      for (int step = 0; step < kKSteps; ++step) {
+        const uint32_t offset = step * kKStepBytes;
+        const uint64_t a = ptx::advance(a0, slab * RowTile::kSlabBytes + offset);
+        const uint64_t b = ptx::advance(b0, slab * ColumnTile::kSlabBytes + offset);
+        ptx::mma_ss<Config::kScoreColumns, Element>(acc, a, b, slab > 0 || step > 0);
+      }
+    }
+  }
+
+  // acc(kSlabCount slabs of the head dims × every key) += operandᵀ · scores, the reduction over
+  // the block's queries: A the operand's slab (Q or dO, its dims contiguous: MN-major), one
+  // wgmma M a slab; B the Pᵀ or dSᵀ tile, keys as N, read K-major (its queries contiguous). The
+  // slabs alternate within a k-step, two independent accumulation chains.
+  template <int kSlabCount, int kAcc, typename OperandTile>
+  __device__ __forceinline__ void issue_key_gradient(float (&acc)[kAcc], const ScoresTile& scores,
+                                                     const OperandTile& operand, int first_slab) {
+    static_assert(kAcc == kSlabCount * kSlabAcc);
+    const uint64_t a0 = ptx::mnmajor_descriptor(
+        ptx::smem_address(operand.data) + first_slab * OperandTile::kSlabBytes, OperandTile::kSlabBytes);
+    const uint64_t b0 = ptx::kmajor_descriptor(ptx::smem_address(scores.data));
+#pragma unroll
+    for (int step = 0; step < Config::kBlockM / kMmaK; ++step) {
+      const uint64_t b = ptx::advance(b0, ScoresTile::kmajor_step_offset(step));
+#pragma unroll
+      for (int slab = 0; slab < kSlabCount; ++slab) {
+        const uint64_t a = ptx::advance(a0, slab * OperandTile::kSlabBytes + step * kRowStepBytes);
+        ptx::mma_ss<Config::kBlockN, Element, ptx::Major::mn, ptx::Major::k>(
+            accumulator_slab<kSlabAcc>(acc, slab), a, b, true);
+      }
+    }
+  }
+
+  // dQᵀ's slab `slab`, 64 dims × every query, over the block's keys: A K's slab (MN-major, its
+  // dims contiguous), B the dSᵀ tile with queries as N (MN-major, its queries contiguous).
+  __device__ __forceinline__ void issue_dq(float (&dq)[kDqAcc], const ScoresTile& ds, int slab) {
+    const uint64_t a0 = ptx::mnmajor_descriptor(
+        ptx::smem_address(smem.k.data) + slab * Storage::KTile::kSlabBytes, Storage::KTile::kSlabBytes);
+    const uint64_t b0 = ptx::mnmajor_descriptor(ptx::smem_address(ds.data), ScoresTile::kSlabBytes);
+#pragma unroll
+    for (int step = 0; step < Config::kBlockN / kMmaK; ++step) {
+      const uint64_t a = ptx::advance(a0, step * kRowStepBytes);
+      const uint64_t b = ptx::advance(b0, step * kRowStepBytes);
+      ptx::mma_ss<Config::kBlockM, Element, ptx::Major::mn, ptx::Major::mn>(dq, a, b, step > 0);
+    }
+  }
+
+  // ---- Element-wise ----------------------------------------------------------------------------
+
+  // S → P in place, after the score policy's modifiers (their dS factor into `factor`, taken
+  // before masking, as the key-row tiles do).
+  __device__ __forceinline__ void probabilities(float (&s)[kSAcc], float (&factor)[kFactorAcc],
+                                                const KeyTile& tile, int m_block, int stage,
+                                                const Mods& head_mods) {
+    const int first_query = m_block * Config::kBlockM + at.row0;
+    const int first_key = tile.n_block * Config::kBlockN + kRole.key_row0 + at.column_pair;
+    if constexpr (Mods::kPositional) {
+      float diagonal_column[2];
+      fragment_diagonal_by_query(diagonal_column, first_query, first_key, tile.seq);
+      const Mods row_mods[2] = {head_mods, head_mods};
+      apply_score_mods(s, row_mods, diagonal_column);
+    } else {
+      apply_score_mods(s, factor, score_mods<Mods>(p.softcap_prescale));
+    }
+    if (Scheduler<Config>::needs_mask(p, tile, m_block)) {
+      mask_scores_by_query<Config::kWindowed>(s, first_query, first_key, tile.seq, p);
+    }
+    // The thread's two queries' LSE; a query past the sequence has +inf (preprocess): P = 0.
+    const float lse[2] = {smem.lse_log2[stage][at.row0], smem.lse_log2[stage][at.row0 + 8]};
+#pragma unroll
+    for (int i = 0; i < kSAcc; ++i) {
+      s[i] = exp2f(fmaf(s[i], p.scale_log2, -lse[ptx::fragment_row_half(i)]));
+    }
+  }
+
+  // dP → dS in place.
+  __device__ __forceinline__ void score_gradients(float (&dp)[kSAcc], const float (&prob)[kSAcc],
+                                                  const float (&factor)[kFactorAcc], int stage) {
+    const float d[2] = {smem.dpsum[stage][at.row0], smem.dpsum[stage][at.row0 + 8]};
+#pragma unroll
+    for (int i = 0; i < kSAcc; ++i) {
+      dp[i] = prob[i] * (dp[i] - d[ptx::fragment_row_half(i)]);
+      if constexpr (Mods::kScalesGrad) dp[i] *= factor[i];
+    }
+  }
+
+  // The warpgroup's P or dS (packed as accumulator_to_operand packs it: register 2j + h holds
+  // row half h of 8-key group j) into its 40 key rows of a Pᵀ or dSᵀ tile, each 8×8 matrix
+  // stored transposed: matrix (row half h, keys 8j ..) lands on rows key_row0 + 8j .. + 7,
+  // queries 16·warp + 8h .. + 7 of each. Lane l gives the address of stored row l % 8 of
+  // matrix l / 8: eight keys of one swizzle atom, in eight different 16-byte chunks, so no
+  // bank conflicts. Five groups: two .x4 and one .x2.
+  __device__ __forceinline__ void store_transposed(ScoresTile& tile, const uint32_t (&packed)[kSAcc / 2]) {
+    const int lane = thread % 32, matrix = lane / 8;
+    const int query = thread / 32 * 16 + matrix % 2 * 8;
+    const uint32_t base = ptx::smem_address(tile.data);
+#pragma unroll
+    for (int q = 0; q < kColumnGroups / 2; ++q) {
+      const uint32_t matrices[4] = {packed[4 * q], packed[4 * q + 1], packed[4 * q + 2],
+                                    packed[4 * q + 3]};
+      const int key = kRole.key_row0 + 8 * (2 * q + matrix / 2) + lane % 8;
+      ptx::stmatrix_x4_trans(base + ScoresTile::offset(key, query), matrices);
+    }
+    if constexpr (kColumnGroups % 2 == 1) {
+      constexpr int kLast = kColumnGroups - 1;
+      const uint32_t matrices[2] = {packed[2 * kLast], packed[2 * kLast + 1]};
+      const int key = kRole.key_row0 + 8 * kLast + lane % 8;  // lanes 16 .. 31: unused
+      ptx::stmatrix_x2_trans(base + ScoresTile::offset(key, query), matrices);
+    }
+  }
+
+  // ---- The step ------------------------------------------------------------------------------
+
+  // After both consumer warpgroups zeroed tile rows past a sequence's used length
+  // (zero_rows_from): the zeros are visible to either's wgmma.
+  __device__ __forceinline__ void zero_padding_and_sync() {
+    ptx::fence_proxy_async_smem();  // wgmma (async proxy) reads the zeros
+    ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::padding_zeroed), kBothWarpgroups);
+  }
+
+  // K and V rows past the used keys (seqused_k) to zeros, once, before any step reads them.
+  __device__ void zero_key_padding(const KeyTile& tile) {
+    const int valid = tile.seq.seqlen_k - tile.n_block * Config::kBlockN;
+    if (p.seqused_k == nullptr || valid >= Config::kBlockN) return;
+    const int t = kWarpgroup * kThreadsPerWarpgroup + thread;
+    zero_rows_from(smem.k, valid, t, kBothWarpgroups);
+    zero_rows_from(smem.v, valid, t, kBothWarpgroups);
+    zero_padding_and_sync();
+  }
+
+  __device__ void step(const KeyTile& tile, int head, int m_block, float (&dk)[kDkAcc],
+                       float (&dv)[kDvAcc]) {
+    const int q_stage = q_ring.stage, do_stage = do_ring.stage, scores_stage = scores_ring.stage;
+    float s[kSAcc], dp[kSAcc], factor[kFactorAcc];
+    // Loaded before the waits, so that the load's latency hides behind them.
+    Mods head_mods{};
+    if constexpr (Mods::kPositional) head_mods = row_score_mods<Mods>(p.alibi, tile.batch, head);
+
+    smem.q_full[q_stage].wait(q_ring.phase);
+    const int valid_queries = tile.seq.seqlen_q - m_block * Config::kBlockM;
+    const bool padded = p.seqused_q != nullptr && valid_queries < Config::kBlockM;
+    if (padded) {
+      smem.do_full[do_stage].wait(do_ring.phase);
+      const int t = kWarpgroup * kThreadsPerWarpgroup + thread;
+      zero_rows_from(smem.q[q_stage], valid_queries, t, kBothWarpgroups);
+      zero_rows_from(smem.dout[do_stage], valid_queries, t, kBothWarpgroups);
+      zero_padding_and_sync();
+    }
+    ptx::fence_operands(s);
+    ptx::fence_operands(dp);
+    ptx::fence();
+    issue_scores(s, smem.q[q_stage], smem.k);
+    ptx::commit_group();
+    smem.do_full[do_stage].wait(do_ring.phase);
+    ptx::fence();  // as before every GEMM: else ptxas injects the fence itself (advisory C7519)
+    issue_scores(dp, smem.dout[do_stage], smem.v);
+    ptx::commit_group();
+    ptx::wait_group<1>();
+    ptx::fence_operands(s);
+    probabilities(s, factor, tile, m_block, q_stage, head_mods);
+    ptx::wait_group<0>();
+    ptx::fence_operands(dp);
+    score_gradients(dp, s, factor, do_stage);
+
+    uint32_t prob[kSAcc / 2], grad[kSAcc / 2];
+    ptx::accumulator_to_operand<Element>(s, prob);
+    ptx::accumulator_to_operand<Element>(dp, grad);
+    ScoresTile& p_tile = smem.p[scores_stage];
+    ScoresTile& ds_tile = smem.ds[scores_stage];
+    store_transposed(p_tile, prob);
+    store_transposed(ds_tile, grad);
+    ptx::fence_proxy_async_smem();  // the tiles are read by wgmma (async proxy) next
+    // Both warpgroups' keys are in (and, two stages back, both are done reading this stage).
+    ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::scores_shared), kBothWarpgroups);
+
+    // dV, the first dQ slab, dK: dO's stage is free once the first two are done, and the dQ
+    // slab's adds run while dK is on the tensor cores.
+    float dq[kDqAcc];
+    ptx::fence_operands(dv);
+    ptx::fence_operands(dk);
+    ptx::fence_operands(dq);
+    ptx::fence();
+    issue_key_gradient<kRole.dv_count>(dv, p_tile, smem.dout[do_stage], kRole.dv_first);
+    ptx::commit_group();
+    issue_dq(dq, ds_tile, kRole.dq_first);
+    ptx::commit_group();
+    issue_key_gradient<kRole.dk_count>(dk, ds_tile, smem.q[q_stage], kRole.dk_first);
+    ptx::commit_group();
+    ptx::wait_group<1>();
+    ptx::fence_operands(dv);
+    ptx::fence_operands(dq);
+    release_stage(smem.do_empty[do_stage]);
+    do_ring.advance();
+
+    float* chunk = p.ws.dq_accum +
+                   dq_chunk_index<Config::kBlockM>(p, tile.batch, head, m_block) * Dq::kFloats;
+    add_fragment_part(chunk + Dq::part(0, kRole.dq_first), dq, thread);
+#pragma unroll
+    for (int j = 1; j < kRole.dq_count; ++j) {
+      ptx::fence_operands(dq);
+      ptx::fence();
+      issue_dq(dq, ds_tile, kRole.dq_first + j);
+      ptx::commit_group();
+      ptx::wait_group<0>();
+      ptx::fence_operands(dq);
+      add_fragment_part(chunk + Dq::part(0, kRole.dq_first + j), dq, thread);
+    }
+
+    ptx::wait_group<0>();
+    ptx::fence_operands(dk);
+    release_stage(smem.q_empty[q_stage]);
+    q_ring.advance();
+    scores_ring.advance();
+  }
+};
+
+}  // namespace hfa::sm90::bwd
