@@ -163,6 +163,10 @@ inline std::vector<AlibiCase> alibi_cases() {
       make(DType::bf16, 256, 256, Mask::causal, Layout::fixed, 4, 2, Slopes::steep);
   deterministic.deterministic = true;
   cases.push_back(deterministic);
+  // The backward's 80-key tile at head dims 192 (gradients transposed; 256's is the unmasked
+  // case above): varlen and seqused, GQA.
+  cases.push_back(make(DType::bf16, 192, 192, Mask::none, Layout::seqused, 8, 2, Slopes::steep));
+  cases.push_back(make(DType::f16, 192, 128, Mask::none, Layout::varlen, 4, 2, Slopes::per_sequence));
   for (std::size_t i = 0; i < cases.size(); ++i) cases[i].c.seed = 300 + i;
   return cases;
 }

@@ -6,7 +6,7 @@
 //
 //   Features: per dtype × head dims, every mask × layout × GQA ratio, softcap and sinks in turn.
 //   Lengths: 1, 17, 255, 1000, 4097, seqlen_q ≠ seqlen_k both ways, GQA 8, large magnitudes;
-//     around hdim 128's 80-query blocks (79, 81, 161).
+//     around hdim 128's 80-query blocks and hdim 192's and 256's 80-key blocks (79, 81, 161).
 //   NaN padding: rows past seqused hold NaN in q, k, v, dout, out and lse and must not leak.
 //   Determinism: the deterministic mode gives the same bytes twice, and from a CUDA graph.
 #include <gtest/gtest.h>
@@ -134,6 +134,23 @@ TEST(BackwardSm90Lengths, SeqlensRatiosMagnitudes) {
     c.seed = 250 + turn++;
     cases.push_back(c);
   }
+  // Head dims 192 and 256 without a window walk 80-key blocks with the gradients transposed
+  // (tile_config.hpp, kTransposedGradients): keys one short of a block, one past it, one past
+  // two, and 1000 (12.5 blocks), against queries that fill no 64-query block; GQA and MQA
+  // (split over CTAs or not, as heads_per_tile decides), softcap and sinks in turn.
+  const std::pair<int, int> around_80_keys[] = {{100, 79}, {63, 81}, {130, 161}, {1000, 1000}};
+  for (HeadDims dims : {HeadDims{256, 256}, HeadDims{192, 192}, HeadDims{192, 128}})
+    for (auto [sq, sk] : around_80_keys) {
+      AttentionCase c;
+      c.dtype = turn % 2 ? DType::f16 : DType::bf16;
+      c.hdim_qk = dims.qk, c.hdim_v = dims.v;
+      c.batch = sq == 1000 ? 1 : 2, c.seqlen_q = sq, c.seqlen_k = sk;
+      c.heads_q = 4, c.heads_kv = sk == 161 ? 1 : 2;
+      if (turn % 4 == 1) c.softcap = 4.0f;
+      c.sinks = turn % 4 == 2;
+      c.seed = 260 + turn++;
+      cases.push_back(c);
+    }
   AttentionCase large;
   large.dtype = DType::bf16;
   large.hdim_qk = large.hdim_v = 128;
@@ -158,7 +175,7 @@ TEST(BackwardSm90Gqa, WholeGroupsAndSplitHeads) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   int turn = 0;
-  for (int hdim : {64, 128, 256})
+  for (int hdim : {64, 128, 192, 256})
     for (int margin : {0, sms - 2}) {
       AttentionCase c;
       c.dtype = turn % 2 ? DType::f16 : DType::bf16;
@@ -183,8 +200,10 @@ TEST(BackwardSm90Gqa, WholeGroupsAndSplitHeads) {
 // Rows past seqused (and their out and lse) hold NaN: nothing of them may reach a gradient.
 TEST(BackwardSm90NanPadding, PaddingNeverLeaks) {
   HFA_REQUIRE_HOPPER();
-  // hdim 128 both ways: causal on 64-query blocks, without a mask on 80-query ones.
-  const std::pair<int, bool> shapes[] = {{64, false}, {128, true}, {128, false}, {256, false}};
+  // hdim 128 both ways: causal on 64-query blocks, without a mask on 80-query ones; 192 and 256
+  // without a mask on 80-key blocks (gradients transposed), 256 causal on 64-key ones.
+  const std::pair<int, bool> shapes[] = {{64, false}, {128, true}, {128, false},
+                                         {192, false}, {256, false}, {256, true}};
   for (auto [hdim, causal] : shapes)
     for (bool varlen : {false, true}) {
       AttentionCase c;

@@ -5,6 +5,7 @@
 // one). Host arithmetic: it runs everywhere, GPU or not.
 #include <gtest/gtest.h>
 
+#include <type_traits>
 #include <vector>
 
 #include "sm90/bwd/launch.hpp"
@@ -38,6 +39,45 @@ TEST(BackwardDqChunk, EveryFloatItsOwnElement) {
   expect_bijection<bwd::FragmentChunk<64, 128>>(64, 128);
   expect_bijection<bwd::FragmentChunk<128, 64>>(128, 64);
   expect_bijection<bwd::TransposedFragmentChunk<80, 128>>(80, 128);
+  // Head dims 192 and 256 with the gradients transposed: dQᵀ over 64 queries, and the key
+  // accumulators' dKᵀ, dVᵀ over 80 keys.
+  expect_bijection<bwd::TransposedFragmentChunk<64, 256>>(64, 256);
+  expect_bijection<bwd::TransposedFragmentChunk<64, 192>>(64, 192);
+  expect_bijection<bwd::TransposedFragmentChunk<80, 256>>(80, 256);
+  expect_bijection<bwd::TransposedFragmentChunk<80, 192>>(80, 192);
+}
+
+// The chunks each configuration's kernels use: dQ transposed at hdim 128's 80 rows and where
+// the gradients are transposed, and then the key accumulators too.
+TEST(BackwardDqChunk, ChunksByConfiguration) {
+  EXPECT_TRUE((std::is_same_v<bwd::DqChunk<bwd::Config<256, 256>>,
+                              bwd::TransposedFragmentChunk<64, 256>>));
+  EXPECT_TRUE((std::is_same_v<bwd::KeyChunk<bwd::Config<256, 256>, 256>,
+                              bwd::TransposedFragmentChunk<80, 256>>));
+  EXPECT_TRUE((std::is_same_v<bwd::KeyChunk<bwd::Config<192, 128>, 128>,
+                              bwd::TransposedFragmentChunk<80, 128>>));
+  EXPECT_TRUE((std::is_same_v<bwd::DqChunk<bwd::Config<256, 256, true>>,
+                              bwd::FragmentChunk<64, 256>>));
+  EXPECT_TRUE((std::is_same_v<bwd::DqChunk<bwd::Config<256, 256, false, false, true>>,
+                              bwd::FragmentChunk<64, 256>>));
+  EXPECT_TRUE((std::is_same_v<bwd::KeyChunk<bwd::Config<128, 128>, 128>,
+                              bwd::FragmentChunk<128, 128>>));
+}
+
+// A transposed dK or dV chunk (80 keys): float (g·128 + t)·4 + r of part s is register 4g + r
+// of thread t of the warpgroup accumulating slab s, whose rows are head dims and columns keys.
+TEST(BackwardDqChunk, TransposedKeyChunkOrder) {
+  using Chunk = bwd::TransposedFragmentChunk<80, 256>;
+  auto expect_at = [](int f, int key, int dim) {
+    const bwd::ChunkCoords at = Chunk::coords(f);
+    EXPECT_EQ(at.row, key) << f;
+    EXPECT_EQ(at.column, dim) << f;
+  };
+  expect_at(1, 1, 0);
+  expect_at(4 * 128, 8, 0);
+  expect_at(4 * (9 * 128 + 127) + 3, 79, 63);
+  expect_at(3 * 64 * 80, 0, 192);  // part 3: the last slab
+  EXPECT_EQ(Chunk::part(0, 3), 3 * 64 * 80);
 }
 
 // dQᵀ's chunk: float (g·128 + t)·4 + r of part s is register 4g + r of thread t of the
@@ -75,6 +115,35 @@ TEST(BackwardTiles, QueryRowsByConfiguration) {
   EXPECT_FALSE((bwd::Config<256, 256>::kDqTransposed));
 }
 
+// Head dims 192 and 256 in the default mode without a window: 80-key blocks with the gradients
+// transposed (softcap included); windowed and deterministic keep the 64 × 64 head-dims-split
+// tile, whose query rows the default's match (the workspace's shape is the mode's either way).
+TEST(BackwardTiles, KeyBlocksByConfiguration) {
+  EXPECT_TRUE((bwd::Config<256, 256>::kTransposedGradients));
+  EXPECT_TRUE((bwd::Config<256, 256, false, true>::kTransposedGradients));
+  EXPECT_TRUE((bwd::Config<192, 192>::kTransposedGradients));
+  EXPECT_TRUE((bwd::Config<192, 128>::kTransposedGradients));
+  EXPECT_EQ((bwd::Config<256, 256>::kBlockN), 80);
+  EXPECT_EQ((bwd::Config<192, 128>::kBlockN), 80);
+  EXPECT_EQ((bwd::Config<256, 256>::kStagesDO), 1);
+  EXPECT_EQ((bwd::Config<192, 192>::kStagesDO), 2);
+  EXPECT_FALSE((bwd::Config<256, 256, true>::kTransposedGradients));
+  EXPECT_FALSE((bwd::Config<256, 256, false, false, true>::kTransposedGradients));
+  EXPECT_EQ((bwd::Config<256, 256, true>::kBlockN), 64);
+  EXPECT_EQ((bwd::Config<256, 256, false, false, true>::kBlockN), 64);
+  EXPECT_FALSE((bwd::Config<128, 128>::kTransposedGradients));
+  // Each warpgroup's share of the head dims' slabs: all of them between the two, and its
+  // registers (dKᵀ, dVᵀ 40 a slab) within what the 240 leave beside S, dP and a dQᵀ slab.
+  using C256 = bwd::Config<256, 256>;
+  for (int w = 0; w < 2; ++w) {
+    const bwd::WarpgroupRole r = C256::role(w);
+    EXPECT_EQ(r.key_row0, 40 * w);
+    EXPECT_EQ(r.dk_count + r.dv_count, 4);
+    EXPECT_EQ((r.dk_count + r.dv_count) * C256::kKeySlabRegisters, 160);
+  }
+  EXPECT_EQ(C256::role(0).dq_count + C256::role(1).dq_count, 4);
+}
+
 detail::BackwardProblem problem(int seqlen_q, bool window, bool softcap, bool deterministic) {
   detail::BackwardProblem p;
   p.fwd.batch = 2, p.fwd.heads_q = 4, p.fwd.heads_kv = 4;
@@ -107,6 +176,20 @@ TEST(BackwardWorkspace, SizedForTheConfigurationThatRuns) {
       EXPECT_EQ(rows64.padded_rows, 1024);
       EXPECT_EQ((bwd::workspace_bytes<128, 128>(p)), rows64.bytes) << window << softcap;
     }
+  }
+}
+
+// The key accumulators (a GQA group split over CTAs) pad each run to whole key blocks of the
+// configuration that runs: 80 keys at hdim 256 in the default mode; none when deterministic.
+TEST(BackwardWorkspace, KeyAccumulatorsInTheBlocksThatRun) {
+  for (bool deterministic : {false, true}) {
+    detail::BackwardProblem p = problem(1000, false, false, deterministic);
+    p.fwd.heads_q = 8, p.fwd.heads_kv = 2;
+    p.fwd.hdim_qk = p.fwd.hdim_v = 256;
+    const bwd::WorkspaceLayout layout = bwd::workspace_layout<bwd::Config<256, 256>>(p);
+    EXPECT_EQ(layout.padded_keys, deterministic ? 0 : 320);  // 300 keys in 80-key blocks
+    EXPECT_EQ(layout.padded_rows, 1024);
+    EXPECT_EQ((bwd::workspace_bytes<256, 256>(p)), layout.bytes);
   }
 }
 

@@ -52,7 +52,8 @@ struct Epilogue {
   // acc: slabs [first_slab, ...) of dKᵀ or dVᵀ, 64 dims × the block's keys each, stored the
   // same way. A thread's register pairs are neighbouring keys of one dim, a column of the
   // tensor: each element is its own 2-byte store (lanes l and l + 4 hold dims d, d + 1, so a
-  // quad pair's stores fill 16-byte runs of 4 key rows).
+  // quad pair's stores fill 16-byte runs of 4 key rows). Key by key, so that each of the
+  // thread's 20 key rows has its address computed once for all its slabs.
   template <int kAcc>
   __device__ __forceinline__ void store_transposed(const float (&acc)[kAcc], float scale,
                                                    void* tensor, const RowStrides& stride,
@@ -63,14 +64,25 @@ struct Epilogue {
     Element* base = static_cast<Element*>(tensor) + tile.batch * stride.batch +
                     tile.kv_head * stride.head;
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
-      const int r = i % kSlabAcc;
-      const int dim = (first_slab + i / kSlabAcc) * kSlabColumns + at.row0 +
-                      8 * ptx::fragment_row_half(r);
-      const int key = tile.n_block * Config::kBlockN + ptx::fragment_column(r, at.column_pair);
-      if (dim >= columns || key >= tile.allocated_k) continue;
-      const float value = key < tile.seq.seqlen_k ? acc[i] * scale : 0.0f;
-      base[int64_t(tile.seq.k_offset + key) * stride.row + dim] = ptx::to_element<Element>(value);
+    for (int group = 0; group < kSlabAcc / 4; ++group) {  // 8-key groups
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i0 = 4 * group + e;  // register of (row half 0, this key) in every slab
+        const int key = tile.n_block * Config::kBlockN + ptx::fragment_column(i0, at.column_pair);
+        if (key >= tile.allocated_k) continue;
+        const bool used = key < tile.seq.seqlen_k;
+        Element* row = base + int64_t(tile.seq.k_offset + key) * stride.row;
+#pragma unroll
+        for (int slab = 0; slab < kAcc / kSlabAcc; ++slab) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int dim = (first_slab + slab) * kSlabColumns + at.row0 + 8 * half;
+            if (dim >= columns) continue;
+            const float value = used ? acc[slab * kSlabAcc + i0 + 2 * half] * scale : 0.0f;
+            row[dim] = ptx::to_element<Element>(value);
+          }
+        }
+      }
     }
   }
 

@@ -39,7 +39,9 @@ inline int heads_per_tile(const detail::BackwardProblem& problem, int n_blocks,
 
 // The tile configuration a problem runs on. Windows, softcap and the deterministic mode select
 // kernels; the tiles' query rows, and so the workspace's shape, depend on the head dims and,
-// at hdim 128, on the window and softcap (TileConfig::kDqTransposed), never on the mode.
+// at hdim 128, on the window and softcap (TileConfig::kDqTransposed), never on the mode. The
+// key blocks, which size the key accumulators, depend on the mode at 192 and 256 (80 keys
+// where the gradients are transposed), but the deterministic mode has no key accumulators.
 template <int kHeadDimQK, int kHeadDimV, bool kWindowed = false, bool kSoftcap = false,
           bool kDeterministic = false>
 using Config = TileConfig<kHeadDimQK, kHeadDimV, kWindowed, kSoftcap, kDeterministic>;
