@@ -41,7 +41,7 @@ void check_on_gpu(AttentionData& data, bool deterministic = false) {
   check_backward_results(data, fwd, bwd);
 }
 
-// Lengths that fill no tile (64 or 128 rows × 64 or 128 keys), seqlen_q ≠ seqlen_k, empty
+// Lengths that fill no tile (64, 80 or 128 rows × 64, 80 or 128 keys), seqlen_q ≠ seqlen_k, empty
 // sequences (varlen: no queries, no keys; seqused: no keys) and a one-token sequence.
 AttentionCase make_case(const Combination& combination, Mask mask, Layout layout, int group,
                         int turn) {
