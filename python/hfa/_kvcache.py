@@ -270,8 +270,11 @@ def torch_forward(q, k_cache, v_cache, out=None, **kw):
             return t, _torch_calls.view_as_is(t, name, bytes_as)
         return _torch_calls.view(t, name, bytes_as)
 
-    _torch.check_tensors(k_cache=k_cache, v_cache=v_cache, out=out, **{
-        name: kw[name] for name in _TENSOR_KEYWORDS if not isinstance(kw[name], int)})
+    _torch.check_tensors(k_cache=k_cache, v_cache=v_cache, out=out)
+    for name in _TENSOR_KEYWORDS:  # None, a tensor, or (cache_seqlens) an int, mostly None
+        value = kw[name]
+        if value is not None and type(value) is not torch.Tensor and not isinstance(value, int):
+            _torch.check_tensors(**{name: value})
     full_seqlens = lambda b, n: torch.full((b,), n, dtype=torch.int32, device=q.device)  # noqa
     longest_sequence = lambda cu: int((cu[1:] - cu[:-1]).max().item())  # noqa: E731
     if _torch.NATIVE:
