@@ -12,6 +12,7 @@
 
 #include <type_traits>
 
+#include "sm90/bwd/consumer_base.cuh"
 #include "sm90/bwd/fragment_add.cuh"
 #include "sm90/bwd/mask.cuh"
 #include "sm90/bwd/params.hpp"
@@ -34,62 +35,35 @@ __device__ __forceinline__ float (&accumulator_slab(float (&acc)[kAcc], int i))[
 }
 
 template <typename Config, typename Element, int kWarpgroup>
-struct TransposedGradientMainloop {
-  using Storage = SharedStorage<Config, Element>;
+struct TransposedGradientMainloop
+    : ConsumerBase<TransposedGradientMainloop<Config, Element, kWarpgroup>, Config, Element,
+                   kWarpgroup> {
+  using Base = ConsumerBase<TransposedGradientMainloop, Config, Element, kWarpgroup>;
+  using typename Base::Mods, typename Base::Storage;
+  using Base::kRole, Base::kSAcc, Base::kFactorAcc, Base::kRowStepBytes, Base::kBothWarpgroups;
+  using Base::p, Base::smem, Base::thread, Base::at, Base::q_ring, Base::do_ring, Base::scores_ring;
+  using Base::release_stage, Base::issue_scores;
   using Dq = typename Storage::Dq;
   using ScoresTile = typename Storage::ScoresTile;  // keys as rows, the block's queries as columns
-  static constexpr WarpgroupRole kRole = Config::role(kWarpgroup);
-  static constexpr int kSAcc = Config::kScoreColumns / 2;  // 64 queries × 40 keys over 128 threads
-  using Mods = typename Config::Mods;
-  static constexpr int kFactorAcc = Mods::kScalesGrad ? kSAcc : 1;
   static constexpr int kSlabAcc = Config::kKeySlabRegisters;  // 64 dims × the block's keys
   static constexpr int kDkAcc = kRole.dk_count * kSlabAcc;
   static constexpr int kDvAcc = kRole.dv_count * kSlabAcc;
   static constexpr int kDqAcc = Dq::kPartFloats / kThreadsPerWarpgroup;  // 64 dims × the queries
-  static constexpr int kKSteps = kSlabColumns / kMmaK;  // k16 steps inside one 128-byte slab
-  static constexpr uint32_t kKStepBytes = kMmaK * sizeof(Element);
-  static constexpr uint32_t kRowStepBytes = kMmaK * ptx::kSwizzleBytes;  // 16 rows of a tile
-  static constexpr uint32_t kBothWarpgroups = 2 * kThreadsPerWarpgroup;
   static constexpr int kColumnGroups = Config::kScoreColumns / 8;  // 8-key groups of S
   static_assert(Config::kTransposedGradients && ScoresTile::kSlabs == 1,
                 "Pᵀ and dSᵀ hold the block's queries in one slab: dQᵀ's MN-major B");
   static_assert(std::is_same_v<Dq, TransposedFragmentChunk<Config::kBlockM, Config::kHeadDimQK>>);
 
-  const Params& p;
-  Storage& smem;
-  int thread;  // within the warpgroup
-  ptx::FragmentCoords at;
-  ptx::RingPosition<Config::kStagesQ> q_ring;
-  ptx::RingPosition<Config::kStagesDO> do_ring;
-  ptx::RingPosition<Config::kStagesScores> scores_ring;
-
-  __device__ TransposedGradientMainloop(const Params& params, Storage& storage, int thread_in_warpgroup)
-      : p(params), smem(storage), thread(thread_in_warpgroup), at(ptx::fragment_coords(thread)) {}
-
-  // A Q or dO stage: every thread releases its own reads (tile_config.hpp, kStageReleasers).
-  __device__ __forceinline__ void release_stage(ptx::Mbarrier& empty) { empty.arrive(); }
+  using Base::Base;
 
   // ---- GEMMs ---------------------------------------------------------------------------------
 
-  // acc = rows(every query) · columns(keys key_row0 ..)ᵀ over the head dim, both K-major.
-  template <typename RowTile, typename ColumnTile>
-  __device__ __forceinline__ void issue_scores(float (&acc)[kSAcc], const RowTile& rows,
-                                               const ColumnTile& columns) {
-    static_assert(RowTile::kSlabs == ColumnTile::kSlabs);
-    const uint64_t a0 = ptx::kmajor_descriptor(ptx::smem_address(rows.data));
-    // 40 keys = 5 swizzle atoms: the second warpgroup's keys start on one.
-    const uint64_t b0 = ptx::kmajor_descriptor(ptx::smem_address(columns.data) +
-                                               kRole.key_row0 * ptx::kSwizzleBytes);
-#pragma unroll
-    for (int slab = 0; slab < RowTile::kSlabs; ++slab) {
-#pragma unroll
-      for (int step = 0; step < kKSteps; ++step) {
-        const uint32_t offset = step * kKStepBytes;
-        const uint64_t a = ptx::advance(a0, slab * RowTile::kSlabBytes + offset);
-        const uint64_t b = ptx::advance(b0, slab * ColumnTile::kSlabBytes + offset);
-        ptx::mma_ss<Config::kScoreColumns, Element>(acc, a, b, slab > 0 || step > 0);
-      }
-    }
+  // S (or dP) = queries(every one) · keys(key_row0 ..)ᵀ: the queries as M. 40 keys are 5
+  // swizzle atoms, so the second warpgroup's keys start on one.
+  template <typename QueriesTile, typename KeysTile>
+  __device__ __forceinline__ void issue_score_gemm(float (&acc)[kSAcc], const QueriesTile& queries,
+                                                   const KeysTile& keys) {
+    issue_scores(acc, queries, 0, keys, kRole.key_row0);
   }
 
   // acc(kSlabCount slabs of the head dims × every key) += operandᵀ · scores, the reduction over
@@ -195,56 +169,11 @@ struct TransposedGradientMainloop {
 
   // ---- The step ------------------------------------------------------------------------------
 
-  // After both consumer warpgroups zeroed tile rows past a sequence's used length
-  // (zero_rows_from): the zeros are visible to either's wgmma.
-  __device__ __forceinline__ void zero_padding_and_sync() {
-    ptx::fence_proxy_async_smem();  // wgmma (async proxy) reads the zeros
-    ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::padding_zeroed), kBothWarpgroups);
-  }
-
-  // K and V rows past the used keys (seqused_k) to zeros, once, before any step reads them.
-  __device__ void zero_key_padding(const KeyTile& tile) {
-    const int valid = tile.seq.seqlen_k - tile.n_block * Config::kBlockN;
-    if (p.seqused_k == nullptr || valid >= Config::kBlockN) return;
-    const int t = kWarpgroup * kThreadsPerWarpgroup + thread;
-    zero_rows_from(smem.k, valid, t, kBothWarpgroups);
-    zero_rows_from(smem.v, valid, t, kBothWarpgroups);
-    zero_padding_and_sync();
-  }
-
   __device__ void step(const KeyTile& tile, int head, int m_block, float (&dk)[kDkAcc],
                        float (&dv)[kDvAcc]) {
     const int q_stage = q_ring.stage, do_stage = do_ring.stage, scores_stage = scores_ring.stage;
     float s[kSAcc], dp[kSAcc], factor[kFactorAcc];
-    // Loaded before the waits, so that the load's latency hides behind them.
-    Mods head_mods{};
-    if constexpr (Mods::kPositional) head_mods = row_score_mods<Mods>(p.alibi, tile.batch, head);
-
-    smem.q_full[q_stage].wait(q_ring.phase);
-    const int valid_queries = tile.seq.seqlen_q - m_block * Config::kBlockM;
-    const bool padded = p.seqused_q != nullptr && valid_queries < Config::kBlockM;
-    if (padded) {
-      smem.do_full[do_stage].wait(do_ring.phase);
-      const int t = kWarpgroup * kThreadsPerWarpgroup + thread;
-      zero_rows_from(smem.q[q_stage], valid_queries, t, kBothWarpgroups);
-      zero_rows_from(smem.dout[do_stage], valid_queries, t, kBothWarpgroups);
-      zero_padding_and_sync();
-    }
-    ptx::fence_operands(s);
-    ptx::fence_operands(dp);
-    ptx::fence();
-    issue_scores(s, smem.q[q_stage], smem.k);
-    ptx::commit_group();
-    smem.do_full[do_stage].wait(do_ring.phase);
-    ptx::fence();  // as before every GEMM: else ptxas injects the fence itself (advisory C7519)
-    issue_scores(dp, smem.dout[do_stage], smem.v);
-    ptx::commit_group();
-    ptx::wait_group<1>();
-    ptx::fence_operands(s);
-    probabilities(s, factor, tile, m_block, q_stage, head_mods);
-    ptx::wait_group<0>();
-    ptx::fence_operands(dp);
-    score_gradients(dp, s, factor, do_stage);
+    this->scores_and_gradients(tile, head, m_block, s, dp, factor);
 
     uint32_t prob[kSAcc / 2], grad[kSAcc / 2];
     ptx::accumulator_to_operand<Element>(s, prob);

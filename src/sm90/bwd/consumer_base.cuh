@@ -1,0 +1,129 @@
+// What the backward's two consumer mainloops share: mainloop.cuh (the scores transposed, Sᵀ with
+// the keys as wgmma M) and mainloop_transposed.cuh (S with the queries as M, the gradients
+// transposed). A warpgroup's state and rings, the stage releases, the score GEMM over two K-major
+// tiles, the padding zeroed before a GEMM reads it, and a step's first half, S and dP to P and
+// dS, in which only the score GEMMs' operands differ: the mainloop (Derived) says which tile is
+// the GEMM's A (issue_score_gemm) and how its fragment maps to queries and keys (probabilities,
+// score_gradients).
+#pragma once
+
+#include "sm90/bwd/params.hpp"
+#include "sm90/bwd/scheduler.cuh"
+#include "sm90/bwd/shared_storage.cuh"
+#include "sm90/common/score_mods.cuh"
+#include "sm90/ptx/fragment.cuh"
+#include "sm90/ptx/named_barrier.cuh"
+#include "sm90/ptx/tma.cuh"  // fence_proxy_async_smem
+#include "sm90/ptx/wgmma.cuh"
+
+namespace hfa::sm90::bwd {
+
+template <typename Derived, typename Config, typename Element, int kWarpgroup>
+struct ConsumerBase {
+  using Storage = SharedStorage<Config, Element>;
+  static constexpr WarpgroupRole kRole = Config::role(kWarpgroup);
+  static constexpr int kSAcc = Config::kScoreColumns / 2;  // 64 rows × its columns over 128 threads
+  // The score policy's dS factor of each score (softcap: 1 − tanh²).
+  using Mods = typename Config::Mods;
+  static constexpr int kFactorAcc = Mods::kScalesGrad ? kSAcc : 1;
+  static constexpr int kKSteps = kSlabColumns / kMmaK;  // k16 steps inside one 128-byte slab
+  static constexpr uint32_t kKStepBytes = kMmaK * sizeof(Element);
+  static constexpr uint32_t kRowStepBytes = kMmaK * ptx::kSwizzleBytes;  // 16 rows of a tile
+  static constexpr uint32_t kBothWarpgroups = 2 * kThreadsPerWarpgroup;
+
+  const Params& p;
+  Storage& smem;
+  int thread;  // within the warpgroup
+  ptx::FragmentCoords at;
+  ptx::RingPosition<Config::kStagesQ> q_ring;
+  ptx::RingPosition<Config::kStagesDO> do_ring;
+  ptx::RingPosition<Config::kStagesScores> scores_ring;
+
+  __device__ ConsumerBase(const Params& params, Storage& storage, int thread_in_warpgroup)
+      : p(params), smem(storage), thread(thread_in_warpgroup), at(ptx::fragment_coords(thread)) {}
+
+  // A Q or dO stage: every thread releases its own reads (tile_config.hpp, kStageReleasers).
+  __device__ __forceinline__ void release_stage(ptx::Mbarrier& empty) { empty.arrive(); }
+
+  // acc = rows(row0 ..) · columns(column0 ..)ᵀ over the slabs of both tiles (K-major): the
+  // warpgroup's 64 rows against its kScoreColumns columns. row0 and column0 start on a swizzle
+  // atom (8 rows).
+  template <typename RowTile, typename ColumnTile>
+  __device__ __forceinline__ void issue_scores(float (&acc)[kSAcc], const RowTile& rows, int row0,
+                                               const ColumnTile& columns, int column0) {
+    static_assert(RowTile::kSlabs == ColumnTile::kSlabs);
+    const uint64_t a0 = ptx::kmajor_descriptor(ptx::smem_address(rows.data) +
+                                               row0 * ptx::kSwizzleBytes);
+    const uint64_t b0 = ptx::kmajor_descriptor(ptx::smem_address(columns.data) +
+                                               column0 * ptx::kSwizzleBytes);
+#pragma unroll
+    for (int slab = 0; slab < RowTile::kSlabs; ++slab) {
+#pragma unroll
+      for (int step = 0; step < kKSteps; ++step) {
+        const uint32_t offset = step * kKStepBytes;
+        const uint64_t a = ptx::advance(a0, slab * RowTile::kSlabBytes + offset);
+        const uint64_t b = ptx::advance(b0, slab * ColumnTile::kSlabBytes + offset);
+        ptx::mma_ss<Config::kScoreColumns, Element>(acc, a, b, slab > 0 || step > 0);
+      }
+    }
+  }
+
+  // After both consumer warpgroups zeroed tile rows past a sequence's used length
+  // (zero_rows_from): the zeros are visible to either's wgmma.
+  __device__ __forceinline__ void zero_padding_and_sync() {
+    ptx::fence_proxy_async_smem();  // wgmma (async proxy) reads the zeros
+    ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::padding_zeroed), kBothWarpgroups);
+  }
+
+  // K and V rows past the used keys (seqused_k) to zeros, once, before any step reads them.
+  __device__ void zero_key_padding(const KeyTile& tile) {
+    const int valid = tile.seq.seqlen_k - tile.n_block * Config::kBlockN;
+    if (p.seqused_k == nullptr || valid >= Config::kBlockN) return;
+    const int t = kWarpgroup * kThreadsPerWarpgroup + thread;
+    zero_rows_from(smem.k, valid, t, kBothWarpgroups);
+    zero_rows_from(smem.v, valid, t, kBothWarpgroups);
+    zero_padding_and_sync();
+  }
+
+  // A step's first half, on the current Q and dO stages: the scores S and dP of the warpgroup's
+  // share (dO's wait between the two GEMMs, so that S runs while dO lands), then P and dS in
+  // place, `factor` their dS factors. Q and dO rows past the used queries (seqused_q) are zeroed
+  // first.
+  __device__ __forceinline__ void scores_and_gradients(const KeyTile& tile, int head, int m_block,
+                                                       float (&s)[kSAcc], float (&dp)[kSAcc],
+                                                       float (&factor)[kFactorAcc]) {
+    Derived& mainloop = static_cast<Derived&>(*this);
+    const int q_stage = q_ring.stage, do_stage = do_ring.stage;
+    // Loaded before the waits, so that the load's latency hides behind them.
+    Mods head_mods{};
+    if constexpr (Mods::kPositional) head_mods = row_score_mods<Mods>(p.alibi, tile.batch, head);
+
+    smem.q_full[q_stage].wait(q_ring.phase);
+    const int valid_queries = tile.seq.seqlen_q - m_block * Config::kBlockM;
+    const bool padded = p.seqused_q != nullptr && valid_queries < Config::kBlockM;
+    if (padded) {
+      smem.do_full[do_stage].wait(do_ring.phase);
+      const int t = kWarpgroup * kThreadsPerWarpgroup + thread;
+      zero_rows_from(smem.q[q_stage], valid_queries, t, kBothWarpgroups);
+      zero_rows_from(smem.dout[do_stage], valid_queries, t, kBothWarpgroups);
+      zero_padding_and_sync();
+    }
+    ptx::fence_operands(s);
+    ptx::fence_operands(dp);
+    ptx::fence();
+    mainloop.issue_score_gemm(s, smem.q[q_stage], smem.k);
+    ptx::commit_group();
+    smem.do_full[do_stage].wait(do_ring.phase);
+    ptx::fence();  // as before every GEMM: else ptxas injects the fence itself (advisory C7519)
+    mainloop.issue_score_gemm(dp, smem.dout[do_stage], smem.v);
+    ptx::commit_group();
+    ptx::wait_group<1>();
+    ptx::fence_operands(s);
+    mainloop.probabilities(s, factor, tile, m_block, q_stage, head_mods);
+    ptx::wait_group<0>();
+    ptx::fence_operands(dp);
+    mainloop.score_gradients(dp, s, factor, do_stage);
+  }
+};
+
+}  // namespace hfa::sm90::bwd
