@@ -51,8 +51,8 @@ FIRST_CALLS = {
     "flash_attn_varlen_func": "hfa.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 8, 8)",
     "flash_attn_backward": "hfa.flash_attn_backward(q, q, k, v, q, lse)",
     "flash_attn_with_kvcache": "hfa.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens)",
-    "flash_attn_with_kvcache appending": "hfa.flash_attn_with_kvcache(q[:, :1], k, v, "
-                                         "k=q[:, :1].copy(), v=q[:, :1].copy(), cache_seqlens=lens - 1)",
+    "flash_attn_with_kvcache appending": "hfa.flash_attn_with_kvcache(q[:, :1], k, v, k=q[:, :1]"
+                                         ".copy(), v=q[:, :1].copy(), cache_seqlens=lens - 1)",
 }
 
 

@@ -22,7 +22,7 @@ template <typename Derived, typename Config, typename Element, int kWarpgroup>
 struct ConsumerBase {
   using Storage = SharedStorage<Config, Element>;
   static constexpr WarpgroupRole kRole = Config::role(kWarpgroup);
-  static constexpr int kSAcc = Config::kScoreColumns / 2;  // 64 rows × its columns over 128 threads
+  static constexpr int kSAcc = Config::kScoreColumns / 2;  // 64 rows × its columns, 128 threads
   // The score policy's dS factor of each score (softcap: 1 − tanh²).
   using Mods = typename Config::Mods;
   static constexpr int kFactorAcc = Mods::kScalesGrad ? kSAcc : 1;

@@ -1,8 +1,8 @@
 // Masking a transposed score tile (keys as rows, queries as columns) in registers: every query
-// of a key past seqlen_k, and the queries outside each key's window (and, last, the same for
-// a tile with queries as rows). Query i sees key j iff
+// of a key past seqlen_k, and the queries outside each key's window. Query i sees key j iff
 // j − diagonal − right <= i <= j − diagonal + left (common/window.cuh), so a key row's visible
 // queries are one range; its lower end comes from the right window (causal: the diagonal).
+// Last, the same for a tile with queries as rows (mask_scores_by_query).
 #pragma once
 
 #include <cmath>

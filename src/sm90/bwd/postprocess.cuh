@@ -12,9 +12,10 @@
 
 namespace hfa::sm90::bwd {
 
-// One block's chunk of an fp32 accumulator (a Chunk of workspace.hpp: DqChunk or KeyChunk), scaled and rounded to Element, into rows [0, rows) of `out` (row stride in
-// elements, `columns` of them stored): through shared memory, so that global stores are whole
-// 16-byte runs of a row. Rows from `used` on get zeros. Every thread of the CTA calls it.
+// One block's chunk of an fp32 accumulator (a Chunk of workspace.hpp: DqChunk or KeyChunk),
+// scaled and rounded to Element, into rows [0, rows) of `out` (row stride in elements, `columns`
+// of them stored): through shared memory, so that global stores are whole 16-byte runs of a
+// row. Rows from `used` on get zeros. Every thread of the CTA calls it.
 template <typename Chunk, typename Element>
 __device__ __forceinline__ void round_chunk(const float* accumulator, float scale, Element* out,
                                             int64_t row_stride, int rows, int used, int columns) {
