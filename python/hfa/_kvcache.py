@@ -256,8 +256,7 @@ _TENSOR_KEYWORDS = ("cache_seqlens", "page_table", "k_scale", "v_scale", "k_glob
 def torch_forward(q, k_cache, v_cache, out=None, **kw):
     import torch
 
-    from . import _torch  # loaded already: the caller dispatched a torch tensor here
-    from . import _torch_calls
+    from . import _torch, _torch_calls  # loaded already: the caller dispatched a torch tensor
 
     def kind_of(t, name):
         if not isinstance(t, torch.Tensor):
