@@ -13,6 +13,14 @@
 namespace hfa::sm90 {
 namespace {
 
+// Float f of a chunk lands on (row, column) of the block.
+template <typename Chunk>
+void expect_at(int f, int row, int column) {
+  const bwd::ChunkCoords at = Chunk::coords(f);
+  EXPECT_EQ(at.row, row) << f;
+  EXPECT_EQ(at.column, column) << f;
+}
+
 // Every float of a chunk lands on its own (row, column) of the block, and the pairs the
 // postprocess reads together are neighbours the way the chunk says (kRowPairs).
 template <typename Chunk>
@@ -67,16 +75,11 @@ TEST(BackwardDqChunk, ChunksByConfiguration) {
 // A transposed dK or dV chunk (80 keys): float (g·128 + t)·4 + r of part s is register 4g + r
 // of thread t of the warpgroup accumulating slab s, whose rows are head dims and columns keys.
 TEST(BackwardDqChunk, TransposedKeyChunkOrder) {
-  using Chunk = bwd::TransposedFragmentChunk<80, 256>;
-  auto expect_at = [](int f, int key, int dim) {
-    const bwd::ChunkCoords at = Chunk::coords(f);
-    EXPECT_EQ(at.row, key) << f;
-    EXPECT_EQ(at.column, dim) << f;
-  };
-  expect_at(1, 1, 0);
-  expect_at(4 * 128, 8, 0);
-  expect_at(4 * (9 * 128 + 127) + 3, 79, 63);
-  expect_at(3 * 64 * 80, 0, 192);  // part 3: the last slab
+  using Chunk = bwd::TransposedFragmentChunk<80, 256>;  // (key, dim)
+  expect_at<Chunk>(1, 1, 0);
+  expect_at<Chunk>(4 * 128, 8, 0);
+  expect_at<Chunk>(4 * (9 * 128 + 127) + 3, 79, 63);
+  expect_at<Chunk>(3 * 64 * 80, 0, 192);  // part 3: the last slab
   EXPECT_EQ(Chunk::part(0, 3), 3 * 64 * 80);
 }
 
@@ -84,21 +87,16 @@ TEST(BackwardDqChunk, TransposedKeyChunkOrder) {
 // warpgroup computing slab s, whose accumulator rows are head dims (16·warp + lane / 4, + 8)
 // and columns queries (8g + 2·(lane % 4), + 1).
 TEST(BackwardDqChunk, TransposedIsDqTransposedAccumulatorOrder) {
-  using Chunk = bwd::TransposedFragmentChunk<80, 128>;
-  auto expect_at = [](int f, int query, int dim) {
-    const bwd::ChunkCoords at = Chunk::coords(f);
-    EXPECT_EQ(at.row, query) << f;
-    EXPECT_EQ(at.column, dim) << f;
-  };
-  expect_at(0, 0, 0);
-  expect_at(1, 1, 0);                  // r = 1: the next query
-  expect_at(2, 0, 8);                  // r = 2: the dim 8 rows down
-  expect_at(4 * 1, 2, 0);              // thread 1: its column pair
-  expect_at(4 * 4, 0, 1);              // thread 4: the next row
-  expect_at(4 * 32, 0, 16);            // warp 1
-  expect_at(4 * 128, 8, 0);            // group 1: queries 8 on
-  expect_at(4 * (9 * 128 + 127) + 3, 79, 63);  // the part's last float
-  expect_at(64 * 80, 0, 64);           // part 1: the second slab
+  using Chunk = bwd::TransposedFragmentChunk<80, 128>;  // (query, dim)
+  expect_at<Chunk>(0, 0, 0);
+  expect_at<Chunk>(1, 1, 0);                  // r = 1: the next query
+  expect_at<Chunk>(2, 0, 8);                  // r = 2: the dim 8 rows down
+  expect_at<Chunk>(4 * 1, 2, 0);              // thread 1: its column pair
+  expect_at<Chunk>(4 * 4, 0, 1);              // thread 4: the next row
+  expect_at<Chunk>(4 * 32, 0, 16);            // warp 1
+  expect_at<Chunk>(4 * 128, 8, 0);            // group 1: queries 8 on
+  expect_at<Chunk>(4 * (9 * 128 + 127) + 3, 79, 63);  // the part's last float
+  expect_at<Chunk>(64 * 80, 0, 64);           // part 1: the second slab
   EXPECT_EQ(Chunk::part(0, 1), 64 * 80);
 }
 
