@@ -20,7 +20,7 @@
 //     warpgroup's registers, so each warpgroup takes half the queries of Sᵀ and dPᵀ, both halves
 //     meet in shared memory, and each warpgroup accumulates its share of the 64-column slabs of
 //     dK and dV (and computes its share of dQ's);
-//   gradients transposed (192, 256 in the default mode without a window): 80 keys, 64 queries,
+//   gradients transposed (192, 256 in the default mode): 80 keys, 64 queries,
 //     each warpgroup S and dP of all the queries against its 40 keys; Pᵀ and dSᵀ meet in shared
 //     memory, and each warpgroup accumulates dKᵀ and dVᵀ for its share of the 64-dim slabs over
 //     all 80 keys (the head dim as M, so that the keys, as N, need not be whole wgmma Ms), and
@@ -73,7 +73,7 @@ struct TileConfig {
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = kThreadsPerWarpgroup * (kConsumerWarpgroups + 1);
   static constexpr bool kKeysSplit = kHeadDimQK <= 128 && kHeadDimV <= 128;
-  // Head dims 192 and 256 without a window, in the default mode (FlashAttention-3's tile there,
+  // Head dims 192 and 256 in the default mode (FlashAttention-3's tile there,
   // docs/decisions/039): 80 keys a block, 25 % more than 64, so that each step's Q and dO loads
   // (64 KB at hdim 256) and dQ adds (64 KB) serve 25 % more FLOPs: 9.8 KB of L2 traffic a MFLOP
   // where 64 keys moved 12.3, in a kernel that sits at the L2's ceiling. 80 keys are no wgmma M,
@@ -81,13 +81,12 @@ struct TileConfig {
   // and dKᵀ, dVᵀ (each slab 64 dims × 80 keys, 40 registers) and dQᵀ (64 dims × 64 queries)
   // with the head dim as M. Its dK and dV slabs (a warpgroup's share, up to 2 + 2 at hdim 256:
   // 160 registers) stay in registers across the walk as the 64-key tile's do.
-  // Kept on the head-dims-split tile:
-  //   the deterministic mode: its writer path needs the 64 KB dQ tile beside the stages, and at
-  //     80 keys even one stage of each does not fit at hdim 256 (40 + 40 + 32 + 32 + 10 + 10 +
-  //     64 = 228 KB);
-  //   windowed tiles (causal included): not built here (the block ranges are generic in
-  //     kBlockN, the score mask has the queries-as-rows form, but neither is tested at 80).
-  static constexpr bool kTransposedGradients = !kKeysSplit && !kDeterministic && !kWindowed;
+  // Windowed tiles (causal included) too, as FlashAttention-3 runs its causal hdim 256 on 64 ×
+  // 80 (the block ranges are generic in kBlockN, the mask has the queries-as-rows form). Kept
+  // on the head-dims-split tile: the deterministic mode, whose writer path needs the 64 KB dQ
+  // tile beside the stages, and at 80 keys even one stage of each does not fit at hdim 256
+  // (40 + 40 + 32 + 32 + 10 + 10 + 64 = 228 KB).
+  static constexpr bool kTransposedGradients = !kKeysSplit && !kDeterministic;
 
   // hdim 128 without a window (FlashAttention-3's tile there, docs/decisions/038): 80 queries a
   // step, 25 % more FLOPs than 64 over which to spread a step's fixed costs (its barriers, waits
