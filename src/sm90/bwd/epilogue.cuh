@@ -1,92 +1,100 @@
 // A consumer warpgroup's epilogue: its dK (scaled by softmax_scale) and dV, either
-//   stored straight from registers to global memory in the input dtype, where the CTA walked its
-//     kv head's whole GQA group: every allocated key row of the block is written, and rows past
-//     the used keys (seqused_k) and keys no query sees get zeros, their true gradient; or
+//   stored to global memory in the input dtype through shared memory, where the CTA walked its
+//     kv head's whole GQA group: once both warpgroups are done with K and V (the other's dQ GEMM
+//     reads every key row), each writes its dK and dV into the K and V tiles, the same shapes,
+//     with stmatrix, and the two warpgroups copy the tiles out 16 bytes a thread, whole rows a
+//     warp. Every allocated key row of the block is written; rows past the used keys
+//     (seqused_k) and keys no query sees get zeros, their true gradient. (Stored from
+//     registers, 4 bytes a quad per row, the epilogue took 15-20 % of the main kernel's samples
+//     at 1k tokens (ncu, hdim 64 and 128), each store waiting for the last to free its
+//     register; FlashAttention-3 stages its tile the same way, docs/decisions/040.) Or
 //   added in fp32 into the workspace's key accumulators, where the group's query heads are split
 //     over CTAs (Params::heads_per_tile): the key postprocess rounds the sums.
 // Where the gradients are transposed (TileConfig::kTransposedGradients) the accumulators hold
-// dKᵀ and dVᵀ, a slab's 64 dims as rows and the block's keys as columns.
+// dKᵀ and dVᵀ, a slab's 64 dims as rows and the block's keys as columns: stmatrix .trans puts
+// them back as key rows.
 #pragma once
 
 #include "sm90/bwd/fragment_add.cuh"
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/scheduler.cuh"
+#include "sm90/bwd/shared_storage.cuh"
 #include "sm90/bwd/tile_config.hpp"
 #include "sm90/ptx/fragment.cuh"
+#include "sm90/ptx/matrix_move.cuh"
+#include "sm90/ptx/named_barrier.cuh"
 
 namespace hfa::sm90::bwd {
 
 template <typename Config, typename Element, int kWarpgroup>
 struct Epilogue {
+  using Storage = SharedStorage<Config, Element>;
   static constexpr WarpgroupRole kRole = Config::role(kWarpgroup);
+  static constexpr uint32_t kBothWarpgroups = Config::kConsumerWarpgroups * kThreadsPerWarpgroup;
 
   const Params& p;
+  Storage& smem;
   int thread;
 
-  // acc: 64 keys (the role's rows) × slabs [first_slab, ...) of a (key, head, dim) tensor.
-  template <int kAcc>
-  __device__ __forceinline__ void store(const float (&acc)[kAcc], float scale, void* tensor,
-                                        const RowStrides& stride, int columns, int first_slab,
-                                        const KeyTile& tile) const {
-    const ptx::FragmentCoords at = ptx::fragment_coords(thread);
-    Element* base = static_cast<Element*>(tensor) + tile.batch * stride.batch +
-                    tile.kv_head * stride.head;
-    // Each quad writes 16 contiguous bytes of a row per 8-column group; L2 merges the sectors.
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int key = tile.n_block * Config::kBlockN + kRole.key_row0 + at.row0 + 8 * half;
-      if (key >= tile.allocated_k) continue;
-      const bool used = key < tile.seq.seqlen_k;
-      Element* row = base + int64_t(tile.seq.k_offset + key) * stride.row;
-#pragma unroll
-      for (int i = 2 * half; i < kAcc; i += 4) {
-        const int column = first_slab * kSlabColumns + ptx::fragment_column(i, at.column_pair);
-        if (column >= columns) continue;
-        const uint32_t pair =
-            used ? ptx::pack_pair<Element>(acc[i] * scale, acc[i + 1] * scale) : 0u;
-        *reinterpret_cast<uint32_t*>(row + column) = pair;
-      }
-    }
-  }
-
-  // acc: slabs [first_slab, ...) of dKᵀ or dVᵀ, 64 dims × the block's keys each, stored the
-  // same way. A thread's register pairs are neighbouring keys of one dim, a column of the
-  // tensor: each element is its own 2-byte store (lanes l and l + 4 hold dims d, d + 1, so a
-  // quad pair's stores fill 16-byte runs of 4 key rows). Key by key, so that each of the
-  // thread's 20 key rows has its address computed once for all its slabs.
-  template <int kAcc>
-  __device__ __forceinline__ void store_transposed(const float (&acc)[kAcc], float scale,
-                                                   void* tensor, const RowStrides& stride,
-                                                   int columns, int first_slab,
-                                                   const KeyTile& tile) const {
+  // acc (slabs [first_slab, ...) of dK or dV, scaled by `scale`) into its place in `staged`,
+  // a tile of the block's keys × the head dims: per 16 columns of the fragment, the 8×8
+  // matrices of its two row halves and two 8-column groups (as the forward's O epilogue stores
+  // them). Keys as rows: lane l gives the address of row l % 8 of matrix l / 8. Transposed
+  // (dims as rows, the block's keys as columns, a slab at a time): each matrix lands transposed,
+  // so its columns (keys) are the stored rows and lane l gives the address of key row l % 8 of
+  // matrix l / 8's.
+  template <int kAcc, typename Tile>
+  __device__ __forceinline__ void stage(const float (&acc)[kAcc], float scale, Tile& staged,
+                                        int first_slab) const {
     constexpr int kSlabAcc = Config::kKeySlabRegisters;
-    const ptx::FragmentCoords at = ptx::fragment_coords(thread);
-    Element* base = static_cast<Element*>(tensor) + tile.batch * stride.batch +
-                    tile.kv_head * stride.head;
+    const int lane = thread % 32, matrix = lane / 8;
+    const uint32_t base = ptx::smem_address(staged.data);
 #pragma unroll
-    for (int group = 0; group < kSlabAcc / 4; ++group) {  // 8-key groups
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int i0 = 4 * group + e;  // register of (row half 0, this key) in every slab
-        const int key = tile.n_block * Config::kBlockN + ptx::fragment_column(i0, at.column_pair);
-        if (key >= tile.allocated_k) continue;
-        const bool used = key < tile.seq.seqlen_k;
-        Element* row = base + int64_t(tile.seq.k_offset + key) * stride.row;
-#pragma unroll
-        for (int slab = 0; slab < kAcc / kSlabAcc; ++slab) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int dim = (first_slab + slab) * kSlabColumns + at.row0 + 8 * half;
-            if (dim >= columns) continue;
-            const float value = used ? acc[slab * kSlabAcc + i0 + 2 * half] * scale : 0.0f;
-            row[dim] = ptx::to_element<Element>(value);
-          }
-        }
+    for (int q = 0; q < kAcc / 8; ++q) {
+      const float* a = acc + 8 * q;
+      const uint32_t pairs[4] = {ptx::pack_pair<Element>(a[0] * scale, a[1] * scale),
+                                 ptx::pack_pair<Element>(a[2] * scale, a[3] * scale),
+                                 ptx::pack_pair<Element>(a[4] * scale, a[5] * scale),
+                                 ptx::pack_pair<Element>(a[6] * scale, a[7] * scale)};
+      if constexpr (Config::kTransposedGradients) {
+        constexpr int kQsPerSlab = kSlabAcc / 8;
+        const int key = q % kQsPerSlab * 16 + matrix / 2 * 8 + lane % 8;
+        const int dim = (first_slab + q / kQsPerSlab) * kSlabColumns + thread / 32 * 16 + matrix % 2 * 8;
+        ptx::stmatrix_x4_trans(base + Tile::offset(key, dim), pairs);
+      } else {
+        const int key = kRole.key_row0 + thread / 32 * 16 + matrix % 2 * 8 + lane % 8;
+        const int dim = first_slab * kSlabColumns + 16 * q + matrix / 2 * 8;
+        ptx::stmatrix_x4(base + Tile::offset(key, dim), pairs);
       }
     }
   }
 
-  // acc as above, unscaled, into the key block's chunk of an accumulator of kColumns columns.
+  // The staged tile's rows into the (key, head, dim) tensor, its first `columns` columns, 16
+  // bytes a thread over both warpgroups (t of them): consecutive threads take consecutive
+  // pieces of a row. Rows past the used keys get zeros; rows past the allocated ones nothing.
+  template <typename Tile>
+  __device__ __forceinline__ void copy_out(const Tile& staged, void* tensor, const RowStrides& stride,
+                                           int columns, const KeyTile& tile, int t) const {
+    constexpr int kPieces = Tile::kSlabs * ptx::kSwizzleBytes / 16;  // of a row
+    constexpr int kPieceColumns = 16 / sizeof(Element);
+    constexpr int kTurns = (Config::kBlockN * kPieces + kBothWarpgroups - 1) / kBothWarpgroups;
+    Element* base = static_cast<Element*>(tensor) + tile.batch * stride.batch +
+                    tile.kv_head * stride.head;
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(staged.data);
+#pragma unroll
+    for (int turn = 0; turn < kTurns; ++turn) {
+      const int i = t + turn * int(kBothWarpgroups);
+      const int row = i / kPieces, column = i % kPieces * kPieceColumns;
+      const int key = tile.n_block * Config::kBlockN + row;
+      if (row >= Config::kBlockN || key >= tile.allocated_k || column >= columns) continue;
+      const uint4 piece = key < tile.seq.seqlen_k
+                              ? *reinterpret_cast<const uint4*>(bytes + Tile::offset(row, column))
+                              : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(base + int64_t(tile.seq.k_offset + key) * stride.row + column) = piece;
+    }
+  }
+
+  // acc (as stage takes it), unscaled, into the key block's chunk of an accumulator of kColumns columns.
   template <int kColumns, int kAcc>
   __device__ __forceinline__ void add(const float (&acc)[kAcc], float* accumulator, int first_slab,
                                       const KeyTile& tile) const {
@@ -109,13 +117,16 @@ struct Epilogue {
     if (p.ws.dk_accum != nullptr) {
       add<Config::kHeadDimQK>(dk, p.ws.dk_accum, kRole.dk_first, tile);
       add<Config::kHeadDimV>(dv, p.ws.dv_accum, kRole.dv_first, tile);
-    } else if constexpr (Config::kTransposedGradients) {
-      store_transposed(dk, p.softmax_scale, p.dk, p.dk_stride, p.hdim_qk, kRole.dk_first, tile);
-      store_transposed(dv, 1.0f, p.dv, p.dv_stride, p.hdim_v, kRole.dv_first, tile);
-    } else {
-      store(dk, p.softmax_scale, p.dk, p.dk_stride, p.hdim_qk, kRole.dk_first, tile);
-      store(dv, 1.0f, p.dv, p.dv_stride, p.hdim_v, kRole.dv_first, tile);
+      return;
     }
+    const uint32_t barrier = ptx::barrier_id(ptx::NamedBarrier::gradients_staged);
+    ptx::named_barrier_sync(barrier, kBothWarpgroups);  // K and V read for the last time
+    stage(dk, p.softmax_scale, smem.k, kRole.dk_first);
+    stage(dv, 1.0f, smem.v, kRole.dv_first);
+    ptx::named_barrier_sync(barrier, kBothWarpgroups);
+    const int t = kWarpgroup * kThreadsPerWarpgroup + thread;
+    copy_out(smem.k, p.dk, p.dk_stride, p.hdim_qk, tile, t);
+    copy_out(smem.v, p.dv, p.dv_stride, p.hdim_v, tile, t);
   }
 };
 

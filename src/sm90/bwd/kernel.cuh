@@ -37,7 +37,7 @@ __device__ __forceinline__ void consume(const Params& p, SharedStorage<Config, E
     for_each_step<Config>(p, tile, blocks,
                           [&](int head, int m) { mainloop.step(tile, head, m, dk, dv); });
   }
-  Epilogue<Config, Element, kWarpgroup>{p, thread}.run(dk, dv, tile);
+  Epilogue<Config, Element, kWarpgroup>{p, smem, thread}.run(dk, dv, tile);
 }
 
 template <typename Config, typename Element>

@@ -18,8 +18,8 @@ namespace hfa::sm90::bwd {
 
 inline RowStrides row_strides(const detail::Strides& s) { return {s.batch, s.row, s.head}; }
 
-// The tensors read or written with 16-byte vector accesses (out, dout, dq) or 4-byte pairs (dk,
-// dv): their bases and row and head strides must allow it.
+// The tensors read or written with 16-byte vector accesses (out, dout, dq, dk, dv): their bases
+// and row and head strides must allow it.
 inline Status check_alignment(const char* name, const void* data, const detail::Strides& s,
                               std::size_t element, std::size_t alignment) {
   const auto bytes = [&](int64_t stride) { return uint64_t(stride) * element; };
@@ -50,8 +50,8 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
   HFA_RETURN_IF_ERROR(check_alignment("out", f.out, f.out_stride, kElement, 16));
   HFA_RETURN_IF_ERROR(check_alignment("dout", problem.dout, problem.dout_stride, kElement, 16));
   HFA_RETURN_IF_ERROR(check_alignment("dq", problem.dq, problem.dq_stride, kElement, 16));
-  HFA_RETURN_IF_ERROR(check_alignment("dk", problem.dk, problem.dk_stride, kElement, 4));
-  HFA_RETURN_IF_ERROR(check_alignment("dv", problem.dv, problem.dv_stride, kElement, 4));
+  HFA_RETURN_IF_ERROR(check_alignment("dk", problem.dk, problem.dk_stride, kElement, 16));
+  HFA_RETURN_IF_ERROR(check_alignment("dv", problem.dv, problem.dv_stride, kElement, 16));
   if (f.batch > 65535) return detail::not_supported(kFamily, ": batch ", f.batch, " (up to 65535 is)");
 
   Params params{};

@@ -13,7 +13,8 @@ enum class NamedBarrier : uint32_t {
   padding_zeroed = 5,    // backward: the tile rows past a sequence's used length are zeros
   v_padding_zeroed = 6,  // 6..8: forward, consumer warpgroup 0..2 zeroed V's rows past seqused_k
   out_staged = 9,        // 9..11: forward, consumer warpgroup 0..2's O buffer (free, then written)
-  count = 12,
+  gradients_staged = 12, // backward: K and V free for dK and dV, then holding them
+  count = 13,
 };
 
 inline constexpr uint32_t kWarpgroupThreads = 128;
