@@ -13,6 +13,7 @@
 #include "common/errors.hpp"
 #include "common/mla.hpp"
 #include "sm90/bwd/launch.hpp"
+#include "sm90/common/sparse_block.hpp"
 #include "sm90/decode/launch.hpp"
 #include "sm90/device.hpp"
 #include "sm90/fwd/launch.hpp"
@@ -61,12 +62,43 @@ Status check_partial_out_support(const ForwardProblem& p) {
 }
 
 // What no kernel of the forward and backward reads yet, refused by name rather than ignored: the
-// VECTOR rows (hfa/options.def) other than alibi_slopes, and block-sparse lists.
+// VECTOR rows (hfa/options.def) other than alibi_slopes, and block-sparse lists in the backward.
 Status check_unread_options(const ForwardProblem& p, const char* family) {
   HFA_RETURN_IF_ERROR(detail::refuse_unread(p.vectors, family, {"alibi_slopes"}));
-  if (p.block_sparse)
+  if (p.block_sparse && family != fwd::kFamily)
     return {Code::not_supported, std::string("kv_num_blocks: block-sparse attention is not "
                                              "supported by the ") + family + " kernels"};
+  return Status::ok();
+}
+
+// Block-sparse masks run on the forward's own kernels (fwd/tile_config.hpp's
+// BlockSparseTileConfig): 16-bit in and out, no softcap or ALiBi, tiles of one 128 × 128 mask
+// block, the head dims of kernel_list.def's block-sparse list, and fixed-length sequences (a
+// packed mask's blocks need not start at a sequence's first token, and the tail of a seqused_k
+// sequence would need its V rows zeroed wherever the list puts its block). The rest is refused by
+// name; the CPU backend runs it.
+Status check_block_sparse_support(const ForwardProblem& p, const char* family) {
+  if (!p.block_sparse || family != fwd::kFamily) return Status::ok();
+  auto refused = [&](const std::string& with) {
+    return Status{Code::not_supported, std::string("kv_num_blocks: a block-sparse mask with ") +
+                                           with + " is not supported by the " + family +
+                                           " kernels (the CPU backend runs it)"};
+  };
+  const detail::BlockSparse& mask = p.block_sparse;
+  if (mask.block_q != kSparseBlock || mask.block_kv != kSparseBlock)
+    return refused("sparse_block_q x sparse_block_kv = " + std::to_string(mask.block_q) + " x " +
+                   std::to_string(mask.block_kv) + " (" + std::to_string(kSparseBlock) +
+                   " x " + std::to_string(kSparseBlock) + " is compiled)");
+  if (p.is_varlen()) return refused("cu_seqlens (a packed mask)");
+  if (p.seqused_k != nullptr) return refused("seqused_k");
+  if (p.softcap > 0.0f) return refused("softcap");
+  if (p.vectors.alibi_slopes) return refused("alibi_slopes");
+  if (p.dtype == DType::e4m3) return refused("e4m3 inputs");
+  if (p.out_dtype != p.dtype) return refused(std::string("an ") + dtype_name(p.out_dtype) + " out");
+  const detail::HeadDims* dims = detail::compiled_head_dims_for(p.hdim_qk, p.hdim_v);
+  if (dims != nullptr && !has_block_sparse_kernel(dims->qk, dims->v))
+    return refused("head dims " + std::to_string(p.hdim_qk) + "/" + std::to_string(p.hdim_v) +
+                   " (" + block_sparse_head_dims_list() + " are compiled)");
   return Status::ok();
 }
 
@@ -90,6 +122,7 @@ Status check_alibi_support(const ForwardProblem& p, const char* family) {
 Status check_support(const ForwardProblem& p, const char* family) {
   auto not_supported = [&](const std::string& what) { return sm90::not_supported(family, what); };
   HFA_RETURN_IF_ERROR(check_unread_options(p, family));
+  HFA_RETURN_IF_ERROR(check_block_sparse_support(p, family));
   HFA_RETURN_IF_ERROR(check_alibi_support(p, family));
   if (p.dtype == DType::e4m3 && family == fwd::kFamily) return check_fp8_support(p);
   if (p.dtype == DType::e4m3) return not_supported("FP8 backward");
@@ -123,6 +156,13 @@ Status forward(const ForwardProblem& p) {
     return with_compiled_fp8_kernel(p.out_dtype, p.hdim_qk, p.hdim_v, run);
   }
   return with_compiled_kernel(p.dtype, p.hdim_qk, p.hdim_v, [&]<int kQK, int kV, typename Element>() {
+    if (p.block_sparse) {  // checked: a compiled block-sparse pair
+      if constexpr (has_block_sparse_kernel(kQK, kV)) {
+        return fwd::run_forward_block_sparse<kQK, kV, Element>(p, context);
+      } else {
+        return Status{Code::internal, "sm90 forward: no block-sparse kernel for these head dims"};
+      }
+    }
     if (p.vectors.alibi_slopes) return fwd::run_forward_alibi<kQK, kV, Element>(p, context);
     if (p.out_dtype == p.dtype) return fwd::run_forward<kQK, kV, Element>(p, context);
     return with_partial_out_type(p.out_dtype, [&]<typename Out>() {
@@ -134,6 +174,7 @@ Status forward(const ForwardProblem& p) {
 Status forward_workspace_size(const ForwardProblem& p, std::size_t* bytes) {
   *bytes = 0;
   HFA_RETURN_IF_ERROR(check_unread_options(p, fwd::kFamily));  // refused at prepare, not run
+  HFA_RETURN_IF_ERROR(check_block_sparse_support(p, fwd::kFamily));
   HFA_RETURN_IF_ERROR(check_alibi_support(p, fwd::kFamily));
   *bytes = fwd::workspace_bytes(p);
   return Status::ok();

@@ -30,6 +30,26 @@ inline std::string compiled_dtype_list() {
   return list;
 }
 
+// Whether the forward of head dims (qk, v), a compiled pair, is compiled for block-sparse masks
+// too (kernel_list.def's HFA_KERNEL_BLOCK_SPARSE_HEAD_DIMS).
+constexpr bool has_block_sparse_kernel(int qk, int v) {
+#define HFA_KERNEL_BLOCK_SPARSE_HEAD_DIMS(QK, V) \
+  if (qk == QK && v == V) return true;
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_BLOCK_SPARSE_HEAD_DIMS
+  return false;
+}
+
+// The same list for messages ("64/64, 128/128").
+inline std::string block_sparse_head_dims_list() {
+  std::string list;
+#define HFA_KERNEL_BLOCK_SPARSE_HEAD_DIMS(QK, V) \
+  list += (list.empty() ? "" : ", ") + std::string(#QK "/" #V);
+#include "common/kernel_list.def"
+#undef HFA_KERNEL_BLOCK_SPARSE_HEAD_DIMS
+  return list;
+}
+
 // run.template operator()<kHeadDimQK, kHeadDimV, Element>() for the compiled configuration of
 // (dtype, hdim_qk, hdim_v). The caller checks support first (is_compiled_dtype; the head dims,
 // the API's validation): anything else is an internal error, never a kernel of the wrong size.

@@ -47,11 +47,13 @@ __device__ __forceinline__ int window_last_query(const P& p, int diagonal_query)
   return policy::window_last_query(p.window_left, diagonal_query);
 }
 
-// Blocks [begin, end) of a walk; empty when end <= begin.
+// Blocks [begin, end) of a walk; empty when end <= begin. A walk's positions are its blocks
+// (a block-sparse walk, common/block_sparse.cuh, maps positions to the mask's listed blocks).
 struct BlockRange {
   int begin;
   int end;
   __device__ __forceinline__ int count() const { return end - begin; }
+  __device__ __forceinline__ int key_block(int position) const { return position; }
 };
 
 // The blocks of kBlockN keys that queries [first_query, last_query] see. last_query must be a

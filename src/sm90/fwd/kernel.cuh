@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     if (thread % 32 == 0) smem.tile_empty[slot.stage].arrive();
     if (index >= p.num_tiles) break;
     const WorkTile tile = decode_tile<Config>(p, index);
-    const BlockRange blocks = block_range<Config>(p, tile);
+    const TileBlocks<Config> blocks = block_range<Config>(p, tile);
     mainloop.run(tile, blocks, o, softmax);
     epilogue.store(tile, o, softmax, mainloop.scale_log2(), mainloop.value_scale(tile, blocks));
   }

@@ -30,9 +30,10 @@ inline int heads_per_section(const detail::ForwardProblem& problem, int pack_shi
 // PackGQA (Params::pack_shift) where one head's queries underfill a tile (decode, speculative
 // verification, short chunks): the group's heads then fill it and share one pass over K/V.
 // Needs a power-of-two group that divides the tile's rows. HFA_SM90_PACK_GQA=0 turns it off
-// (to measure it).
+// (to measure it). Never under a block-sparse mask, whose query blocks are a head's rows.
 template <typename Config>
 int pack_shift_for(const detail::ForwardProblem& problem) {
+  if (Config::kBlockSparse) return 0;
   const int group = problem.heads_q / problem.heads_kv;
   if (group < 2 || (group & (group - 1)) != 0 || Config::kBlockM % group != 0) return 0;
   if (problem.seqlen_q >= Config::kBlockM || !pack_gqa_enabled()) return 0;
@@ -166,6 +167,7 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
   fill_shared_fields(params, problem);
   params.sinks = problem.sinks;
   params.alibi = alibi_slopes(problem);
+  if constexpr (Config::kBlockSparse) params.block_sparse = problem.block_sparse;
   if constexpr (Config::kFp8) fill_fp8_fields(params, problem);
   params.num_m_blocks = ((problem.seqlen_q << pack_shift) + Config::kBlockM - 1) / Config::kBlockM;
   params.num_tiles = params.num_m_blocks * params.tile_heads * b;
@@ -243,6 +245,16 @@ Status run_forward_alibi(const detail::ForwardProblem& problem, const LaunchCont
   return run_forward_with<kHeadDimQK, kHeadDimV, Element, Element, false, true>(problem, context);
 }
 
+// Block-sparse: one configuration per head dims, tiles of one 128 × 128 mask block
+// (BlockSparseTileConfig), with or without a window (ANDed with the mask).
+template <int kHeadDimQK, int kHeadDimV, typename Element>
+Status run_forward_block_sparse(const detail::ForwardProblem& problem,
+                                const LaunchContext& context) {
+  using Windowed = TileConfig<kHeadDimQK, kHeadDimV, true, false, Element, Element,
+                              has_short_rows_tile<kHeadDimQK, Element>>;
+  return launch<BlockSparseTileConfig<Windowed>>(problem, context);
+}
+
 template <int kHeadDimQK, int kHeadDimV, typename Element, typename Out>
 Status run_forward_partial(const detail::ForwardProblem& problem, const LaunchContext& context) {
   using Windowed = TileConfig<kHeadDimQK, kHeadDimV, true, false, Element, Out>;
@@ -263,12 +275,17 @@ Status run_forward_fp8(const detail::ForwardProblem& problem, const LaunchContex
 }  // namespace hfa::sm90::fwd
 
 // One translation unit per (head dims, element type) and the same for ALiBi, per (head dims,
-// element, out type) for a partial out, and per (head dims, out type) for FP8.
+// element, out type) for a partial out, per (head dims, out type) for FP8, and per (head dims,
+// element type) of kernel_list.def's block-sparse list.
 #define HFA_INSTANTIATE_FORWARD(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT)                          \
   template hfa::Status hfa::sm90::fwd::run_forward<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT>(      \
       const hfa::detail::ForwardProblem&, const hfa::sm90::fwd::LaunchContext&);
 #define HFA_INSTANTIATE_FORWARD_ALIBI(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT)                    \
   template hfa::Status hfa::sm90::fwd::run_forward_alibi<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT>( \
+      const hfa::detail::ForwardProblem&, const hfa::sm90::fwd::LaunchContext&);
+#define HFA_INSTANTIATE_FORWARD_BLOCK_SPARSE(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT)             \
+  template hfa::Status                                                                     \
+  hfa::sm90::fwd::run_forward_block_sparse<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT>(              \
       const hfa::detail::ForwardProblem&, const hfa::sm90::fwd::LaunchContext&);
 #define HFA_INSTANTIATE_FORWARD_PARTIAL(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT, OUT)               \
   template hfa::Status hfa::sm90::fwd::run_forward_partial<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT, OUT>( \

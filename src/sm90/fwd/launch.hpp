@@ -44,9 +44,10 @@ inline std::size_t fp8_vt_bytes(const detail::ForwardProblem& problem) {
   return std::size_t(problem.heads_kv) * problem.hdim_v * fp8_vt_row_keys(problem);
 }
 
+// Block-sparse tiles cost what their lists hold: they take the dynamic schedule too.
 inline std::size_t workspace_bytes(const detail::ForwardProblem& problem) {
   if (is_fp8(problem)) return kVtOffset + fp8_vt_bytes(problem);
-  return uses_window(problem) ? kTileCounterBytes : 0;
+  return uses_window(problem) || problem.block_sparse ? kTileCounterBytes : 0;
 }
 
 // One per compiled configuration (common/kernel_list.def; the build writes a translation unit
@@ -57,6 +58,12 @@ Status run_forward(const detail::ForwardProblem& problem, const LaunchContext& c
 // translation units, so that the kernels without it are compiled as before.
 template <int kHeadDimQK, int kHeadDimV, typename Element>
 Status run_forward_alibi(const detail::ForwardProblem& problem, const LaunchContext& context);
+// The same under a block-sparse mask (common/block_sparse.hpp): the head dims of
+// kernel_list.def's HFA_KERNEL_BLOCK_SPARSE_HEAD_DIMS, 16-bit in and out, no softcap, no ALiBi,
+// fixed length (the backend checks).
+template <int kHeadDimQK, int kHeadDimV, typename Element>
+Status run_forward_block_sparse(const detail::ForwardProblem& problem,
+                                const LaunchContext& context);
 // The 16-bit forward writing out as Out, a partial result (common/kernel_list.def's
 // HFA_KERNEL_PARTIAL_OUT): the standard tiles, no softcap (the backend checks).
 template <int kHeadDimQK, int kHeadDimV, typename Element, typename Out>

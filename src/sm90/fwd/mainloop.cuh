@@ -11,6 +11,7 @@
 
 #include <type_traits>
 
+#include "sm90/common/block_sparse.cuh"
 #include "sm90/fwd/fp8_scales.cuh"
 #include "sm90/fwd/mask.cuh"
 #include "sm90/fwd/params.hpp"
@@ -198,7 +199,7 @@ struct ConsumerMainloop {
 
   // What O's units are after the tile's last P·V: v's scale of the last block walked (FP8).
   __device__ __forceinline__ float value_scale(const WorkTile& tile,
-                                               const BlockRange& blocks) const {
+                                               const TileBlocks<Config>& blocks) const {
     if constexpr (Config::kFp8) {
       const int last_block = p.v_descale.block_rows > 0 ? blocks.begin : 0;
       return key_block_scale<Config>(p.v_descale, tile, last_block, kv_head);
@@ -259,14 +260,42 @@ struct ConsumerMainloop {
     return mods;
   }
 
+  // ---- Block-sparse (Config::kBlockSparse): the key block at a walk position and, when it is a
+  // partial one, the bits of the thread's two rows, loaded at the top of a step as the FP8
+  // scales are (their latency hides behind the GEMMs). Dense walks' positions are their blocks.
+  struct SparseVisit {
+    bool partial = false;
+    FragmentBits bits;
+  };
+  struct DenseVisit {};
+  using BlockVisit = std::conditional_t<Config::kBlockSparse, SparseVisit, DenseVisit>;
+
+  __device__ __forceinline__ BlockVisit visit_at(const TileBlocks<Config>& blocks, int position,
+                                                 const ptx::FragmentCoords& at) const {
+    BlockVisit visit{};
+    if constexpr (Config::kBlockSparse) {
+      visit.partial = blocks.is_partial(position);
+      visit.bits = all_visible_bits();
+      if (visit.partial) {
+        const int row = warpgroup * kRowsPerWarpgroup + at.row0;  // within the mask's block
+        const int32_t* const rows[2] = {blocks.bits_row(position, row),
+                                        blocks.bits_row(position, row + 8)};
+        visit.bits = load_fragment_bits(rows, at.column_pair);
+      }
+    }
+    return visit;
+  }
+
   // Applies the score policy's modifiers to S (softcap or ALiBi), masks it where block n_block
   // needs it (after the modifiers: tanh(−inf) is not −inf), then turns it into unnormalized
-  // probabilities.
+  // probabilities. A partial block of a block-sparse mask needs it too: its bits AND into the
+  // window's and the sequence's mask; a full one takes the unmasked path like any inner block.
   __device__ __forceinline__ void softmax_step(float (&s)[kSAcc], OnlineSoftmax& softmax,
                                                float (&rescale)[2], const WorkTile& tile,
                                                int n_block, const ptx::FragmentCoords& at,
                                                const BlockScales& block,
-                                               const TileRowMods& row_mods) {
+                                               const TileRowMods& row_mods,
+                                               const BlockVisit& visit) {
     if constexpr (Config::kFp8) {
       if (p.fp8_row_scales) scale_rows(s, block.score);
     }
@@ -284,9 +313,12 @@ struct ConsumerMainloop {
     // one copy of the softmax instead of two (not measured).
     constexpr int kOffset = Config::kMaxOffset;
     constexpr bool kSumRows = !Config::kRowSumsByMma;
-    if (block_needs_mask<Config>(p, tile, n_block)) {
+    bool masked = block_needs_mask<Config>(p, tile, n_block);
+    if constexpr (Config::kBlockSparse) masked |= visit.partial;
+    if (masked) {
       apply_mask<Config::kWindowed>(s, fragment_row0(tile, at), fragment_key0(n_block, at),
                                     tile.seq, p);
+      if constexpr (Config::kBlockSparse) mask_clear_bits(s, visit.bits);
       softmax.update<kOffset, kSumRows>(s, scale_log2(), rescale);
     } else {
       softmax.update<kOffset, kSumRows>(s, scale_log2(), rescale);
@@ -308,7 +340,9 @@ struct ConsumerMainloop {
   }
 
   // Leaves the unnormalized O of the tile in o and the row statistics in softmax.
-  __device__ void run(const WorkTile& tile, const BlockRange& blocks, float (&o)[kOAcc],
+  // Walks positions of `blocks` from end − 1 down; blocks.key_block(n) is the K/V block of
+  // position n (n itself unless block-sparse), what the producer loaded for it.
+  __device__ void run(const WorkTile& tile, const TileBlocks<Config>& blocks, float (&o)[kOAcc],
                       OnlineSoftmax& softmax) {
     softmax.reset();
     if constexpr (Config::kFp8) start_tile(tile);
@@ -321,7 +355,7 @@ struct ConsumerMainloop {
     if constexpr (!Config::kFp8) {
       if (p.seqused_k != nullptr && blocks.count() > 0) {
         smem.v_full[v_ring.stage].wait(v_ring.phase);
-        zero_v_padding(v_ring.stage, blocks.end - 1, tile.seq);
+        zero_v_padding(v_ring.stage, blocks.key_block(blocks.end - 1), tile.seq);
       }
     }
 #pragma unroll
@@ -342,9 +376,11 @@ struct ConsumerMainloop {
     int n = blocks.end - 1;
     // FP8's per-block scales are loaded at the top of each step: the wgmma asm orders memory, so
     // they stay ahead of the GEMM waits and arrive while the GEMMs run (measured: loaded after
-    // the wait, they cost 1.6x at hdim 128).
+    // the wait, they cost 1.6x at hdim 128). A block-sparse walk's block and bits likewise.
     BlockScales block{};
     if constexpr (Config::kFp8) block = block_scales(tile, n);
+    int n_block = blocks.key_block(n);
+    BlockVisit visit = visit_at(blocks, n, at);
     smem.k_full[k_ring.stage].wait(k_ring.phase);
     wait_turn();
     issue_qk(s, k_ring.stage);
@@ -354,12 +390,14 @@ struct ConsumerMainloop {
     release(smem.k_empty[k_ring.stage]);
     k_ring.advance();
     if (blocks.count() == 1) release_q();  // that was the tile's last Q·Kᵀ
-    softmax_step(s, softmax, rescale, tile, n, at, block, row_mods);
+    softmax_step(s, softmax, rescale, tile, n_block, at, block, row_mods, visit);
     ptx::accumulator_to_operand<Element>(s, pm);
 
     for (--n; n >= blocks.begin; --n) {
       const BlockScales previous = block;
       if constexpr (Config::kFp8) block = block_scales(tile, n);
+      n_block = blocks.key_block(n);
+      visit = visit_at(blocks, n, at);
       smem.k_full[k_ring.stage].wait(k_ring.phase);
       wait_turn();
       issue_qk(s, k_ring.stage);
@@ -371,7 +409,7 @@ struct ConsumerMainloop {
       release(smem.k_empty[k_ring.stage]);
       k_ring.advance();
       if (n == blocks.begin) release_q();  // a later tile's Q may load now
-      softmax_step(s, softmax, rescale, tile, n, at, block, row_mods);
+      softmax_step(s, softmax, rescale, tile, n_block, at, block, row_mods, visit);
       ptx::wait_group<0>();
       ptx::fence_operands(o);
       ptx::fence_operands(sums);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cuda.h>
 
+#include "common/block_sparse.hpp"
 #include "common/scale_view.hpp"
 #include "common/score_policy.hpp"
 
@@ -91,6 +92,10 @@ struct Params {
 
   // ALiBi only (last, as above): the slopes, read once a tile (mainloop.cuh's row_mods_of).
   policy::AlibiSlopes alibi;
+
+  // Block-sparse only (last, as above): the mask's lists and bits (common/block_sparse.hpp),
+  // walked by sm90/common/block_sparse.cuh.
+  detail::BlockSparse block_sparse;
 };
 
 }  // namespace hfa::sm90::fwd

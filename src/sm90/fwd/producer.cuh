@@ -108,18 +108,19 @@ struct Producer {
       announce(index, slot);
       if (index >= p.num_tiles) break;
       const WorkTile tile = decode_tile<Config>(p, index);
-      const BlockRange blocks = block_range<Config>(p, tile);
+      // Walk positions, as the consumers take them (block-sparse: the mask's listed blocks).
+      const TileBlocks<Config> blocks = block_range<Config>(p, tile);
       const int kv_head = (tile.head << p.pack_shift) / p.heads_per_kv;
       // The first K of the tile goes before Q: Q may wait for an earlier tile's last Q·Kᵀ
       // (single-buffered: the previous tile's), and this K load need not wait with it.
-      if (blocks.count() > 0) load_k(blocks.end - 1, kv_head, tile.seq);
+      if (blocks.count() > 0) load_k(blocks.key_block(blocks.end - 1), kv_head, tile.seq);
       load_q(tile);
       if (blocks.count() == 0) continue;
       for (int n = blocks.end - 2; n >= blocks.begin; --n) {
-        load_k(n, kv_head, tile.seq);
-        load_v(n + 1, kv_head, tile);
+        load_k(blocks.key_block(n), kv_head, tile.seq);
+        load_v(blocks.key_block(n + 1), kv_head, tile);
       }
-      load_v(blocks.begin, kv_head, tile);
+      load_v(blocks.key_block(blocks.begin), kv_head, tile);
     }
   }
 };

@@ -1,6 +1,9 @@
 // Which (m_block, head, batch) tile a persistent CTA works on next, and which K/V blocks it reads.
 #pragma once
 
+#include <type_traits>
+
+#include "sm90/common/block_sparse.cuh"
 #include "sm90/common/sequence.cuh"
 #include "sm90/common/tile_order.cuh"
 #include "sm90/common/window.cuh"
@@ -70,16 +73,29 @@ __device__ __forceinline__ int last_query(const Params& p, const WorkTile& tile)
   return query_of_row(p, (tile.m_block + 1) * Config::kBlockM - 1);
 }
 
-// K/V blocks a tile sees; the mainloop walks them from end − 1 down, so the blocks that need
-// masking on the right (the causal diagonal, the seqlen_k tail) come first.
+// The walk over the K/V blocks a tile sees: a BlockRange, or a block-sparse mask's lists
+// (Config::kBlockSparse). The producer and the consumers both take it from block_range below.
 template <typename Config>
-__device__ __forceinline__ BlockRange block_range(const Params& p, const WorkTile& tile) {
-  return key_blocks<Config::kBlockN, Config::kWindowed>(
-      p, tile.seq, first_query<Config>(p, tile),
-      min(last_query<Config>(p, tile), tile.seq.seqlen_q - 1));
+using TileBlocks = std::conditional_t<Config::kBlockSparse, SparseKeyBlocks, BlockRange>;
+
+// K/V blocks a tile sees; the mainloop walks them from end − 1 down, so the blocks that need
+// masking on the right (the causal diagonal, the seqlen_k tail) come first. Block-sparse: the
+// mask's blocks of the tile's query block (the tile is one, kSparseBlock rows, without PackGQA),
+// partial ones first. A listed block the window hides is still walked, all masked: exact, and
+// masks that also need a window are rare (FlexAttention states causal in the mask itself).
+template <typename Config>
+__device__ __forceinline__ TileBlocks<Config> block_range(const Params& p, const WorkTile& tile) {
+  if constexpr (Config::kBlockSparse) {
+    return sparse_key_blocks(p.block_sparse, tile.batch, tile.head, tile.m_block);
+  } else {
+    return key_blocks<Config::kBlockN, Config::kWindowed>(
+        p, tile.seq, first_query<Config>(p, tile),
+        min(last_query<Config>(p, tile), tile.seq.seqlen_q - 1));
+  }
 }
 
-// Whether block n_block has keys some row of the tile must not see.
+// Whether block n_block has keys some row of the tile must not see by the window or the
+// sequence's end (a block-sparse walk adds its partial blocks: mainloop.cuh).
 template <typename Config>
 __device__ __forceinline__ bool block_needs_mask(const Params& p, const WorkTile& tile, int n_block) {
   const int block_first_key = n_block * Config::kBlockN;

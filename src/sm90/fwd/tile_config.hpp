@@ -43,6 +43,7 @@
 
 #include "common/head_dims.hpp"
 #include "common/score_policy.hpp"
+#include "sm90/common/sparse_block.hpp"
 #include "sm90/common/wgmma_shape.hpp"
 
 namespace hfa::sm90::fwd {
@@ -74,6 +75,8 @@ struct TileConfig {
   // The score policy (src/common/score_policy.hpp) the kernel list's switches select: these
   // modifiers, and the window rule's masks where kWindowed (past seqlen_k always).
   using Mods = policy::ListedMods<kSoftcap>;
+  // Whether keys come from a block-sparse mask's lists (BlockSparseTileConfig below).
+  static constexpr bool kBlockSparse = false;
   static constexpr bool kFp8 = std::is_same_v<Element, __nv_fp8_e4m3>;
   static constexpr bool kShortRows = kShortRows_;
   static constexpr bool kKeyBlockScales = kKeyBlockScales_;
@@ -194,6 +197,21 @@ struct AlibiTileConfig : Plain {
   static_assert(!Plain::kSoftcap && !Plain::kFp8 && !Plain::kPartialOut,
                 "ALiBi: 16-bit inputs and out, no softcap (backend.cpp refuses the rest)");
   using Mods = policy::ListedMods<false, true>;
+};
+
+// A configuration that reads a block-sparse mask (common/block_sparse.hpp; sm90/common/
+// block_sparse.cuh): its tiles walk the mask's lists of key blocks instead of a BlockRange, and
+// AND a partial block's bits into the element mask. Its tile is one mask block, 128 × 128: the
+// windowed configuration (a window may still bound the keys, ANDed with the mask, and tiles of
+// unequal cost want the dynamic schedule), with short rows at hdim 64 (128 of them instead of
+// 192). A layer like ALiBi's, so that the kernels compiled before keep their names and code.
+template <typename Plain>
+struct BlockSparseTileConfig : Plain {
+  static_assert(Plain::kWindowed && !Plain::kSoftcap && !Plain::kFp8 && !Plain::kPartialOut,
+                "block-sparse: the windowed 16-bit configuration, no softcap, no f32 out");
+  static_assert(Plain::kBlockM == kSparseBlock && Plain::kBlockN == kSparseBlock,
+                "block-sparse: a tile of one mask block (sm90/common/sparse_block.hpp)");
+  static constexpr bool kBlockSparse = true;
 };
 
 // Whether a short-rows configuration exists for this head dim and element type (its tile is
