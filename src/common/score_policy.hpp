@@ -267,10 +267,11 @@ struct WindowRule {
 // (batch, head, query block) a list of key blocks to visit, split into full blocks (no element
 // mask: full_kv_num_blocks, full_kv_indices) and partial blocks (kv_num_blocks, kv_indices),
 // each partial block with one bit per (query, key) pair. The backward's transposed lists (per
-// key block, the query blocks) have the same layout. Not instantiated in the GPU kernels yet:
-// the backends refuse block masks. In a kernel, the walk over a BlockRange becomes a walk over
-// visit(list, k) for k < count(list), block_needs_mask becomes `partial ||` the window's test,
-// and the element mask ANDs visible(bits_entry, row, column) into the window's.
+// key block, the query blocks) have the same layout. The backends read the API's views
+// (common/block_sparse.hpp) rather than this struct; the sm90 forward walks them as stated here
+// (sm90/common/block_sparse.cuh): the walk over a BlockRange becomes a walk over the listed
+// blocks, block_needs_mask becomes `partial ||` the window's test, and the element mask ANDs
+// the partial block's bits into the window's.
 struct BlockSparse {
   // [batch·heads·row_blocks]: how many partial / full blocks a query block visits.
   const int32_t* partial_count;
