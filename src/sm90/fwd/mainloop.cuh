@@ -11,7 +11,6 @@
 
 #include <type_traits>
 
-#include "sm90/common/block_sparse.cuh"
 #include "sm90/fwd/fp8_scales.cuh"
 #include "sm90/fwd/mask.cuh"
 #include "sm90/fwd/params.hpp"
@@ -264,6 +263,7 @@ struct ConsumerMainloop {
   // partial one, the bits of the thread's two rows, loaded at the top of a step as the FP8
   // scales are (their latency hides behind the GEMMs). Dense walks' positions are their blocks.
   struct SparseVisit {
+    int key_block = 0;
     bool partial = false;
     FragmentBits bits;
   };
@@ -274,6 +274,7 @@ struct ConsumerMainloop {
                                                  const ptx::FragmentCoords& at) const {
     BlockVisit visit{};
     if constexpr (Config::kBlockSparse) {
+      visit.key_block = blocks.key_block(position);
       visit.partial = blocks.is_partial(position);
       visit.bits = all_visible_bits();
       if (visit.partial) {
@@ -286,16 +287,20 @@ struct ConsumerMainloop {
     return visit;
   }
 
-  // Applies the score policy's modifiers to S (softcap or ALiBi), masks it where block n_block
+  // Applies the score policy's modifiers to S (softcap or ALiBi), masks it where its key block
   // needs it (after the modifiers: tanh(−inf) is not −inf), then turns it into unnormalized
   // probabilities. A partial block of a block-sparse mask needs it too: its bits AND into the
   // window's and the sequence's mask; a full one takes the unmasked path like any inner block.
+  // n: the walk position, which is the key block unless block-sparse (visit.key_block). The
+  // dense kernels take n as it is: even an inlined identity call there moved their SASS.
   __device__ __forceinline__ void softmax_step(float (&s)[kSAcc], OnlineSoftmax& softmax,
-                                               float (&rescale)[2], const WorkTile& tile,
-                                               int n_block, const ptx::FragmentCoords& at,
+                                               float (&rescale)[2], const WorkTile& tile, int n,
+                                               const ptx::FragmentCoords& at,
                                                const BlockScales& block,
                                                const TileRowMods& row_mods,
                                                const BlockVisit& visit) {
+    int n_block = n;
+    if constexpr (Config::kBlockSparse) n_block = visit.key_block;
     if constexpr (Config::kFp8) {
       if (p.fp8_row_scales) scale_rows(s, block.score);
     }
@@ -314,7 +319,7 @@ struct ConsumerMainloop {
     constexpr int kOffset = Config::kMaxOffset;
     constexpr bool kSumRows = !Config::kRowSumsByMma;
     bool masked = block_needs_mask<Config>(p, tile, n_block);
-    if constexpr (Config::kBlockSparse) masked |= visit.partial;
+    if constexpr (Config::kBlockSparse) masked = masked || visit.partial;
     if (masked) {
       apply_mask<Config::kWindowed>(s, fragment_row0(tile, at), fragment_key0(n_block, at),
                                     tile.seq, p);
@@ -351,11 +356,11 @@ struct ConsumerMainloop {
     q_address = tile_q_address();
     // With seqused_k, the first V block (the sequence's last keys) is made safe before the
     // walk, while no accumulator is live: in the main loop it cost registers (spills at hdim
-    // 256).
-    if constexpr (!Config::kFp8) {
+    // 256). A block-sparse list may put the last keys anywhere: the backend refuses seqused_k.
+    if constexpr (!Config::kFp8 && !Config::kBlockSparse) {
       if (p.seqused_k != nullptr && blocks.count() > 0) {
         smem.v_full[v_ring.stage].wait(v_ring.phase);
-        zero_v_padding(v_ring.stage, blocks.key_block(blocks.end - 1), tile.seq);
+        zero_v_padding(v_ring.stage, blocks.end - 1, tile.seq);
       }
     }
 #pragma unroll
@@ -379,8 +384,8 @@ struct ConsumerMainloop {
     // the wait, they cost 1.6x at hdim 128). A block-sparse walk's block and bits likewise.
     BlockScales block{};
     if constexpr (Config::kFp8) block = block_scales(tile, n);
-    int n_block = blocks.key_block(n);
-    BlockVisit visit = visit_at(blocks, n, at);
+    BlockVisit visit{};
+    if constexpr (Config::kBlockSparse) visit = visit_at(blocks, n, at);
     smem.k_full[k_ring.stage].wait(k_ring.phase);
     wait_turn();
     issue_qk(s, k_ring.stage);
@@ -390,14 +395,13 @@ struct ConsumerMainloop {
     release(smem.k_empty[k_ring.stage]);
     k_ring.advance();
     if (blocks.count() == 1) release_q();  // that was the tile's last Q·Kᵀ
-    softmax_step(s, softmax, rescale, tile, n_block, at, block, row_mods, visit);
+    softmax_step(s, softmax, rescale, tile, n, at, block, row_mods, visit);
     ptx::accumulator_to_operand<Element>(s, pm);
 
     for (--n; n >= blocks.begin; --n) {
       const BlockScales previous = block;
       if constexpr (Config::kFp8) block = block_scales(tile, n);
-      n_block = blocks.key_block(n);
-      visit = visit_at(blocks, n, at);
+      if constexpr (Config::kBlockSparse) visit = visit_at(blocks, n, at);
       smem.k_full[k_ring.stage].wait(k_ring.phase);
       wait_turn();
       issue_qk(s, k_ring.stage);
@@ -409,7 +413,7 @@ struct ConsumerMainloop {
       release(smem.k_empty[k_ring.stage]);
       k_ring.advance();
       if (n == blocks.begin) release_q();  // a later tile's Q may load now
-      softmax_step(s, softmax, rescale, tile, n_block, at, block, row_mods, visit);
+      softmax_step(s, softmax, rescale, tile, n, at, block, row_mods, visit);
       ptx::wait_group<0>();
       ptx::fence_operands(o);
       ptx::fence_operands(sums);
