@@ -33,10 +33,11 @@ inline std::vector<double> rounded(DType dtype, const std::vector<float>& values
   return result;
 }
 
-// rounding: how the peer rounds P before P·V (the GPU kernels' peer: to the input dtype, or as
-// the FP8 forward does).
-inline ForwardExpectation expected_forward(AttentionData& data, cpu::ProbabilityRounding rounding) {
-  const detail::ForwardProblem p = data.forward_problem();
+// Of problem p over the case's buffers (the case's own, or it with more set: a block-sparse
+// mask). rounding: how the peer rounds P before P·V (the GPU kernels' peer: to the input dtype,
+// or as the FP8 forward does).
+inline ForwardExpectation expected_forward(AttentionData& data, const detail::ForwardProblem& p,
+                                           cpu::ProbabilityRounding rounding) {
   ForwardExpectation e;
   e.out_ref.resize(static_cast<std::size_t>(data.out.numel()));
   e.lse_ref.resize(static_cast<std::size_t>(data.lse.numel()));
@@ -46,6 +47,10 @@ inline ForwardExpectation expected_forward(AttentionData& data, cpu::Probability
   e.out_peer = rounded(p.out_dtype, out);
   e.lse_peer = rounded(DType::f32, lse);
   return e;
+}
+// Of the case's problem.
+inline ForwardExpectation expected_forward(AttentionData& data, cpu::ProbabilityRounding rounding) {
+  return expected_forward(data, data.forward_problem(), rounding);
 }
 // round_probabilities: the peer rounds P to the input dtype (the 16-bit GPU kernels' peer).
 inline ForwardExpectation expected_forward(AttentionData& data, bool round_probabilities = false) {

@@ -24,6 +24,8 @@ class GpuCase {
         alibi_slopes_(data.alibi_slopes) {}
 
   int32_t sm_margin = 0;  // the problems' sm_margin (SMs left free)
+  // A block-sparse mask over device memory (its views' data on the GPU); off by default.
+  detail::BlockSparse block_sparse{};
 
   // The copies were made (check with ASSERT_NO_FATAL_FAILURE(gpu.check_copies())).
   void check_copies() const {
@@ -45,6 +47,7 @@ class GpuCase {
     if (p.seqused_q != nullptr) p.seqused_q = used_q_.get<int32_t>();
     if (p.seqused_k != nullptr) p.seqused_k = used_k_.get<int32_t>();
     if (p.vectors.alibi_slopes) p.vectors.alibi_slopes.data = alibi_slopes_.get<float>();
+    if (block_sparse) p.block_sparse = block_sparse;
     p.device = Device::cuda(0);
     p.sm_margin = sm_margin;
     return p;
