@@ -65,7 +65,7 @@ TEST(BackwardDqChunk, ChunksByConfiguration) {
   EXPECT_TRUE((std::is_same_v<bwd::KeyChunk<bwd::Config<192, 128>, 128>,
                               bwd::TransposedFragmentChunk<80, 128>>));
   EXPECT_TRUE((std::is_same_v<bwd::DqChunk<bwd::Config<256, 256, true>>,
-                              bwd::FragmentChunk<64, 256>>));
+                              bwd::TransposedFragmentChunk<64, 256>>));
   EXPECT_TRUE((std::is_same_v<bwd::DqChunk<bwd::Config<256, 256, false, false, true>>,
                               bwd::FragmentChunk<64, 256>>));
   EXPECT_TRUE((std::is_same_v<bwd::KeyChunk<bwd::Config<128, 128>, 128>,
@@ -113,8 +113,8 @@ TEST(BackwardTiles, QueryRowsByConfiguration) {
   EXPECT_FALSE((bwd::Config<256, 256>::kDqTransposed));
 }
 
-// Head dims 192 and 256 in the default mode without a window: 80-key blocks with the gradients
-// transposed (softcap included); windowed and deterministic keep the 64 × 64 head-dims-split
+// Head dims 192 and 256 in the default mode: 80-key blocks with the gradients transposed
+// (softcap and windows included); the deterministic mode keeps the 64 × 64 head-dims-split
 // tile, whose query rows the default's match (the workspace's shape is the mode's either way).
 TEST(BackwardTiles, KeyBlocksByConfiguration) {
   EXPECT_TRUE((bwd::Config<256, 256>::kTransposedGradients));
@@ -125,9 +125,9 @@ TEST(BackwardTiles, KeyBlocksByConfiguration) {
   EXPECT_EQ((bwd::Config<192, 128>::kBlockN), 80);
   EXPECT_EQ((bwd::Config<256, 256>::kStagesDO), 1);
   EXPECT_EQ((bwd::Config<192, 192>::kStagesDO), 2);
-  EXPECT_FALSE((bwd::Config<256, 256, true>::kTransposedGradients));
+  EXPECT_TRUE((bwd::Config<256, 256, true>::kTransposedGradients));
   EXPECT_FALSE((bwd::Config<256, 256, false, false, true>::kTransposedGradients));
-  EXPECT_EQ((bwd::Config<256, 256, true>::kBlockN), 64);
+  EXPECT_EQ((bwd::Config<256, 256, true>::kBlockN), 80);
   EXPECT_EQ((bwd::Config<256, 256, false, false, true>::kBlockN), 64);
   EXPECT_FALSE((bwd::Config<128, 128>::kTransposedGradients));
   // Each warpgroup's share of the head dims' slabs: all of them between the two, and its
