@@ -59,7 +59,8 @@ struct Epilogue {
       if constexpr (Config::kTransposedGradients) {
         constexpr int kQsPerSlab = kSlabAcc / 8;
         const int key = q % kQsPerSlab * 16 + matrix / 2 * 8 + lane % 8;
-        const int dim = (first_slab + q / kQsPerSlab) * kSlabColumns + thread / 32 * 16 + matrix % 2 * 8;
+        const int dim =
+            (first_slab + q / kQsPerSlab) * kSlabColumns + thread / 32 * 16 + matrix % 2 * 8;
         ptx::stmatrix_x4_trans(base + Tile::offset(key, dim), pairs);
       } else {
         const int key = kRole.key_row0 + thread / 32 * 16 + matrix % 2 * 8 + lane % 8;
@@ -73,8 +74,9 @@ struct Epilogue {
   // bytes a thread over both warpgroups (t of them): consecutive threads take consecutive
   // pieces of a row. Rows past the used keys get zeros; rows past the allocated ones nothing.
   template <typename Tile>
-  __device__ __forceinline__ void copy_out(const Tile& staged, void* tensor, const RowStrides& stride,
-                                           int columns, const KeyTile& tile, int t) const {
+  __device__ __forceinline__ void copy_out(const Tile& staged, void* tensor,
+                                           const RowStrides& stride, int columns,
+                                           const KeyTile& tile, int t) const {
     constexpr int kPieces = Tile::kSlabs * ptx::kSwizzleBytes / 16;  // of a row
     constexpr int kPieceColumns = 16 / sizeof(Element);
     constexpr int kTurns = (Config::kBlockN * kPieces + kBothWarpgroups - 1) / kBothWarpgroups;
@@ -90,11 +92,13 @@ struct Epilogue {
       const uint4 piece = key < tile.seq.seqlen_k
                               ? *reinterpret_cast<const uint4*>(bytes + Tile::offset(row, column))
                               : make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4*>(base + int64_t(tile.seq.k_offset + key) * stride.row + column) = piece;
+      Element* row_start = base + int64_t(tile.seq.k_offset + key) * stride.row;
+      *reinterpret_cast<uint4*>(row_start + column) = piece;
     }
   }
 
-  // acc (as stage takes it), unscaled, into the key block's chunk of an accumulator of kColumns columns.
+  // acc (as stage takes it), unscaled, into the key block's chunk of an accumulator of kColumns
+  // columns.
   template <int kColumns, int kAcc>
   __device__ __forceinline__ void add(const float (&acc)[kAcc], float* accumulator, int first_slab,
                                       const KeyTile& tile) const {

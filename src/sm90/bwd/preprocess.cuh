@@ -1,8 +1,8 @@
 // Before the main kernel, per query block of one (batch, head): D = rowsum(dO∘O) in fp32 (or the
 // caller's, Params::softmax_d) and the LSE in log2 units into the workspace, the block's dQ
-// accumulator chunk and turn counter cleared. Rows past the used queries (and a block's rows past the sequence) get D = 0 and
-// LSE +inf, so the main kernel's P = exp2(s·scale − LSE) is 0 there with no test, and out, dout
-// and lse are never read past seqused_q. A row that saw no key (LSE −inf) gets +inf too: its
+// accumulator chunk and turn counter cleared. Rows past the used queries (and a block's rows
+// past the sequence) get D = 0 and LSE +inf, so the main kernel's P = exp2(s·scale − LSE) is 0
+// there with no test, and out, dout and lse are never read past seqused_q. A row that saw no key (LSE −inf) gets +inf too: its
 // scores are all masked, and −inf − (−inf) would be NaN.
 #pragma once
 
@@ -80,7 +80,8 @@ __global__ void __launch_bounds__(kPrePostThreads) preprocess_kernel(const __gri
       const int64_t token = seq.q_offset + m_block * Config::kBlockM + r;
       lse[turn] = p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + token];
       if constexpr (kGivenD) {
-        d[turn] = p.softmax_d[batch * p.softmax_d_batch_stride + head * p.softmax_d_head_stride + token];
+        d[turn] = p.softmax_d[batch * p.softmax_d_batch_stride +
+                              head * p.softmax_d_head_stride + token];
       } else {
         o_raw[turn] = *reinterpret_cast<const uint4*>(out + token * p.out_stride.row);
         g_raw[turn] = *reinterpret_cast<const uint4*>(dout + token * p.dout_stride.row);
