@@ -31,6 +31,16 @@ void forward_on_gpu(AttentionData& data) {
   gpu.forward();
 }
 
+// A small bf16 hdim 128 problem, two heads, for the refusal tests: what they add decides.
+AttentionCase refusal_case(int seqlen) {
+  AttentionCase c;
+  c.dtype = DType::bf16;
+  c.hdim_qk = c.hdim_v = 128;
+  c.batch = 1, c.seqlen_q = c.seqlen_k = seqlen;
+  c.heads_q = c.heads_kv = 2;
+  return c;
+}
+
 class ForwardSm90Features : public ::testing::TestWithParam<Combination> {};
 
 TEST_P(ForwardSm90Features, EveryOptionWithEveryOther) {
@@ -96,11 +106,7 @@ TEST(ForwardSm90Alibi, SlopesMasksLayouts) {
 // without a GPU): softcap beside it (no model has both; the CPU backend runs it), e4m3 inputs and
 // an f32 out.
 TEST(ForwardSm90Alibi, RefusesWhatItDoesNotCompile) {
-  AttentionCase c;
-  c.dtype = DType::bf16;
-  c.hdim_qk = c.hdim_v = 128;
-  c.batch = 1, c.seqlen_q = c.seqlen_k = 64;
-  c.heads_q = c.heads_kv = 2;
+  AttentionCase c = refusal_case(64);
   c.alibi = AttentionCase::Alibi::per_head;
   auto refusal = [](const Status& status) {
     EXPECT_EQ(status.code(), Code::not_supported) << status.message();
@@ -325,11 +331,7 @@ TEST(ForwardSm90BlockSparse, MasksAgainstTheOracle) {
 // runs without a GPU): other block sizes, a packed (varlen) mask, seqused_k, softcap, head dims
 // outside the block-sparse list, and the backward.
 TEST(ForwardSm90BlockSparse, RefusesWhatItDoesNotCompile) {
-  AttentionCase c;
-  c.dtype = DType::bf16;
-  c.hdim_qk = c.hdim_v = 128;
-  c.batch = 1, c.seqlen_q = c.seqlen_k = 256;
-  c.heads_q = c.heads_kv = 2;
+  AttentionCase c = refusal_case(256);
   const BlockMask mask(c, 1, true, random_blocks);
   const detail::Backend& sm90 = *detail::sm90_backend();
   auto refusal = [&](const AttentionCase& with, const std::string& why,
