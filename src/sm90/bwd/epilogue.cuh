@@ -5,7 +5,7 @@
 //     with stmatrix, and the two warpgroups copy the tiles out 16 bytes a thread, whole rows a
 //     warp. Every allocated key row of the block is written; rows past the used keys
 //     (seqused_k) and keys no query sees get zeros, their true gradient. (Stored from
-//     registers, 4 bytes a quad per row, the epilogue took 10-16 % of the main kernel's samples
+//     registers, 4 bytes a quad per row, the epilogue took 11-17 % of the main kernel's samples
 //     at 1k tokens (ncu, hdim 64 and 128), each store waiting for the last to free its
 //     register; FlashAttention-3 stages its tiles too: docs/decisions/040.) Or
 //   added in fp32 into the workspace's key accumulators, where the group's query heads are split
