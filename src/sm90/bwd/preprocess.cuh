@@ -39,7 +39,7 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&x)[8]) {
 // The preprocess's rows: each row's 16-byte pieces over kLanesPerRow consecutive lanes (a
 // power of two: its first hdim_v / 8 read), 32 / kLanesPerRow rows a warp, every row of the
 // thread's share loaded before any is summed, so that all of a warp's loads are in flight at
-// once. (A warp a row, a row at a time, ran at 0.73 of FlashAttention-3's preprocess at hdim 64:
+// once. (A warp a row, a row at a time, ran at 0.72 of FlashAttention-3's preprocess at hdim 64:
 // 127 against 92 µs at 1k tokens, 16 × 32 heads; docs/decisions/040.)
 template <typename Config>
 struct PreprocessRows {
