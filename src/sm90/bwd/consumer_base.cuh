@@ -7,6 +7,7 @@
 // score_gradients).
 #pragma once
 
+#include "sm90/bwd/mask.cuh"
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/scheduler.cuh"
 #include "sm90/bwd/shared_storage.cuh"
@@ -68,6 +69,38 @@ struct ConsumerBase {
     }
   }
 
+  // The score policy's modifiers on the scores (their dS factor into `factor`, taken before
+  // masking: softcap's 1 − tanh² would be NaN at −inf), then the mask where the tile needs one.
+  // first_row, first_column: the thread's first key and query (keys as rows: mainloop.cuh), or
+  // its first query and key (queries as rows, the gradients transposed). head_mods: a
+  // positional policy's modifiers of the step's head (ALiBi's slope; both row halves are of
+  // that one head).
+  __device__ __forceinline__ void modify_and_mask(float (&s)[kSAcc], float (&factor)[kFactorAcc],
+                                                  const KeyTile& tile, int m_block,
+                                                  const Mods& head_mods, int first_row,
+                                                  int first_column) {
+    constexpr bool kQueriesAsRows = Config::kTransposedGradients;
+    if constexpr (Mods::kPositional) {
+      float diagonal_column[2];
+      if constexpr (kQueriesAsRows) {
+        fragment_diagonal_by_query(diagonal_column, first_row, first_column, tile.seq);
+      } else {
+        fragment_diagonal(diagonal_column, first_row, first_column, tile.seq);
+      }
+      const Mods row_mods[2] = {head_mods, head_mods};
+      apply_score_mods(s, row_mods, diagonal_column);
+    } else {
+      apply_score_mods(s, factor, score_mods<Mods>(p.softcap_prescale));
+    }
+    if (Scheduler<Config>::needs_mask(p, tile, m_block)) {
+      if constexpr (kQueriesAsRows) {
+        mask_scores_by_query<Config::kWindowed>(s, first_row, first_column, tile.seq, p);
+      } else {
+        mask_scores(s, first_row, first_column, tile.seq, p);
+      }
+    }
+  }
+
   // After both consumer warpgroups zeroed tile rows past a sequence's used length
   // (zero_rows_from): the zeros are visible to either's wgmma.
   __device__ __forceinline__ void zero_padding_and_sync() {
@@ -86,13 +119,14 @@ struct ConsumerBase {
   }
 
   // A step's first half, on the current Q and dO stages: the scores S and dP of the warpgroup's
-  // share (dO's wait between the two GEMMs, so that S runs while dO lands), then P and dS in
-  // place, `factor` their dS factors. Q and dO rows past the used queries (seqused_q) are zeroed
-  // first.
+  // share (dO's wait between the two GEMMs, so that S runs while dO lands), then P and dS,
+  // packed as operand pairs (accumulator_to_operand) into prob and grad. Q and dO rows past the
+  // used queries (seqused_q) are zeroed first.
   __device__ __forceinline__ void scores_and_gradients(const KeyTile& tile, int head, int m_block,
-                                                       float (&s)[kSAcc], float (&dp)[kSAcc],
-                                                       float (&factor)[kFactorAcc]) {
+                                                       uint32_t (&prob)[kSAcc / 2],
+                                                       uint32_t (&grad)[kSAcc / 2]) {
     Derived& mainloop = static_cast<Derived&>(*this);
+    float s[kSAcc], dp[kSAcc], factor[kFactorAcc];  // factor: the scores' dS factors
     const int q_stage = q_ring.stage, do_stage = do_ring.stage;
     // Loaded before the waits, so that the load's latency hides behind them.
     Mods head_mods{};
@@ -123,6 +157,8 @@ struct ConsumerBase {
     ptx::wait_group<0>();
     ptx::fence_operands(dp);
     mainloop.score_gradients(dp, s, factor, do_stage);
+    ptx::accumulator_to_operand<Element>(s, prob);
+    ptx::accumulator_to_operand<Element>(dp, grad);
   }
 };
 

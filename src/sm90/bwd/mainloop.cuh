@@ -16,7 +16,6 @@
 
 #include "sm90/bwd/consumer_base.cuh"
 #include "sm90/bwd/fragment_add.cuh"
-#include "sm90/bwd/mask.cuh"
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/scheduler.cuh"
 #include "sm90/bwd/shared_storage.cuh"
@@ -132,26 +131,13 @@ struct ConsumerMainloop
     return *reinterpret_cast<const float2*>(per_query + kRole.query_col0 + 8 * j + at.column_pair);
   }
 
-  // Sᵀ → P in place, after the score policy's modifiers, which leave their dS factor in
-  // `factor` (taken before masking: softcap's 1 − tanh² would be NaN at −inf). head_mods: a
-  // positional policy's modifiers of the step's head (ALiBi's slope; both row halves are keys of
-  // that one head).
+  // Sᵀ → P in place, after the score policy's modifiers and the mask (modify_and_mask).
   __device__ __forceinline__ void probabilities(float (&s)[kSAcc], float (&factor)[kFactorAcc],
                                                 const KeyTile& tile, int m_block, int stage,
                                                 const Mods& head_mods) {
     const int first_key = tile.n_block * Config::kBlockN + kRole.key_row0 + at.row0;
     const int first_query = m_block * Config::kBlockM + kRole.query_col0 + at.column_pair;
-    if constexpr (Mods::kPositional) {
-      float diagonal_column[2];
-      fragment_diagonal(diagonal_column, first_key, first_query, tile.seq);
-      const Mods row_mods[2] = {head_mods, head_mods};
-      apply_score_mods(s, row_mods, diagonal_column);
-    } else {
-      apply_score_mods(s, factor, score_mods<Mods>(p.softcap_prescale));
-    }
-    if (Scheduler<Config>::needs_mask(p, tile, m_block)) {
-      mask_scores(s, first_key, first_query, tile.seq, p);
-    }
+    this->modify_and_mask(s, factor, tile, m_block, head_mods, first_key, first_query);
     // A query past the sequence has LSE +inf (preprocess): P = 0 there without a test.
 #pragma unroll
     for (int j = 0; j < kSAcc / 4; ++j) {
@@ -256,12 +242,8 @@ struct ConsumerMainloop
   __device__ void step(const KeyTile& tile, int head, int m_block, float (&dk)[kDkAcc],
                        float (&dv)[kDvAcc]) {
     const int q_stage = q_ring.stage, do_stage = do_ring.stage, scores_stage = scores_ring.stage;
-    float s[kSAcc], dp[kSAcc], factor[kFactorAcc];
-    this->scores_and_gradients(tile, head, m_block, s, dp, factor);
-
     uint32_t prob[kSAcc / 2], grad[kSAcc / 2];
-    ptx::accumulator_to_operand<Element>(s, prob);
-    ptx::accumulator_to_operand<Element>(dp, grad);
+    this->scores_and_gradients(tile, head, m_block, prob, grad);
     typename Storage::DsTile& ds_tile = smem.ds[scores_stage];
     store_ds(ds_tile, grad);
     if constexpr (!kScoresInRegisters) store_scores(prob_tile(scores_stage), prob);

@@ -14,7 +14,6 @@
 
 #include "sm90/bwd/consumer_base.cuh"
 #include "sm90/bwd/fragment_add.cuh"
-#include "sm90/bwd/mask.cuh"
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/scheduler.cuh"
 #include "sm90/bwd/shared_storage.cuh"
@@ -105,24 +104,13 @@ struct TransposedGradientMainloop
 
   // ---- Element-wise ----------------------------------------------------------------------------
 
-  // S → P in place, after the score policy's modifiers (their dS factor into `factor`, taken
-  // before masking, as the key-row tiles do).
+  // S → P in place, after the score policy's modifiers and the mask (modify_and_mask).
   __device__ __forceinline__ void probabilities(float (&s)[kSAcc], float (&factor)[kFactorAcc],
                                                 const KeyTile& tile, int m_block, int stage,
                                                 const Mods& head_mods) {
     const int first_query = m_block * Config::kBlockM + at.row0;
     const int first_key = tile.n_block * Config::kBlockN + kRole.key_row0 + at.column_pair;
-    if constexpr (Mods::kPositional) {
-      float diagonal_column[2];
-      fragment_diagonal_by_query(diagonal_column, first_query, first_key, tile.seq);
-      const Mods row_mods[2] = {head_mods, head_mods};
-      apply_score_mods(s, row_mods, diagonal_column);
-    } else {
-      apply_score_mods(s, factor, score_mods<Mods>(p.softcap_prescale));
-    }
-    if (Scheduler<Config>::needs_mask(p, tile, m_block)) {
-      mask_scores_by_query<Config::kWindowed>(s, first_query, first_key, tile.seq, p);
-    }
+    this->modify_and_mask(s, factor, tile, m_block, head_mods, first_query, first_key);
     // The thread's two queries' LSE; a query past the sequence has +inf (preprocess): P = 0.
     const float lse[2] = {smem.lse_log2[stage][at.row0], smem.lse_log2[stage][at.row0 + 8]};
 #pragma unroll
@@ -172,12 +160,8 @@ struct TransposedGradientMainloop
   __device__ void step(const KeyTile& tile, int head, int m_block, float (&dk)[kDkAcc],
                        float (&dv)[kDvAcc]) {
     const int q_stage = q_ring.stage, do_stage = do_ring.stage, scores_stage = scores_ring.stage;
-    float s[kSAcc], dp[kSAcc], factor[kFactorAcc];
-    this->scores_and_gradients(tile, head, m_block, s, dp, factor);
-
     uint32_t prob[kSAcc / 2], grad[kSAcc / 2];
-    ptx::accumulator_to_operand<Element>(s, prob);
-    ptx::accumulator_to_operand<Element>(dp, grad);
+    this->scores_and_gradients(tile, head, m_block, prob, grad);
     ScoresTile& p_tile = smem.p[scores_stage];
     ScoresTile& ds_tile = smem.ds[scores_stage];
     store_transposed(p_tile, prob);
