@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <new>
+#include <type_traits>
 
 #include "api/dispatch.hpp"
 #include "api/prepared_call.hpp"
@@ -22,7 +23,7 @@ namespace {
 template <typename Fn>
 Status checked_call(const char* what, Fn&& fn) {
   return guarded(what, [&]() -> Status {
-    HFA_RETURN_IF_ERROR(environment().status);
+    if (const Status& bad = environment().status; !bad) return bad;  // no copy when it is ok
     return fn();
   });
 }
@@ -73,44 +74,54 @@ Status prepare_into(const char* what, const Args& args, Call* call,
   });
 }
 
-// The runs put the caller's workspace into the problem, the one place it is known.
-Status run_call(PreparedCall<ForwardProblem>& call, void* workspace, std::size_t workspace_bytes) {
-  HFA_RETURN_IF_ERROR(check_workspace(call.workspace_bytes, workspace, workspace_bytes));
-  ForwardProblem& problem = call.problem;
+// A problem's run once its workspace is in it: the backend, unless there is nothing to compute.
+Status run_problem(const ForwardProblem& problem) {
   if (forward_is_empty(problem)) return Status::ok();
-  problem.workspace = workspace;
-  problem.workspace_bytes = workspace_bytes;
   return dispatch_forward(problem);
 }
 
-Status run_call(PreparedCall<BackwardProblem>& call, void* workspace,
-                std::size_t workspace_bytes) {
-  HFA_RETURN_IF_ERROR(check_workspace(call.workspace_bytes, workspace, workspace_bytes));
-  BackwardProblem& problem = call.problem;
+Status run_problem(const BackwardProblem& problem) {
   if (backward_is_empty(problem)) return Status::ok();
-  problem.fwd.workspace = workspace;
-  problem.fwd.workspace_bytes = workspace_bytes;
   return dispatch_backward(problem);
 }
 
-Status run_call(PreparedCall<KVCacheProblem>& call, void* workspace,
-                std::size_t workspace_bytes) {
-  HFA_RETURN_IF_ERROR(check_workspace(call.workspace_bytes, workspace, workspace_bytes));
-  KVCacheProblem& problem = call.problem;
+Status run_problem(const KVCacheProblem& problem) {
   // No query rows: nothing to compute, unless new tokens are to be appended.
   if (problem.total_query_rows() == 0 && problem.k_new == nullptr) return Status::ok();
-  problem.workspace = workspace;
-  problem.workspace_bytes = workspace_bytes;
   return dispatch_forward_kvcache(problem);
 }
 
-// Runs a copy of the call prepare_into placed (or the caller copied, byte for byte): the
-// caller's stays as it was, to run again.
+// Where a problem keeps the caller's workspace (a backward's in its forward part).
 template <typename Problem>
-Status run_copy(const Call& call, void* workspace, std::size_t workspace_bytes) {
-  PreparedCall<Problem> copy =
-      *std::launder(reinterpret_cast<const PreparedCall<Problem>*>(call.opaque));
-  return run_call(copy, workspace, workspace_bytes);
+auto& workspace_holder(Problem& problem) {
+  if constexpr (std::is_same_v<std::remove_const_t<Problem>, BackwardProblem>)
+    return problem.fwd;
+  else
+    return problem;
+}
+
+// Runs a prepared call with the caller's workspace, checked, put into the problem, the one place
+// it is known: into a copy, so that the call stays as it was, to run again. Where the prepared
+// problem holds that workspace already (none: every CPU call, and a call prepared from options
+// that carry it) the copy would be the same bytes, and the call's own problem is run, read in
+// place: a problem is several hundred bytes to copy.
+template <typename Problem>
+Status run_call(const PreparedCall<Problem>& call, void* workspace, std::size_t workspace_bytes) {
+  HFA_RETURN_IF_ERROR(check_workspace(call.workspace_bytes, workspace, workspace_bytes));
+  const auto& prepared = workspace_holder(call.problem);
+  if (prepared.workspace == workspace && prepared.workspace_bytes == workspace_bytes)
+    return run_problem(call.problem);
+  Problem problem = call.problem;
+  workspace_holder(problem).workspace = workspace;
+  workspace_holder(problem).workspace_bytes = workspace_bytes;
+  return run_problem(problem);
+}
+
+// Runs the call prepare_into placed (or the caller copied, byte for byte).
+template <typename Problem>
+Status run_prepared(const Call& call, void* workspace, std::size_t workspace_bytes) {
+  return run_call(*std::launder(reinterpret_cast<const PreparedCall<Problem>*>(call.opaque)),
+                  workspace, workspace_bytes);
 }
 
 // prepare, then run with the workspace of the options: the calls that validate and run at once.
@@ -228,10 +239,10 @@ Status prepare_forward_kvcache(const Tensor& q, const Tensor& k_cache, const Ten
 Status run(const Call& call, void* workspace, std::size_t workspace_bytes) {
   return guarded("run", [&]() -> Status {
     switch (operation_of(call)) {
-      case Operation::forward: return run_copy<ForwardProblem>(call, workspace, workspace_bytes);
-      case Operation::backward: return run_copy<BackwardProblem>(call, workspace, workspace_bytes);
+      case Operation::forward: return run_prepared<ForwardProblem>(call, workspace, workspace_bytes);
+      case Operation::backward: return run_prepared<BackwardProblem>(call, workspace, workspace_bytes);
       case Operation::forward_kvcache:
-        return run_copy<KVCacheProblem>(call, workspace, workspace_bytes);
+        return run_prepared<KVCacheProblem>(call, workspace, workspace_bytes);
       case Operation::none:
         break;
     }

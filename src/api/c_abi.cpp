@@ -30,15 +30,20 @@ hfa::Status null_argument(const char* name) {
   return {hfa::Code::invalid_argument, std::string(name) + ": is null"};
 }
 
-// The caller's struct in C++, its size checked before any other field is read (hfa.h). Null
+// The caller's options struct, checked before any other field is read (hfa.h): its size. Null
 // options mean the defaults, as in the C++ API, but for hfa_forward_kvcache's, which carry a
 // required tensor (no defaults to fall back on).
-template <typename C, typename Cpp = decltype(hfa::detail::from_c(std::declval<C>()))>
-hfa::Status options_from(const C* options, Cpp* cpp, bool required = false) {
+template <typename C>
+hfa::Status check_options(const C* options, bool required = false) {
   if (options == nullptr) return required ? null_argument("options") : hfa::Status::ok();
-  HFA_RETURN_IF_ERROR(hfa::detail::check_struct_size(options->struct_size, sizeof(C)));
-  *cpp = hfa::detail::from_c(*options);
-  return hfa::Status::ok();
+  return hfa::detail::check_struct_size(options->struct_size, sizeof(C));
+}
+
+// Checked options in C++, made where the caller declares them (from_c's aggregate: no default
+// struct set first and overwritten).
+template <typename C, typename Cpp = decltype(hfa::detail::from_c(std::declval<C>()))>
+Cpp cpp_options(const C* options) {
+  return options != nullptr ? hfa::detail::from_c(*options) : Cpp{};
 }
 
 // hfa_init_*options: the library's defaults, cut to (or zero-padded to) the caller's size.
@@ -86,8 +91,8 @@ hfa_status hfa_forward(const hfa_tensor* q, const hfa_tensor* k, const hfa_tenso
   return finish(hfa::detail::guarded("hfa_forward", [&]() -> hfa::Status {
     if (const char* name = first_null({{"q", q}, {"k", k}, {"v", v}, {"out", out}}))
       return null_argument(name);
-    hfa::Options o;
-    HFA_RETURN_IF_ERROR(options_from(options, &o));
+    HFA_RETURN_IF_ERROR(check_options(options));
+    const hfa::Options o = cpp_options(options);
     return hfa::forward(*q, *k, *v, *out, lse, o);
   }));
 }
@@ -97,8 +102,8 @@ hfa_status hfa_forward_workspace_size(const hfa_tensor* q, const hfa_tensor* k,
                                       size_t* bytes) {
   return finish(hfa::detail::guarded("hfa_forward_workspace_size", [&]() -> hfa::Status {
     if (const char* name = first_null({{"q", q}, {"k", k}, {"v", v}})) return null_argument(name);
-    hfa::Options o;
-    HFA_RETURN_IF_ERROR(options_from(options, &o));
+    HFA_RETURN_IF_ERROR(check_options(options));
+    const hfa::Options o = cpp_options(options);
     return hfa::forward_workspace_size(*q, *k, *v, o, bytes);
   }));
 }
@@ -112,8 +117,8 @@ hfa_status hfa_backward(const hfa_tensor* dout, const hfa_tensor* q, const hfa_t
                                        {"out", out}, {"lse", lse}, {"dq", dq}, {"dk", dk},
                                        {"dv", dv}}))
       return null_argument(name);
-    hfa::Options o;
-    HFA_RETURN_IF_ERROR(options_from(options, &o));
+    HFA_RETURN_IF_ERROR(check_options(options));
+    const hfa::Options o = cpp_options(options);
     return hfa::backward(*dout, *q, *k, *v, *out, *lse, *dq, *dk, *dv, o);
   }));
 }
@@ -123,8 +128,8 @@ hfa_status hfa_backward_workspace_size(const hfa_tensor* q, const hfa_tensor* k,
                                        size_t* bytes) {
   return finish(hfa::detail::guarded("hfa_backward_workspace_size", [&]() -> hfa::Status {
     if (const char* name = first_null({{"q", q}, {"k", k}, {"v", v}})) return null_argument(name);
-    hfa::Options o;
-    HFA_RETURN_IF_ERROR(options_from(options, &o));
+    HFA_RETURN_IF_ERROR(check_options(options));
+    const hfa::Options o = cpp_options(options);
     return hfa::backward_workspace_size(*q, *k, *v, o, bytes);
   }));
 }
@@ -152,8 +157,8 @@ hfa_status hfa_forward_kvcache(const hfa_tensor* q, const hfa_tensor* k_cache,
     if (const char* name =
             first_null({{"q", q}, {"k_cache", k_cache}, {"v_cache", v_cache}, {"out", out}}))
       return null_argument(name);
-    hfa::KVCacheOptions o;
-    HFA_RETURN_IF_ERROR(options_from(options, &o, /*required=*/true));
+    HFA_RETURN_IF_ERROR(check_options(options, /*required=*/true));
+    const hfa::KVCacheOptions o = cpp_options(options);
     return hfa::forward_kvcache(*q, *k_cache, *v_cache, *out, lse, o);
   }));
 }
@@ -164,8 +169,8 @@ hfa_status hfa_forward_kvcache_workspace_size(const hfa_tensor* q, const hfa_ten
   return finish(hfa::detail::guarded("hfa_forward_kvcache_workspace_size", [&]() -> hfa::Status {
     if (const char* name = first_null({{"q", q}, {"k_cache", k_cache}, {"v_cache", v_cache}}))
       return null_argument(name);
-    hfa::KVCacheOptions o;
-    HFA_RETURN_IF_ERROR(options_from(options, &o, /*required=*/true));
+    HFA_RETURN_IF_ERROR(check_options(options, /*required=*/true));
+    const hfa::KVCacheOptions o = cpp_options(options);
     return hfa::forward_kvcache_workspace_size(*q, *k_cache, *v_cache, o, bytes);
   }));
 }
@@ -177,8 +182,8 @@ hfa_status hfa_prepare_forward(const hfa_tensor* q, const hfa_tensor* k, const h
   return finish(hfa::detail::guarded("hfa_prepare_forward", [&]() -> hfa::Status {
     if (const char* name = first_null({{"q", q}, {"k", k}, {"v", v}, {"out", out}}))
       return no_call(call, null_argument(name));
-    hfa::Options o;
-    if (hfa::Status status = options_from(options, &o); !status) return no_call(call, status);
+    if (hfa::Status status = check_options(options); !status) return no_call(call, status);
+    const hfa::Options o = cpp_options(options);
     return hfa::prepare_forward(*q, *k, *v, *out, lse, o, call, workspace_bytes);
   }));
 }
@@ -193,8 +198,8 @@ hfa_status hfa_prepare_backward(const hfa_tensor* dout, const hfa_tensor* q, con
                                        {"out", out}, {"lse", lse}, {"dq", dq}, {"dk", dk},
                                        {"dv", dv}}))
       return no_call(call, null_argument(name));
-    hfa::Options o;
-    if (hfa::Status status = options_from(options, &o); !status) return no_call(call, status);
+    if (hfa::Status status = check_options(options); !status) return no_call(call, status);
+    const hfa::Options o = cpp_options(options);
     return hfa::prepare_backward(*dout, *q, *k, *v, *out, *lse, *dq, *dk, *dv, o, call,
                                  workspace_bytes);
   }));
@@ -208,9 +213,9 @@ hfa_status hfa_prepare_forward_kvcache(const hfa_tensor* q, const hfa_tensor* k_
     if (const char* name =
             first_null({{"q", q}, {"k_cache", k_cache}, {"v_cache", v_cache}, {"out", out}}))
       return no_call(call, null_argument(name));
-    hfa::KVCacheOptions o;
-    if (hfa::Status status = options_from(options, &o, /*required=*/true); !status)
+    if (hfa::Status status = check_options(options, /*required=*/true); !status)
       return no_call(call, status);
+    const hfa::KVCacheOptions o = cpp_options(options);
     return hfa::prepare_forward_kvcache(*q, *k_cache, *v_cache, *out, lse, o, call,
                                         workspace_bytes);
   }));

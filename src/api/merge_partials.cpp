@@ -123,12 +123,12 @@ Status build(std::span<const Tensor* const> outs, std::span<const Tensor* const>
   // Which of them may share memory (overlap.hpp): out may be the very view of a partial output
   // and lse of a partial LSE, a ring's running accumulator merged in place; every element is read
   // before it is written, whatever the backend's order.
-  std::vector<detail::CallTensor> tensors;
+  detail::CallTensors tensors;
   for (int64_t k = 0; k < 2 * n; ++k)
-    tensors.push_back(
-        {names[k], k < n ? outs[k] : lses[k - n], false, k < n ? kOutGroup : kLseGroup});
-  tensors.push_back({"out", &out, true, kOutGroup});
-  tensors.push_back({"lse", lse, true, kLseGroup});
+    tensors.add(names[k].c_str(), k < n ? outs[k] : lses[k - n], false,
+                k < n ? kOutGroup : kLseGroup);
+  tensors.add("out", &out, true, kOutGroup);
+  tensors.add("lse", lse, true, kLseGroup);
   HFA_RETURN_IF_ERROR(detail::check_shared_memory(tensors));
 
   p->num_partials = static_cast<int32_t>(n);

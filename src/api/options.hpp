@@ -23,7 +23,12 @@ KVCacheOptions from_c(const hfa_kvcache_options& options);
 // An options struct's struct_size (`given`, the first field of every version of it) against
 // the library's sizeof (`ours`): equal, or an invalid-argument status naming the options (hfa.h
 // says why a larger struct is refused too). The caller reads no other field before this passes.
-Status check_struct_size(std::size_t given, std::size_t ours);
+// Inline, the message apart: every call checks one or two, and a passing check is a compare.
+Status struct_size_mismatch(std::size_t given, std::size_t ours);
+inline Status check_struct_size(std::size_t given, std::size_t ours) {
+  if (given == ours) [[likely]] return Status::ok();
+  return struct_size_mismatch(given, ours);
+}
 
 // Every INT32, REAL and SCALE option in its range (the row's low and high; REAL and SCALE
 // finite), or an invalid-argument status naming the first that is not.

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "common/dtype_bytes.hpp"
 #include "common/errors.hpp"
 
 namespace hfa::detail {
@@ -118,7 +119,7 @@ struct Span {
 };
 
 Span span_of(const Tensor& t) {
-  const auto element = static_cast<uintptr_t>(dtype_size(static_cast<DType>(t.dtype)));
+  const auto element = static_cast<uintptr_t>(element_bytes(t.dtype));
   uintptr_t last = element - 1;
   for (int d = 0; d < t.rank; ++d) {
     if (t.shape[d] == 0) return {true, 0, 0};
@@ -130,6 +131,18 @@ Span span_of(const Tensor& t) {
 
 bool spans_meet(const Span& x, const Span& y) {
   return !x.empty && !y.empty && x.first <= y.last && y.first <= x.last;
+}
+
+// Whether a written tensor's span meets another's (spans of tensors with bytes; `written[i]` is
+// tensor i's). Every pair, without a branch on the data: the usual call's spans are all apart, and
+// a loop of compares that all fail costs less than one mispredicted branch of a cleverer search.
+bool written_spans_meet(const Span* spans, const bool* written, std::size_t count) {
+  bool meet = false;
+  for (std::size_t j = 1; j < count; ++j)
+    for (std::size_t i = 0; i < j; ++i)
+      meet |= (written[i] | written[j]) & (spans[i].first <= spans[j].last) &
+              (spans[j].first <= spans[i].last);
+  return meet;
 }
 
 // A dim that steps (more than one element, a nonzero stride).
@@ -150,7 +163,7 @@ struct ByteView {
 ByteView bytes_of(const Tensor& t) {
   ByteView view;
   view.data = reinterpret_cast<uintptr_t>(t.data);
-  view.element = static_cast<int64_t>(dtype_size(static_cast<DType>(t.dtype)));
+  view.element = static_cast<int64_t>(element_bytes(t.dtype));
   view.count = 0;
   for (int d = 0; d < t.rank; ++d)
     if (t.shape[d] > 1 && t.stride[d] != 0)
@@ -214,7 +227,7 @@ bool elements_overlap(const Tensor& t, int64_t (&first)[HFA_MAX_RANK],
   // Dims that nest keep every element apart: taken in some order, each steps past the bytes the
   // dims before it (and the element) cover. Row-major order first, in one pass, as every
   // framework's layout passes it; then by ascending stride.
-  const auto element = static_cast<int64_t>(dtype_size(static_cast<DType>(t.dtype)));
+  const auto element = static_cast<int64_t>(element_bytes(t.dtype));
   int64_t covered = element;
   bool nested = true;
   for (int d = t.rank - 1; d >= 0 && nested; --d) {
@@ -262,19 +275,39 @@ bool elements_overlap(const Tensor& t, int64_t (&first)[HFA_MAX_RANK],
   return true;
 }
 
+namespace {
+Status too_many_tensors(std::size_t count) {
+  return {Code::internal,
+          cat("check_shared_memory: ", count, " tensors, more than ", kMaxCallTensors)};
+}
+}  // namespace
+
+Status check_shared_memory(const CallTensors& tensors) {
+  if (tensors.count() > kMaxCallTensors) return too_many_tensors(tensors.count());
+  return check_shared_memory(tensors.given());
+}
+
 Status check_shared_memory(std::span<const CallTensor> tensors) {
-  if (tensors.size() > kMaxCallTensors)
-    return {Code::internal, cat("check_shared_memory: ", tensors.size(), " tensors, more than ",
-                                kMaxCallTensors)};
-  // The tensors given, each with its span, computed once for every pair it is in.
+  if (tensors.size() > kMaxCallTensors) return too_many_tensors(tensors.size());
+  // The tensors given that have bytes, each with its span, computed once for every pair it is
+  // in. One with no element shares none, with itself or another (an empty batch's call then
+  // checks nothing here).
   const CallTensor* given[kMaxCallTensors];
   Span spans[kMaxCallTensors];
+  bool written[kMaxCallTensors];
   std::size_t count = 0;
   for (const CallTensor& t : tensors) {
     if (t.tensor == nullptr) continue;
+    const Span span = span_of(*t.tensor);
+    if (span.empty) continue;
     given[count] = &t;
-    spans[count++] = span_of(*t.tensor);
+    written[count] = t.written;
+    spans[count++] = span;
   }
+  // No written tensor's span meeting another's (the usual call: each tensor in memory of its own)
+  // leaves no pair to search, only each written tensor's own elements; else the pairs in argument
+  // order, as the message names the first.
+  const bool spans_apart = !written_spans_meet(spans, written, count);
   for (std::size_t j = 0; j < count; ++j) {
     const CallTensor& later = *given[j];
     int64_t first[HFA_MAX_RANK], second[HFA_MAX_RANK];
@@ -285,7 +318,7 @@ Status check_shared_memory(std::span<const CallTensor> tensors) {
                      tuple_string(later.tensor->stride, rank),
                      "): a tensor the call writes may not overlap itself");
     }
-    for (std::size_t i = 0; i < j; ++i) {
+    for (std::size_t i = 0; i < j && !spans_apart; ++i) {
       const CallTensor& earlier = *given[i];
       if (!earlier.written && !later.written) continue;
       // Named by the written one; of two written ones, by the later.

@@ -71,8 +71,9 @@ Status build_mla(const Tensor& values, const Tensor& codes, const char* values_n
   if (codes.shape[rank - 1] != quant::kMlaRecordBytes)
     return invalid("codes", "expected last extent ", quant::kMlaRecordBytes,
                    " (bytes of an fp8_mla record), got ", codes.shape[rank - 1]);
-  const detail::CallTensor tensors[] = {{values_name, &values, dequantize},
-                                        {"codes", &codes, !dequantize}};
+  detail::CallTensors tensors;
+  tensors.add(values_name, &values, dequantize);
+  tensors.add("codes", &codes, !dequantize);
   HFA_RETURN_IF_ERROR(detail::check_shared_memory(tensors));
   p->side.data = codes.data;
   p->side.stride = row_strides(codes, rows);
@@ -143,10 +144,11 @@ Status build_scaled(const Tensor& values, const Tensor& codes, const Tensor& sca
   }
   // The memory rule (overlap.hpp). Of two written tensors (codes and scale when quantizing) a
   // message names the later: the order of the call's arguments.
-  const detail::CallTensor tensors[] = {{values_name, &values, dequantize},
-                                        {"codes", &codes, !dequantize},
-                                        {"scale", &scale, scale_written},
-                                        {"global_scale", o.global_scale}};
+  detail::CallTensors tensors;
+  tensors.add(values_name, &values, dequantize);
+  tensors.add("codes", &codes, !dequantize);
+  tensors.add("scale", &scale, scale_written);
+  tensors.add("global_scale", o.global_scale);
   HFA_RETURN_IF_ERROR(detail::check_shared_memory(tensors));
   p->side.data = codes.data;
   p->side.stride = row_strides(codes, rows);

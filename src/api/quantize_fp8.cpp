@@ -179,9 +179,13 @@ Status build(const Tensor& x, const Tensor& codes, const Tensor& scale, const Qu
   p->hdim = static_cast<int32_t>(x.shape[rows + 2]);
   HFA_RETURN_IF_ERROR(check_scale(scale, x, o, p));
   HFA_RETURN_IF_ERROR(check_signs(o.signs, x, p->hdim));
-  const detail::CallTensor tensors[] = {{"x", &x}, {"codes", &codes, true}, {"scale", &scale, true},
-                                        {"cu_seqlens", cu}, {"signs", o.signs}};
-  HFA_RETURN_IF_ERROR(detail::check_shared_memory(tensors));  // the memory rule (overlap.hpp)
+  detail::CallTensors tensors;  // the memory rule (overlap.hpp)
+  tensors.add("x", &x);
+  tensors.add("codes", &codes, true);
+  tensors.add("scale", &scale, true);
+  tensors.add("cu_seqlens", cu);
+  tensors.add("signs", o.signs);
+  HFA_RETURN_IF_ERROR(detail::check_shared_memory(tensors));
 
   p->x_dtype = static_cast<DType>(x.dtype);
   p->x = x.data;

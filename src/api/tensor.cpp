@@ -2,6 +2,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/dtype_bytes.hpp"
 #include "hfa/hfa.hpp"
 
 namespace hfa {
@@ -39,18 +40,7 @@ Tensor make_tensor(void* data, DType dtype, std::initializer_list<int64_t> shape
 }
 
 std::size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return 4;
-    case DType::f16: return 2;
-    case DType::bf16: return 2;
-    case DType::e4m3: return 1;
-    case DType::e5m2: return 1;
-    case DType::i32: return 4;
-    case DType::fp4_e2m1x2: return 1;  // one byte holds two values
-    case DType::ue8m0: return 1;
-    case DType::fp8_mla: return 1;  // a record's bytes
-  }
-  return 0;  // not a dtype: callers treat size 0 as "unknown"
+  return detail::element_bytes(static_cast<hfa_dtype>(dtype));
 }
 
 const char* dtype_name(DType dtype) {

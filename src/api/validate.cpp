@@ -12,6 +12,7 @@
 #include "api/overlap.hpp"
 #include "api/validate_block_sparse.hpp"
 #include "api/validate_options.hpp"
+#include "common/dtype_bytes.hpp"
 #include "common/head_dims.hpp"
 #include "common/errors.hpp"
 
@@ -94,7 +95,7 @@ Status check_form(const char* name, const Tensor* t, int32_t rank, const char* l
   }
   // So must they in bytes, as backends step: every stride too, a one-element dim's included,
   // which no offset above multiplies (frameworks give those any value, a huge one as well).
-  const auto element = static_cast<int64_t>(dtype_size(static_cast<DType>(t->dtype)));
+  const auto element = static_cast<int64_t>(element_bytes(t->dtype));
   int64_t bytes = 0;
   if (__builtin_mul_overflow(last_offset, element, &bytes))
     return invalid(name, "shape ", shape_string(*t), " with its strides overflows int64 in bytes");
@@ -399,15 +400,14 @@ Status check_sinks_and_seqused(const Options& options, const Core& core, const V
   return Status::ok();
 }
 
-// Every ForwardProblem field from checked arguments.
-ForwardProblem forward_problem_of(const Core& core, const Varlen& varlen, const Tensor* lse,
-                                  const Options& options) {
+// Every ForwardProblem field from checked arguments, set in *p, a default-constructed problem
+// (written where it lies: a problem is some 700 bytes, which a returned copy would move again).
+void fill_forward_problem(const Core& core, const Varlen& varlen, const Tensor* lse,
+                          const Options& options, ForwardProblem* p) {
   const Operand& Q = core.q;
   const Operand& K = core.k;
   const Operand& V = core.v;
   const bool is_varlen = varlen.cu_q != nullptr;
-  ForwardProblem problem;
-  ForwardProblem* p = &problem;
   p->dtype = static_cast<DType>(Q.tensor->dtype);
   // A size query has no out: FP8 inputs default to bf16 out, as the Python front ends do.
   p->out_dtype = core.has_out ? static_cast<DType>(core.out.tensor->dtype)
@@ -461,7 +461,6 @@ ForwardProblem forward_problem_of(const Core& core, const Varlen& varlen, const 
 
   p->device = Device{static_cast<DeviceKind>(Q.tensor->device),
                      Q.tensor->device == HFA_CPU ? 0 : Q.tensor->device_index};
-  return problem;
 }
 
 // The dims a VECTOR option's shapes are written in.
@@ -494,38 +493,61 @@ Status check_forward_part(const Tensor* q, const Tensor* k, const Tensor* v, con
   return check_option_values(options);
 }
 
+// The block-sparse lists (read), after the vectors in both calls' argument order.
+void add_block_sparse(const Options& o, CallTensors* tensors) {
+  tensors->add("kv_num_blocks", o.kv_num_blocks);
+  tensors->add("kv_indices", o.kv_indices);
+  tensors->add("full_kv_num_blocks", o.full_kv_num_blocks);
+  tensors->add("full_kv_indices", o.full_kv_indices);
+  tensors->add("kv_mask_bits", o.kv_mask_bits);
+}
+
 // The memory rule (overlap.hpp) over every tensor a forward reads or writes, in argument order.
 Status check_forward_memory(const ForwardArgs& args) {
   const Options& o = *args.options;
-  const CallTensor tensors[] = {
-      {"q", args.q}, {"k", args.k}, {"v", args.v}, {"out", args.out, true}, {"lse", args.lse, true},
-      {"cu_seqlens_q", o.cu_seqlens_q}, {"cu_seqlens_k", o.cu_seqlens_k}, {"sinks", o.sinks},
-      {"seqused_q", o.seqused_q}, {"seqused_k", o.seqused_k}, {"q_descale", o.q_descale},
-      {"k_descale", o.k_descale}, {"v_descale", o.v_descale},
-#define HFA_ATTENTION_OPTION(kind, name, ...) HFA_IF_VECTOR_##kind({#name, o.name},)
+  CallTensors tensors;
+  tensors.add("q", args.q);
+  tensors.add("k", args.k);
+  tensors.add("v", args.v);
+  tensors.add("out", args.out, true);
+  tensors.add("lse", args.lse, true);
+  tensors.add("cu_seqlens_q", o.cu_seqlens_q);
+  tensors.add("cu_seqlens_k", o.cu_seqlens_k);
+  tensors.add("sinks", o.sinks);
+  tensors.add("seqused_q", o.seqused_q);
+  tensors.add("seqused_k", o.seqused_k);
+  tensors.add("q_descale", o.q_descale);
+  tensors.add("k_descale", o.k_descale);
+  tensors.add("v_descale", o.v_descale);
+#define HFA_ATTENTION_OPTION(kind, name, ...) HFA_IF_VECTOR_##kind(tensors.add(#name, o.name);)
 #include "hfa/options.def"
-      {"kv_num_blocks", o.kv_num_blocks}, {"kv_indices", o.kv_indices},
-      {"full_kv_num_blocks", o.full_kv_num_blocks}, {"full_kv_indices", o.full_kv_indices},
-      {"kv_mask_bits", o.kv_mask_bits},
-  };
+  add_block_sparse(o, &tensors);
   return check_shared_memory(tensors);
 }
 
 // The same for a backward (which takes no descales).
 Status check_backward_memory(const BackwardArgs& args) {
   const Options& o = *args.options;
-  const CallTensor tensors[] = {
-      {"dout", args.dout}, {"q", args.q}, {"k", args.k}, {"v", args.v}, {"out", args.out},
-      {"lse", args.lse}, {"dq", args.dq, true}, {"dk", args.dk, true}, {"dv", args.dv, true},
-      {"cu_seqlens_q", o.cu_seqlens_q}, {"cu_seqlens_k", o.cu_seqlens_k}, {"sinks", o.sinks},
-      {"seqused_q", o.seqused_q}, {"seqused_k", o.seqused_k}, {"dsinks", o.dsinks, true},
-      {"softmax_d", o.softmax_d},
-#define HFA_ATTENTION_OPTION(kind, name, ...) HFA_IF_VECTOR_##kind({#name, o.name},)
+  CallTensors tensors;
+  tensors.add("dout", args.dout);
+  tensors.add("q", args.q);
+  tensors.add("k", args.k);
+  tensors.add("v", args.v);
+  tensors.add("out", args.out);
+  tensors.add("lse", args.lse);
+  tensors.add("dq", args.dq, true);
+  tensors.add("dk", args.dk, true);
+  tensors.add("dv", args.dv, true);
+  tensors.add("cu_seqlens_q", o.cu_seqlens_q);
+  tensors.add("cu_seqlens_k", o.cu_seqlens_k);
+  tensors.add("sinks", o.sinks);
+  tensors.add("seqused_q", o.seqused_q);
+  tensors.add("seqused_k", o.seqused_k);
+  tensors.add("dsinks", o.dsinks, true);
+  tensors.add("softmax_d", o.softmax_d);
+#define HFA_ATTENTION_OPTION(kind, name, ...) HFA_IF_VECTOR_##kind(tensors.add(#name, o.name);)
 #include "hfa/options.def"
-      {"kv_num_blocks", o.kv_num_blocks}, {"kv_indices", o.kv_indices},
-      {"full_kv_num_blocks", o.full_kv_num_blocks}, {"full_kv_indices", o.full_kv_indices},
-      {"kv_mask_bits", o.kv_mask_bits},
-  };
+  add_block_sparse(o, &tensors);
   return check_shared_memory(tensors);
 }
 
@@ -627,12 +649,15 @@ Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardPr
   if (args.lse != nullptr)
     HFA_RETURN_IF_ERROR(check_lse("lse", args.lse, core, batch, varlen.cu_q != nullptr, true));
   if (options.accumulate) HFA_RETURN_IF_ERROR(check_accumulate(args, core, purpose));
-  *problem = forward_problem_of(core, varlen, args.lse, options);
+  fill_forward_problem(core, varlen, args.lse, options, problem);
   HFA_RETURN_IF_ERROR(attach_vectors(options, HFA_CALL_FORWARD, vector_dims(core, varlen),
                                      *args.q, &problem->vectors));
   HFA_RETURN_IF_ERROR(attach_block_sparse(options, *args.q, problem));
   HFA_RETURN_IF_ERROR(attach_descales(options, *args.q, problem));
-  return purpose == Purpose::run ? check_forward_memory(args) : Status::ok();
+  // A call with no query rows writes no byte (out and lse have none), so no memory of its can
+  // overlap: the rule holds without its pairs (an empty batch's call).
+  if (purpose != Purpose::run || forward_is_empty(*problem)) return Status::ok();
+  return check_forward_memory(args);
 }
 
 Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
@@ -659,7 +684,6 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
     return not_supported("q: FP8 backward is not supported (e4m3 inputs are forward only)");
   const bool is_varlen = varlen.cu_q != nullptr;
 
-  *problem = BackwardProblem{};
   if (run) {
     const int64_t batch = is_varlen ? varlen.batch : core.q.extent[kBatch];
     HFA_RETURN_IF_ERROR(check_lse("lse", args.lse, core, batch, is_varlen, false));
@@ -705,13 +729,15 @@ Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
       problem->dsinks = static_cast<float*>(options.dsinks->data);
     }
   }
-  problem->fwd = forward_problem_of(core, varlen, run ? args.lse : nullptr, options);
+  fill_forward_problem(core, varlen, run ? args.lse : nullptr, options, &problem->fwd);
   HFA_RETURN_IF_ERROR(attach_vectors(options, HFA_CALL_BACKWARD, vector_dims(core, varlen),
                                      *args.q, &problem->fwd.vectors));
   HFA_RETURN_IF_ERROR(attach_block_sparse(options, *args.q, &problem->fwd));
   // Rejects any descale: the inputs are not e4m3.
   HFA_RETURN_IF_ERROR(attach_descales(options, *args.q, &problem->fwd));
-  return run ? check_backward_memory(args) : Status::ok();
+  // Nothing written (no query or key rows, no dsinks: backward_is_empty): no overlap to find.
+  if (!run || backward_is_empty(*problem)) return Status::ok();
+  return check_backward_memory(args);
 }
 
 Status check_workspace(std::size_t needed, const void* workspace, std::size_t workspace_bytes) {

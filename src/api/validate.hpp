@@ -35,6 +35,9 @@ struct BackwardArgs {
 // What the call is for: a size query has only q, k, v and the options.
 enum class Purpose { run, workspace_query };
 
+// `problem` is default-constructed (a fresh PreparedCall's, a local): it is filled where it lies,
+// with no copy of a whole problem (several hundred bytes) per call. On failure it is partly
+// filled, and nothing runs it.
 Status build_forward_problem(const ForwardArgs& args, Purpose purpose, ForwardProblem* problem);
 Status build_backward_problem(const BackwardArgs& args, Purpose purpose,
                               BackwardProblem* problem);

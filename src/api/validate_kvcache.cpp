@@ -428,18 +428,27 @@ Status check_kvcache_memory(const KVCacheArgs& args, const KVCacheProblem& p) {
   // An MLA append writes one cache, k_cache, whose view v_cache is (the one operation the rule
   // lets share an output's bytes): v_cache is then not a tensor of its own.
   const bool view_append = append && p.v_new == nullptr;
-  const CallTensor tensors[] = {
-      {"q", args.q}, {"k_cache", args.k_cache, append},
-      {"v_cache", view_append ? nullptr : args.v_cache, append},
-      {"out", args.out, true}, {"lse", args.lse, true}, {"cache_seqlens", o.cache_seqlens},
-      {"block_table", o.block_table}, {"k_scale", o.k_scale, scales_written},
-      {"v_scale", o.v_scale, scales_written}, {"k_global_scale", o.k_global_scale},
-      {"v_global_scale", o.v_global_scale}, {"k_new", o.k_new}, {"v_new", o.v_new},
-      {"rotary_cos", o.rotary_cos}, {"rotary_sin", o.rotary_sin}, {"cu_seqlens_q", o.cu_seqlens_q},
-      {"cu_seqlens_k_new", o.cu_seqlens_k_new}, {"indices", o.indices},
-#define HFA_KVCACHE_OPTION(kind, name, ...) HFA_IF_VECTOR_##kind({#name, o.name},)
+  CallTensors tensors;
+  tensors.add("q", args.q);
+  tensors.add("k_cache", args.k_cache, append);
+  if (!view_append) tensors.add("v_cache", args.v_cache, append);
+  tensors.add("out", args.out, true);
+  tensors.add("lse", args.lse, true);
+  tensors.add("cache_seqlens", o.cache_seqlens);
+  tensors.add("block_table", o.block_table);
+  tensors.add("k_scale", o.k_scale, scales_written);
+  tensors.add("v_scale", o.v_scale, scales_written);
+  tensors.add("k_global_scale", o.k_global_scale);
+  tensors.add("v_global_scale", o.v_global_scale);
+  tensors.add("k_new", o.k_new);
+  tensors.add("v_new", o.v_new);
+  tensors.add("rotary_cos", o.rotary_cos);
+  tensors.add("rotary_sin", o.rotary_sin);
+  tensors.add("cu_seqlens_q", o.cu_seqlens_q);
+  tensors.add("cu_seqlens_k_new", o.cu_seqlens_k_new);
+  tensors.add("indices", o.indices);
+#define HFA_KVCACHE_OPTION(kind, name, ...) HFA_IF_VECTOR_##kind(tensors.add(#name, o.name);)
 #include "hfa/options.def"
-  };
   return check_shared_memory(tensors);
 }
 
@@ -602,7 +611,7 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
   HFA_RETURN_IF_ERROR(check_same_device("v_cache", v, q));
   HFA_RETURN_IF_ERROR(check_same_device("out", out, q));
 
-  KVCacheProblem p;
+  KVCacheProblem& p = *problem;  // default-constructed: filled where it lies (no copy)
   copy_values(o, &p);
   HFA_RETURN_IF_ERROR(cache_format(q, k, o, &p.format));
 
@@ -737,7 +746,6 @@ Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCachePr
   } else if (p.validate && purpose == Purpose::run) {
     HFA_RETURN_IF_ERROR(check_kvcache_values_on_device(p));
   }
-  *problem = p;
   return Status::ok();
 }
 

@@ -21,7 +21,8 @@ struct KVCacheArgs {
 inline constexpr int32_t kMaxKVSplits = HFA_MAX_KVCACHE_SPLITS;
 
 // A workspace query's out is a stand-in (over q's memory): it writes nothing, so the memory rule
-// (overlap.hpp) is left to the call itself.
+// (overlap.hpp) is left to the call itself. `problem` is default-constructed and filled where it
+// lies, as build_forward_problem's (validate.hpp).
 Status build_kvcache_problem(const KVCacheArgs& args, Purpose purpose, KVCacheProblem* problem);
 
 // The varlen offsets well formed, each length within the cache's capacity (and the rotary
