@@ -4,7 +4,7 @@
 #include <memory>
 #include <new>
 
-#include <unistd.h>
+#include <pthread.h>
 
 #include "common/environment.hpp"
 
@@ -22,20 +22,42 @@ struct AlignedDelete {
   void operator()(float* block) const { ::operator delete[](block, kScratchAlignment); }
 };
 
+// The process's pool, made on first use. A child made by fork() has none of its parent's threads
+// (Python's multiprocessing does this), so it gets a pool of its own: the fork handlers below
+// forget the parent's there (its copy is left alone, as its locks may have been taken at the
+// fork). A call then reads one pointer: no getpid() per call (a system call, about a tenth of a
+// microsecond) to tell a child from its parent. Pools are never destroyed: workers blocked in a
+// wait end with the process, and no call can outlive the pool it uses.
+std::mutex pool_mutex;  // held while a pool is made, and across a fork
+std::atomic<ThreadPool*> process_pool{nullptr};
+
+// pthread_atfork's handlers: the mutex is held across fork(), so that the child never starts
+// with it taken by a thread it does not have.
+void lock_pool_before_fork() { pool_mutex.lock(); }
+void unlock_pool_in_parent() { pool_mutex.unlock(); }
+void forget_pool_in_child() {
+  process_pool.store(nullptr, std::memory_order_relaxed);
+  pool_mutex.unlock();
+}
+
+bool register_fork_handlers() {
+  // Only out of memory fails it; the throw reaches the API's guard, and the next call tries again.
+  if (pthread_atfork(lock_pool_before_fork, unlock_pool_in_parent, forget_pool_in_child) != 0)
+    throw std::bad_alloc();
+  return true;
+}
+
 }  // namespace
 
 ThreadPool& ThreadPool::shared() {
-  // One pool per process. A child made by fork() has none of its parent's threads (Python's
-  // multiprocessing does this), so it gets its own pool; the parent's copy is left alone, as its
-  // locks may have been taken at the fork. Pools are never destroyed: workers blocked in a wait
-  // end with the process, and no call can outlive the pool it uses.
-  static std::mutex mutex;
-  static ThreadPool* pool = nullptr;
-  static pid_t owner = 0;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (pool == nullptr || owner != getpid()) {
+  if (ThreadPool* pool = process_pool.load(std::memory_order_acquire)) return *pool;
+  std::lock_guard<std::mutex> lock(pool_mutex);
+  static const bool fork_handlers_registered = register_fork_handlers();
+  (void)fork_handlers_registered;
+  ThreadPool* pool = process_pool.load(std::memory_order_relaxed);
+  if (pool == nullptr) {
     pool = new ThreadPool(default_thread_count());
-    owner = getpid();
+    process_pool.store(pool, std::memory_order_release);
   }
   return *pool;
 }
