@@ -33,9 +33,11 @@
 #include <torch/library.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <iterator>
 #include <optional>
 #include <string>
@@ -84,20 +86,23 @@ Tensor usable_strides(const Tensor& t) {
 }
 
 hfa_tensor view(const Tensor& t, hfa_dtype code, const char* name) {
-  TORCH_CHECK_VALUE(t.dim() <= HFA_MAX_RANK, name, ": rank ", t.dim(), " is more than ",
+  // The shape, strides and device read once each (a call makes a view of every tensor it has).
+  const at::IntArrayRef shape = t.sizes(), strides = t.strides();
+  const c10::Device device = t.device();
+  TORCH_CHECK_VALUE(shape.size() <= HFA_MAX_RANK, name, ": rank ", shape.size(), " is more than ",
                     HFA_MAX_RANK);
-  TORCH_CHECK_VALUE(t.is_cpu() || t.is_cuda(), name, ": device ", t.device(),
+  TORCH_CHECK_VALUE(device.is_cpu() || device.is_cuda(), name, ": device ", device,
                     " is not supported (cpu or cuda)");
   hfa_tensor v{};
   v.data = t.data_ptr();
   v.dtype = code;
-  v.rank = static_cast<int32_t>(t.dim());
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    v.shape[d] = t.size(d);
-    v.stride[d] = t.stride(d);
+  v.rank = static_cast<int32_t>(shape.size());
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    v.shape[d] = shape[d];
+    v.stride[d] = strides[d];
   }
-  v.device = t.is_cuda() ? HFA_CUDA : HFA_CPU;
-  v.device_index = t.is_cuda() ? t.get_device() : 0;
+  v.device = device.is_cuda() ? HFA_CUDA : HFA_CPU;
+  v.device_index = device.is_cuda() ? device.index() : 0;
   return v;
 }
 
@@ -257,11 +262,15 @@ void check(hfa_status status) {
   }
 }
 
+[[noreturn, gnu::cold, gnu::noinline]] void not_int32(int64_t value, const char* name) {
+  TORCH_CHECK_VALUE(false, name, ": ", value, " does not fit the C ABI's int32");
+  std::abort();  // not reached: TORCH_CHECK_VALUE threw
+}
+
 // An int argument of the schema as the C ABI's int32, rejected rather than wrapped when it does
-// not fit.
-int32_t to_int32(int64_t value, const char* name) {
-  TORCH_CHECK_VALUE(value >= INT32_MIN && value <= INT32_MAX, name, ": ", value,
-                    " does not fit the C ABI's int32");
+// not fit. Inline, the message apart: a call converts five to nine of them.
+inline int32_t to_int32(int64_t value, const char* name) {
+  if (value < INT32_MIN || value > INT32_MAX) [[unlikely]] not_int32(value, name);
   return static_cast<int32_t>(value);
 }
 
@@ -285,6 +294,18 @@ void prepare_and_run(const Tensor& like, Prepare prepare) {
   if (bytes > 0)
     scratch = at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
   check(hfa_run(&call, bytes > 0 ? scratch.data_ptr() : nullptr, bytes));
+}
+
+// The options structs as hfa_default_*options() starts them, asked of libhfa once: a call copies
+// them rather than crossing into the library (and filling the struct there) again.
+const hfa_options& default_options() {
+  static const hfa_options defaults = hfa_default_options();
+  return defaults;
+}
+
+const hfa_kvcache_options& default_kvcache_options() {
+  static const hfa_kvcache_options defaults = hfa_default_kvcache_options();
+  return defaults;
 }
 
 // A SCALE option's two fields (hfa/options.def); None leaves the default (no value).
@@ -314,6 +335,10 @@ at::ScalarType out_dtype(const Tensor& q) {
 
 struct BlockSparseArgs {
   OptTensor kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices, kv_mask_bits;
+  bool any() const {
+    return given(kv_num_blocks) || given(kv_indices) || given(full_kv_num_blocks) ||
+           given(full_kv_indices) || given(kv_mask_bits);
+  }
 };
 const BlockSparseArgs kNoBlockSparse;
 
@@ -369,7 +394,7 @@ struct AttentionViews {
 
   // cu_seqlens_q without cu_seqlens_k, or the other way round, is the library's to name.
   hfa_options options(const AttentionArgs& a, const Tensor& q) const {
-    hfa_options o = hfa_default_options();
+    hfa_options o = default_options();
     set_scale(o.has_softmax_scale, o.softmax_scale, a.softmax_scale);
     o.causal = a.causal ? 1 : 0;
     o.window_left = to_int32(a.window_left, "window_left");
@@ -396,6 +421,7 @@ struct Fp8Args {
   const OptTensor& k_descale;
   const OptTensor& v_descale;
   int64_t block_q, block_kv;
+  bool any_descale() const { return given(q_descale) || given(k_descale) || given(v_descale); }
 };
 
 // The descales' views, alive for one call, with their strides as given: libhfa reads broadcast
@@ -407,12 +433,10 @@ struct Fp8Views {
         k(a.k_descale, "k_descale", Strides::as_given),
         v(a.v_descale, "v_descale", Strides::as_given) {}
 
-  void apply(const Fp8Args& a, hfa_options& o) const {
+  void apply(hfa_options& o) const {
     o.q_descale = q.get();
     o.k_descale = k.get();
     o.v_descale = v.get();
-    o.descale_block_q = to_int32(a.block_q, "descale_block_q");
-    o.descale_block_kv = to_int32(a.block_kv, "descale_block_kv");
   }
 };
 
@@ -434,9 +458,14 @@ void forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const T
   AttentionViews views(a);
   hfa_options o = views.options(a, q);
   const VectorViews table_vectors(a.vectors, HFA_OPTIONS_ATTENTION, o);
-  const BlockSparseViews block_sparse(a.sparse, o);
-  Fp8Views descales(fp8);
-  descales.apply(fp8, o);
+  // The block-sparse lists and the descales are views only where given (a plain call has none:
+  // the options keep their nulls, and no view is made and dropped).
+  std::optional<BlockSparseViews> block_sparse;
+  if (a.sparse.any()) block_sparse.emplace(a.sparse, o);
+  std::optional<Fp8Views> descales;
+  if (fp8.any_descale()) descales.emplace(fp8).apply(o);
+  o.descale_block_q = to_int32(fp8.block_q, "descale_block_q");
+  o.descale_block_kv = to_int32(fp8.block_kv, "descale_block_kv");
   set_scalars(a.scalars, HFA_OPTIONS_ATTENTION, o);
   const hfa_tensor qt = view(q, "q"), kt = view(k, "k"), vt = view(v, "v");
   const hfa_tensor ot = view(out, "out");
@@ -460,12 +489,23 @@ Tensor empty_lse(const Tensor& q, bool varlen, bool rows_may_stay_unwritten) {
   return rows_may_stay_unwritten ? at::full(shape, -INFINITY, f32) : at::empty(shape, f32);
 }
 
+// An output's shape: q's (rank 3 or 4, check_rank's) with the last extent `last`, kept on the
+// stack (a vector would be a heap allocation a call).
+struct OutShape {
+  std::array<int64_t, HFA_MAX_RANK> extents{};
+  std::size_t rank = 0;
+  OutShape(const Tensor& q, int64_t last) : rank(q.sizes().size()) {
+    std::copy(q.sizes().begin(), q.sizes().end() - 1, extents.begin());
+    extents[rank - 1] = last;
+  }
+  operator at::IntArrayRef() const { return {extents.data(), rank}; }
+};
+
 // The output of a forward: zeros where rows may stay unwritten (beyond seqused_q).
 Tensor new_out(const Tensor& q, const Tensor& v, bool varlen, bool rows_may_stay_unwritten) {
   check_rank(q, "q", varlen);
   check_rank(v, "v", varlen);
-  std::vector<int64_t> out_shape = q.sizes().vec();
-  out_shape.back() = v.size(-1);
+  const OutShape out_shape(q, v.size(-1));
   at::TensorOptions out_options = q.options().dtype(out_dtype(q));
   return rows_may_stay_unwritten ? at::zeros(out_shape, out_options)
                                  : at::empty(out_shape, out_options);
@@ -544,7 +584,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> bwd(
   AttentionViews views(a);
   hfa_options o = views.options(a, q);
   const VectorViews table_vectors(a.vectors, HFA_OPTIONS_ATTENTION, o);
-  const BlockSparseViews block_sparse(a.sparse, o);
+  std::optional<BlockSparseViews> block_sparse;  // as the forward's: views only where given
+  if (a.sparse.any()) block_sparse.emplace(a.sparse, o);
   set_scalars(a.scalars, HFA_OPTIONS_ATTENTION, o);
   hfa_tensor dsinks_view;
   if (sinks) {
@@ -749,7 +790,7 @@ void forward_kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_
       k_new(a.k_new, "k"), v_new(a.v_new, "v"), cos_table(a.rotary_cos, "rotary_cos"),
       sin_table(a.rotary_sin, "rotary_sin"), cu_q(a.cu_seqlens_q, "cu_seqlens_q"),
       cu_k_new(a.cu_seqlens_k_new, "cu_seqlens_k_new");
-  hfa_kvcache_options o = hfa_default_kvcache_options();
+  hfa_kvcache_options o = default_kvcache_options();
   o.cache_seqlens = seqlens.get();
   o.indices = indices.get();
   o.block_table = table.get();
@@ -815,8 +856,7 @@ std::tuple<Tensor, Tensor> fwd_kvcache(HFA_KVCACHE_PARAMETERS) {
   bool varlen = cu_seqlens_q.has_value();
   check_rank(q, "q", varlen);
   TORCH_CHECK_VALUE(v_cache.dim() == 4, "v_cache: expected rank 4, got shape ", v_cache.sizes());
-  std::vector<int64_t> out_shape = q.sizes().vec();
-  out_shape.back() = v_cache.size(-1) * (cache_code == HFA_FP4_E2M1X2 ? 2 : 1);
+  const OutShape out_shape(q, v_cache.size(-1) * (cache_code == HFA_FP4_E2M1X2 ? 2 : 1));
   Tensor out = at::empty(out_shape, q.options());
   Tensor lse = kvcache_lse(q, varlen);
   forward_kvcache(q, k_cache, v_cache, out, &lse, HFA_KVCACHE_ARGUMENTS);
@@ -891,8 +931,7 @@ Tensor kvcache_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v
                      ": hfa::kvcache_attention reads a cache of q's dtype ", q.scalar_type(),
                      ", got ", cache->scalar_type(), " (quantized caches: hfa::fwd_kvcache)");
   }
-  std::vector<int64_t> out_shape = q.sizes().vec();
-  out_shape.back() = v_cache.size(-1);
+  const OutShape out_shape(q, v_cache.size(-1));
   Tensor out = at::empty(out_shape, q.options());
   const OptTensor seqlens = cache_seqlens;
   const KVCacheArgs a{dtype_of(q, "q"), HFA_F32, seqlens, block_table, kNone, kNone,
