@@ -15,7 +15,7 @@ use (HFA_LIBRARY, then next to this package, then the checkout's build/*/src/).
 import re
 import sys
 
-from . import _args, _block_mask, _lib
+from . import _args, _block_mask, _kvcache, _lib
 from ._lib import (HfaError, HfaInvalidArgument, HfaNotSupported, candidate_paths,
                    cuda_device_count, library_path, version)
 from ._merge import merge_partials
@@ -166,7 +166,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
                                   q_descale, k_descale, v_descale, descale_block_q,
                                   descale_block_kv, sm_margin, options)
     _no_descales_for_numpy(q_descale, k_descale, v_descale, descale_block_q, descale_block_kv)
-    from . import _kvcache, _numpy
+    from . import _numpy
     _numpy.check_out(out)
     result, lse = _kvcache.into(out, *_numpy.forward(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
@@ -198,9 +198,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         window_size, softmax_scale, softcap, causal, sm_margin)
     deterministic = _args.flag(deterministic, "deterministic")
     return_attn_probs = _args.flag(return_attn_probs, "return_attn_probs")
-    max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
-    max_seqlen_k = _args.integer(max_seqlen_k, "max_seqlen_k", none_ok=True)
-    num_splits = _args.integer(num_splits, "num_splits")
+    max_seqlen_q, max_seqlen_k, num_splits = _args.varlen_integers(max_seqlen_q, max_seqlen_k,
+                                                                   num_splits)
     descale_block_q, descale_block_kv = _args.descale_blocks(descale_block_q, descale_block_kv)
     if s_aux is not None:
         if learnable_sink is not None:
@@ -233,10 +232,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         return fe.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                          max_seqlen_k, softmax_scale, causal, window_size,
                                          softcap, deterministic, return_attn_probs, seqused_q,
-                                         seqused_k, learnable_sink, out, *fp8,
-                                         sm_margin=sm_margin, options=options)
+                                         seqused_k, learnable_sink, out, *fp8, sm_margin,
+                                         options)
     _no_descales_for_numpy(*fp8)
-    from . import _kvcache, _numpy
+    from . import _numpy
     _numpy.check_out(out)
     result, lse = _kvcache.into(out, *_numpy.forward(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
@@ -373,17 +372,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     """
     window_size, softmax_scale, softcap, causal, sm_margin = _args.attention_scalars(
         window_size, softmax_scale, softcap, causal, sm_margin)
-    rotary_interleaved = _args.flag(rotary_interleaved, "rotary_interleaved")
-    return_softmax_lse = _args.flag(return_softmax_lse, "return_softmax_lse")
-    num_splits = _args.integer(num_splits, "num_splits")
-    split_size = _args.integer(split_size, "split_size")
-    max_seqlen_q = _args.integer(max_seqlen_q, "max_seqlen_q", none_ok=True)
-    cache_seqlens = _args.lengths(cache_seqlens, "cache_seqlens")
+    rotary_interleaved, return_softmax_lse, num_splits, split_size, max_seqlen_q = (
+        _args.kvcache_scalars(rotary_interleaved, return_softmax_lse, num_splits, split_size,
+                              max_seqlen_q))
     fe = _frontend(q)
+    if fe is None or type(cache_seqlens) is not fe.Tensor:  # a tensor of lengths is taken as is
+        cache_seqlens = _args.lengths(cache_seqlens, "cache_seqlens")
     options = _args.options(options, _lib.KVCacheOptions, _lib.CALL_KVCACHE) if options else None
-    if (fe is not None and fe.NATIVE
+    if (fe is not None and fe.NATIVE and k is None and v is None
             and not (return_softmax_lse or attention_chunk or split_size or sm_margin or options)
-            and _all_none(k, v, qv, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad,
+            and _all_none(qv, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad,
                           cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, rotary_seqlens,
                           q_descale, k_descale, v_descale, scheduler_metadata, k_scale, v_scale,
                           k_global_scale, v_global_scale, out)
@@ -399,28 +397,21 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         except (ValueError, TypeError, NotImplementedError) as e:
             _rename_arguments(e, _table_names(page_table))
             raise
-    from . import _kvcache
-    _kvcache.check_not_yet(attention_chunk, qv=qv, cache_batch_idx=cache_batch_idx,
-                           cache_leftpad=cache_leftpad, rotary_seqlens=rotary_seqlens,
-                           scheduler_metadata=scheduler_metadata)
+    _kvcache.check_not_yet(attention_chunk, qv, cache_batch_idx, cache_leftpad, rotary_seqlens,
+                           scheduler_metadata)
     k_scale, v_scale = _kvcache.scales_from_descales(q, k_cache, k_scale, v_scale, q_descale,
                                                      k_descale, v_descale)
     if block_table is not None and page_table is not None:
         raise ValueError("page_table, block_table: give one (they are the same argument)")
-    kw = dict(cache_seqlens=cache_seqlens,
-              page_table=page_table if page_table is not None else block_table,
-              k_scale=k_scale, v_scale=v_scale, k_global_scale=k_global_scale,
-              v_global_scale=v_global_scale, softmax_scale=softmax_scale, causal=causal,
-              window_size=window_size, softcap=softcap, num_splits=num_splits, k=k, v=v,
-              rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-              rotary_interleaved=rotary_interleaved, split_size=split_size,
-              cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
-              cu_seqlens_k_new=cu_seqlens_k_new, sm_margin=sm_margin, options=options)
+    forward = _kvcache.numpy_forward if fe is None else _kvcache.torch_forward
     try:
-        if fe is not None:
-            out, lse = _kvcache.torch_forward(q, k_cache, v_cache, out, **kw)
-        else:
-            out, lse = _kvcache.numpy_forward(q, k_cache, v_cache, out, **kw)
+        # Positional, in the front ends' order (hfa._kvcache says why).
+        out, lse = forward(q, k_cache, v_cache, out, cache_seqlens,
+                           page_table if page_table is not None else block_table, k_scale,
+                           v_scale, k_global_scale, v_global_scale, k, v, rotary_cos, rotary_sin,
+                           rotary_interleaved, cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new,
+                           softmax_scale, causal, window_size, softcap, num_splits, split_size,
+                           sm_margin, options)
     except (ValueError, TypeError, NotImplementedError) as e:
         _rename_arguments(e, _table_names(page_table))
         raise

@@ -119,11 +119,14 @@ def sm_margin(value, name: str = "sm_margin") -> int:
     return integer(value, name)
 
 
+_NO_DESCALE_BLOCKS = (0, 0)
+
+
 def descale_blocks(block_q, block_kv) -> tuple:
     """(descale_block_q, descale_block_kv) checked by integer's rules; the usual call (no FP8
     blocks, two int zeros) in one test."""
     if type(block_q) is int and type(block_kv) is int and block_q == block_kv == 0:
-        return block_q, block_kv
+        return _NO_DESCALE_BLOCKS  # the same values, and no tuple made a call
     return integer(block_q, "descale_block_q"), integer(block_kv, "descale_block_kv")
 
 
@@ -140,6 +143,34 @@ def attention_scalars(window_size, softmax_scale, softcap, causal, sm_margin) ->
         return window_size, softmax_scale, softcap, causal, sm_margin
     return (window(window_size), real(softmax_scale, "softmax_scale", none_ok=True),
             real(softcap, "softcap"), flag(causal, "causal"), integer(sm_margin, "sm_margin"))
+
+
+def varlen_integers(max_seqlen_q, max_seqlen_k, num_splits) -> tuple:
+    """flash_attn_varlen_func's own integers, (max_seqlen_q, max_seqlen_k, num_splits) checked
+    by integer's rules (the lengths may be None); the usual call's (int lengths that fit the C
+    ABI's int32, INTEGERS' range for both, and no splits) in one test, as attention_scalars'."""
+    if (type(max_seqlen_q) is int and type(max_seqlen_k) is int and type(num_splits) is int
+            and num_splits == 0 and INT32_MIN <= max_seqlen_q <= INT32_MAX
+            and INT32_MIN <= max_seqlen_k <= INT32_MAX):
+        return max_seqlen_q, max_seqlen_k, num_splits
+    return (integer(max_seqlen_q, "max_seqlen_q", none_ok=True),
+            integer(max_seqlen_k, "max_seqlen_k", none_ok=True), integer(num_splits, "num_splits"))
+
+
+def kvcache_scalars(rotary_interleaved, return_softmax_lse, num_splits, split_size,
+                    max_seqlen_q) -> tuple:
+    """flash_attn_with_kvcache's own scalars, (rotary_interleaved, return_softmax_lse,
+    num_splits, split_size, max_seqlen_q) checked and normalized by flag's and integer's rules
+    (max_seqlen_q may be None); the usual call's (bools, the defaults of the others) in one
+    test, as attention_scalars'."""
+    if (type(rotary_interleaved) is bool and type(return_softmax_lse) is bool
+            and type(num_splits) is int and type(split_size) is int
+            and num_splits == split_size == 0 and max_seqlen_q is None):
+        return rotary_interleaved, return_softmax_lse, num_splits, split_size, max_seqlen_q
+    return (flag(rotary_interleaved, "rotary_interleaved"),
+            flag(return_softmax_lse, "return_softmax_lse"), integer(num_splits, "num_splits"),
+            integer(split_size, "split_size"),
+            integer(max_seqlen_q, "max_seqlen_q", none_ok=True))
 
 
 def real(value, name: str, none_ok: bool = False):

@@ -23,12 +23,19 @@ from . import _lib
 # than silently computing something else.
 _NOT_YET = ("qv", "cache_batch_idx", "cache_leftpad", "rotary_seqlens", "scheduler_metadata")
 
-def check_not_yet(attention_chunk, **given):
-    for name in _NOT_YET:
-        if given.get(name) is not None:
-            hint = ""
+def check_not_yet(attention_chunk, qv, cache_batch_idx, cache_leftpad, rotary_seqlens,
+                  scheduler_metadata):
+    """NotImplementedError naming the first of _NOT_YET given (the arguments in its order), or a
+    nonzero attention_chunk."""
+    if (qv is None and cache_batch_idx is None and cache_leftpad is None
+            and rotary_seqlens is None and scheduler_metadata is None
+            and not attention_chunk):  # the usual call: one test
+        return
+    given = (qv, cache_batch_idx, cache_leftpad, rotary_seqlens, scheduler_metadata)
+    for name, value in zip(_NOT_YET, given):
+        if value is not None:
             raise NotImplementedError(f"flash_attn_with_kvcache: {name} is not supported by hfa "
-                                      f"yet{hint}")
+                                      f"yet")
     if attention_chunk:
         raise NotImplementedError("flash_attn_with_kvcache: attention_chunk is not supported by "
                                   "hfa yet")
@@ -95,13 +102,14 @@ def _cache_codes(cache_kind: str, scale_kind, has_global: bool):
     raise TypeError("k_scale: expected float32 (FP8 cache) or uint8 / float8 (FP4 block scales)")
 
 
-def resolve(q, k_cache, v_cache, *, kind_of, full_seqlens, longest_sequence, cache_seqlens,
+def resolve(q, k_cache, v_cache, kind_of, full_seqlens, longest_sequence, cache_seqlens,
             page_table, k_scale, k_global_scale, cu_seqlens_q, max_seqlen_q):
     """What a call means before any view is made: (cache dtype code, scale dtype code,
     cache_seqlens as a vector, max_seqlen_q, batch). kind_of(a, name) -> a kind of
     _cache_codes (TypeError naming the argument for what is no array of the front end's);
-    full_seqlens(batch, length) makes an int32 vector on q's device; longest_sequence(cu_seqlens)
-    the most rows of a sequence (a host read of the offsets)."""
+    full_seqlens(q, batch, length) makes an int32 vector on q's device;
+    longest_sequence(cu_seqlens) the most rows of a sequence (a host read of the offsets).
+    Positional, as the front ends' calls: a keyword costs more to pass than most checks here."""
     varlen = cu_seqlens_q is not None
     if varlen and q.ndim != 3:
         raise ValueError(f"q: expected rank 3 (total_q, heads_q, headdim) with cu_seqlens_q, got "
@@ -131,7 +139,7 @@ def resolve(q, k_cache, v_cache, *, kind_of, full_seqlens, longest_sequence, cac
     else:
         batch = int(q.shape[0])
     if isinstance(cache_seqlens, int):  # checked by hfa._args.integer
-        cache_seqlens = full_seqlens(batch, cache_seqlens)
+        cache_seqlens = full_seqlens(q, batch, cache_seqlens)
     elif cache_seqlens is None:
         # FlashAttention's default: the whole cache (every page of the table).
         if page_table is not None:
@@ -141,7 +149,7 @@ def resolve(q, k_cache, v_cache, *, kind_of, full_seqlens, longest_sequence, cac
                                  f"{tuple(page_table.shape)}")
         capacity = (int(page_table.shape[1]) * int(k_cache.shape[1]) if page_table is not None
                     else int(k_cache.shape[1]))
-        cache_seqlens = full_seqlens(batch, capacity)
+        cache_seqlens = full_seqlens(q, batch, capacity)
     return cache_code, scale_code, cache_seqlens, max_seqlen_q, batch
 
 
@@ -159,10 +167,8 @@ def run(q, k_cache, v_cache, *, kind_of, view, alloc_out, alloc_lse, full_seqlen
     alloc_workspace(bytes) -> (kept, address) the split partials' scratch (GPU). options: the
     rows given by their caller names ({field: value}, hfa._args.options)."""
     cache_code, scale_code, cache_seqlens, max_seqlen_q, batch = resolve(
-        q, k_cache, v_cache, kind_of=kind_of, full_seqlens=full_seqlens,
-        longest_sequence=longest_sequence, cache_seqlens=cache_seqlens, page_table=page_table,
-        k_scale=k_scale, k_global_scale=k_global_scale, cu_seqlens_q=cu_seqlens_q,
-        max_seqlen_q=max_seqlen_q)
+        q, k_cache, v_cache, kind_of, full_seqlens, longest_sequence, cache_seqlens, page_table,
+        k_scale, k_global_scale, cu_seqlens_q, max_seqlen_q)
     varlen = cu_seqlens_q is not None
     if varlen:
         total_q, heads_q = int(q.shape[0]), int(q.shape[1])
@@ -219,9 +225,19 @@ def run(q, k_cache, v_cache, *, kind_of, view, alloc_out, alloc_lse, full_seqlen
     return out, lse
 
 
-# --- numpy -------------------------------------------------------------------------------------
+# --- the front ends ----------------------------------------------------------------------------
+#
+# numpy_forward and torch_forward take the call's arguments positionally, in one order (their
+# parameters'), the order of hfa._torch.forward_kvcache's after the cache codes: this is the
+# per-call path, and binding a keyword costs Python 3.11 some 60 ns, a few microseconds over a
+# call's two dozen (bench/cpu_host_cost.py). hfa.flash_attn_with_kvcache has checked and
+# normalized the scalars.
 
-def numpy_forward(q, k_cache, v_cache, out=None, **kw):
+def numpy_forward(q, k_cache, v_cache, out, cache_seqlens, page_table, k_scale, v_scale,
+                  k_global_scale, v_global_scale, k, v, rotary_cos, rotary_sin,
+                  rotary_interleaved, cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new,
+                  softmax_scale, causal, window_size, softcap, num_splits, split_size,
+                  sm_margin, options):
     import numpy as np
 
     from . import _numpy
@@ -237,57 +253,92 @@ def numpy_forward(q, k_cache, v_cache, out=None, **kw):
 
     kind_of(q, "q")
     _numpy.check_out(out)
-    return into(out, *run(q, k_cache, v_cache, kind_of=kind_of, view=view,
-               alloc_out=lambda shape: np.empty(shape, dtype=q.dtype),
-               alloc_lse=lambda shape: np.empty(shape, dtype=np.float32),
-               full_seqlens=lambda b, n: np.full((b,), n, dtype=np.int32),
-               alloc_workspace=_numpy.workspace,
-               longest_sequence=lambda cu: int(np.diff(cu).max()), stream=None, **kw))
+    return into(out, *run(
+        q, k_cache, v_cache, kind_of=kind_of, view=view,
+        alloc_out=lambda shape: np.empty(shape, dtype=q.dtype),
+        alloc_lse=lambda shape: np.empty(shape, dtype=np.float32),
+        full_seqlens=lambda like, b, n: np.full((b,), n, dtype=np.int32),
+        alloc_workspace=_numpy.workspace, longest_sequence=lambda cu: int(np.diff(cu).max()),
+        stream=None, cache_seqlens=cache_seqlens, page_table=page_table, k_scale=k_scale,
+        v_scale=v_scale, k_global_scale=k_global_scale, v_global_scale=v_global_scale, k=k, v=v,
+        rotary_cos=rotary_cos, rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved,
+        cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, cu_seqlens_k_new=cu_seqlens_k_new,
+        softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+        num_splits=num_splits, split_size=split_size, sm_margin=sm_margin, options=options))
 
 
-# --- torch -------------------------------------------------------------------------------------
-
-# The keywords of run() that are arrays (cache_seqlens may be an int instead).
-_TENSOR_KEYWORDS = ("cache_seqlens", "page_table", "k_scale", "v_scale", "k_global_scale",
-                    "v_global_scale", "k", "v", "rotary_cos", "rotary_sin", "cu_seqlens_q",
-                    "cu_seqlens_k_new")
+# hfa._torch and hfa._torch_calls (they import torch, which a numpy caller never needs), imported
+# by the first torch call and kept: an import statement costs a call more than its lookups.
+_torch_modules = None
 
 
-def torch_forward(q, k_cache, v_cache, out=None, **kw):
+def _torch_front_end():
+    global _torch_modules
+    if _torch_modules is None:
+        from . import _torch, _torch_calls
+        _torch_modules = _torch, _torch_calls
+    return _torch_modules
+
+
+# The arguments of a call that are tensors or None (cache_seqlens may be an int instead), in the
+# front ends' order.
+_TENSOR_ARGUMENTS = ("cache_seqlens", "page_table", "k_scale", "v_scale", "k_global_scale",
+                     "v_global_scale", "k", "v", "rotary_cos", "rotary_sin", "cu_seqlens_q",
+                     "cu_seqlens_k_new")
+
+
+def torch_forward(q, k_cache, v_cache, out, cache_seqlens, page_table, k_scale, v_scale,
+                  k_global_scale, v_global_scale, k, v, rotary_cos, rotary_sin,
+                  rotary_interleaved, cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new,
+                  softmax_scale, causal, window_size, softcap, num_splits, split_size,
+                  sm_margin, options):
+    _torch, _torch_calls = _torch_modules or _torch_front_end()
+    Tensor = _torch.Tensor
+    if (type(k_cache) is not Tensor or type(v_cache) is not Tensor
+            or (out is not None and type(out) is not Tensor)):
+        _torch.check_tensors(k_cache=k_cache, v_cache=v_cache, out=out)
+    arrays = (cache_seqlens, page_table, k_scale, v_scale, k_global_scale, v_global_scale, k, v,
+              rotary_cos, rotary_sin, cu_seqlens_q, cu_seqlens_k_new)
+    for value in arrays:  # mostly None, the rest tensors: the check that names one is rarely run
+        if value is not None and type(value) is not Tensor:
+            for name, given in zip(_TENSOR_ARGUMENTS, arrays):
+                if given is not None and not isinstance(given, int):
+                    _torch.check_tensors(**{name: given})
+            break
+    if _torch.NATIVE:
+        cache_code, scale_code, cache_seqlens, max_seqlen_q, _ = resolve(
+            q, k_cache, v_cache, _torch_calls.kind_of, _torch_calls.full_lengths,
+            _torch_calls.longest_sequence, cache_seqlens, page_table, k_scale, k_global_scale,
+            cu_seqlens_q, max_seqlen_q)
+        return _torch.forward_kvcache(
+            q, k_cache, v_cache, out, cache_code, scale_code, cache_seqlens, page_table, k_scale,
+            v_scale, k_global_scale, v_global_scale, k, v, rotary_cos, rotary_sin,
+            rotary_interleaved, cu_seqlens_q, 0 if max_seqlen_q is None else max_seqlen_q,
+            cu_seqlens_k_new, softmax_scale, causal, window_size, softcap, num_splits, split_size,
+            sm_margin, options)
     import torch
-
-    from . import _torch, _torch_calls  # loaded already: the caller dispatched a torch tensor
-
-    def kind_of(t, name):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        kind = _torch_calls.KINDS.get(t.dtype)
-        return kind if kind is not None else str(t.dtype)
 
     def view(t, name, bytes_as, written):
         if written:  # the library writes it: the caller's tensor itself, never a copy
             return t, _torch_calls.view_as_is(t, name, bytes_as)
         return _torch_calls.view(t, name, bytes_as)
 
-    _torch.check_tensors(k_cache=k_cache, v_cache=v_cache, out=out)
-    for name in _TENSOR_KEYWORDS:  # None, a tensor, or (cache_seqlens) an int, mostly None
-        value = kw[name]
-        if value is not None and type(value) is not torch.Tensor and not isinstance(value, int):
-            _torch.check_tensors(**{name: value})
-    full_seqlens = lambda b, n: torch.full((b,), n, dtype=torch.int32, device=q.device)  # noqa
-    longest_sequence = lambda cu: int((cu[1:] - cu[:-1]).max().item())  # noqa: E731
-    if _torch.NATIVE:
-        return _native_forward(_torch, q, k_cache, v_cache, out, kind_of, full_seqlens,
-                               longest_sequence, **kw)
     stream = None
     if q.device.type == "cuda":
         stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream).value
-    result = run(q, k_cache, v_cache, kind_of=kind_of, view=view,
-               alloc_out=lambda shape: torch.empty(shape, dtype=q.dtype, device=q.device),
-               alloc_lse=lambda shape: torch.empty(shape, dtype=torch.float32, device=q.device),
-               full_seqlens=full_seqlens,
-               alloc_workspace=lambda n: _torch_calls.workspace(n, q.device),
-               longest_sequence=longest_sequence, stream=stream, **kw)
+    result = run(
+        q, k_cache, v_cache, kind_of=_torch_calls.kind_of, view=view,
+        alloc_out=lambda shape: torch.empty(shape, dtype=q.dtype, device=q.device),
+        alloc_lse=lambda shape: torch.empty(shape, dtype=torch.float32, device=q.device),
+        full_seqlens=_torch_calls.full_lengths,
+        alloc_workspace=lambda n: _torch_calls.workspace(n, q.device),
+        longest_sequence=_torch_calls.longest_sequence, stream=stream,
+        cache_seqlens=cache_seqlens, page_table=page_table, k_scale=k_scale, v_scale=v_scale,
+        k_global_scale=k_global_scale, v_global_scale=v_global_scale, k=k, v=v,
+        rotary_cos=rotary_cos, rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved,
+        cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, cu_seqlens_k_new=cu_seqlens_k_new,
+        softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+        num_splits=num_splits, split_size=split_size, sm_margin=sm_margin, options=options)
     return into(out, *result)
 
 
@@ -300,22 +351,3 @@ def into(out, result, lse):
                          f"got {tuple(out.shape)} {out.dtype}")
     out[...] = result
     return out, lse
-
-
-def _native_forward(_torch, q, k_cache, v_cache, out, kind_of, full_seqlens, longest_sequence,
-                    *, cache_seqlens, page_table, k_scale, v_scale, k_global_scale,
-                    v_global_scale, softmax_scale, causal, window_size, softcap, num_splits,
-                    k=None, v=None, rotary_cos=None, rotary_sin=None, rotary_interleaved=True,
-                    split_size=0, cu_seqlens_q=None, max_seqlen_q=None, cu_seqlens_k_new=None,
-                    sm_margin=0, options=None):
-    cache_code, scale_code, cache_seqlens, max_seqlen_q, _ = resolve(
-        q, k_cache, v_cache, kind_of=kind_of, full_seqlens=full_seqlens,
-        longest_sequence=longest_sequence, cache_seqlens=cache_seqlens, page_table=page_table,
-        k_scale=k_scale, k_global_scale=k_global_scale, cu_seqlens_q=cu_seqlens_q,
-        max_seqlen_q=max_seqlen_q)
-    return _torch.forward_kvcache(
-        q, k_cache, v_cache, out, cache_code, scale_code, cache_seqlens, page_table, k_scale,
-        v_scale, k_global_scale, v_global_scale, k, v, rotary_cos, rotary_sin,
-        rotary_interleaved, cu_seqlens_q, 0 if max_seqlen_q is None else max_seqlen_q,
-        cu_seqlens_k_new, softmax_scale, causal, window_size, softcap, num_splits, split_size,
-        sm_margin, options)

@@ -160,6 +160,8 @@ def _window(window_size):
 
 
 def _as_int(n, name):
+    if type(n) is int:  # the usual call (hfa._args.integer has checked the value)
+        return n
     # Accepting a tensor costs a host sync (.item()); pass Python ints under torch.compile.
     if isinstance(n, torch.Tensor):
         return int(n.item())
@@ -254,8 +256,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(-1, 
                                                       descale_block_kv):
         if type(k) is not Tensor or type(v) is not Tensor:  # the rest are None (_plain)
             check_tensors(k=k, v=v)
-        return _attention(q, k, v, softmax_scale, bool(causal), wl, wr, float(softcap),
-                          bool(deterministic))
+        # The scalars as hfa.flash_attn_func normalized them (bools, a float softcap).
+        return _attention(q, k, v, softmax_scale, causal, wl, wr, softcap, deterministic)
     check_tensors(k=k, v=v, learnable_sink=learnable_sink, out=out, q_descale=q_descale,
                   k_descale=k_descale, v_descale=v_descale)
     out, lse = _forward(q, k, v, out, None, None, 0, 0, softmax_scale, bool(causal), wl, wr,
@@ -280,8 +282,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             check_tensors(k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
         return _varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k,
                                  _as_int(max_seqlen_q, "max_seqlen_q"),
-                                 _as_int(max_seqlen_k, "max_seqlen_k"), softmax_scale,
-                                 bool(causal), wl, wr, float(softcap), bool(deterministic))
+                                 _as_int(max_seqlen_k, "max_seqlen_k"), softmax_scale, causal,
+                                 wl, wr, softcap, deterministic)
     check_tensors(k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                   seqused_q=seqused_q, seqused_k=seqused_k, learnable_sink=learnable_sink,
                   out=out, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
@@ -368,14 +370,18 @@ def forward_kvcache(q, k_cache, v_cache, out, cache_code, scale_code, cache_seql
                     cu_seqlens_k_new, softmax_scale, causal, window_size, softcap, num_splits,
                     split_size, sm_margin=0, options=None):
     """(out, lse) through the native hfa::fwd_kvcache ops (python/hfa/_kvcache.py has already
-    resolved the cache format and the lengths' defaults)."""
-    wl, wr = _window(window_size)
-    vectors, tensors, scalars = _option_arguments(options, _lib.KVCacheOptions)
+    resolved the cache format and the lengths' defaults; hfa.flash_attn_with_kvcache normalized
+    the scalars: bools, ints, a (left, right) window)."""
+    wl, wr = window_size
     args = (q, k_cache, v_cache, cache_code, scale_code, cache_seqlens, page_table, k_scale,
             v_scale, k_global_scale, v_global_scale, k, v, rotary_cos, rotary_sin,
-            bool(rotary_interleaved), cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new,
-            softmax_scale, bool(causal), wl, wr, float(softcap), num_splits, split_size,
-            int(sm_margin), vectors)
+            rotary_interleaved, cu_seqlens_q, max_seqlen_q, cu_seqlens_k_new, softmax_scale,
+            causal, wl, wr, softcap, num_splits, split_size, sm_margin)
+    if not options:  # the usual call: the op's later arguments keep their defaults (None)
+        if out is None:
+            return _fwd_kvcache(*args)
+        return out, _fwd_kvcache_into(*args, out=out)
+    vectors, tensors, scalars = _option_arguments(options, _lib.KVCacheOptions)
     if out is None:
-        return _fwd_kvcache(*args, **tensors, scalars=scalars)
-    return out, _fwd_kvcache_into(*args, **tensors, scalars=scalars, out=out)
+        return _fwd_kvcache(*args, vectors, **tensors, scalars=scalars)
+    return out, _fwd_kvcache_into(*args, vectors, **tensors, scalars=scalars, out=out)

@@ -23,6 +23,25 @@ for _name, _kind in (("float8_e4m3fn", "e4m3"), ("float8_e5m2", "e5m2"),
         KINDS[getattr(torch, _name)] = _kind
 
 
+def kind_of(t, name: str):
+    """t's element kind (KINDS'; the dtype's name for a dtype hfa has no kind for), or TypeError
+    naming argument `name` when t is no tensor."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    kind = KINDS.get(t.dtype)
+    return kind if kind is not None else str(t.dtype)
+
+
+def full_lengths(like: Tensor, batch: int, length: int) -> Tensor:
+    """int32 (batch,) of `length` on like's device: one length for every sequence."""
+    return torch.full((batch,), length, dtype=torch.int32, device=like.device)
+
+
+def longest_sequence(cu_seqlens: Tensor) -> int:
+    """The most rows of a sequence of varlen offsets (a host read: a sync for CUDA tensors)."""
+    return int((cu_seqlens[1:] - cu_seqlens[:-1]).max().item())
+
+
 def view(t: Tensor, name: str, bytes_as=None):
     """(tensor kept alive, hfa Tensor) of an input. A tensor whose last dim is not unit-stride is
     copied, and so is a broadcast (a stride of 0 over several elements, e.g. the expanded
