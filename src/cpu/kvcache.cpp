@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
+#include <memory>
 #include <vector>
 
 #include "common/combine_splits.hpp"
@@ -27,14 +29,31 @@ int64_t cache_length(const KVCacheProblem& p, int64_t b) {
   return std::clamp<int64_t>(p.attended_length(b), 0, int64_t{p.max_pages} * p.page_size);
 }
 
-// Scratch of one worker: a sequence's dequantized K and V rows for one kv-head, and one query
-// row's partial results per split.
+// Scratch of one worker, carved from one allocation a call: a sequence's dequantized K and V rows
+// for one kv-head (room for the longest), and one query row's partial results per split. Each part
+// is written before it is read, so nothing is zeroed (six vectors, and resizing K and V for each
+// group, allocated and zeroed that much more a call).
 struct Scratch {
-  std::vector<float> k, v;        // (seqlen_k, hdim)
-  std::vector<float> q;           // (hdim_qk)
-  std::vector<float> partial_out; // (splits, hdim_v)
-  std::vector<float> partial_lse; // (splits)
-  std::vector<float> out;         // (hdim_v)
+  std::unique_ptr<float[]> storage;
+  float* k = nullptr;            // (keys, hdim_qk)
+  float* v = nullptr;            // (keys, hdim_v)
+  float* q = nullptr;            // (hdim_qk)
+  float* partial_out = nullptr;  // (splits, hdim_v)
+  float* partial_lse = nullptr;  // (splits)
+  float* out = nullptr;          // (hdim_v)
+
+  void allocate(int64_t keys, int64_t hdim_qk, int64_t hdim_v, int64_t splits) {
+    const int64_t sizes[] = {keys * hdim_qk, keys * hdim_v, hdim_qk, splits * hdim_v, splits, hdim_v};
+    float** const parts[] = {&k, &v, &q, &partial_out, &partial_lse, &out};
+    int64_t total = 0;
+    for (const int64_t size : sizes) total += size;
+    storage = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(total));
+    float* at = storage.get();
+    for (std::size_t part = 0; part < std::size(sizes); ++part) {
+      *parts[part] = at;
+      at += sizes[part];
+    }
+  }
 };
 
 // ALiBi's bias of one query row: −slope·|diagonal − j| for key j (slope 0: none).
@@ -55,7 +74,7 @@ float attend(const KVCacheProblem& p, const Scratch& s, int64_t first, int64_t l
   float running_max = -INFINITY;
   float running_sum = 0.0f;
   for (int64_t j = first; j <= last; ++j) {
-    const float* key = s.k.data() + j * dk;
+    const float* key = s.k + j * dk;
     float score = 0.0f;
     for (int c = 0; c < dk; ++c) score += s.q[c] * key[c];
     score *= p.softmax_scale;
@@ -70,7 +89,7 @@ float attend(const KVCacheProblem& p, const Scratch& s, int64_t first, int64_t l
     }
     const float weight = std::exp(score - running_max);
     running_sum += weight;
-    const float* value = s.v.data() + j * dv;
+    const float* value = s.v + j * dv;
     for (int c = 0; c < dv; ++c) o[c] += weight * value[c];
   }
   // NaN scores (a NaN in the cache) make the sum NaN, and so o and the LSE: never hidden.
@@ -89,8 +108,8 @@ int64_t gather_indexed(const KVCacheProblem& p, int64_t b, int64_t i, int64_t kv
     const int64_t token = listed[k];
     if (token < 0) continue;  // padding (the API admits -1 only)
     const int64_t page = token / p.page_size, slot = token % p.page_size;
-    decode_row(p.format, p.cache_dtype, p.k, page, slot, kv_head, s.k.data() + n * p.hdim_qk);
-    decode_row(p.format, p.cache_dtype, p.v, page, slot, kv_head, s.v.data() + n * p.hdim_v);
+    decode_row(p.format, p.cache_dtype, p.k, page, slot, kv_head, s.k + n * p.hdim_qk);
+    decode_row(p.format, p.cache_dtype, p.v, page, slot, kv_head, s.v + n * p.hdim_v);
     ++n;
   }
   return n;
@@ -100,13 +119,11 @@ int64_t gather_indexed(const KVCacheProblem& p, int64_t b, int64_t i, int64_t kv
 // sparse call's rows are each query row's own).
 void run_group(const KVCacheProblem& p, int64_t b, int64_t kv_head, Scratch& s) {
   const bool sparse = p.indices != nullptr;
-  int64_t seqlen_k = sparse ? p.topk : cache_length(p, b);
-  s.k.resize(static_cast<std::size_t>(seqlen_k * p.hdim_qk));
-  s.v.resize(static_cast<std::size_t>(seqlen_k * p.hdim_v));
+  int64_t seqlen_k = sparse ? p.topk : cache_length(p, b);  // within the scratch's keys
   if (!sparse) {
     for (int64_t j = 0; j < seqlen_k; ++j) {
-      load_cache_row(p, p.k, b, j, kv_head, s.k.data() + j * p.hdim_qk);
-      load_cache_row(p, p.v, b, j, kv_head, s.v.data() + j * p.hdim_v);
+      load_cache_row(p, p.k, b, j, kv_head, s.k + j * p.hdim_qk);
+      load_cache_row(p, p.v, b, j, kv_head, s.v + j * p.hdim_v);
     }
   }
 
@@ -128,8 +145,8 @@ void run_group(const KVCacheProblem& p, int64_t b, int64_t kv_head, Scratch& s) 
     for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
       const int64_t q_offset = b * p.q_stride.batch + row * p.q_stride.row + h * p.q_stride.head;
       load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes, p.hdim_qk,
-                     s.q.data());
-      if (p.rotary_cos != nullptr) apply_rotary(p, query_position(p, b, i), s.q.data());
+                     s.q);
+      if (p.rotary_cos != nullptr) apply_rotary(p, query_position(p, b, i), s.q);
       RowBias bias;  // ALiBi: never with indices (validate_kvcache refuses the pair)
       if (p.vectors.alibi_slopes)
         bias = {p.vectors.alibi_slopes.at<float>(b, h), i + seqlen_k - seqlen_q};
@@ -137,13 +154,13 @@ void run_group(const KVCacheProblem& p, int64_t b, int64_t kv_head, Scratch& s) 
         const int64_t first = std::max(seen.first, split * chunk);
         const int64_t last = std::min(seen.last, (split + 1) * chunk - 1);
         s.partial_lse[split] = attend(p, s, first, last, bias,
-                                     s.partial_out.data() + split * p.hdim_v);
+                                     s.partial_out + split * p.hdim_v);
       }
-      const float lse = detail::combine_splits(s.partial_lse.data(), s.partial_out.data(),
-                                               p.hdim_v, splits, p.hdim_v, s.out.data());
+      const float lse = detail::combine_splits(s.partial_lse, s.partial_out, p.hdim_v, splits,
+                                               p.hdim_v, s.out);
       const int64_t out_offset =
           b * p.out_stride.batch + row * p.out_stride.row + h * p.out_stride.head;
-      store_plain_row(p.out_dtype, s.out.data(), p.hdim_v,
+      store_plain_row(p.out_dtype, s.out, p.hdim_v,
                 static_cast<std::byte*>(p.out) + out_offset * out_bytes);
       if (p.lse != nullptr) p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row] = lse;
     }
@@ -161,9 +178,9 @@ int32_t kvcache_splits(const KVCacheProblem& p, int64_t seqlen_k) {
 Status kvcache_forward(const KVCacheProblem& p) {
   if (p.k_new != nullptr) append_new_tokens(p);  // before any row is read
   ThreadPool& pool = ThreadPool::shared();
-  // Scratch is sized here, where an allocation failure can still become a Status (the API's
-  // guard turns bad_alloc into one); the workers only resize K/V, whose largest size is
-  // reserved up front.
+  // Scratch is allocated here, where an allocation failure can still become a Status (the API's
+  // guard turns bad_alloc into one), with room for the longest sequence's K/V rows: the workers
+  // allocate nothing.
   int64_t longest = 0;
   if (p.indices != nullptr) {  // a row's keys are at most its topk indices
     longest = p.topk;
@@ -176,14 +193,7 @@ Status kvcache_forward(const KVCacheProblem& p) {
     most_splits = std::max(most_splits, kvcache_splits(p, keys));
   }
   std::vector<Scratch> scratch(static_cast<std::size_t>(pool.thread_count()));
-  for (Scratch& s : scratch) {
-    s.k.reserve(static_cast<std::size_t>(longest * p.hdim_qk));
-    s.v.reserve(static_cast<std::size_t>(longest * p.hdim_v));
-    s.q.resize(static_cast<std::size_t>(p.hdim_qk));
-    s.partial_out.resize(static_cast<std::size_t>(most_splits) * p.hdim_v);
-    s.partial_lse.resize(static_cast<std::size_t>(most_splits));
-    s.out.resize(static_cast<std::size_t>(p.hdim_v));
-  }
+  for (Scratch& s : scratch) s.allocate(longest, p.hdim_qk, p.hdim_v, most_splits);
   pool.parallel_for(int64_t{p.batch} * p.heads_kv, [&](int64_t item, int thread) {
     run_group(p, item / p.heads_kv, item % p.heads_kv, scratch[static_cast<std::size_t>(thread)]);
   });
