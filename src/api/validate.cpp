@@ -493,8 +493,20 @@ Status check_forward_part(const Tensor* q, const Tensor* k, const Tensor* v, con
   return check_option_values(options);
 }
 
-// The block-sparse lists (read), after the vectors in both calls' argument order.
-void add_block_sparse(const Options& o, CallTensors* tensors) {
+// The options' tensors both calls read, in their argument order: the sequence bounds and sinks
+// after the call's own tensors, then (after what only one call takes) the vectors and the
+// block-sparse lists.
+void add_sequence_tensors(const Options& o, CallTensors* tensors) {
+  tensors->add("cu_seqlens_q", o.cu_seqlens_q);
+  tensors->add("cu_seqlens_k", o.cu_seqlens_k);
+  tensors->add("sinks", o.sinks);
+  tensors->add("seqused_q", o.seqused_q);
+  tensors->add("seqused_k", o.seqused_k);
+}
+
+void add_listed_tensors(const Options& o, CallTensors* tensors) {
+#define HFA_ATTENTION_OPTION(kind, name, ...) HFA_IF_VECTOR_##kind(tensors->add(#name, o.name);)
+#include "hfa/options.def"
   tensors->add("kv_num_blocks", o.kv_num_blocks);
   tensors->add("kv_indices", o.kv_indices);
   tensors->add("full_kv_num_blocks", o.full_kv_num_blocks);
@@ -511,17 +523,11 @@ Status check_forward_memory(const ForwardArgs& args) {
   tensors.add("v", args.v);
   tensors.add("out", args.out, true);
   tensors.add("lse", args.lse, true);
-  tensors.add("cu_seqlens_q", o.cu_seqlens_q);
-  tensors.add("cu_seqlens_k", o.cu_seqlens_k);
-  tensors.add("sinks", o.sinks);
-  tensors.add("seqused_q", o.seqused_q);
-  tensors.add("seqused_k", o.seqused_k);
+  add_sequence_tensors(o, &tensors);
   tensors.add("q_descale", o.q_descale);
   tensors.add("k_descale", o.k_descale);
   tensors.add("v_descale", o.v_descale);
-#define HFA_ATTENTION_OPTION(kind, name, ...) HFA_IF_VECTOR_##kind(tensors.add(#name, o.name);)
-#include "hfa/options.def"
-  add_block_sparse(o, &tensors);
+  add_listed_tensors(o, &tensors);
   return check_shared_memory(tensors);
 }
 
@@ -538,16 +544,10 @@ Status check_backward_memory(const BackwardArgs& args) {
   tensors.add("dq", args.dq, true);
   tensors.add("dk", args.dk, true);
   tensors.add("dv", args.dv, true);
-  tensors.add("cu_seqlens_q", o.cu_seqlens_q);
-  tensors.add("cu_seqlens_k", o.cu_seqlens_k);
-  tensors.add("sinks", o.sinks);
-  tensors.add("seqused_q", o.seqused_q);
-  tensors.add("seqused_k", o.seqused_k);
+  add_sequence_tensors(o, &tensors);
   tensors.add("dsinks", o.dsinks, true);
   tensors.add("softmax_d", o.softmax_d);
-#define HFA_ATTENTION_OPTION(kind, name, ...) HFA_IF_VECTOR_##kind(tensors.add(#name, o.name);)
-#include "hfa/options.def"
-  add_block_sparse(o, &tensors);
+  add_listed_tensors(o, &tensors);
   return check_shared_memory(tensors);
 }
 
