@@ -253,6 +253,12 @@ HFA_HD inline int window_first_query(int window_right, int diagonal_query) {
 HFA_HD inline int window_last_query(int window_left, int diagonal_query) {
   return diagonal_query + window_left;
 }
+// A bound as the functions above take it: −1 (unbounded), or at most `reach` = seqlen_q +
+// seqlen_k, beyond which no bound cuts off a key (the first key would be < 0 and the last >=
+// seqlen_k), so that query + diagonal ± window cannot overflow an int.
+HFA_HD inline int clamp_window(int window, int reach) {
+  return window < 0 ? -1 : (window < reach ? window : reach);
+}
 struct WindowRule {
   int left;   // −1: unbounded
   int right;  // −1: unbounded

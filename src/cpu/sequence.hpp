@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "common/problem.hpp"
+#include "common/score_policy.hpp"
 
 namespace hfa::cpu {
 
@@ -79,30 +80,38 @@ auto rows_of(Pointer data, DType dtype, const detail::Strides& s, int64_t b, int
   return Rows<Byte>{static_cast<Byte*>(data) + offset * size, s.row * size};
 }
 
-// The keys query row i sees, [first(i), last(i)], clamped to the sequence (empty when
-// first > last). Bottom-right aligned: row i sits on the diagonal key i + seqlen_k − seqlen_q.
+// The keys query row i sees, [first(i), last(i)] (empty when first > last), and the rows that
+// see a key: the score policy's window rule (policy::WindowRule: bottom-right aligned, row i
+// facing key i + seqlen_k − seqlen_q), its bounds clamped to the sequence.
 struct KeyWindow {
   int64_t seqlen_q = 0;
   int64_t seqlen_k = 0;
-  int64_t left = -1;  // −1: unbounded
-  int64_t right = -1;
+  int left = -1;  // −1: unbounded; else policy::clamp_window's
+  int right = -1;
 
+  KeyWindow(int64_t queries, int64_t keys, int window_left, int window_right)
+      : seqlen_q(queries),
+        seqlen_k(keys),
+        left(policy::clamp_window(window_left, reach())),
+        right(policy::clamp_window(window_right, reach())) {}
   KeyWindow(const detail::ForwardProblem& p, const Sequence& s)
-      : seqlen_q(s.seqlen_q), seqlen_k(s.seqlen_k), left(p.window_left), right(p.window_right) {}
+      : KeyWindow(s.seqlen_q, s.seqlen_k, p.window_left, p.window_right) {}
 
-  int64_t diagonal(int64_t i) const { return i + seqlen_k - seqlen_q; }
-  int64_t first(int64_t i) const { return left < 0 ? 0 : std::max<int64_t>(0, diagonal(i) - left); }
+  int64_t first(int64_t i) const {
+    return left < 0 ? 0 : std::max<int64_t>(0, policy::window_first_key(left, facing(i)));
+  }
   int64_t last(int64_t i) const {
-    return right < 0 ? seqlen_k - 1 : std::min<int64_t>(seqlen_k - 1, diagonal(i) + right);
+    return right < 0 ? seqlen_k - 1
+                     : std::min<int64_t>(seqlen_k - 1, policy::window_last_key(right, facing(i)));
   }
 
   // The rows that see some key in [j_first, j_last], clamped to the sequence.
   int64_t first_row_seeing(int64_t j_first) const {
-    return right < 0 ? 0 : std::max<int64_t>(0, j_first - (seqlen_k - seqlen_q) - right);
+    return right < 0 ? 0 : std::max<int64_t>(0, policy::window_first_query(right, faced(j_first)));
   }
   int64_t last_row_seeing(int64_t j_last) const {
     return left < 0 ? seqlen_q - 1
-                    : std::min<int64_t>(seqlen_q - 1, j_last - (seqlen_k - seqlen_q) + left);
+                    : std::min<int64_t>(seqlen_q - 1, policy::window_last_query(left, faced(j_last)));
   }
 
   // Whether every row in [i_first, i_last] sees every key in [j_first, j_last] (first and last
@@ -110,6 +119,12 @@ struct KeyWindow {
   bool all_visible(int64_t i_first, int64_t i_last, int64_t j_first, int64_t j_last) const {
     return first(i_last) <= j_first && last(i_first) >= j_last;
   }
+
+ private:
+  // Positions fit an int (the lengths are int32), and so do the bounds of clamped windows.
+  int reach() const { return static_cast<int>(seqlen_q + seqlen_k); }
+  int facing(int64_t i) const { return static_cast<int>(i + seqlen_k - seqlen_q); }  // key of row i
+  int faced(int64_t j) const { return static_cast<int>(j - seqlen_k + seqlen_q); }   // row of key j
 };
 
 }  // namespace hfa::cpu

@@ -50,10 +50,10 @@ TileMapShape tile_map_shape(const void* base, int dim, int rows, int heads, int 
           uint32_t(box_rows)};
 }
 
-// The window as kernels take it: −1 (unbounded) or at most the longest possible reach, so that
-// row ± window cannot overflow.
+// The window as kernels take it: −1 (unbounded) or at most the longest possible reach
+// (policy::clamp_window).
 inline int32_t clamp_window(int32_t window, const detail::ForwardProblem& problem) {
-  return window < 0 ? -1 : std::min(window, problem.seqlen_q + problem.seqlen_k);
+  return policy::clamp_window(window, problem.seqlen_q + problem.seqlen_k);
 }
 
 // The fields every kernel family's Params shares, under the same names: the sequences
