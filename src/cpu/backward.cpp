@@ -326,7 +326,7 @@ struct SparseTable {
 
 // One block: query rows [i_first, i_first + rows) of one head against the packed key tile.
 void backward_block(const BackwardProblem& bp, const Kernels& kernels,
-                    const ScoreTransform& transform, const AlibiBias& alibi,
+                    const ScoreTransform& transform, const TileMods& mods,
                     const KeyWindow& window, const SparseTable& sparse,
                     const RowState& state, int range, const HeadRows& head, int64_t head_row,
                     int64_t i_first, int rows, const PackedKeys& keys, KeyTiles& t) {
@@ -360,18 +360,17 @@ void backward_block(const BackwardProblem& bp, const Kernels& kernels,
   kernels.gemm(rows, n, dqk, t.q, dqk, t.k_t, kKeys, t.p, kKeys, false);                  // S
   kernels.gemm(rows, n, dv, dout.data, dout.ld, t.v_t, kKeys, t.ds, kKeys, false);        // dP
   const bool masked = !window.all_visible(i_first, i_last, keys.j_first, keys.j_first + n - 1);
-  if (masked || sparse_masked || transform.softcap() || alibi.on()) {
+  if (masked || sparse_masked || mods.on()) {
     for (int r = 0; r < rows; ++r) {
       float* p_row = t.p + r * kKeys;
       const int64_t i = i_first + r;
-      if (transform.softcap()) kernels.softcap(p_row, t.tanh + r * kKeys, n, transform.softcap_log2);
-      if (alibi.on()) alibi.row(p_row, n, i, keys.j_first);
+      if (mods.on()) mods.row(p_row, t.tanh + r * kKeys, n, i, keys.j_first);
       if (masked)
         mask_outside(p_row, n, window.first(i) - keys.j_first, window.last(i) - keys.j_first);
       if (sparse_masked) sparse.mask_row(p_row, n, i, keys.j_first);
     }
   }
-  kernels.softmax_grad_rows(t.p, t.ds, transform.softcap() ? t.tanh : nullptr, rows, n, kKeys,
+  kernels.softmax_grad_rows(t.p, t.ds, transform.softcapped() ? t.tanh : nullptr, rows, n, kKeys,
                             shift_high, shift_low, d);
   kernels.gemm_at(n, dv, rows, t.p, kKeys, dout.data, dout.ld, t.dv, dv, true);           // dV
   kernels.gemm_at(n, dqk, rows, t.ds, kKeys, t.q, dqk, t.dk, dqk, true);                 // dK
@@ -411,13 +410,13 @@ void backward_key_range(const BackwardProblem& bp, const Kernels& kernels, const
     const int64_t row_end = window.last_row_seeing(j_last) + 1;
     for (int64_t h = h_kv * group; h < (h_kv + 1) * group; ++h) {
       const HeadRows head(bp, b, h, seq);
-      const AlibiBias alibi(p, b, h, seq);
+      const TileMods mods(p, kernels, transform, b, h, seq);
       const int64_t head_row = state.first_row(b, h);
       for (int64_t i_first = row_first; i_first < row_end; i_first += kRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kRows, row_end - i_first));
         prefetch_tile(head.q, i_first + kRows, row_end, kRows, dqk * size);
         prefetch_tile(head.dout, i_first + kRows, row_end, kRows, dv * size);
-        backward_block(bp, kernels, transform, alibi, window, sparse[h - h_kv * group], state,
+        backward_block(bp, kernels, transform, mods, window, sparse[h - h_kv * group], state,
                        range, head, head_row, i_first, rows, packed, t);
       }
     }

@@ -76,18 +76,14 @@ struct PartialBlock {
 // Adds keys [j_first, j_first + keys) to one query tile: scores, mask, online softmax, P·V.
 // partial: the block's bit mask when these keys lie in a partial block; null otherwise.
 void accumulate_key_tile(const ForwardProblem& p, const Kernels& kernels,
-                         const ScoreTransform& transform, const AlibiBias& alibi,
-                         const KeyWindow& window, QueryTile& q, int64_t j_first, int keys,
+                         const TileMods& mods, const KeyWindow& window, QueryTile& q, int64_t j_first, int keys,
                          const FloatBlock& k, const FloatBlock& v, float* s_t,
                          const PartialBlock* partial) {
   const int dqk = p.hdim_qk, dv = p.hdim_v, rows = q.rows;
   const int64_t j_last = j_first + keys - 1;
   kernels.gemm(keys, rows, dqk, k.data, k.ld, q.q_t, kRows, s_t, kRows, false);
-  if (transform.softcap()) {
-    for (int r = 0; r < keys; ++r) kernels.softcap(s_t + r * kRows, nullptr, rows, transform.softcap_log2);
-  }
-  if (alibi.on()) {
-    for (int r = 0; r < keys; ++r) alibi.column(s_t + r * kRows, rows, q.i_first, j_first + r);
+  if (mods.on()) {
+    for (int r = 0; r < keys; ++r) mods.column(s_t + r * kRows, rows, q.i_first, j_first + r);
   }
   if (!window.all_visible(q.i_first, q.i_last(), j_first, j_last)) {
     for (int r = 0; r < keys; ++r) {
@@ -164,7 +160,7 @@ void store_query_tile(const ForwardProblem& p, const Kernels& kernels, int64_t b
 void forward_query_block(const ForwardProblem& p, const Kernels& kernels, int64_t b, int64_t h,
                          int64_t i_first, int64_t i_end, const Sequence& seq, ForwardTiles& t) {
   const ScoreTransform transform(p);
-  const AlibiBias alibi(p, b, h, seq);
+  const TileMods mods(p, kernels, transform, b, h, seq);
   const KeyWindow window(p, seq);
   const HeadInputs in(p, b, h, seq);
 
@@ -213,8 +209,8 @@ void forward_query_block(const ForwardProblem& p, const Kernels& kernels, int64_
         // out too: on a causal diagonal that is half of a 128-key tile for every other query tile.
         const int seen_keys =
             static_cast<int>(std::min<int64_t>(keys, window.last(q.i_last()) + 1 - j_first));
-        accumulate_key_tile(p, kernels, transform, alibi, window, q, j_first, seen_keys, k, v,
-                            t.s_t, partial);
+        accumulate_key_tile(p, kernels, mods, window, q, j_first, seen_keys, k, v, t.s_t,
+                            partial);
       }
     }
   };

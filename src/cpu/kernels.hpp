@@ -32,7 +32,8 @@ struct Kernels {
                        const float* shifts_low, float* sums_inout);
 
   void (*scale)(float* x, int n, float factor);
-  // x[j] = cap·tanh(x[j]); tanh_out[j] = tanh(x[j]) when tanh_out is not null.
+  // x[j] = cap·tanh(x[j]) (policy::SoftcapLog2's form); tanh_out[j] = tanh(x[j]) when tanh_out
+  // is not null.
   void (*softcap)(float* x, float* tanh_out, int n, float cap);
   float (*dot)(const float* a, const float* b, int n);
 

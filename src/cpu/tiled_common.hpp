@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "common/problem.hpp"
+#include "common/score_policy.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/sequence.hpp"
 #include "cpu/thread_pool.hpp"
@@ -31,50 +32,66 @@ constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
 constexpr float kInfinity = std::numeric_limits<float>::infinity();
 
-// Scores in the exp2 domain: x = log2(e)·s with s = scale·q·k, or log2(e)·softcap·tanh(s/softcap).
-// The factor on q·k is folded into the packed Q (or K); the softcap, when on, is applied to each
-// score tile right after the product.
+// Scores in the exp2 domain: x = log2(e)·s with s = scale·q·k, or log2(e)·softcap·tanh(s/softcap):
+// the logit unit (policy::score_unit: the scale, or the softcap) times log2(e). Its first factor
+// is folded into the packed Q (or K): the whole of it, or, under a softcap, the prescale
+// scale/softcap, so that the tile arrives as the argument of policy::SoftcapLog2, which leaves it
+// in the exp2 domain.
 struct ScoreTransform {
-  float qk_factor;    // multiplies q·k
-  float softcap_log2;  // softcap·log2(e); 0 = off
+  float qk_factor;              // multiplies q·k
+  policy::SoftcapLog2 softcap;  // cap_log2 = softcap·log2(e); 0 = off
 
   explicit ScoreTransform(const detail::ForwardProblem& p)
-      : qk_factor(static_cast<float>(p.softcap > 0.0f ? double{p.softmax_scale} / p.softcap
-                                                      : p.softmax_scale * kLog2e)),
-        softcap_log2(static_cast<float>(p.softcap > 0.0f ? p.softcap * kLog2e : 0.0)) {}
-  bool softcap() const { return softcap_log2 > 0.0f; }
+      : qk_factor(p.softcap > 0.0f ? p.softmax_scale / p.softcap : unit_log2(p)),
+        softcap{p.softcap > 0.0f ? unit_log2(p) : 0.0f} {}
+  bool softcapped() const { return softcap.cap_log2 > 0.0f; }
+
+ private:
+  static float unit_log2(const detail::ForwardProblem& p) {
+    return static_cast<float>(policy::score_unit(p.softmax_scale, p.softcap) * kLog2e);
+  }
 };
 
-// ALiBi of one (sequence, head) in the exp2 domain: score(i, j) −= log2(e)·slope·|d(i) − j|,
-// d(i) = i + seqlen_k − seqlen_q (the sequence's used lengths), after the softcap as in
-// FlashAttention-2. A constant of the scores: it changes P, and no gradient formula.
-struct AlibiBias {
-  float slope_log2 = 0.0f;  // 0: none
-  int64_t offset = 0;       // seqlen_k − seqlen_q
+// The score policy's modifiers of one (sequence, head) on runs of scores in the exp2 domain, in
+// the policy's order (policy::ScoreMods): the softcap, a run at a time by the SIMD kernel in
+// SoftcapLog2's form, then ALiBi (policy::Alibi, its slope in the exp2 domain's units: times
+// log2(e)). The forward runs them down a key's column of queries, the backward along a query's
+// row of keys.
+class TileMods {
+ public:
+  TileMods(const detail::ForwardProblem& p, const Kernels& kernels, const ScoreTransform& transform,
+           int64_t b, int64_t h, const Sequence& seq)
+      : kernels_(kernels),
+        softcap_(transform.softcap),
+        softcapped_(transform.softcapped()),
+        alibi_{p.vectors.alibi_slopes
+                   ? static_cast<float>(p.vectors.alibi_slopes.at<float>(b, h) * kLog2e)
+                   : 0.0f},
+        diagonal_(static_cast<int>(seq.seqlen_k - seq.seqlen_q)) {}
 
-  AlibiBias(const detail::ForwardProblem& p, int64_t b, int64_t h, const Sequence& seq) {
-    if (!p.vectors.alibi_slopes) return;
-    slope_log2 = static_cast<float>(p.vectors.alibi_slopes.at<float>(b, h) * kLog2e);
-    offset = seq.seqlen_k - seq.seqlen_q;
-  }
-  bool on() const { return slope_log2 != 0.0f; }
-  // Keys [j_first, j_first + n) of row i (a row of scores).
-  void row(float* x, int n, int64_t i, int64_t j_first) const {
-    subtract(x, n, i + offset - j_first, -1);
+  bool on() const { return softcapped_ || alibi_.slope_in_units != 0.0f; }
+  // Keys [j_first, j_first + n) of row i; tanh_out (may be null) gets the softcap's tanh.
+  void row(float* x, float* tanh_out, int n, int64_t i, int64_t j_first) const {
+    if (softcapped_) kernels_.softcap(x, tanh_out, n, softcap_.cap_log2);
+    if (alibi_.slope_in_units == 0.0f) return;
+    for (int c = 0; c < n; ++c) x[c] = alibi_.score(x[c], at(i, j_first + c));
   }
   // Rows [i_first, i_first + n) of key j (a column of transposed scores).
   void column(float* x, int n, int64_t i_first, int64_t j) const {
-    subtract(x, n, i_first + offset - j, 1);
+    if (softcapped_) kernels_.softcap(x, nullptr, n, softcap_.cap_log2);
+    if (alibi_.slope_in_units == 0.0f) return;
+    for (int c = 0; c < n; ++c) x[c] = alibi_.score(x[c], at(i_first + c, j));
   }
 
  private:
-  // x[c] −= slope·|start + step·c|
-  void subtract(float* x, int n, int64_t start, int step) const {
-    for (int c = 0; c < n; ++c) {
-      const int64_t distance = start + step * c;
-      x[c] -= slope_log2 * static_cast<float>(distance < 0 ? -distance : distance);
-    }
+  policy::ScorePosition at(int64_t i, int64_t j) const {
+    return {static_cast<int>(i), static_cast<int>(j), diagonal_};
   }
+  const Kernels& kernels_;
+  policy::SoftcapLog2 softcap_;
+  bool softcapped_;
+  policy::Alibi alibi_;  // slope 0: none
+  int diagonal_;
 };
 
 // LSE (natural log) into the exp2 domain as a shift for exp2((x − high) − low), carried as two
