@@ -11,6 +11,8 @@
 #include "common/half_float.hpp"
 #include "cpu/kvcache_append.hpp"
 #include "cpu/kvcache_rows.hpp"
+#include "cpu/logit_mods.hpp"
+#include "cpu/sequence.hpp"
 #include "cpu/thread_pool.hpp"
 
 namespace hfa::cpu {
@@ -56,17 +58,11 @@ struct Scratch {
   }
 };
 
-// ALiBi's bias of one query row: −slope·|diagonal − j| for key j (slope 0: none).
-struct RowBias {
-  float slope = 0.0f;
-  int64_t diagonal = 0;  // i + seqlen_k − seqlen_q
-  float at(int64_t j) const { return slope * static_cast<float>(std::abs(diagonal - j)); }
-};
-
 // Online softmax over keys [first, last] for one query row: the normalized output of those keys
-// and their log-sum-exp (−inf and zeros when the range is empty).
+// and their log-sum-exp (−inf and zeros when the range is empty). Key j's logit is the
+// modifiers' at the pair (row's query, j).
 float attend(const KVCacheProblem& p, const Scratch& s, int64_t first, int64_t last,
-             RowBias bias, float* o) {
+             const LogitMods& mods, const policy::ScorePosition& row, float* o) {
   const int dk = p.hdim_qk;
   const int dv = p.hdim_v;
   std::fill(o, o + dv, 0.0f);
@@ -78,8 +74,7 @@ float attend(const KVCacheProblem& p, const Scratch& s, int64_t first, int64_t l
     float score = 0.0f;
     for (int c = 0; c < dk; ++c) score += s.q[c] * key[c];
     score *= p.softmax_scale;
-    if (p.softcap > 0.0f) score = p.softcap * std::tanh(score / p.softcap);
-    score -= bias.at(j);  // after the softcap, as FlashAttention-2
+    score = mods.logit(score, {row.query, static_cast<int>(j), row.diagonal});
     // A new maximum rescales what has been accumulated so far, keeping every exp <= 1.
     if (score > running_max) {
       const float rescale = running_max == -INFINITY ? 0.0f : std::exp(running_max - score);
@@ -136,8 +131,10 @@ void run_group(const KVCacheProblem& p, int64_t b, int64_t kv_head, Scratch& s) 
     const int64_t row = first_row + i;
     // A sparse row sees all its gathered keys; a dense one its window of the cache.
     if (sparse) seqlen_k = gather_indexed(p, b, i, kv_head, s);
-    const CacheKeyRange seen =
-        sparse ? CacheKeyRange{0, seqlen_k - 1} : cache_keys_seen(p, seqlen_q, seqlen_k, i);
+    const KeyWindow window(seqlen_q, seqlen_k, sparse ? -1 : p.window_left,
+                           sparse ? -1 : p.window_right);
+    const policy::ScorePosition row_position{static_cast<int>(i), 0,
+                                             static_cast<int>(seqlen_k - seqlen_q)};
     const int32_t splits = kvcache_splits(p, seqlen_k);
     // Keys per split: fixed (split_size, the same boundaries whatever the batch) or even.
     const int64_t chunk = p.split_size > 0 ? p.split_size
@@ -147,13 +144,13 @@ void run_group(const KVCacheProblem& p, int64_t b, int64_t kv_head, Scratch& s) 
       load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes, p.hdim_qk,
                      s.q);
       if (p.rotary_cos != nullptr) apply_rotary(p, query_position(p, b, i), s.q);
-      RowBias bias;  // ALiBi: never with indices (validate_kvcache refuses the pair)
-      if (p.vectors.alibi_slopes)
-        bias = {p.vectors.alibi_slopes.at<float>(b, h), i + seqlen_k - seqlen_q};
+      // ALiBi: never with indices (validate_kvcache refuses the pair).
+      const LogitMods mods(
+          p.softcap, p.vectors.alibi_slopes ? p.vectors.alibi_slopes.at<float>(b, h) : 0.0f);
       for (int32_t split = 0; split < splits; ++split) {
-        const int64_t first = std::max(seen.first, split * chunk);
-        const int64_t last = std::min(seen.last, (split + 1) * chunk - 1);
-        s.partial_lse[split] = attend(p, s, first, last, bias,
+        const int64_t first = std::max(window.first(i), split * chunk);
+        const int64_t last = std::min(window.last(i), (split + 1) * chunk - 1);
+        s.partial_lse[split] = attend(p, s, first, last, mods, row_position,
                                      s.partial_out + split * p.hdim_v);
       }
       const float lse = detail::combine_splits(s.partial_lse, s.partial_out, p.hdim_v, splits,

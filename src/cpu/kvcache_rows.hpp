@@ -94,21 +94,4 @@ inline void load_cache_row(const detail::KVCacheProblem& p, const detail::CacheS
   decode_row(p.format, p.cache_dtype, side, p.page_of(b, j / p.page_size), j % p.page_size, head, out);
 }
 
-// The keys query row i of a sequence with `seqlen_q` query rows and `seqlen_k` cache tokens
-// sees, [first, last] (empty when first > last): bottom-right aligned, as sequence.hpp's KeyWindow.
-struct CacheKeyRange {
-  int64_t first = 0;
-  int64_t last = -1;
-};
-
-inline CacheKeyRange cache_keys_seen(const detail::KVCacheProblem& p, int64_t seqlen_q,
-                                     int64_t seqlen_k, int64_t i) {
-  const int64_t diagonal = i + seqlen_k - seqlen_q;
-  CacheKeyRange r;
-  r.first = p.window_left < 0 ? 0 : (diagonal - p.window_left > 0 ? diagonal - p.window_left : 0);
-  r.last = seqlen_k - 1;
-  if (p.window_right >= 0 && diagonal + p.window_right < r.last) r.last = diagonal + p.window_right;
-  return r;
-}
-
 }  // namespace hfa::cpu

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/half_float.hpp"
+#include "cpu/logit_mods.hpp"
 #include "cpu/sequence.hpp"
 #include "cpu/thread_pool.hpp"
 #include "quant/e4m3.hpp"
@@ -76,17 +77,17 @@ struct HeadAttention {
   Sequence seq;
   KeyWindow window;
   std::vector<Real> q, k, v;  // (seqlen, hdim)
+  LogitMods mods;
   bool has_sink = false;
   Real sink = 0;  // the head's sink logit, when has_sink
-  Real alibi_slope = 0;  // 0: no ALiBi
   int64_t batch_index = 0, head = 0;
 
   HeadAttention(const ForwardProblem& problem, int64_t b, int64_t head_q)
-      : p(problem), seq(sequence_of(problem, b)), window(problem, seq), batch_index(b),
-        head(head_q) {
+      : p(problem), seq(sequence_of(problem, b)), window(problem, seq),
+        mods(p.softcap, p.vectors.alibi_slopes ? p.vectors.alibi_slopes.at<float>(b, head_q) : 0.0f),
+        batch_index(b), head(head_q) {
     has_sink = p.sinks != nullptr;
     if (has_sink) sink = static_cast<Real>(p.sinks[head_q]);
-    if (p.vectors.alibi_slopes) alibi_slope = p.vectors.alibi_slopes.at<float>(b, head_q);
     const int64_t head_kv = head_q / (p.heads_q / p.heads_kv);
     q = read_matrix<Real>(p.q, p.dtype, p.q_stride, b, seq.q_begin, head_q, seq.seqlen_q, p.hdim_qk,
                           p.q_descale);
@@ -96,19 +97,15 @@ struct HeadAttention {
                           p.v_descale);
   }
 
-  // The score of (i, j) before the softmax; tanh_out gets tanh(s/softcap) when softcap is on.
-  // The ALiBi bias comes last, after the softcap, and adds nothing to the gradient.
-  Real score(int64_t i, int64_t j, Real* tanh_out) const {
+  // The logit of (i, j) before the softmax, the modifiers' (LogitMods) on scale·q·k; factor
+  // gets the backward's dS factor of the score.
+  Real score(int64_t i, int64_t j, Real& factor) const {
     Real s = 0;
     for (int64_t c = 0; c < p.hdim_qk; ++c) s += q[i * p.hdim_qk + c] * k[j * p.hdim_qk + c];
     s *= static_cast<Real>(p.softmax_scale);
-    if (p.softcap > 0.0f) {
-      const Real t = std::tanh(s / static_cast<Real>(p.softcap));
-      *tanh_out = t;
-      s = static_cast<Real>(p.softcap) * t;
-    }
-    const int64_t distance = i + seq.seqlen_k - seq.seqlen_q - j;
-    return s - alibi_slope * static_cast<Real>(distance < 0 ? -distance : distance);
+    const policy::ScorePosition at{static_cast<int>(i), static_cast<int>(j),
+                                   static_cast<int>(seq.seqlen_k - seq.seqlen_q)};
+    return mods.logit(s, at, factor);
   }
 
   // Whether the block-sparse mask lets row i see key j, by the definition in hfa/options.def:
@@ -138,14 +135,14 @@ struct HeadAttention {
   }
 
   // Softmax probabilities of row i over its visible keys [first, last] (p[j − first]), with the
-  // tanh of each score; returns the log-sum-exp. A sink is one more logit in the denominator
+  // dS factor of each score; returns the log-sum-exp. A sink is one more logit in the denominator
   // (no entry in prob: it has no value vector). A row that sees nothing gets the sink's logit
   // as its LSE, or −inf without a sink.
-  Real probabilities(int64_t i, std::vector<Real>& prob, std::vector<Real>& tanh) const {
+  Real probabilities(int64_t i, std::vector<Real>& prob, std::vector<Real>& factor) const {
     const int64_t first = window.first(i), last = window.last(i);
     const int64_t count = std::max<int64_t>(0, last - first + 1);
     prob.assign(static_cast<std::size_t>(count), Real{0});
-    tanh.assign(static_cast<std::size_t>(count), Real{0});
+    factor.assign(static_cast<std::size_t>(count), Real{0});
     const Real no_logit = -std::numeric_limits<Real>::infinity();
     if (count == 0) return has_sink ? sink : no_logit;
     Real max_score = has_sink ? sink : no_logit;
@@ -155,7 +152,7 @@ struct HeadAttention {
         prob[j] = no_logit;  // exp gives 0 below
         continue;
       }
-      prob[j] = score(i, first + j, &tanh[j]);
+      prob[j] = score(i, first + j, factor[j]);
       max_score = std::max(max_score, prob[j]);
       sees_some = true;
     }
@@ -203,9 +200,9 @@ void forward(const ForwardProblem& p, Real* out, Real* lse,
   ThreadPool::shared().parallel_for(int64_t{p.batch} * p.heads_q, [&](int64_t item, int) {
     const int64_t b = item / p.heads_q, h = item % p.heads_q;
     const HeadAttention<Real> head(p, b, h);
-    std::vector<Real> prob, tanh;
+    std::vector<Real> prob, factor;
     for (int64_t i = 0; i < head.seq.seqlen_q; ++i) {
-      Real row_lse = head.probabilities(i, prob, tanh);
+      Real row_lse = head.probabilities(i, prob, factor);
       row_lse += round_probabilities(prob, p.dtype, rounding);
       const int64_t token = token_index(p, b, p.seqlen_q, head.seq.q_begin, i);
       Real* out_row = out + (token * p.heads_q + h) * p.hdim_v;
@@ -259,7 +256,7 @@ void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv, Real
       }
     }
     const Real scale = p.softmax_scale;
-    std::vector<Real> prob, tanh, dprob;
+    std::vector<Real> prob, factor, dprob;
     for (int64_t h = h_kv * group; h < (h_kv + 1) * group; ++h) {
       const HeadAttention<Real> head(p, b, h);
       const std::vector<Real> dout =
@@ -268,7 +265,7 @@ void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv, Real
       for (int64_t i = 0; i < seq.seqlen_q; ++i) {
         Real* dq_i = dq_row(h, i);
         std::fill(dq_i, dq_i + p.hdim_qk, Real{0});
-        const Real row_lse = head.probabilities(i, prob, tanh);
+        const Real row_lse = head.probabilities(i, prob, factor);
         const int64_t first = head.window.first(i);
         // dP = dO·Vᵀ, and D = Σ P∘dP (= rowsum(dO∘O)).
         dprob.assign(prob.size(), Real{0});
@@ -311,9 +308,8 @@ void backward(const BackwardProblem& problem, Real* dq, Real* dk, Real* dv, Real
         }
         for (std::size_t jj = 0; jj < prob.size(); ++jj) {
           const int64_t j = first + static_cast<int64_t>(jj);
-          // dL/ds for the raw score s = scale·q·k, through the softmax and the softcap's tanh.
-          Real ds = prob[jj] * (dprob[jj] - d);
-          if (p.softcap > 0.0f) ds *= 1 - tanh[jj] * tanh[jj];
+          // dL/ds for the raw score s = scale·q·k, through the softmax and the modifiers.
+          Real ds = prob[jj] * (dprob[jj] - d) * factor[jj];
           Real p_operand = prob[jj];
           if (round_operands) {
             ds = static_cast<Real>(round_to_dtype(p.dtype, static_cast<float>(ds)));

@@ -1,11 +1,13 @@
 // The float64 oracle of the KV-cache forward, written to be read: no splits, no online softmax,
-// its own cache addressing and mask.
+// its own cache addressing; the mask and the modifiers are the score policy's, pair by pair.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "common/score_policy.hpp"
 #include "cpu/kvcache_rows.hpp"  // load_plain_row and the codecs
+#include "cpu/logit_mods.hpp"
 #include "cpu/reference.hpp"
 
 namespace hfa::cpu {
@@ -60,24 +62,13 @@ std::vector<double> cache_row(const detail::KVCacheProblem& p, const detail::Cac
   return row_at(p, side, page, j % p.page_size, kv_head);
 }
 
-// Whether query row i of a sequence of seqlen_q rows sees cache key j: the bottom-right aligned
-// window, spelled out.
-bool visible(const detail::KVCacheProblem& p, int64_t seqlen_q, int64_t seqlen_k, int64_t i,
-             int64_t j) {
-  const int64_t diagonal = i + seqlen_k - seqlen_q;
-  if (p.window_left >= 0 && j < diagonal - p.window_left) return false;
-  if (p.window_right >= 0 && j > diagonal + p.window_right) return false;
-  return true;
-}
-
-
 // One query row's attention over its keys k[n], v[n] (already chosen and masked), in float64:
-// out[0, hdim_v) and the row's LSE (O = 0 and -inf for no key). bias[n], when given, is added
-// to key n's score after the softcap (ALiBi, as FlashAttention-2).
-double attend_row(const detail::KVCacheProblem& p, const std::vector<float>& q,
-                  const std::vector<const std::vector<double>*>& k,
+// out[0, hdim_v) and the row's LSE (O = 0 and -inf for no key). Key n's logit is the modifiers'
+// at at[n].
+double attend_row(const detail::KVCacheProblem& p, const LogitMods& mods,
+                  const std::vector<float>& q, const std::vector<const std::vector<double>*>& k,
                   const std::vector<const std::vector<double>*>& v,
-                  const std::vector<double>& bias, double* o) {
+                  const std::vector<policy::ScorePosition>& at, double* o) {
   std::fill(o, o + p.hdim_v, 0.0);
   if (k.empty()) return -std::numeric_limits<double>::infinity();
   std::vector<double> scores;
@@ -85,9 +76,7 @@ double attend_row(const detail::KVCacheProblem& p, const std::vector<float>& q,
     double s = 0.0;
     for (int64_t c = 0; c < p.hdim_qk; ++c) s += double{q[c]} * (*key)[c];
     s *= p.softmax_scale;
-    if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
-    if (!bias.empty()) s += bias[scores.size()];
-    scores.push_back(s);
+    scores.push_back(mods.logit(s, at[scores.size()]));
   }
   const double max = *std::max_element(scores.begin(), scores.end());
   double sum = 0.0;
@@ -125,13 +114,16 @@ void reference_sparse(const detail::KVCacheProblem& p, double* out, double* lse)
           keys.push_back(&k[n]);
           values.push_back(&v[n]);
         }
+        // No ALiBi with indices (validate_kvcache refuses the pair): no positions needed.
+        const LogitMods mods(p.softcap, 0.0f);
+        const std::vector<policy::ScorePosition> unplaced(keys.size());
         for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
           const int64_t q_offset =
               b * p.q_stride.batch + q_row * p.q_stride.row + h * p.q_stride.head;
           load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes,
                          p.hdim_qk, row.data());
           const double row_lse =
-              attend_row(p, row, keys, values, {}, out + (token * p.heads_q + h) * p.hdim_v);
+              attend_row(p, mods, row, keys, values, unplaced, out + (token * p.heads_q + h) * p.hdim_v);
           if (lse != nullptr)
             lse[p.is_varlen() ? h * p.total_q + token : (b * p.heads_q + h) * p.seqlen_q + i] =
                 row_lse;
@@ -150,6 +142,10 @@ void reference_forward_kvcache(const detail::KVCacheProblem& p, double* out, dou
   for (int64_t b = 0; b < p.batch; first_token += p.query_rows(b), ++b) {
     const int64_t seqlen_q = p.query_rows(b);
     const int64_t seqlen_k = std::clamp<int64_t>(p.cache_seqlens[b], 0, int64_t{p.max_pages} * p.page_size);
+    // The score policy's rule, each pair tested.
+    const int reach = static_cast<int>(seqlen_q + seqlen_k);
+    const policy::WindowRule window{policy::clamp_window(p.window_left, reach),
+                                    policy::clamp_window(p.window_right, reach)};
     for (int64_t kv_head = 0; kv_head < p.heads_kv; ++kv_head) {
       // The cache rows of this kv-head, dequantized, widened to float64.
       std::vector<std::vector<double>> k, v;
@@ -158,6 +154,7 @@ void reference_forward_kvcache(const detail::KVCacheProblem& p, double* out, dou
         v.push_back(cache_row(p, p.v, b, j, kv_head));
       }
       for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+        const LogitMods mods(p.softcap, p.vectors.alibi_slopes ? p.vectors.alibi_slopes.at<float>(b, h) : 0.0f);
         for (int64_t i = 0; i < seqlen_q; ++i) {
           const int64_t token = first_token + i;  // the row's index in the packed outputs
           const int64_t q_offset =
@@ -165,17 +162,17 @@ void reference_forward_kvcache(const detail::KVCacheProblem& p, double* out, dou
           load_plain_row(p.dtype, static_cast<const std::byte*>(p.q) + q_offset * q_bytes,
                          p.hdim_qk, row.data());
           std::vector<const std::vector<double>*> keys, values;
-          std::vector<double> bias;
+          std::vector<policy::ScorePosition> at;
           for (int64_t j = 0; j < seqlen_k; ++j) {
-            if (!visible(p, seqlen_q, seqlen_k, i, j)) continue;
+            const policy::ScorePosition pair{static_cast<int>(i), static_cast<int>(j),
+                                             static_cast<int>(seqlen_k - seqlen_q)};
+            if (!window.visible(pair, static_cast<int>(seqlen_k))) continue;
             keys.push_back(&k[j]);
             values.push_back(&v[j]);
-            if (p.vectors.alibi_slopes)
-              bias.push_back(-p.vectors.alibi_slopes.at<float>(b, h) *
-                             std::abs(static_cast<double>(i + seqlen_k - seqlen_q - j)));
+            at.push_back(pair);
           }
           const double row_lse =
-              attend_row(p, row, keys, values, bias, out + (token * p.heads_q + h) * p.hdim_v);
+              attend_row(p, mods, row, keys, values, at, out + (token * p.heads_q + h) * p.hdim_v);
           if (lse != nullptr)
             lse[p.is_varlen() ? h * p.total_q + token : (b * p.heads_q + h) * p.seqlen_q + i] =
                 row_lse;
