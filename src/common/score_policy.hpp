@@ -21,11 +21,15 @@
 // tanh(q·k·scale/c) with one (scale_log2 = c·log2(e) then). A bias b in logits becomes b / unit
 // in these units, unit = softmax_scale, or c under a softcap (score_unit below).
 //
-// The CPU backend adopts the same pieces (a later step): the float64 oracle (cpu/reference.cpp)
-// takes a raw q·k, gets its logit as mods.score(q·k, at, factor)·score_unit(...) (factor: the
-// backward's 1 − tanh² today) and its visible keys from WindowRule (KeyWindow's first/last are
-// window_first_key/window_last_key clamped); the tiled backend's ScoreTransform keeps its
-// folding (scale into Q, c·log2(e) after) and calls Softcap/Alibi per tile, as the GPU does.
+// The CPU backend uses the same pieces. Its window (cpu/sequence.hpp's KeyWindow: the oracle's,
+// the tiled kernels' and the KV-cache forward's) is window_first_key/window_last_key and their
+// inverses, clamped by clamp_window and to the sequence; the KV-cache oracle tests WindowRule
+// pair by pair. Its scalar paths, the float64 oracle with its fp32 peer and the KV-cache forward
+// (cpu/logit_mods.hpp), apply ScoreMods to the logit s = scale·q·k: ALiBi in logits, the softcap
+// as c·tanh(s/c) in the score's precision (Softcap's float exponent factor, ~1e-8 relative,
+// would show in the oracle's float64 checks) with Softcap's derivative for the backward's factor.
+// The tiled kernels (cpu/tiled_common.hpp) keep their folding (scale into Q, c·log2(e) after:
+// SoftcapLog2's form, a SIMD tanh) and apply the softcap and then Alibi per tile, as the GPU does.
 #pragma once
 
 #include <cmath>
