@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <cfloat>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -114,6 +115,8 @@ Status check_alibi_support(const ForwardProblem& p, const char* family) {
   if (p.softcap > 0.0f) return refused("softcap");
   if (p.dtype == DType::e4m3) return refused("e4m3 inputs");
   if (p.out_dtype != p.dtype) return refused(std::string("an ") + dtype_name(p.out_dtype) + " out");
+  // The kernels subtract slope / softmax_scale from the unscaled scores (policy::Alibi).
+  if (p.softmax_scale < FLT_MIN) return refused("softmax_scale below FLT_MIN (0 included)");
   return Status::ok();
 }
 

@@ -103,8 +103,8 @@ TEST(ForwardSm90Alibi, SlopesMasksLayouts) {
 }
 
 // What the GPU does not compile with ALiBi is refused by name, before any kernel (so this runs
-// without a GPU): softcap beside it (no model has both; the CPU backend runs it), e4m3 inputs and
-// an f32 out.
+// without a GPU): softcap beside it (no model has both; the CPU backend runs it), e4m3 inputs, an
+// f32 out and a softmax_scale of 0.
 TEST(ForwardSm90Alibi, RefusesWhatItDoesNotCompile) {
   AttentionCase c = refusal_case(64);
   c.alibi = AttentionCase::Alibi::per_head;
@@ -129,6 +129,17 @@ TEST(ForwardSm90Alibi, RefusesWhatItDoesNotCompile) {
     detail::ForwardProblem p = data.forward_problem();
     p.dtype = DType::e4m3;
     EXPECT_NE(refusal(sm90.forward(p)).find("alibi_slopes with e4m3 inputs"), std::string::npos);
+  }
+  {  // the bias is applied in units of the scale: 0 (or below FLT_MIN) has none
+    AttentionData data(c);
+    for (float scale : {0.0f, 1e-39f}) {
+      detail::ForwardProblem p = data.forward_problem();
+      p.softmax_scale = scale;
+      EXPECT_NE(refusal(sm90.forward(p)).find("alibi_slopes with softmax_scale"), std::string::npos);
+    }
+    detail::BackwardProblem b = data.backward_problem();
+    b.fwd.softmax_scale = 0.0f;
+    EXPECT_NE(refusal(sm90.backward(b)).find("alibi_slopes with softmax_scale"), std::string::npos);
   }
   {
     AttentionCase partial = c;

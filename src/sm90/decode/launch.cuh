@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "sm90/common/launch.hpp"
@@ -147,8 +149,11 @@ Status run(const detail::KVCacheProblem& p, const Plan& plan) {
   params.split_size = p.split_size;
   params.softmax_scale = p.softmax_scale;
   params.softcap = p.softcap;
-  params.window_left = p.window_left;
-  params.window_right = p.window_right;
+  // No bound beyond the cache's keys and the rows cuts off a key; clamped, row ± window fits
+  // an int (policy::clamp_window).
+  const int reach = int(std::min<int64_t>(int64_t(params.capacity) + params.seqlen_q, INT32_MAX / 2));
+  params.window_left = policy::clamp_window(p.window_left, reach);
+  params.window_right = policy::clamp_window(p.window_right, reach);
   params.rows_total = int64_t(p.heads_q) * p.total_query_rows();
   if (params.num_splits > 1) {
     // The API checked the workspace against the plan's workspace_bytes.

@@ -259,6 +259,24 @@ TEST(DecodeOracle, WindowSoftcapScale) {
     }
 }
 
+// Windows as wide as an int32 holds (a common stand-in for "unbounded"): the bounds must be
+// clamped before query + diagonal ± window is formed, or the sum wraps and no key is seen.
+TEST(DecodeOracle, WindowsAtTheInt32Limit) {
+  HFA_REQUIRE_HOPPER();
+  for (auto [left, right] : {std::pair{INT32_MAX, INT32_MAX}, std::pair{-1, INT32_MAX},
+                             std::pair{INT32_MAX - 1, 0}}) {
+    SCOPED_TRACE("window " + std::to_string(left) + ", " + std::to_string(right));
+    KVCase c = gpu_case(CacheKind::bf16);
+    c.group = 4;
+    c.seqlen_q = 3;
+    c.cache_seqlens = {1, 90, 1000};
+    c.options.window_left = left;
+    c.options.window_right = right;
+    c.options.num_splits = 2;
+    expect_matches_oracle(c, default_tolerance(c.q_dtype()));
+  }
+}
+
 // Many splits, splits with no keys, and a long sequence with auto splits.
 TEST(DecodeOracle, SplitCounts) {
   HFA_REQUIRE_HOPPER();
