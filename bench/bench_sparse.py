@@ -66,17 +66,16 @@ Writes <out>/<date>-sparse-<tag>.{json,md}.
 import contextlib
 import itertools
 import os
-import platform
 import statistics
 import sys
 import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import (accuracy_of, announce, clocks, conclude, do_bench_timing,  # noqa: E402
-                      first_line, fmt, git_commit, grid_parser, in_both_orders, markdown,
-                      nan_filled_empty, new_result, put_rounds, ratio, sci, skip_reason,
-                      utc_now, verdict, worst, write_results)
+from benchlib import (accuracy_of, announce, conclude, fmt, grid_parser,  # noqa: E402
+                      in_both_orders, markdown, nan_filled_empty, new_result, put_rounds, ratio,
+                      record_case, sci, skip_reason, timing_of, utc_now, verdict, worst,
+                      write_results)
 
 IMPLS = ["hfa", "flex", "hfa_dense"]  # column order
 OWN = ("hfa", "hfa_dense")  # their errors count as bad cells (--strict)
@@ -284,29 +283,6 @@ def probe(args, impl_setups):
     return steps, outs, grads, notes
 
 
-def wall_clock_ms(fn, args):
-    """The smoke path's timing (--device cpu; do_bench times CUDA events): median wall-clock ms
-    of fn() over args.rep ms of calls (at least 3) after args.warmup ms (at least one call).
-    No GPU state to record."""
-    deadline = time.perf_counter() + args.warmup / 1e3
-    fn()
-    while time.perf_counter() < deadline:
-        fn()
-    times, deadline = [], time.perf_counter() + args.rep / 1e3
-    while len(times) < 3 or time.perf_counter() < deadline:
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times), {"sm_mhz": None, "watts": None}
-
-
-def timing_of(args, fn):
-    """A timing for in_both_orders: do_bench's on the GPU, the wall clock's on the CPU."""
-    if args.device == "cuda":
-        return do_bench_timing(args, None, fn)
-    return lambda: wall_clock_ms(fn, args)
-
-
 def time_modes(args, case_of, steps, flop):
     """One row per mode (case_of(mode): its case): TFLOP/s (GFLOP/s on the CPU) of each step
     that ran (flop[impl]: its forward's FLOPs), timed in both orders; row["ms"] the mean ms of
@@ -462,43 +438,15 @@ def run_case(args, base, dtype, flex, gen, cpu_gen):
 
 
 def label(case):
+    density = f" density {case['density']:.3f}" if "density" in case else ""
     return (f"{case['pattern']:<21} hdim {case['hdim']:3d} seqlen {case['seqlen']:5d} "
-            f"b{case['batch']} h{case['heads']} {case.get('mode', '')}")
+            f"b{case['batch']} h{case['heads']} {case.get('mode', '')}{density}")
 
 
-def record_case(result, run, base, args, t0):
-    """benchlib.record_cell's protocol for one case (that one labels a grid cell by hdim,
-    causal and seqlen, which says nothing of the pattern): run() -> (rows, accuracy entry,
-    skipped entries) appended to result; an exception out of it (a sticky CUDA error, no
-    memory) recorded as null rows and a failed accuracy, so that the cases measured so far are
-    written. Returns how many bad outcomes: hfa's own errors and a failed accuracy."""
-    bad = 0
-    try:
-        rows, acc, skipped = run()
-    except Exception as e:  # noqa: BLE001 - keep the cases measured so far
-        rows = [{"case": {**base, "mode": m}, "metric": METRIC[args.device][0],
-                 **dict.fromkeys(args.impls)} for m in args.modes]
-        acc = {"case": base, "pass": False}
-        skipped = [{"case": base, "impl": "case",
-                    "reason": f"error: {type(e).__name__}: {first_line(e)}"}]
-        bad += 1
-    result["rows"] += rows
-    result["accuracy"].append(acc)
-    result["skipped"] += skipped
-    bad += sum(s["reason"].startswith("error") and s["impl"] in OWN for s in skipped)
-    bad += acc.get("pass") is False
-    for row in rows:
-        c = row["case"]
-        summary = "  ".join(f"{i} {fmt(row.get(i))}" for i in args.impls)
-        if args.device == "cuda":
-            summary += f"  MHz {clocks(row, args.impls)}"
-        density = f" density {c['density']:.3f}" if "density" in c else ""
-        print(f"{label(c)}{density}: {summary}  acc {acc.get('pass')}  "
-              f"[{time.time() - t0:.0f}s]", flush=True)
-    if args.device == "cuda":
-        import torch
-        torch.cuda.empty_cache()
-    return bad
+def null_rows(args, base):
+    """A case's rows when it fails as a whole (benchlib.record_case): one a mode, values null."""
+    return [{"case": {**base, "mode": m}, "metric": METRIC[args.device][0],
+             **dict.fromkeys(args.impls)} for m in args.modes]
 
 
 # --- targets ----------------------------------------------------------------------------------
@@ -620,25 +568,6 @@ def sparse_markdown(result, impls, title, unit):
     return doc + "\n".join(lines) + "\n"
 
 
-def header(args, now, accuracy, **settings):
-    """The result's header: benchlib.new_result's on the GPU. The smoke path (--device cpu)
-    builds the same fields itself: new_result names the CUDA device and CUDA's versions."""
-    if args.device == "cuda":
-        return new_result("sparse", now, args, accuracy, **settings)
-    import torch
-
-    import hfa
-    return {
-        "what": "sparse", "commit": git_commit(), "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "device": f"cpu ({platform.machine()}): smoke run, wall-clock timing, not to report",
-        "versions": {"torch": torch.__version__, "hfa": hfa.version()},
-        "settings": {"dtype": args.dtype, "tokens": args.tokens, "head_budget": args.head_budget,
-                     "wall_clock": f"median, warmup {args.warmup} ms, rep {args.rep} ms",
-                     "accuracy": accuracy, **settings},
-        "rows": [], "accuracy": [], "skipped": [],
-    }
-
-
 def main(argv=None):
     args = parse_args(argv)
     import torch
@@ -652,8 +581,8 @@ def main(argv=None):
     now = utc_now()
     bases = [base_case(args, pattern, hdim, seqlen) for hdim, pattern, seqlen
              in itertools.product(args.hdims, args.patterns, args.seqlens)]
-    result = header(
-        args, now,
+    result = new_result(
+        "sparse", now, args,
         f"out (and dq, dk, dv with bwd: every row, else out on the last {args.acc_rows} rows) "
         f"of {args.acc_heads} heads of the last batch entry vs float64 under the mask; pass: "
         "each hfa err <= 2*flex err + 1e-5, hfa's results finite",
@@ -673,7 +602,8 @@ def main(argv=None):
     bad = 0
     for base in bases:
         bad += record_case(result, lambda: run_case(args, base, dtype, flex, gen, cpu_gen),
-                           base, args, t0)
+                           base, lambda: null_rows(args, base), label, args.impls, t0, own=OWN,
+                           device=args.device)
     result["targets"] = target_verdicts(result)
     for t in result["targets"]:
         print(f"target: {t['target']}: {t['verdict']}"

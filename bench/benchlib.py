@@ -1,7 +1,10 @@
 """What the grid benchmarks (bench_fwd.py, bench_bwd.py, bench_fwd_fp8.py) share, and the house
-helpers the other benchmarks import: the result header, design §5's FLOP count, FlashAttention-3
-as a peer (found through HFA_FA3_DIR), the timing of a cell's implementations in two opposite
-orders, the per-cell error handling of the main loop, and the JSON / markdown / PNG writers.
+helpers the other benchmarks import: the result header, design §5's FLOP count, the peers built
+for the GPU machine (folders named by environment variables: FlashAttention-3 by HFA_FA3_DIR,
+FlashMLA by bench_mla.py's HFA_FLASHMLA_DIR), the timings (do_bench's; CUDA events with the
+host's launch kept out, for calls as short as decode's; the wall clock's for CPU smoke runs), the
+timing of a cell's implementations in two opposite orders, the per-cell error handling of the
+main loop, and the JSON / markdown / PNG writers.
 
 torch, triton and matplotlib are imported inside the functions that need them, so that
 `--help` and the writers work on a machine without them.
@@ -14,6 +17,8 @@ import functools
 import itertools
 import json
 import os
+import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -70,41 +75,56 @@ def default_impls(impls):
     return [i for i in impls if not is_fa3(i) or os.environ.get(FA3_DIR_VARIABLE)]
 
 
+def peer_module(variable, module, folder):
+    """(a peer's module, None), or (None, why it cannot be used): the folder the environment
+    variable `variable` names (`folder` says what it holds) goes first on sys.path and `module`
+    is imported from it. The peers are folders built for the GPU machine (../shared/peers/)."""
+    path = os.environ.get(variable)
+    if not path:
+        return None, f"not available: {variable} is not set ({folder})"
+    path = os.path.abspath(path)
+    sys.path.insert(0, path)
+    try:
+        imported = __import__(module)
+    except Exception as e:  # noqa: BLE001 - ImportError, OSError of its library, a torch error
+        # The folder by its variable's name: the reason goes into result files.
+        why = first_line(e).replace(path, "$" + variable)
+        return None, (f"not available: import {module} from {variable} "
+                      f"failed: {type(e).__name__}: {why}")
+    return imported, None
+
+
+def peer_for_run(result, wanted, load, version_key, package):
+    """The peer's module for a run of the implementations `wanted` (those of the run that are
+    this peer's), or None: where there are none, or load() (-> peer_module's pair) fails, and
+    then each of them gets one skip entry for the whole run (case {"cells": "all"}), its cells
+    null. Where it loads, the version of its package `package` joins the result's versions
+    under `version_key`."""
+    if not wanted:
+        return None
+    module, why = load()
+    if module is None:
+        result["skipped"] += [{"case": {"cells": "all"}, "impl": i, "reason": why} for i in wanted]
+        print(f"bench: {', '.join(wanted)}: {why}", flush=True)
+    else:
+        result["versions"][version_key] = getattr(sys.modules.get(package), "__version__",
+                                                  "unknown")
+    return module
+
+
 @functools.cache
 def fa3_interface():
     """(FlashAttention-3's flash_attn_interface module, None), or (None, why it cannot be used):
-    the folder HFA_FA3_DIR names goes first on sys.path, and the module is imported once."""
-    folder = os.environ.get(FA3_DIR_VARIABLE)
-    if not folder:
-        return None, f"not available: {FA3_DIR_VARIABLE} is not set (FlashAttention-3's folder)"
-    folder = os.path.abspath(folder)
-    sys.path.insert(0, folder)
-    try:
-        import flash_attn_interface
-    except Exception as e:  # noqa: BLE001 - ImportError, OSError of its library, a torch error
-        # The folder by its variable's name: the reason goes into result files.
-        why = first_line(e).replace(folder, "$" + FA3_DIR_VARIABLE)
-        return None, (f"not available: import flash_attn_interface from {FA3_DIR_VARIABLE} "
-                      f"failed: {type(e).__name__}: {why}")
-    return flash_attn_interface, None
+    from the folder HFA_FA3_DIR names, imported once."""
+    return peer_module(FA3_DIR_VARIABLE, "flash_attn_interface", "FlashAttention-3's folder")
 
 
 def fa3_for_run(result, impls):
     """FlashAttention-3's module for a run of the implementations `impls`, or None: where none of
-    them is FA3's, or it does not load, and then each FA3 implementation asked for gets one skip
-    entry for the whole run (case {"cells": "all"}), its cells null. Where it loads, its version
-    joins the result's versions."""
-    wanted = [i for i in impls if is_fa3(i)]
-    if not wanted:
-        return None
-    fa3, why = fa3_interface()
-    if fa3 is None:
-        result["skipped"] += [{"case": {"cells": "all"}, "impl": i, "reason": why} for i in wanted]
-        print(f"bench: {', '.join(wanted)}: {why}", flush=True)
-    else:
-        package = sys.modules.get("flash_attn_3")
-        result["versions"]["fa3"] = getattr(package, "__version__", "unknown")
-    return fa3
+    them is FA3's, or it does not load (peer_for_run: a skip entry for each FA3 implementation
+    asked for)."""
+    return peer_for_run(result, [i for i in impls if is_fa3(i)], fa3_interface, "fa3",
+                        "flash_attn_3")
 
 
 def fa3_forward(fa3, q, k, v, causal, **descales):
@@ -242,6 +262,81 @@ def do_bench_timing(args, backend, fn):
     return timing
 
 
+def wall_clock_ms(fn, args):
+    """The smoke paths' timing (--device cpu; do_bench times CUDA events): median wall-clock ms
+    of fn() over args.rep ms of calls (at least 3) after args.warmup ms (at least one call).
+    No GPU state to record."""
+    deadline = time.perf_counter() + args.warmup / 1e3
+    fn()
+    while time.perf_counter() < deadline:
+        fn()
+    times, deadline = [], time.perf_counter() + args.rep / 1e3
+    while len(times) < 3 or time.perf_counter() < deadline:
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times), {"sm_mhz": None, "watts": None}
+
+
+@functools.cache
+def _sleep_cycles_per_us():
+    """GPU clock cycles per µs of torch.cuda._sleep, measured once (it spins on the SM clock)."""
+    import torch
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1000)
+    start.record()
+    torch.cuda._sleep(2_000_000)
+    end.record()
+    torch.cuda.synchronize()
+    return 2_000_000 / (start.elapsed_time(end) * 1e3)
+
+
+def kernel_timed_ms(fn, args, cover_us=200.0):
+    """timed_ms for calls as short as their host side: the median ms of fn() from its first
+    kernel's start to its last kernel's end, and the GPU's state meanwhile. do_bench's protocol
+    (args.warmup and args.rep ms, the L2 flushed before each call by writing 256 MB, CUDA events
+    around the call, args.cool as timed_ms) with one change: between the flush and the start
+    event the GPU spins for cover_us (torch.cuda._sleep), so that the host's launch of the call
+    (Python and argument checks, tens of µs: as long as a decode kernel) is over before the
+    start event fires, and the events time the kernels alone, not a GPU waiting for the host."""
+    import torch
+    if getattr(args, "cool", 0) > 0:
+        torch.cuda.synchronize()
+        time.sleep(args.cool)
+    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+    cover = int(cover_us * _sleep_cycles_per_us())
+
+    def timed(reps):
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(reps)]
+        for start, end in events:
+            flush.zero_()
+            torch.cuda._sleep(cover)
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return [start.elapsed_time(end) for start, end in events]
+
+    fn()
+    torch.cuda.synchronize()
+    begin = time.perf_counter()
+    timed(5)
+    per_call = (time.perf_counter() - begin) * 1e3 / 5  # ms of one flush, cover and call
+    timed(max(1, int(args.warmup / per_call)))
+    with GpuState() as state:
+        ms = statistics.median(timed(max(5, int(args.rep / per_call))))
+    return ms, state.as_dict()
+
+
+def timing_of(args, fn, gpu_timer=timed_ms):
+    """A timing for in_both_orders of a benchmark with --device: gpu_timer's on the GPU
+    (timed_ms: do_bench's; kernel_timed_ms), the wall clock's on the CPU."""
+    if args.device == "cuda":
+        return lambda: gpu_timer(fn, args)
+    return lambda: wall_clock_ms(fn, args)
+
+
 def mean_state(states):
     """The mean of GpuState.as_dict()s; a reading is None where any state lacks it."""
     mean = {}
@@ -331,11 +426,25 @@ def gqa_heads(case):
 
 def new_result(what, now, args, accuracy, **settings):
     """The header every result JSON starts with (docs/design.md §5: one shape for every file);
-    `settings` adds this benchmark's own entries after the common ones."""
+    `settings` adds this benchmark's own entries after the common ones (args' tokens and
+    head_budget where it has them). A smoke run (args.device "cpu") names no CUDA device or
+    versions, and its timing is the wall clock's (wall_clock_ms)."""
     import torch
-    import triton
 
     import hfa
+    common = {"dtype": args.dtype,
+              **{k: getattr(args, k) for k in ("tokens", "head_budget") if hasattr(args, k)}}
+    if getattr(args, "device", "cuda") == "cpu":
+        return {
+            "what": what, "commit": git_commit(), "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "device": f"cpu ({platform.machine()}): smoke run, wall-clock timing, not to report",
+            "versions": {"torch": torch.__version__, "hfa": hfa.version()},
+            "settings": {**common,
+                         "wall_clock": f"median, warmup {args.warmup} ms, rep {args.rep} ms",
+                         "accuracy": accuracy, **settings},
+            "rows": [], "accuracy": [], "skipped": [],
+        }
+    import triton
     return {
         "what": what,
         "commit": git_commit(),
@@ -344,7 +453,7 @@ def new_result(what, now, args, accuracy, **settings):
         "versions": {"torch": torch.__version__, "cuda": torch.version.cuda,
                      "cudnn": torch.backends.cudnn.version(), "triton": triton.__version__,
                      "hfa": hfa.version()},
-        "settings": {"dtype": args.dtype, "tokens": args.tokens, "head_budget": args.head_budget,
+        "settings": {**common,
                      "do_bench": f"median, warmup {args.warmup} ms, rep {args.rep} ms",
                      "cool_s": getattr(args, "cool", 0.0),
                      "accuracy": accuracy, **settings},
@@ -396,6 +505,40 @@ def record_cell(result, run, case, impls, t0, variants=({},), checks=("pass",), 
               flush=True)
     import torch
     torch.cuda.empty_cache()
+    return bad
+
+
+def record_case(result, run, base, null_rows, label, impls, t0, own=("hfa",), device="cuda"):
+    """record_cell's protocol for a benchmark whose cases are not the grid's (hdim, causal,
+    seqlen): run() -> (rows, accuracy entry, skipped entries) appended to result; an exception
+    out of it (a sticky CUDA error, no memory) recorded as the rows null_rows() (the case's rows
+    with null values), a failed accuracy and one skip entry, so that the cases measured so far
+    are written. One line a row: label(row's case), each implementation's value, the SM clocks
+    on the GPU. Returns how many bad outcomes: errors of our own implementations (`own`) and a
+    failed accuracy."""
+    bad = 0
+    try:
+        rows, acc, skipped = run()
+    except Exception as e:  # noqa: BLE001 - keep the cases measured so far
+        rows = null_rows()
+        acc = {"case": base, "pass": False}
+        skipped = [{"case": base, "impl": "case",
+                    "reason": f"error: {type(e).__name__}: {first_line(e)}"}]
+        bad += 1
+    result["rows"] += rows
+    result["accuracy"].append(acc)
+    result["skipped"] += skipped
+    bad += sum(s["reason"].startswith("error") and s["impl"] in own for s in skipped)
+    bad += acc.get("pass") is False
+    for row in rows:
+        summary = "  ".join(f"{i} {fmt(row.get(i))}" for i in impls)
+        if device == "cuda":
+            summary += f"  MHz {clocks(row, impls)}"
+        print(f"{label(row['case'])}: {summary}  acc {acc.get('pass')}  "
+              f"[{time.time() - t0:.0f}s]", flush=True)
+    if device == "cuda":
+        import torch
+        torch.cuda.empty_cache()
     return bad
 
 
