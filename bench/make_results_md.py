@@ -26,14 +26,14 @@ from benchlib import table  # noqa: E402
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 # Sections in this order; any other "what" follows, alphabetically.
-KIND_ORDER = ["fwd", "fwd-shapes", "fwd-fp8", "fwd-features", "bwd", "decode", "cp", "overhead",
-              "overhead-parts", "model", "train-step", "quantize-fp8", "fp8-accuracy",
+KIND_ORDER = ["fwd", "fwd-shapes", "fwd-fp8", "fwd-features", "bwd", "decode", "mla", "cp",
+              "overhead", "overhead-parts", "model", "train-step", "quantize-fp8", "fp8-accuracy",
               "fp8-accuracy-floor"]
 # Implementations measured beside hfa: each gets a column "hfa ÷ <peer>" where the metric is a
 # speed (higher is better) or a time (lower is better; the ratio is then the peer's time over
 # hfa's, a speed ratio too).
 PEERS = ["cudnn", "fa2", "fa3", "hfa_det", "fa3_det", "hfa_bf16", "sdpa", "sdpa_flash",
-         "sdpa_cudnn", "torch", "copy", "torch_copy"]
+         "sdpa_cudnn", "torch", "copy", "torch_copy", "flashmla"]
 SPEEDS = {"tflops", "GBps", "gbps", "tokens_per_s"}
 TIMES = {"us", "ms", "s"}
 # Row fields that are not columns of their own: the case (its fields are), the metric, the order
