@@ -79,7 +79,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (accuracy_of, announce, clocks, conclude, fmt,  # noqa: E402
                       in_both_orders, kernel_timed_ms, markdown, nan_filled_empty, new_result,
                       peer_for_run, peer_module, put_rounds, ratio, record_case, sci,
-                      skip_reason, timed_ms, timing_of, utc_now, verdict, worst, write_results)
+                      skip_reason, targets_markdown, timed_ms, timing_of, utc_now, verdict, worst,
+                      write_results)
 
 IMPLS = ["hfa", "flashmla"]  # column order
 D_QK, D_V, PAGE = 576, 512, 64
@@ -468,11 +469,9 @@ def mla_markdown(result, impls, title, unit):
                   verdict(a) + (f" ({a['note']})" if a.get("note") else "")]
         body.append(cells)
     doc = markdown(title, result, head, body)
-    lines = ["", "## Targets (issue 34)", ""]
-    lines += [f"- {t['target']}: **{t['verdict']}** ({t['cells']} rows"
-              + (f"; best {t['best']}, FlashMLA's {t['flashmla_best']}" if "best" in t else "")
-              + (f"; short: {t['short']}" if t["short"] else "") + ")"
-              for t in result["targets"]]
+    lines = targets_markdown(
+        34, result["targets"], "rows",
+        lambda t: f"; best {t['best']}, FlashMLA's {t['flashmla_best']}" if "best" in t else "")
     return doc + "\n".join(lines) + "\n"
 
 

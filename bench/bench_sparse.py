@@ -74,8 +74,8 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (accuracy_of, announce, conclude, fmt, grid_parser,  # noqa: E402
                       in_both_orders, markdown, nan_filled_empty, new_result, put_rounds, ratio,
-                      record_case, sci, skip_reason, timing_of, utc_now, verdict, worst,
-                      write_results)
+                      record_case, sci, skip_reason, targets_markdown, timing_of, utc_now, verdict,
+                      worst, write_results)
 
 IMPLS = ["hfa", "flex", "hfa_dense"]  # column order
 OWN = ("hfa", "hfa_dense")  # their errors count as bad cells (--strict)
@@ -561,10 +561,7 @@ def sparse_markdown(result, impls, title, unit):
         lines += ["", "Not run:", ""]
         lines += [f"- {s['impl']} at {where(s['case'])}: {s['reason']}"
                   for s in result["skipped"]]
-    lines += ["", "## Targets (issue 35)", ""]
-    lines += [f"- {t['target']}: **{t['verdict']}** ({t['cells']} checked"
-              + (f"; short: {t['short']}" if t["short"] else "") + ")"
-              for t in result["targets"]]
+    lines += targets_markdown(35, result["targets"])
     return doc + "\n".join(lines) + "\n"
 
 

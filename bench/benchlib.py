@@ -671,6 +671,15 @@ def table(head, body):
             + ["| " + " | ".join(cells) + " |" for cells in body])
 
 
+def targets_markdown(issue, targets, counted="checked", detail=lambda target: ""):
+    """The markdown lines of a result's "targets" (each {"target", "verdict", "cells", "short"}):
+    a heading naming the issue that set them, a line each; detail(target) adds to its count."""
+    lines = ["", f"## Targets (issue {issue})", ""]
+    lines += [f"- {t['target']}: **{t['verdict']}** ({t['cells']} {counted}" + detail(t)
+              + (f"; short: {t['short']}" if t["short"] else "") + ")" for t in targets]
+    return lines
+
+
 def markdown(title, result, head, body):
     """The result as a markdown document: header, one table row per list of cells in `body`,
     and what did not run."""
