@@ -14,12 +14,16 @@ unpack "$bin"
 results "${2:-suites}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv |
   tee "$R/gpu.txt"
-# The quick suites first: a timeout then cuts the long forward suites, not the decode's.
-suites="test_sm90_ptx test_sm90_decode test_sm90_quantize test_quant_gpu test_sm90_merge_partials
-  test_sm90_partials test_sm90_quantize_fp8 test_sm90_sm_margin test_sm90_tile_maps
-  test_sm90_backward test_sm90_forward_fp8 test_sm90_forward_features test_sm90_forward"
+# The quick suites first: a timeout then cuts the long forward suites, not the decode's. SUITES
+# (the binaries' names, in order) runs others: a branch's new suites, or a call's share of them.
+suites=${SUITES:-"test_sm90_ptx test_sm90_decode test_sm90_quantize test_quant_gpu
+  test_sm90_merge_partials test_sm90_partials test_sm90_quantize_fp8 test_sm90_sm_margin
+  test_sm90_tile_maps test_sm90_backward test_sm90_forward_fp8 test_sm90_forward_features
+  test_sm90_forward"}
 OUT=$R HFA_BIN=$bin timeout "${SUITES_TIMEOUT:-380}" bash bench/device_run.sh \
   "tests:$(echo $suites)" 2>&1 | grep -v "^Running main" | tee "$R/tests.txt" | tail -40
 pack
+# PYTEST_TIMEOUT=0: the C++ suites alone (a call's first share).
+[ "${PYTEST_TIMEOUT:-240}" = 0 ] && exit 0
 OUT=$R HFA_BIN=$bin timeout "${PYTEST_TIMEOUT:-240}" bash bench/device_run.sh pytest
 pack
