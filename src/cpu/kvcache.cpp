@@ -145,8 +145,7 @@ void run_group(const KVCacheProblem& p, int64_t b, int64_t kv_head, Scratch& s) 
                      s.q);
       if (p.rotary_cos != nullptr) apply_rotary(p, query_position(p, b, i), s.q);
       // ALiBi: never with indices (validate_kvcache refuses the pair).
-      const LogitMods mods(
-          p.softcap, p.vectors.alibi_slopes ? p.vectors.alibi_slopes.at<float>(b, h) : 0.0f);
+      const LogitMods mods(p, b, h);
       for (int32_t split = 0; split < splits; ++split) {
         const int64_t first = std::max(window.first(i), split * chunk);
         const int64_t last = std::min(window.last(i), (split + 1) * chunk - 1);

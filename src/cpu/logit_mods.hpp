@@ -5,10 +5,18 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "common/score_policy.hpp"
 
 namespace hfa::cpu {
+
+// ALiBi's slope of (sequence b, query head h) as given (problem.vectors.alibi_slopes), 0 without
+// ALiBi. Problem: a ForwardProblem or a KVCacheProblem.
+template <class Problem>
+float alibi_slope(const Problem& p, int64_t b, int64_t h) {
+  return p.vectors.alibi_slopes ? p.vectors.alibi_slopes.template at<float>(b, h) : 0.0f;
+}
 
 // The softcap on a logit, s → c·tanh(s/c), in the score's own precision: the policy's Softcap is
 // the kernels' form (tanh of the prescaled score through exp2, its factor a float, ~1e-8
@@ -38,6 +46,9 @@ class LogitMods {
       : softcapped_(softcap > 0.0f),
         capped_{{softcap}, policy::Alibi::in_units(alibi_slope, 1.0f)},
         uncapped_{{}, capped_.bias} {}
+  // The modifiers of (sequence b, query head h) of a problem: its softcap and ALiBi slope.
+  template <class Problem>
+  LogitMods(const Problem& p, int64_t b, int64_t h) : LogitMods(p.softcap, alibi_slope(p, b, h)) {}
 
   // The logit of s, the score of the pair `at`.
   template <class Real>

@@ -84,7 +84,7 @@ struct HeadAttention {
 
   HeadAttention(const ForwardProblem& problem, int64_t b, int64_t head_q)
       : p(problem), seq(sequence_of(problem, b)), window(problem, seq),
-        mods(p.softcap, p.vectors.alibi_slopes ? p.vectors.alibi_slopes.at<float>(b, head_q) : 0.0f),
+        mods(p, b, head_q),
         batch_index(b), head(head_q) {
     has_sink = p.sinks != nullptr;
     if (has_sink) sink = static_cast<Real>(p.sinks[head_q]);

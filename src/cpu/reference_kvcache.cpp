@@ -154,7 +154,7 @@ void reference_forward_kvcache(const detail::KVCacheProblem& p, double* out, dou
         v.push_back(cache_row(p, p.v, b, j, kv_head));
       }
       for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
-        const LogitMods mods(p.softcap, p.vectors.alibi_slopes ? p.vectors.alibi_slopes.at<float>(b, h) : 0.0f);
+        const LogitMods mods(p, b, h);
         for (int64_t i = 0; i < seqlen_q; ++i) {
           const int64_t token = first_token + i;  // the row's index in the packed outputs
           const int64_t q_offset =

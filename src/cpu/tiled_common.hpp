@@ -10,6 +10,7 @@
 #include "common/problem.hpp"
 #include "common/score_policy.hpp"
 #include "cpu/kernels.hpp"
+#include "cpu/logit_mods.hpp"
 #include "cpu/sequence.hpp"
 #include "cpu/thread_pool.hpp"
 
@@ -62,23 +63,20 @@ class TileMods {
   TileMods(const detail::ForwardProblem& p, const Kernels& kernels, const ScoreTransform& transform,
            int64_t b, int64_t h, const Sequence& seq)
       : kernels_(kernels),
-        softcap_(transform.softcap),
-        softcapped_(transform.softcapped()),
-        alibi_{p.vectors.alibi_slopes
-                   ? static_cast<float>(p.vectors.alibi_slopes.at<float>(b, h) * kLog2e)
-                   : 0.0f},
+        transform_(transform),
+        alibi_{static_cast<float>(alibi_slope(p, b, h) * kLog2e)},
         diagonal_(static_cast<int>(seq.seqlen_k - seq.seqlen_q)) {}
 
-  bool on() const { return softcapped_ || alibi_.slope_in_units != 0.0f; }
+  bool on() const { return transform_.softcapped() || alibi_.slope_in_units != 0.0f; }
   // Keys [j_first, j_first + n) of row i; tanh_out (may be null) gets the softcap's tanh.
   void row(float* x, float* tanh_out, int n, int64_t i, int64_t j_first) const {
-    if (softcapped_) kernels_.softcap(x, tanh_out, n, softcap_.cap_log2);
+    if (transform_.softcapped()) kernels_.softcap(x, tanh_out, n, transform_.softcap.cap_log2);
     if (alibi_.slope_in_units == 0.0f) return;
     for (int c = 0; c < n; ++c) x[c] = alibi_.score(x[c], at(i, j_first + c));
   }
   // Rows [i_first, i_first + n) of key j (a column of transposed scores).
   void column(float* x, int n, int64_t i_first, int64_t j) const {
-    if (softcapped_) kernels_.softcap(x, nullptr, n, softcap_.cap_log2);
+    if (transform_.softcapped()) kernels_.softcap(x, nullptr, n, transform_.softcap.cap_log2);
     if (alibi_.slope_in_units == 0.0f) return;
     for (int c = 0; c < n; ++c) x[c] = alibi_.score(x[c], at(i_first + c, j));
   }
@@ -88,8 +86,7 @@ class TileMods {
     return {static_cast<int>(i), static_cast<int>(j), diagonal_};
   }
   const Kernels& kernels_;
-  policy::SoftcapLog2 softcap_;
-  bool softcapped_;
+  const ScoreTransform& transform_;
   policy::Alibi alibi_;  // slope 0: none
   int diagonal_;
 };
