@@ -137,6 +137,7 @@ struct StreamConfig {
   static constexpr int kCodeTileBytes = kBlockN * kCodeRowBytes;
   static constexpr int kScaleTileBytes = kBlockN * kScaleRowBytes;
   static constexpr int kStageBytes = 2 * (kCodeTileBytes + kScaleTileBytes);  // K then V
+  static constexpr int kStagesOffset = 0;  // the stages are all of its shared memory
   static constexpr int kSmemBytes = kStages * kStageBytes;
 
   // After the main loop the stage buffers hold each warp's partial output and LSE.

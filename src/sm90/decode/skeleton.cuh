@@ -13,6 +13,8 @@
 // them; the loop's phis, and so the SASS, follow that order.
 #pragma once
 
+#include <type_traits>
+
 #include "sm90/decode/epilogue.cuh"
 #include "sm90/decode/params.hpp"
 #include "sm90/decode/work.cuh"
