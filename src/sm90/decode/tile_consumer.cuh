@@ -181,7 +181,7 @@ struct TileConsumer {
 
  private:
   // Q's A fragment of k step ks, from the Q tile.
-  __device__ void load_q(int ks, uint32_t (&frag)[4]) const {
+  __device__ __forceinline__ void load_q(int ks, uint32_t (&frag)[4]) const {
     const int m = lane / 8;
     const int row = lane % 8 + (m % 2) * 8;
     ptx::ldmatrix_x4(ptx::smem_address(buffers.q_tile + swizzled<kRowBytes>(row, 2 * ks + m / 2)),

@@ -53,17 +53,17 @@ struct TileBuffers {
         k_widened(smem + C::kDequantOffset),
         v_widened(k_widened + C::kTileBytes) {}
 
-  __device__ unsigned char* stage(int s) const {
+  __device__ __forceinline__ unsigned char* stage(int s) const {
     return base + C::kStagesOffset + s * C::kStageBytes;
   }
-  __device__ unsigned char* k_codes(int s) const { return stage(s); }
-  __device__ unsigned char* v_codes(int s) const {
+  __device__ __forceinline__ unsigned char* k_codes(int s) const { return stage(s); }
+  __device__ __forceinline__ unsigned char* v_codes(int s) const {
     return stage(s) + C::kCodeTileBytes;
   }
-  __device__ unsigned char* k_scales(int s) const {
+  __device__ __forceinline__ unsigned char* k_scales(int s) const {
     return stage(s) + 2 * C::kCodeTileBytes;
   }
-  __device__ unsigned char* v_scales(int s) const {
+  __device__ __forceinline__ unsigned char* v_scales(int s) const {
     return stage(s) + 2 * C::kCodeTileBytes + C::kScaleTileBytes;
   }
 };
@@ -91,7 +91,8 @@ struct TileProducer {
   const int own_row;    // the key row of every stage lane < kWarpRows owns
   const bool owns_row;
   const bool per_token;  // FP8 with a scale per token
-  // A row's scale bytes in the cache (FP8 per token, FP4): whole words but MXFP4's at hdim 64.
+  // A row's scale bytes in the cache: FP8's one fp32 (per token; known here, so its copy is one
+  // word and no loop), FP4's block scales (NVFP4's or MXFP4's): whole words but MXFP4's at hdim 64.
   const int scale_bytes;
   const int scale_words;
   int pending_page = -1;  // the page of the lane's row of the next tile to publish
@@ -110,14 +111,14 @@ struct TileProducer {
         own_row(work.warp * kWarpRows + work.lane),
         owns_row(work.lane < kWarpRows),
         per_token(params.scale_kind == ScaleKind::fp8_per_token),
-        scale_bytes(params.scale_kind == ScaleKind::nvfp4   ? C::kNvfp4ScaleBytes
-                    : params.scale_kind == ScaleKind::mxfp4 ? C::kMxfp4ScaleBytes
-                                                            : int(sizeof(float))),
+        scale_bytes(kStorage == Storage::fp8                  ? int(sizeof(float))
+                    : params.scale_kind == ScaleKind::nvfp4 ? C::kNvfp4ScaleBytes
+                                                            : C::kMxfp4ScaleBytes),
         scale_words((scale_bytes + kScaleWordBytes - 1) / kScaleWordBytes) {}
 
   // The page (or -1: past the keys, zero-filled) of the lane's key row of tile u. Read one
   // iteration before the copies that use it, so the block table's latency hides behind a tile.
-  __device__ int fetch_page(int u) const {
+  __device__ __forceinline__ int fetch_page(int u) const {
     const int key = (first_tile + u) * kN + own_row;
     if (u >= n_tiles || key >= key_end) return -1;
     if (p.block_table == nullptr) return batch;
@@ -127,7 +128,7 @@ struct TileProducer {
 
   // The lane's row's byte offsets in the K/V codes and scales, computed once for every lane that
   // copies a piece of the row.
-  __device__ void publish_page(int u, int page) const {
+  __device__ __forceinline__ void publish_page(int u, int page) const {
     const int key = (first_tile + u) * kN + own_row;
     const int slot = p.page_shift >= 0 ? key & ((1 << p.page_shift) - 1) : key % p.page_size;
     RowOffsets r{-1, -1, -1, -1};
@@ -145,7 +146,7 @@ struct TileProducer {
   }
 
   // Copies tile u's codes (and scales) into its stage; always commits a group, empty past the end.
-  __device__ void issue(int u) const {
+  __device__ __forceinline__ void issue(int u) const {
     if (u < n_tiles) {
       const int stage = u % kS;
       const RowOffsets* rows = buffers.row_table + stage * kN;
@@ -191,8 +192,10 @@ struct TileProducer {
 
   // The prologue: the page numbers of the first stages, then their copies, and the next page.
   __device__ __forceinline__ void start() {
-    if (owns_row)
+    if (owns_row) {
+#pragma unroll
       for (int u = 0; u < kS - 1; ++u) publish_page(u, fetch_page(u));
+    }
     pending_page = owns_row ? fetch_page(kS - 1) : -1;
     __syncwarp();
 #pragma unroll 1
@@ -234,7 +237,7 @@ struct TileProducer {
   static_assert(kWidenJobs * kWarpSize == kWarpRows * kChunksPerCodeRow);
 
   // Widens stage `stage`'s codes into the widened K and V tiles.
-  __device__ void widen(int stage) const {
+  __device__ __forceinline__ void widen(int stage) const {
 #pragma unroll
     for (int side = 0; side < 2; ++side) {
       const unsigned char* codes = side == 0 ? buffers.k_codes(stage) : buffers.v_codes(stage);
@@ -254,7 +257,7 @@ struct TileProducer {
 
   // 16 E4M3 values a chunk. K's per-token scale multiplies the scores instead (one multiply per
   // key, not per value).
-  __device__ void widen_fp8(int stage, int side, int row, int chunk, uint4 w,
+  __device__ __forceinline__ void widen_fp8(int stage, int side, int row, int chunk, uint4 w,
                                             unsigned char* tile) const {
     uint4 lo, hi;
     if (side == 1 && per_token)
@@ -267,7 +270,7 @@ struct TileProducer {
   }
 
   // 32 E2M1 values a chunk: 8 (one 16-byte tile chunk) per code word, times its block's scale.
-  __device__ void widen_fp4(int stage, int side, int row, int chunk, uint4 w,
+  __device__ __forceinline__ void widen_fp4(int stage, int side, int row, int chunk, uint4 w,
                                             unsigned char* tile) const {
     const unsigned char* row_scales =
         (side == 0 ? buffers.k_scales(stage) : buffers.v_scales(stage)) + row * C::kScaleRowBytes;
