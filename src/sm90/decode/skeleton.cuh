@@ -5,8 +5,8 @@
 //   producer               — the stages' cache rows: pages, cp.async copies, widening;
 //   epilogue (epilogue.cuh) — the warps' partials merged, out and lse or the split's partial,
 //                            which the combine kernel (combine_kernel.cuh) merges.
-// A kernel names its consumer and producer (kernel.cuh: the tile and the stream kernel); a new
-// consumer (MLA's) brings its own pair and its configuration, and keeps the rest.
+// A kernel names its consumer and producer (kernel.cuh, stream_kernel.cuh); a new consumer (MLA's)
+// brings its own pair and its configuration, and keeps the rest.
 //
 // The consumer is built before the producer: it owns the registers that live through the loop
 // (Q's fragments, O, the softmax state) and is declared first, as the kernels always declared

@@ -57,7 +57,7 @@ struct StreamConsumer {
 
   const Params& p;
   const StreamBuffers<kStorage> buffers;
-  const int warp, lane, g, c;
+  const LanePosition at;  // the thread's warp, lane and fragment coordinates
   const int first_tile;
   float k_multiplier, v_multiplier;  // the sides' per-tensor factors (dequant.cuh)
   // Qᵀ as the B operand, at the dims the K fragments hold: lane (g, c) holds row g's values.
@@ -80,11 +80,8 @@ struct StreamConsumer {
   __device__ __forceinline__ StreamConsumer(const Params& params, const DecodeWork& work,
                                             unsigned char* smem)
       : p(params),
-        buffers{smem},
-        warp(work.warp),
-        lane(work.lane),
-        g(work.g),
-        c(work.c),
+        buffers(smem),
+        at(work.lane_position()),
         first_tile(work.first_tile) {
     k_multiplier = side_multiplier<Element>(p, p.k, work.kv_head);
     v_multiplier = side_multiplier<Element>(p, p.v, work.kv_head);
@@ -96,7 +93,7 @@ struct StreamConsumer {
     softcap = policy::SoftcapLog2{p.softcap * kLog2e};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const RowKeys k = work.row_keys(p, work.first_row + 2 * c + h);
+      const RowKeys k = work.row_keys(p, work.first_row + 2 * at.c + h);
       key_lo[h] = k.lo;
       key_hi[h] = k.hi;
     }
@@ -111,8 +108,8 @@ struct StreamConsumer {
   // reference), and Oᵀ += Vᵀ Pᵀ.
   __device__ __forceinline__ void consume(int t, const StreamStage& tiles) {
     const bool nvfp4 = p.scale_kind == ScaleKind::nvfp4;
-    const int key_m_lo = stream::key_of_m(g), key_m_hi = stream::key_of_m(g + 8);  // tile-local
-    const int warp_key0 = (first_tile + t) * kN + warp * kWarpRows;
+    const int key_m_lo = stream::key_of_m(at.g), key_m_hi = stream::key_of_m(at.g + 8);  // tile-local
+    const int warp_key0 = (first_tile + t) * kN + at.warp * kWarpRows;
     float s[C::kKeyTiles][4];
     scores(tiles, nvfp4, key_m_lo, key_m_hi, s);
 
@@ -144,15 +141,15 @@ struct StreamConsumer {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       softmax.sum_lanes(h);
-      const int row = 2 * c + h;
+      const int row = 2 * at.c + h;
       const float inverse = softmax.template normalizer<kFp8>(h, value_unit);
 #pragma unroll
       for (int mt = 0; mt < stream::kDimTiles; ++mt) {
-        float* dst = partials.row(warp, row);
-        dst[stream::output_dim<kStorage>(g, mt, 0)] = o[mt][h] * inverse;
-        dst[stream::output_dim<kStorage>(g, mt, 1)] = o[mt][h + 2] * inverse;
+        float* dst = partials.row(at.warp, row);
+        dst[stream::output_dim<kStorage>(at.g, mt, 0)] = o[mt][h] * inverse;
+        dst[stream::output_dim<kStorage>(at.g, mt, 1)] = o[mt][h + 2] * inverse;
       }
-      if (g == 0) partials.set_lse(warp, row, softmax.lse(h));
+      if (at.g == 0) partials.set_lse(at.warp, row, softmax.lse(h));
     }
   }
 
@@ -164,7 +161,7 @@ struct StreamConsumer {
   __device__ __forceinline__ int load_query(const DecodeWork& work) {
     int q_shift = 0;
     float values[stream::kKSteps][2][2];
-    const int r = work.first_row + g;
+    const int r = work.first_row + at.g;
     const auto* q = static_cast<const Element*>(p.q);
     const Element* q_row = q + work.batch * p.q_batch_stride +
                            (work.seq.q_begin + r / p.group) * p.q_row_stride +
@@ -176,9 +173,9 @@ struct StreamConsumer {
       for (int slot = 0; slot < 2; ++slot)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int dim = kPlain ? stream::plain_q_dim(c, ks, slot, e)
-                          : kFp8 ? stream::fp8_q_dim(c, ks, slot, e)
-                                 : stream::fp4_q_dim(c, ks, slot, e);
+          const int dim = kPlain ? stream::plain_q_dim(at.c, ks, slot, e)
+                          : kFp8 ? stream::fp8_q_dim(at.c, ks, slot, e)
+                                 : stream::fp4_q_dim(at.c, ks, slot, e);
           const float x = r < work.rows ? static_cast<float>(q_row[dim]) : 0.0f;
           values[ks][slot][e] = x;
           largest = fmaxf(largest, fabsf(x));
@@ -206,22 +203,22 @@ struct StreamConsumer {
                                          int key_m_hi, float (&s)[C::kKeyTiles][4]) const {
 #pragma unroll
     for (int kt = 0; kt < C::kKeyTiles; ++kt) {
-      const int row_lo = warp * kWarpRows + kt * kTileKeys + key_m_lo;
-      const int row_hi = warp * kWarpRows + kt * kTileKeys + key_m_hi;
+      const int row_lo = at.warp * kWarpRows + kt * kTileKeys + key_m_lo;
+      const int row_hi = at.warp * kWarpRows + kt * kTileKeys + key_m_hi;
       float even[4] = {0.0f, 0.0f, 0.0f, 0.0f}, odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       if constexpr (kPlain) {
-        const int row = warp * kWarpRows + kt * kTileKeys + stream::key_of_m(stream::plain_k_m(lane));
+        const int row = at.warp * kWarpRows + kt * kTileKeys + stream::key_of_m(stream::plain_k_m(at.lane));
 #pragma unroll
         for (int ks = 0; ks < stream::kKSteps; ++ks) {
           uint32_t a[4];
-          ptx::ldmatrix_x4(ptx::smem_address(tiles.k + buffers.k_chunk_offset(row, 2 * ks + stream::plain_k_chunk(lane))), a);
+          ptx::ldmatrix_x4(ptx::smem_address(tiles.k + buffers.k_chunk_offset(row, 2 * ks + stream::plain_k_chunk(at.lane))), a);
           ptx::mma_16816<Mma>(ks % 2 == 0 ? even : odd, a, q_frag[ks][0], q_frag[ks][1]);
         }
       } else if constexpr (kFp8) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const uint4 lo = *reinterpret_cast<const uint4*>(tiles.k + buffers.k_chunk_offset(row_lo, c + 4 * h));
-          const uint4 hi = *reinterpret_cast<const uint4*>(tiles.k + buffers.k_chunk_offset(row_hi, c + 4 * h));
+          const uint4 lo = *reinterpret_cast<const uint4*>(tiles.k + buffers.k_chunk_offset(row_lo, at.c + 4 * h));
+          const uint4 hi = *reinterpret_cast<const uint4*>(tiles.k + buffers.k_chunk_offset(row_hi, at.c + 4 * h));
           const uint32_t lo_words[4] = {lo.x, lo.y, lo.z, lo.w}, hi_words[4] = {hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
@@ -232,19 +229,19 @@ struct StreamConsumer {
           }
         }
       } else {
-        const uint4 lo = *reinterpret_cast<const uint4*>(tiles.k + buffers.k_chunk_offset(row_lo, c));
-        const uint4 hi = *reinterpret_cast<const uint4*>(tiles.k + buffers.k_chunk_offset(row_hi, c));
+        const uint4 lo = *reinterpret_cast<const uint4*>(tiles.k + buffers.k_chunk_offset(row_lo, at.c));
+        const uint4 hi = *reinterpret_cast<const uint4*>(tiles.k + buffers.k_chunk_offset(row_hi, at.c));
         const uint32_t lo_words[4] = {lo.x, lo.y, lo.z, lo.w}, hi_words[4] = {hi.x, hi.y, hi.z, hi.w};
         const unsigned char* scales = buffers.k_scales(tiles.stage);
         uint32_t lo_multiplier[2], hi_multiplier[2];  // per 16 dims (NVFP4) or 32 (MXFP4)
         if (nvfp4) {
-          nvfp4_block_multipliers<Element>(*reinterpret_cast<const uint16_t*>(scales + row_lo * C::kScaleRowBytes + 2 * c),
+          nvfp4_block_multipliers<Element>(*reinterpret_cast<const uint16_t*>(scales + row_lo * C::kScaleRowBytes + 2 * at.c),
                                            lo_multiplier[0], lo_multiplier[1]);
-          nvfp4_block_multipliers<Element>(*reinterpret_cast<const uint16_t*>(scales + row_hi * C::kScaleRowBytes + 2 * c),
+          nvfp4_block_multipliers<Element>(*reinterpret_cast<const uint16_t*>(scales + row_hi * C::kScaleRowBytes + 2 * at.c),
                                            hi_multiplier[0], hi_multiplier[1]);
         } else {
-          lo_multiplier[0] = lo_multiplier[1] = mxfp4_block_multiplier<Element>(scales[row_lo * C::kScaleRowBytes + c]);
-          hi_multiplier[0] = hi_multiplier[1] = mxfp4_block_multiplier<Element>(scales[row_hi * C::kScaleRowBytes + c]);
+          lo_multiplier[0] = lo_multiplier[1] = mxfp4_block_multiplier<Element>(scales[row_lo * C::kScaleRowBytes + at.c]);
+          hi_multiplier[0] = hi_multiplier[1] = mxfp4_block_multiplier<Element>(scales[row_hi * C::kScaleRowBytes + at.c]);
         }
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -265,8 +262,8 @@ struct StreamConsumer {
                                                float (&value_scale)[C::kKeyTiles][2]) const {
 #pragma unroll
     for (int kt = 0; kt < C::kKeyTiles; ++kt) {
-      const int row_lo = warp * kWarpRows + kt * kTileKeys + key_m_lo;
-      const int row_hi = warp * kWarpRows + kt * kTileKeys + key_m_hi;
+      const int row_lo = at.warp * kWarpRows + kt * kTileKeys + key_m_lo;
+      const int row_hi = at.warp * kWarpRows + kt * kTileKeys + key_m_hi;
       key_scale[kt][0] = key_scale[kt][1] = value_scale[kt][0] = value_scale[kt][1] = 1.0f;
       if (per_token) {
         const float* k_token = reinterpret_cast<const float*>(buffers.k_scales(stage));
@@ -349,32 +346,32 @@ struct StreamConsumer {
       const uint32_t p_hi = ptx::movmatrix_trans(ptx::pack_pair<Mma>(weight[2], weight[3]));
 
       // Oᵀ += Vᵀ Pᵀ over the 8 dim tiles, the lane's V keys 4c … 4c+3 of tile kt.
-      const int v_row0 = warp * kWarpRows + kt * kTileKeys + 4 * c;
+      const int v_row0 = at.warp * kWarpRows + kt * kTileKeys + 4 * at.c;
       uint32_t a[stream::kDimTiles][4];
       if constexpr (kPlain) {
-        const int row = warp * kWarpRows + kt * kTileKeys + stream::key_of_m(stream::plain_v_m(lane));
+        const int row = at.warp * kWarpRows + kt * kTileKeys + stream::key_of_m(stream::plain_v_m(at.lane));
 #pragma unroll
         for (int mt = 0; mt < stream::kDimTiles; ++mt)
-          ptx::ldmatrix_x4_trans(ptx::smem_address(tiles.v + buffers.v_chunk_offset(row, 2 * mt + stream::plain_v_chunk(lane))), a[mt]);
+          ptx::ldmatrix_x4_trans(ptx::smem_address(tiles.v + buffers.v_chunk_offset(row, 2 * mt + stream::plain_v_chunk(at.lane))), a[mt]);
       } else if constexpr (kFp8) {
         uint4 words[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          words[j] = *reinterpret_cast<const uint4*>(tiles.v + buffers.v_chunk_offset(v_row0 + j, g));
+          words[j] = *reinterpret_cast<const uint4*>(tiles.v + buffers.v_chunk_offset(v_row0 + j, at.g));
         stream::fp8_v_fragments(words, a);
       } else {
         uint2 words[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          words[j] = *reinterpret_cast<const uint2*>(tiles.v + buffers.v_chunk_offset(v_row0 + j, g / 2) + (g % 2) * 8);
+          words[j] = *reinterpret_cast<const uint2*>(tiles.v + buffers.v_chunk_offset(v_row0 + j, at.g / 2) + (at.g % 2) * 8);
         const unsigned char* scales = buffers.v_scales(tiles.stage);
         uint32_t multiplier[2];
 #pragma unroll
         for (int pair = 0; pair < 2; ++pair) {
           const unsigned char* first = scales + (v_row0 + 2 * pair) * C::kScaleRowBytes;
           const unsigned char* second = first + C::kScaleRowBytes;
-          multiplier[pair] = nvfp4 ? stream::nvfp4_pair_multiplier<Element>(first[g], second[g])
-                                   : stream::mxfp4_pair_multiplier<Element>(first[g / 2], second[g / 2]);
+          multiplier[pair] = nvfp4 ? stream::nvfp4_pair_multiplier<Element>(first[at.g], second[at.g])
+                                   : stream::mxfp4_pair_multiplier<Element>(first[at.g / 2], second[at.g / 2]);
         }
         stream::fp4_v_fragments<Element>(words, multiplier, a);
       }

@@ -11,6 +11,7 @@
 
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/params.hpp"
+#include "sm90/decode/stage_buffers.cuh"
 #include "sm90/decode/stream_fragments.cuh"
 #include "sm90/decode/work.cuh"
 #include "sm90/ptx/cp_async.cuh"
@@ -18,27 +19,15 @@
 
 namespace hfa::sm90::decode {
 
-// The stream kernel's shared memory: kStages stages of K and V codes (and scales), each row's
+// The stream kernel's shared memory: its stages (stage_buffers.cuh), nothing else, each row's
 // chunks in the swizzled order its consumer's reads want (stream_fragments.cuh).
 template <Storage kStorage>
-struct StreamBuffers {
+struct StreamBuffers : StageBuffers<StreamConfig<kStorage>> {
   using C = StreamConfig<kStorage>;
   static constexpr bool kPlain = kStorage == Storage::plain;
   static constexpr bool kFp8 = kStorage == Storage::fp8;
 
-  unsigned char* const base;
-
-  __device__ __forceinline__ unsigned char* stage(int s) const { return base + s * C::kStageBytes; }
-  __device__ __forceinline__ unsigned char* k_codes(int s) const { return stage(s); }
-  __device__ __forceinline__ unsigned char* v_codes(int s) const {
-    return stage(s) + C::kCodeTileBytes;
-  }
-  __device__ __forceinline__ unsigned char* k_scales(int s) const {
-    return stage(s) + 2 * C::kCodeTileBytes;
-  }
-  __device__ __forceinline__ unsigned char* v_scales(int s) const {
-    return stage(s) + 2 * C::kCodeTileBytes + C::kScaleTileBytes;
-  }
+  __device__ __forceinline__ explicit StreamBuffers(unsigned char* smem) : StageBuffers<C>(smem) {}
 
   // Where chunk `chunk` of stage row `row` of K / V lives (stream_fragments.cuh's swizzles).
   __device__ __forceinline__ static int k_chunk_offset(int row, int chunk) {
@@ -82,25 +71,18 @@ struct StreamProducer {
   using StagePages = TilePage[C::kKeyTiles];
 
   const Params& p;
+  const DecodeWork& work;  // the CTA's (work.cuh)
   const StreamBuffers<kStorage> buffers;
-  const int batch, kv_head, warp, lane;
-  const int key_end, first_tile, n_tiles;
   const int copy_row, copy_chunk;  // the lane's row of a copy pass and its chunk
   const bool row_scales;  // FP4's block scales or FP8's per-token scales travel with the rows
   const bool two_scale_words;  // NVFP4's 8 scale bytes a row; MXFP4's 4 and FP8's fp32 are one
   StagePages pending;  // the pages of the next stage to copy
 
-  __device__ __forceinline__ StreamProducer(const Params& params, const DecodeWork& work,
+  __device__ __forceinline__ StreamProducer(const Params& params, const DecodeWork& cta,
                                             unsigned char* smem)
       : p(params),
-        buffers{smem},
-        batch(work.batch),
-        kv_head(work.kv_head),
-        warp(work.warp),
-        lane(work.lane),
-        key_end(work.key_end),
-        first_tile(work.first_tile),
-        n_tiles(work.n_tiles),
+        work(cta),
+        buffers(smem),
         copy_row(work.lane / kChunksPerRow),
         copy_chunk(work.lane % kChunksPerRow),
         row_scales(kStorage == Storage::fp4 ||
@@ -111,13 +93,13 @@ struct StreamProducer {
   __device__ __forceinline__ void fetch_pages(int u, StagePages& pages) const {
 #pragma unroll
     for (int kt = 0; kt < C::kKeyTiles; ++kt) {
-      const int key = (first_tile + u) * kN + warp * kWarpRows + kt * kTileKeys;
-      if (u >= n_tiles || key >= key_end) pages[kt] = {-1, 0};
+      const int key = (work.first_tile + u) * kN + work.warp * kWarpRows + kt * kTileKeys;
+      if (u >= work.n_tiles || key >= work.key_end) pages[kt] = {-1, 0};
       else if (p.page_shift >= 0)
-        pages[kt] = {p.block_table ? p.block_table[batch * p.block_table_stride + (key >> p.page_shift)] : batch,
+        pages[kt] = {p.block_table ? p.block_table[work.batch * p.block_table_stride + (key >> p.page_shift)] : work.batch,
                      key & ((1 << p.page_shift) - 1)};
       else
-        pages[kt] = {p.block_table ? p.block_table[batch * p.block_table_stride + key / p.page_size] : batch,
+        pages[kt] = {p.block_table ? p.block_table[work.batch * p.block_table_stride + key / p.page_size] : work.batch,
                      key % p.page_size};
     }
   }
@@ -125,21 +107,21 @@ struct StreamProducer {
   // Copies stage u's codes (and scales) of the warp's tiles; always commits a group, empty past
   // the end.
   __device__ __forceinline__ void issue(int u, const StagePages& pages) const {
-    if (u < n_tiles) {
+    if (u < work.n_tiles) {
       const int stage = u % kS;
-      const int key0 = (first_tile + u) * kN + warp * kWarpRows;
+      const int key0 = (work.first_tile + u) * kN + work.warp * kWarpRows;
 #pragma unroll
       for (int kt = 0; kt < C::kKeyTiles; ++kt) {
         const TilePage at = pages[kt];
-        const unsigned char* k_row = p.k.data + at.page * p.k.page_stride + kv_head * p.k.head_stride +
+        const unsigned char* k_row = p.k.data + at.page * p.k.page_stride + work.kv_head * p.k.head_stride +
                                      (at.slot + copy_row) * p.k.slot_stride + copy_chunk * kChunkBytes;
-        const unsigned char* v_row = p.v.data + at.page * p.v.page_stride + kv_head * p.v.head_stride +
+        const unsigned char* v_row = p.v.data + at.page * p.v.page_stride + work.kv_head * p.v.head_stride +
                                      (at.slot + copy_row) * p.v.slot_stride + copy_chunk * kChunkBytes;
 #pragma unroll
         for (int pass = 0; pass < kPassesPerTile; ++pass) {
           const int r = kt * kTileKeys + copy_row + pass * kRowsPerPass;
-          const int row = warp * kWarpRows + r;
-          const bool valid = at.page >= 0 && key0 + r < key_end;
+          const int row = work.warp * kWarpRows + r;
+          const bool valid = at.page >= 0 && key0 + r < work.key_end;
           const int bytes = valid ? kChunkBytes : 0;
           ptx::cp_async_16(ptx::smem_address(buffers.k_codes(stage) + buffers.k_chunk_offset(row, copy_chunk)),
                            valid ? k_row : p.k.data, bytes);
@@ -152,7 +134,7 @@ struct StreamProducer {
       if (row_scales) {  // one lane per scale row: K's, then V's
 #pragma unroll
         for (int pass = 0; pass < kScaleRowPasses; ++pass) {
-          const int job = lane + pass * kWarpSize;
+          const int job = work.lane + pass * kWarpSize;
           const bool is_v = job >= kWarpRows;
           const int r = job % kWarpRows;
           TilePage at = pages[0];  // pages[r / kTileKeys], without indexing registers at run time
@@ -160,13 +142,13 @@ struct StreamProducer {
           for (int kt = 1; kt < C::kKeyTiles; ++kt)
             if (r >= kt * kTileKeys) at = pages[kt];
           const CacheView& side = is_v ? p.v : p.k;
-          const bool valid = at.page >= 0 && key0 + r < key_end;
+          const bool valid = at.page >= 0 && key0 + r < work.key_end;
           const unsigned char* src =
-              valid ? side.scale + at.page * side.scale_page_stride + kv_head * side.scale_head_stride +
+              valid ? side.scale + at.page * side.scale_page_stride + work.kv_head * side.scale_head_stride +
                           (at.slot + r % kTileKeys) * side.scale_slot_stride
                     : side.scale;
           unsigned char* dst = (is_v ? buffers.v_scales(stage) : buffers.k_scales(stage)) +
-                               (warp * kWarpRows + r) * C::kScaleRowBytes;
+                               (work.warp * kWarpRows + r) * C::kScaleRowBytes;
           ptx::cp_async_4(ptx::smem_address(dst), src, valid ? 4 : 0);
           if (two_scale_words)
             ptx::cp_async_4(ptx::smem_address(dst + kScaleWordBytes), src + (valid ? kScaleWordBytes : 0),

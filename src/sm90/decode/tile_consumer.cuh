@@ -73,7 +73,7 @@ struct TileConsumer {
 
   const Params& p;
   const Buffers buffers;
-  const int warp, lane, g, c;
+  const LanePosition at;  // the thread's warp, lane and fragment coordinates
   const int first_tile;
   uint32_t q_frag[kQInRegisters ? kD / kMmaK : 1][4];
   float k_multiplier, v_multiplier;  // the sides' per-tensor factors (dequant.cuh)
@@ -91,10 +91,7 @@ struct TileConsumer {
                                           unsigned char* smem)
       : p(params),
         buffers(smem),
-        warp(work.warp),
-        lane(work.lane),
-        g(work.g),
-        c(work.c),
+        at(work.lane_position()),
         first_tile(work.first_tile),
         per_token(params.scale_kind == ScaleKind::fp8_per_token) {
     load_query_tile<Element, kStorage, kHeadDim>(p, work.seq, work.first_row, work.rows,
@@ -113,7 +110,7 @@ struct TileConsumer {
     softcap = policy::SoftcapLog2{p.softcap * kLog2e};
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const RowKeys k = work.row_keys(p, work.first_row + g + 8 * half);
+      const RowKeys k = work.row_keys(p, work.first_row + at.g + 8 * half);
       key_lo[half] = k.lo;
       key_hi[half] = k.hi;
     }
@@ -124,7 +121,7 @@ struct TileConsumer {
   // Tile t's keys, the warp's 16 of them: S = Q Kᵀ, scale, cap, mask, the online softmax, and
   // O += P V.
   __device__ __forceinline__ void consume(int t, const StageTiles& tiles) {
-    const int key_base = warp * C::kKeysPerWarp;
+    const int key_base = at.warp * C::kKeysPerWarp;
     float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
     scores(tiles.k, key_base, s);
     float tile_max[2] = {-INFINITY, -INFINITY};
@@ -161,16 +158,16 @@ struct TileConsumer {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       softmax.sum_lanes(half);
-      const int row = g + 8 * half;
+      const int row = at.g + 8 * half;
       const float inverse = softmax.normalizer(half);
 #pragma unroll
       for (int n = 0; n < kD / kMmaN; ++n) {
         // One pointer expression: partials.row(warp, row) + n * 8 + 2 * c changes the SASS.
-        float* dst = partials.out + (warp * C::kRowsPerTile + row) * kD + n * 8 + 2 * c;
+        float* dst = partials.out + (at.warp * C::kRowsPerTile + row) * kD + n * 8 + 2 * at.c;
         dst[0] = o[n][2 * half] * inverse;
         dst[1] = o[n][2 * half + 1] * inverse;
       }
-      if (c == 0) partials.set_lse(warp, row, softmax.lse(half));
+      if (at.c == 0) partials.set_lse(at.warp, row, softmax.lse(half));
     }
   }
 
@@ -182,8 +179,8 @@ struct TileConsumer {
  private:
   // Q's A fragment of k step ks, from the Q tile.
   __device__ __forceinline__ void load_q(int ks, uint32_t (&frag)[4]) const {
-    const int m = lane / 8;
-    const int row = lane % 8 + (m % 2) * 8;
+    const int m = at.lane / 8;
+    const int row = at.lane % 8 + (m % 2) * 8;
     ptx::ldmatrix_x4(ptx::smem_address(buffers.q_tile + swizzled<kRowBytes>(row, 2 * ks + m / 2)),
                      frag);
   }
@@ -192,10 +189,10 @@ struct TileConsumer {
                                          float (&s)[2][4]) const {
 #pragma unroll
     for (int ks = 0; ks < kD / kMmaK; ++ks) {
-      const int m = lane / 8;
+      const int m = at.lane / 8;
       uint32_t kf[4];
       ptx::ldmatrix_x4(ptx::smem_address(k_tile + swizzled<kRowBytes>(
-                                                      key_base + (m / 2) * 8 + lane % 8,
+                                                      key_base + (m / 2) * 8 + at.lane % 8,
                                                       2 * ks + m % 2)),
                        kf);
       uint32_t qf[4];
@@ -218,7 +215,7 @@ struct TileConsumer {
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int local = nt * 8 + 2 * c + (e % 2);
+        const int local = nt * 8 + 2 * at.c + (e % 2);
         const int key = key0 + local;
         const int half = e / 2;
         float x = s[nt][e] * score_multiplier;
@@ -248,10 +245,10 @@ struct TileConsumer {
                                                     const uint32_t (&p_frag)[4]) {
 #pragma unroll
     for (int np = 0; np < kD / kMmaK; ++np) {
-      const int m = lane / 8;
+      const int m = at.lane / 8;
       uint32_t vf[4];
       ptx::ldmatrix_x4_trans(ptx::smem_address(v_tile + swizzled<kRowBytes>(
-                                                            key_base + (m % 2) * 8 + lane % 8,
+                                                            key_base + (m % 2) * 8 + at.lane % 8,
                                                             2 * np + m / 2)),
                              vf);
       ptx::mma_16816<Element>(o[2 * np], p_frag, vf[0], vf[1]);

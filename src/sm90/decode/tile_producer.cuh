@@ -10,6 +10,7 @@
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/dequant.cuh"
 #include "sm90/decode/params.hpp"
+#include "sm90/decode/stage_buffers.cuh"
 #include "sm90/decode/work.cuh"
 #include "sm90/ptx/cp_async.cuh"
 #include "sm90/ptx/mbarrier.cuh"
@@ -39,33 +40,18 @@ static_assert(sizeof(RowOffsets) == kRowOffsetsBytes, "config.hpp sizes the row 
 // The tile kernel's shared memory (config.hpp's offsets): the Q tile, the stages of K and V codes
 // (and scales), the widened K and V tiles of quantized caches, the stages' row table.
 template <typename C>
-struct TileBuffers {
-  unsigned char* const base;
+struct TileBuffers : StageBuffers<C> {
   unsigned char* const q_tile;
   RowOffsets* const row_table;
   unsigned char* const k_widened;
   unsigned char* const v_widened;
 
   __device__ __forceinline__ explicit TileBuffers(unsigned char* smem)
-      : base(smem),
+      : StageBuffers<C>(smem),
         q_tile(smem + C::kQOffset),
         row_table(reinterpret_cast<RowOffsets*>(smem + C::kRowTableOffset)),
         k_widened(smem + C::kDequantOffset),
         v_widened(k_widened + C::kTileBytes) {}
-
-  __device__ __forceinline__ unsigned char* stage(int s) const {
-    return base + C::kStagesOffset + s * C::kStageBytes;
-  }
-  __device__ __forceinline__ unsigned char* k_codes(int s) const { return stage(s); }
-  __device__ __forceinline__ unsigned char* v_codes(int s) const {
-    return stage(s) + C::kCodeTileBytes;
-  }
-  __device__ __forceinline__ unsigned char* k_scales(int s) const {
-    return stage(s) + 2 * C::kCodeTileBytes;
-  }
-  __device__ __forceinline__ unsigned char* v_scales(int s) const {
-    return stage(s) + 2 * C::kCodeTileBytes + C::kScaleTileBytes;
-  }
 };
 
 // What the consumer reads of a stage: K and V tiles in the swizzled bf16/fp16 layout (the codes
@@ -85,9 +71,8 @@ struct TileProducer {
   static constexpr int kWarpRows = C::kKeysPerWarp;
 
   const Params& p;
+  const DecodeWork& work;  // the CTA's (work.cuh)
   const TileBuffers<C> buffers;
-  const int batch, kv_head, warp, lane;
-  const int key_end, first_tile, n_tiles;
   const int own_row;    // the key row of every stage lane < kWarpRows owns
   const bool owns_row;
   const bool per_token;  // FP8 with a scale per token
@@ -97,17 +82,11 @@ struct TileProducer {
   const int scale_words;
   int pending_page = -1;  // the page of the lane's row of the next tile to publish
 
-  __device__ __forceinline__ TileProducer(const Params& params, const DecodeWork& work,
+  __device__ __forceinline__ TileProducer(const Params& params, const DecodeWork& cta,
                                           unsigned char* smem)
       : p(params),
+        work(cta),
         buffers(smem),
-        batch(work.batch),
-        kv_head(work.kv_head),
-        warp(work.warp),
-        lane(work.lane),
-        key_end(work.key_end),
-        first_tile(work.first_tile),
-        n_tiles(work.n_tiles),
         own_row(work.warp * kWarpRows + work.lane),
         owns_row(work.lane < kWarpRows),
         per_token(params.scale_kind == ScaleKind::fp8_per_token),
@@ -119,27 +98,27 @@ struct TileProducer {
   // The page (or -1: past the keys, zero-filled) of the lane's key row of tile u. Read one
   // iteration before the copies that use it, so the block table's latency hides behind a tile.
   __device__ __forceinline__ int fetch_page(int u) const {
-    const int key = (first_tile + u) * kN + own_row;
-    if (u >= n_tiles || key >= key_end) return -1;
-    if (p.block_table == nullptr) return batch;
+    const int key = (work.first_tile + u) * kN + own_row;
+    if (u >= work.n_tiles || key >= work.key_end) return -1;
+    if (p.block_table == nullptr) return work.batch;
     const int page_index = p.page_shift >= 0 ? key >> p.page_shift : key / p.page_size;
-    return p.block_table[batch * p.block_table_stride + page_index];
+    return p.block_table[work.batch * p.block_table_stride + page_index];
   }
 
   // The lane's row's byte offsets in the K/V codes and scales, computed once for every lane that
   // copies a piece of the row.
   __device__ __forceinline__ void publish_page(int u, int page) const {
-    const int key = (first_tile + u) * kN + own_row;
+    const int key = (work.first_tile + u) * kN + own_row;
     const int slot = p.page_shift >= 0 ? key & ((1 << p.page_shift) - 1) : key % p.page_size;
     RowOffsets r{-1, -1, -1, -1};
     if (page >= 0) {
-      r.k = page * p.k.page_stride + slot * p.k.slot_stride + kv_head * p.k.head_stride;
-      r.v = page * p.v.page_stride + slot * p.v.slot_stride + kv_head * p.v.head_stride;
+      r.k = page * p.k.page_stride + slot * p.k.slot_stride + work.kv_head * p.k.head_stride;
+      r.v = page * p.v.page_stride + slot * p.v.slot_stride + work.kv_head * p.v.head_stride;
       if constexpr (kStorage != Storage::plain) {
         r.k_scale = page * p.k.scale_page_stride + slot * p.k.scale_slot_stride +
-                    kv_head * p.k.scale_head_stride;
+                    work.kv_head * p.k.scale_head_stride;
         r.v_scale = page * p.v.scale_page_stride + slot * p.v.scale_slot_stride +
-                    kv_head * p.v.scale_head_stride;
+                    work.kv_head * p.v.scale_head_stride;
       }
     }
     buffers.row_table[(u % kS) * kN + own_row] = r;
@@ -147,17 +126,17 @@ struct TileProducer {
 
   // Copies tile u's codes (and scales) into its stage; always commits a group, empty past the end.
   __device__ __forceinline__ void issue(int u) const {
-    if (u < n_tiles) {
+    if (u < work.n_tiles) {
       const int stage = u % kS;
       const RowOffsets* rows = buffers.row_table + stage * kN;
       constexpr int kChunksPerRow = C::kCodeRowBytes / kChunkBytes;
       constexpr int kRowsPerPass = kWarpSize / kChunksPerRow;
       static_assert(kRowsPerPass * kChunksPerRow == kWarpSize && kWarpRows % kRowsPerPass == 0,
-                    "a pass copies whole rows with every lane");
-      const int chunk = lane % kChunksPerRow;
+                    "a pass copies whole rows with every work.lane");
+      const int chunk = work.lane % kChunksPerRow;
 #pragma unroll
       for (int pass = 0; pass < kWarpRows / kRowsPerPass; ++pass) {
-        const int row = warp * kWarpRows + lane / kChunksPerRow + pass * kRowsPerPass;
+        const int row = work.warp * kWarpRows + work.lane / kChunksPerRow + pass * kRowsPerPass;
         const longlong2 at = *reinterpret_cast<const longlong2*>(&rows[row]);
         const int dst = kStorage == Storage::plain ? swizzled<kRowBytes>(row, chunk)
                                                    : row * C::kCodeRowBytes + chunk * kChunkBytes;
@@ -171,8 +150,8 @@ struct TileProducer {
       if constexpr (kStorage != Storage::plain) {
         // One lane per row: K rows by lanes 0-15, V rows by lanes 16-31.
         if (kStorage == Storage::fp4 || per_token) {
-          const int row = warp * kWarpRows + lane % kWarpRows;
-          const bool is_v = lane >= kWarpRows;
+          const int row = work.warp * kWarpRows + work.lane % kWarpRows;
+          const bool is_v = work.lane >= kWarpRows;
           const int64_t offset = is_v ? rows[row].v_scale : rows[row].k_scale;
           unsigned char* dst =
               (is_v ? buffers.v_scales(stage) : buffers.k_scales(stage)) + row * C::kScaleRowBytes;
@@ -243,8 +222,8 @@ struct TileProducer {
       const unsigned char* codes = side == 0 ? buffers.k_codes(stage) : buffers.v_codes(stage);
 #pragma unroll
       for (int j = 0; j < kWidenJobs; ++j) {
-        const unsigned job = lane + j * kWarpSize;
-        const int row = warp * kWarpRows + job / kChunksPerCodeRow;
+        const unsigned job = work.lane + j * kWarpSize;
+        const int row = work.warp * kWarpRows + job / kChunksPerCodeRow;
         const int chunk = job % kChunksPerCodeRow;
         const uint4 w = *reinterpret_cast<const uint4*>(codes + row * C::kCodeRowBytes +
                                                         chunk * kChunkBytes);

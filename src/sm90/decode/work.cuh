@@ -21,6 +21,12 @@ struct RowKeys {
   int lo, hi;
 };
 
+// A thread's place: its warp and lane, and the lane's mma.sync fragment coordinates (row group g,
+// column pair c). A consumer keeps its own copy for the loop.
+struct LanePosition {
+  int warp, lane, g, c;
+};
+
 // Query rows and keys are bottom-right aligned (common/window.cuh): query i sees key j iff the
 // window lets it and j < seqlen_k.
 struct DecodeWork {
@@ -34,6 +40,8 @@ struct DecodeWork {
   int rows;                 // the sequence's query rows of one kv-head (group · seqlen_q)
   int key_begin, key_end;   // the CTA's keys [key_begin, key_end)
   int first_tile, n_tiles;  // its stages of kBlockN keys
+
+  __device__ __forceinline__ LanePosition lane_position() const { return {warp, lane, g, c}; }
 
   // A CTA past its sequence's rows (varlen: the grid covers the longest) has nothing to write,
   // not even a partial: the combine reads only the rows that exist.
