@@ -66,6 +66,8 @@ struct StreamConsumer {
   // Score multiplier: log2 domain unless softcapped (the cap's tanh takes true units).
   float score_multiplier;
   policy::SoftcapLog2 softcap;  // the score policy's, applied in scale_and_mask
+  bool biased;                  // ALiBi (p.alibi), after the cap
+  RowBias bias[2];              // fragment columns 2c and 2c + 1, where biased
   int key_lo[2], key_hi[2];     // fragment columns 2c and 2c + 1: query rows
   // Oᵀ: o[mt] = {(dim 16g+2mt, row 2c), (same dim, row 2c+1), (dim +1, row 2c), (dim +1, row 2c+1)}.
   float o[stream::kDimTiles][4];
@@ -91,11 +93,14 @@ struct StreamConsumer {
     score_multiplier = softcapped ? p.softmax_scale * k_multiplier / p.softcap * unshift
                                   : p.softmax_scale * k_multiplier * kLog2e * unshift;
     softcap = policy::SoftcapLog2{p.softcap * kLog2e};
+    biased = p.alibi.slopes != nullptr;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const RowKeys k = work.row_keys(p, work.first_row + 2 * at.c + h);
+      const int row = work.first_row + 2 * at.c + h;
+      const RowKeys k = work.row_keys(p, row);
       key_lo[h] = k.lo;
       key_hi[h] = k.hi;
+      bias[h] = biased ? work.row_bias(p, row) : RowBias{};
     }
 #pragma unroll
     for (int mt = 0; mt < stream::kDimTiles; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
@@ -126,6 +131,7 @@ struct StreamConsumer {
         float x = s[kt][e] * score_multiplier * key_scale[kt][e / 2];
         if (key < key_lo[h] || key > key_hi[h]) x = -INFINITY;
         if (softcapped && x != -INFINITY) x = softcap.score(x);
+        if (biased && x != -INFINITY) x = bias[h].score(x, key);
         s[kt][e] = x;
         tile_max[h] = fmaxf(tile_max[h], x);
       }

@@ -81,6 +81,8 @@ struct TileConsumer {
   // Score multiplier: log2 domain unless softcapped (the cap's tanh takes true units).
   float score_multiplier;
   policy::SoftcapLog2 softcap;  // the score policy's, applied in scale_and_mask
+  bool biased;                  // ALiBi (p.alibi), after the cap
+  RowBias bias[2];              // each fragment row's, where biased
   int key_lo[2], key_hi[2];     // each fragment row's visible keys (RowKeys)
   float o[kD / kMmaN][4];
   RowSoftmax<1, 4> softmax;  // a row's scores lie in lanes 4g … 4g+3
@@ -108,11 +110,14 @@ struct TileConsumer {
     score_multiplier = softcapped ? p.softmax_scale * k_multiplier / p.softcap
                                   : p.softmax_scale * k_multiplier * kLog2e;
     softcap = policy::SoftcapLog2{p.softcap * kLog2e};
+    biased = p.alibi.slopes != nullptr;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const RowKeys k = work.row_keys(p, work.first_row + at.g + 8 * half);
+      const int row = work.first_row + at.g + 8 * half;
+      const RowKeys k = work.row_keys(p, row);
       key_lo[half] = k.lo;
       key_hi[half] = k.hi;
+      bias[half] = biased ? work.row_bias(p, row) : RowBias{};
     }
 #pragma unroll
     for (int n = 0; n < kD / kMmaN; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
@@ -226,12 +231,15 @@ struct TileConsumer {
         tile_max[half] = fmaxf(tile_max[half], x);
       }
     }
-    if (softcapped) {  // uniform: the common path issues no tanh
+    if (softcapped || biased) {  // uniform: the common path issues no tanh and no bias
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)  // masked scores stay -inf
-          if (s[nt][e] != -INFINITY) s[nt][e] = softcap.score(s[nt][e]);
+        for (int e = 0; e < 4; ++e) {
+          if (s[nt][e] == -INFINITY) continue;  // masked scores stay -inf
+          if (softcapped) s[nt][e] = softcap.score(s[nt][e]);
+          if (biased) s[nt][e] = bias[e / 2].score(s[nt][e], key0 + nt * 8 + 2 * at.c + e % 2);
+        }
       tile_max[0] = tile_max[1] = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)

@@ -21,6 +21,17 @@ struct RowKeys {
   int lo, hi;
 };
 
+// A row's ALiBi: its head's slope in the scores' units, and the key on its diagonal, from which
+// the bias counts (-slope · |diagonal_key - key|).
+struct RowBias {
+  policy::Alibi alibi;
+  int diagonal_key;
+
+  __device__ __forceinline__ float score(float s, int key) const {
+    return alibi.score_at_offset(s, float(diagonal_key - key));
+  }
+};
+
 // A thread's place: its warp and lane, and the lane's mma.sync fragment coordinates (row group g,
 // column pair c). A consumer keeps its own copy for the loop.
 struct LanePosition {
@@ -58,6 +69,11 @@ struct DecodeWork {
                                                            : seq.seqlen_k - 1)
                     : -1;
     return k;
+  }
+
+  // Row r's ALiBi (p.alibi's slopes set): the slope of its query head, r % group of the kv-head's.
+  __device__ __forceinline__ RowBias row_bias(const Params& p, int r) const {
+    return {p.alibi.of(batch, kv_head * p.group + r % p.group), r / p.group + seq.diagonal()};
   }
 };
 
