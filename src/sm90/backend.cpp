@@ -195,7 +195,7 @@ Status kvcache_checked(const detail::KVCacheProblem& p, Rest... rest) {
                                      " with " + dtype_name(p.dtype) +
                                      " queries is not supported by the " + decode::kFamily +
                                      " yet (the CPU backend writes it)"};
-  HFA_RETURN_IF_ERROR(detail::refuse_unread(p.vectors, decode::kFamily, {}));
+  HFA_RETURN_IF_ERROR(detail::refuse_unread(p.vectors, decode::kFamily, {"alibi_slopes"}));
   return entry(p, rest...);
 }
 

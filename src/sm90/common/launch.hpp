@@ -76,11 +76,14 @@ void fill_shared_fields(Params& params, const detail::ForwardProblem& problem) {
 }
 
 // ALiBi's slopes as the kernels read them (policy::AlibiSlopes): the option's view, and the
-// unit of the tiles' scores, which the kernels scale inside their exp2.
+// unit, in logits, of the scores the kernels add the bias to.
+inline policy::AlibiSlopes alibi_slopes(const detail::OptionVector& slopes, float unit) {
+  return {static_cast<const float*>(slopes.data), slopes.batch_stride, slopes.head_stride, unit};
+}
+// The forward's and backward's tiles add it to the unscaled scores, which their exp2 scales.
 inline policy::AlibiSlopes alibi_slopes(const detail::ForwardProblem& problem) {
-  const detail::OptionVector& slopes = problem.vectors.alibi_slopes;
-  return {static_cast<const float*>(slopes.data), slopes.batch_stride, slopes.head_stride,
-          policy::score_unit(problem.softmax_scale, problem.softcap)};
+  return alibi_slopes(problem.vectors.alibi_slopes,
+                      policy::score_unit(problem.softmax_scale, problem.softcap));
 }
 
 // Pairs per section of the sectioned tile order (tile_order.cuh): as many as share half the L2

@@ -3,7 +3,7 @@
 // their launch's switches), the per-problem values come from the kernel's parameters, and each
 // kernel transforms its scores in one place: the forward in fwd/mainloop.cuh's softmax_step, the
 // backward in bwd/mainloop.cuh's probabilities (its factor in score_gradients); decode
-// (decode/kernel.cuh, stream_kernel.cuh) calls the policy's SoftcapLog2 in its uniform branch.
+// (decode/tile_consumer.cuh, stream_consumer.cuh) calls the policy's SoftcapLog2 in its uniform branch.
 #pragma once
 
 #include <type_traits>

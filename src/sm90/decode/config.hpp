@@ -27,6 +27,10 @@ inline constexpr int kSmemPerSM = 228 * 1024;
 inline constexpr int kMaxSmemPerBlock = 227 * 1024;
 inline constexpr int kSmemReservedPerBlock = 1024;
 
+// A stage row's entry in the tile kernel's row table: four 64-bit byte offsets (RowOffsets,
+// tile_producer.cuh).
+inline constexpr int kRowOffsetsBytes = 32;
+
 // The tile shape, the same at every head dim and storage: 16 query rows (one mma.sync M) and a
 // stage of 64 keys. The grid's row tiles and the splits' stages (plan.cpp) follow from it.
 inline constexpr int kQueryRowsPerTile = 16;
@@ -89,7 +93,7 @@ struct Config {
   static constexpr int kStageBytes = 2 * (kCodeTileBytes + kScaleTileBytes);  // K then V
   static constexpr int kTileBytes = kBlockN * kTileRowBytes;
   // Per key row of each stage: byte offsets of its K and V codes and scales (RowOffsets).
-  static constexpr int kRowTableBytes = kStages * kBlockN * 32;
+  static constexpr int kRowTableBytes = kStages * kBlockN * kRowOffsetsBytes;
 
   static constexpr int kQOffset = 0;
   static constexpr int kStagesOffset = kQOffset + kQBytes;
@@ -133,6 +137,7 @@ struct StreamConfig {
   static constexpr int kCodeTileBytes = kBlockN * kCodeRowBytes;
   static constexpr int kScaleTileBytes = kBlockN * kScaleRowBytes;
   static constexpr int kStageBytes = 2 * (kCodeTileBytes + kScaleTileBytes);  // K then V
+  static constexpr int kStagesOffset = 0;  // the stages are all of its shared memory
   static constexpr int kSmemBytes = kStages * kStageBytes;
 
   // After the main loop the stage buffers hold each warp's partial output and LSE.

@@ -149,6 +149,7 @@ Status run(const detail::KVCacheProblem& p, const Plan& plan) {
   params.split_size = p.split_size;
   params.softmax_scale = p.softmax_scale;
   params.softcap = p.softcap;
+  params.alibi = alibi_slopes(p.vectors.alibi_slopes, kLn2);
   // No bound beyond the cache's keys and the rows cuts off a key; clamped, row ± window fits
   // an int (policy::clamp_window).
   const int reach = int(std::min<int64_t>(int64_t(params.capacity) + params.seqlen_q, INT32_MAX / 2));

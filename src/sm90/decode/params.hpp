@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "common/score_policy.hpp"
+
 namespace hfa::sm90::decode {
 
 // The cache storage formats the kernel is compiled for. FP8 per-head and per-token scales share
@@ -69,6 +71,9 @@ struct Params {
 
   float softmax_scale = 0.0f;
   float softcap = 0.0f;  // 0: off
+  // ALiBi (slopes null: none), added after the scale and the cap, in their log2 domain: a unit
+  // of those scores is ln 2 of a logit.
+  policy::AlibiSlopes alibi{};
   int32_t window_left = -1, window_right = -1;
 
   // Split partials (num_splits > 1), in the caller's workspace: partial_lse (rows_total,

@@ -21,6 +21,23 @@ struct RowKeys {
   int lo, hi;
 };
 
+// A row's ALiBi: its head's slope in the scores' units, and the key on its diagonal, from which
+// the bias counts (-slope · |diagonal_key - key|).
+struct RowBias {
+  policy::Alibi alibi;
+  int diagonal_key;
+
+  __device__ __forceinline__ float score(float s, int key) const {
+    return alibi.score_at_offset(s, float(diagonal_key - key));
+  }
+};
+
+// A thread's place: its warp and lane, and the lane's mma.sync fragment coordinates (row group g,
+// column pair c). A consumer keeps its own copy for the loop.
+struct LanePosition {
+  int warp, lane, g, c;
+};
+
 // Query rows and keys are bottom-right aligned (common/window.cuh): query i sees key j iff the
 // window lets it and j < seqlen_k.
 struct DecodeWork {
@@ -34,6 +51,8 @@ struct DecodeWork {
   int rows;                 // the sequence's query rows of one kv-head (group · seqlen_q)
   int key_begin, key_end;   // the CTA's keys [key_begin, key_end)
   int first_tile, n_tiles;  // its stages of kBlockN keys
+
+  __device__ __forceinline__ LanePosition lane_position() const { return {warp, lane, g, c}; }
 
   // A CTA past its sequence's rows (varlen: the grid covers the longest) has nothing to write,
   // not even a partial: the combine reads only the rows that exist.
@@ -50,6 +69,11 @@ struct DecodeWork {
                                                            : seq.seqlen_k - 1)
                     : -1;
     return k;
+  }
+
+  // Row r's ALiBi (p.alibi's slopes set): the slope of its query head, r % group of the kv-head's.
+  __device__ __forceinline__ RowBias row_bias(const Params& p, int r) const {
+    return {p.alibi.of(batch, kv_head * p.group + r % p.group), r / p.group + seq.diagonal()};
   }
 };
 

@@ -86,6 +86,10 @@ class DeviceCase {
       cu_new_ = copy_tensor(*c.options.cu_seqlens_k_new);
       options_.cu_seqlens_k_new = &cu_new_;
     }
+    if (c.options.alibi_slopes) {
+      alibi_ = copy_tensor(*c.options.alibi_slopes);
+      options_.alibi_slopes = &alibi_;
+    }
     if (c.options.rotary_cos) {
       rotary_cos_ = copy_tensor(*c.options.rotary_cos);
       rotary_sin_ = copy_tensor(*c.options.rotary_sin);
@@ -166,7 +170,7 @@ class DeviceCase {
   std::vector<std::unique_ptr<DeviceBuffer>> buffers_;
   std::unique_ptr<DeviceBuffer> workspace_;
   Tensor q_{}, k_{}, v_{}, out_{}, lse_{}, seqlens_{}, table_{}, k_scale_{}, v_scale_{}, k_global_{},
-      v_global_{}, k_new_{}, v_new_{}, rotary_cos_{}, rotary_sin_{}, cu_q_{}, cu_new_{};
+      v_global_{}, k_new_{}, v_new_{}, rotary_cos_{}, rotary_sin_{}, cu_q_{}, cu_new_{}, alibi_{};
 };
 
 Tolerance default_tolerance(DType dtype) { return {dtype == DType::f16 ? 4e-3 : 1.5e-2, 1e-4}; }
@@ -257,6 +261,50 @@ TEST(DecodeOracle, WindowSoftcapScale) {
       // tanh runs at the hardware's approximate precision.
       expect_matches_oracle(c, {1.5e-2, 3e-3});
     }
+}
+
+// ALiBi per head and per (sequence, head), on the stream kernel's shapes (one query row a
+// kv-head) and the tile kernel's (GQA, several rows), each with causal or a window, softcap,
+// splits and varlen queries (rows that see no key included), in plain, FP8 and FP4 caches; and
+// the bias must be there: without the slopes the result differs.
+TEST(DecodeOracle, Alibi) {
+  HFA_REQUIRE_HOPPER();
+  int n = 0;
+  for (CacheKind kind : {CacheKind::bf16, CacheKind::fp8_per_token, CacheKind::nvfp4})
+    for (bool per_sequence : {false, true})
+      for (bool stream_shape : {true, false}) {
+        KVCase c = gpu_case(kind);
+        c.group = stream_shape ? 1 : 4;
+        if (stream_shape) {
+          c.seqlen_q = 1;
+        } else {
+          c.query_lengths = {5, 0, 2, 9};
+        }
+        c.cache_seqlens = {3, 90, 0, 700};
+        c.options.causal = per_sequence;
+        c.options.window_left = per_sequence ? -1 : 40;
+        c.options.softcap = n % 3 == 2 ? 5.0f : 0.0f;
+        c.options.num_splits = std::array<int32_t, 3>{0, 1, 3}[n % 3];
+        c.seed = static_cast<uint32_t>(900 + n++);
+        std::vector<float> slopes;
+        for (int64_t i = 0; i < (per_sequence ? 4 : 1) * c.heads_q(); ++i)
+          slopes.push_back(0.02f + 0.05f * static_cast<float>(i));
+        const Tensor alibi = per_sequence
+                                 ? make_tensor(slopes.data(), DType::f32, {4, c.heads_q()})
+                                 : make_tensor(slopes.data(), DType::f32, {c.heads_q()});
+        c.options.alibi_slopes = &alibi;
+        SCOPED_TRACE(std::string(per_sequence ? "per (sequence, head)" : "per head") +
+                     (stream_shape ? ", one row a kv-head" : ", GQA rows"));
+        // tanh runs at the hardware's approximate precision.
+        expect_matches_oracle(c, c.options.softcap > 0 ? Tolerance{1.5e-2, 3e-3}
+                                                        : default_tolerance(c.q_dtype()));
+        if (::testing::Test::HasFailure()) return;
+        std::vector<unsigned char> with_alibi = c.out.bytes;
+        c.options.alibi_slopes = nullptr;
+        DeviceCase unbiased(c);
+        ASSERT_TRUE(unbiased.run().is_ok());
+        EXPECT_NE(c.out.bytes, with_alibi);
+      }
 }
 
 // Windows as wide as an int32 holds (a common stand-in for "unbounded"): the bounds must be
