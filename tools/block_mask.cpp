@@ -162,6 +162,7 @@ void build_block_mask(const RowKeys& keys_of, int64_t rows, int64_t keys, int32_
   v.block_q = block_q;
   v.block_kv = block_kv;
   v.words_per_row = static_cast<int32_t>(words);
+  v.slots = slots;
 }
 
 }  // namespace hfa::tool

@@ -161,10 +161,10 @@ static inline hfa_options hfa_default_options(void) {
  * On a GPU, q, k, v (and the backward's dout) are read by TMA: 16-byte aligned data, row, head
  * and batch strides multiples of 16 bytes (a dim of one element excepted), and no zero stride
  * over several rows or heads (a broadcast view: HFA_ERROR_NOT_SUPPORTED; pass a copy).
- * Block-sparse attention (options->kv_num_blocks ..., CPU only so far) takes FlexAttention's
- * BlockMask: one per sequence at fixed length; with cu_seqlens one mask over the packed tokens
- * (batch 1, blocks counted from token 0), as FlexAttention users pack documents into one
- * sequence, ANDed with the sequences' bounds (hfa/options.def says it in full). */
+ * Block-sparse attention (options->kv_num_blocks ...) takes FlexAttention's BlockMask: one per
+ * sequence at fixed length; with cu_seqlens one mask over the packed tokens (batch 1, blocks
+ * counted from token 0), as FlexAttention users pack documents into one sequence, ANDed with
+ * the sequences' bounds (hfa/options.def says it in full, and what a GPU runs of it). */
 HFA_API hfa_status hfa_forward(const hfa_tensor* q, const hfa_tensor* k, const hfa_tensor* v,
                                const hfa_tensor* out, const hfa_tensor* lse,
                                const hfa_options* options);

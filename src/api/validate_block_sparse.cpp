@@ -141,6 +141,7 @@ Status attach_block_sparse(const Options& options, const Tensor& q, ForwardProbl
                             &s.kv_num_blocks));
   HFA_RETURN_IF_ERROR(check("kv_indices", options.kv_indices, 4, lists, -1, &s.kv_indices));
   const int64_t slots = options.kv_indices->shape[3];
+  s.slots = slots;
   // block_q·words_per_row < 2^57; times the slots it could pass int64's range.
   const int64_t block_words = int64_t{s.block_q} * s.words_per_row;
   if (slots > 0 && block_words > INT64_MAX / slots)

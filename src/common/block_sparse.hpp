@@ -32,6 +32,10 @@ struct BlockSparse {
   // Varlen: one mask over the packed tokens (FlexAttention's batch of 1 holding the documents
   // end to end), its blocks counted from token 0 of q and k rather than from each sequence's.
   bool packed = false;
+  // kv_indices' last extent: the partial blocks a row of blocks may hold (the sm90 backward sizes
+  // its transposed bits by it). Last, so that the fields above keep their offsets in the kernels'
+  // parameters.
+  int64_t slots = 0;
 
   HFA_HD explicit operator bool() const { return static_cast<bool>(kv_num_blocks); }
 

@@ -63,23 +63,20 @@ Status check_partial_out_support(const ForwardProblem& p) {
 }
 
 // What no kernel of the forward and backward reads yet, refused by name rather than ignored: the
-// VECTOR rows (hfa/options.def) other than alibi_slopes, and block-sparse lists in the backward.
+// VECTOR rows (hfa/options.def) other than alibi_slopes.
 Status check_unread_options(const ForwardProblem& p, const char* family) {
-  HFA_RETURN_IF_ERROR(detail::refuse_unread(p.vectors, family, {"alibi_slopes"}));
-  if (p.block_sparse && family != fwd::kFamily)
-    return {Code::not_supported, std::string("kv_num_blocks: block-sparse attention is not "
-                                             "supported by the ") + family + " kernels"};
-  return Status::ok();
+  return detail::refuse_unread(p.vectors, family, {"alibi_slopes"});
 }
 
-// Block-sparse masks run on the forward's own kernels (fwd/tile_config.hpp's
-// BlockSparseTileConfig): 16-bit in and out, no softcap or ALiBi, tiles of one 128 × 128 mask
-// block, the head dims of kernel_list.def's block-sparse list, and fixed-length sequences (a
-// packed mask's blocks need not start at a sequence's first token, and the tail of a seqused_k
-// sequence would need its V rows zeroed wherever the list puts its block). The rest is refused by
-// name; the CPU backend runs it.
+// Block-sparse masks run on the forward's and the backward's own kernels (fwd/ and
+// bwd/tile_config.hpp's BlockSparseTileConfig): 16-bit in and out, no softcap or ALiBi, tiles of
+// one 128 × 128 mask block, the head dims of kernel_list.def's block-sparse list, and
+// fixed-length sequences (a packed mask's blocks need not start at a sequence's first token, and
+// the tail of a seqused_k sequence would need its V rows zeroed wherever the list puts its
+// block); the backward not in the deterministic mode (its turns follow the window's block
+// ranges, not a mask's lists). The rest is refused by name; the CPU backend runs it.
 Status check_block_sparse_support(const ForwardProblem& p, const char* family) {
-  if (!p.block_sparse || family != fwd::kFamily) return Status::ok();
+  if (!p.block_sparse) return Status::ok();
   auto refused = [&](const std::string& with) {
     return Status{Code::not_supported, std::string("kv_num_blocks: a block-sparse mask with ") +
                                            with + " is not supported by the " + family +
@@ -96,6 +93,7 @@ Status check_block_sparse_support(const ForwardProblem& p, const char* family) {
   if (p.vectors.alibi_slopes) return refused("alibi_slopes");
   if (p.dtype == DType::e4m3) return refused("e4m3 inputs");
   if (p.out_dtype != p.dtype) return refused(std::string("an ") + dtype_name(p.out_dtype) + " out");
+  if (family == bwd::kFamily && p.deterministic) return refused("deterministic=true");
   const detail::HeadDims* dims = detail::compiled_head_dims_for(p.hdim_qk, p.hdim_v);
   if (dims != nullptr && !has_block_sparse_kernel(dims->qk, dims->v))
     return refused("head dims " + std::to_string(p.hdim_qk) + "/" + std::to_string(p.hdim_v) +
@@ -210,6 +208,13 @@ Status backward(const BackwardProblem& p) {
   const bwd::LaunchContext context{sms, on.facts.l2_bytes};
   const detail::HeadDims dims = bwd::head_dims_to_run(p.fwd);
   return with_compiled_kernel(p.fwd.dtype, dims.qk, dims.v, [&]<int kQK, int kV, typename Element>() {
+    if (p.fwd.block_sparse) {  // checked: a compiled block-sparse pair
+      if constexpr (has_block_sparse_kernel(kQK, kV)) {
+        return bwd::run_backward_block_sparse<kQK, kV, Element>(p, context);
+      } else {
+        return Status{Code::internal, "sm90 backward: no block-sparse kernel for these head dims"};
+      }
+    }
     if (p.fwd.vectors.alibi_slopes) return bwd::run_backward_alibi<kQK, kV, Element>(p, context);
     return bwd::run_backward<kQK, kV, Element>(p, context);
   });
@@ -220,6 +225,14 @@ Status backward_workspace_size(const BackwardProblem& p, std::size_t* bytes) {
   if (Status status = check_support(p.fwd, bwd::kFamily); !status) return status;
   const detail::HeadDims dims = bwd::head_dims_to_run(p.fwd);
   return with_compiled_kernel(p.fwd.dtype, dims.qk, dims.v, [&]<int kQK, int kV, typename Element>() {
+    if (p.fwd.block_sparse) {  // checked: a compiled block-sparse pair
+      if constexpr (has_block_sparse_kernel(kQK, kV)) {
+        *bytes = bwd::block_sparse_workspace_bytes<kQK, kV>(p);
+        return Status::ok();
+      } else {
+        return Status{Code::internal, "sm90 backward: no block-sparse kernel for these head dims"};
+      }
+    }
     *bytes = bwd::workspace_bytes<kQK, kV>(p);
     return Status::ok();
   });

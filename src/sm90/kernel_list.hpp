@@ -30,8 +30,8 @@ inline std::string compiled_dtype_list() {
   return list;
 }
 
-// Whether the forward of head dims (qk, v), a compiled pair, is compiled for block-sparse masks
-// too (kernel_list.def's HFA_KERNEL_BLOCK_SPARSE_HEAD_DIMS).
+// Whether the forward and backward of head dims (qk, v), a compiled pair, are compiled for
+// block-sparse masks too (kernel_list.def's HFA_KERNEL_BLOCK_SPARSE_HEAD_DIMS).
 constexpr bool has_block_sparse_kernel(int qk, int v) {
 #define HFA_KERNEL_BLOCK_SPARSE_HEAD_DIMS(QK, V) \
   if (qk == QK && v == V) return true;

@@ -58,10 +58,11 @@ inline ForwardExpectation expected_forward(AttentionData& data, bool round_proba
                                                     : cpu::ProbabilityRounding::none);
 }
 
-// round_operands: the peer rounds P and dS to the input dtype before the gradient GEMMs (the
-// GPU kernels' peer).
-inline BackwardExpectation expected_backward(AttentionData& data, bool round_operands = false) {
-  const detail::BackwardProblem p = data.backward_problem();
+// Of problem p over the case's buffers (the case's own, or it with more set: a block-sparse
+// mask). round_operands: the peer rounds P and dS to the input dtype before the gradient GEMMs
+// (the GPU kernels' peer).
+inline BackwardExpectation expected_backward(AttentionData& data, const detail::BackwardProblem& p,
+                                             bool round_operands) {
   BackwardExpectation e;
   e.dq_ref.resize(static_cast<std::size_t>(data.dq.numel()));
   e.dk_ref.resize(static_cast<std::size_t>(data.dk.numel()));
@@ -79,6 +80,10 @@ inline BackwardExpectation expected_backward(AttentionData& data, bool round_ope
   e.dv_peer = rounded(p.fwd.dtype, dv);
   e.dsinks_peer = rounded(DType::f32, dsinks);
   return e;
+}
+// Of the case's problem.
+inline BackwardExpectation expected_backward(AttentionData& data, bool round_operands = false) {
+  return expected_backward(data, data.backward_problem(), round_operands);
 }
 
 // Indices (into the logical order of out, or of lse with `lse`) of the rows beyond seqused_q:

@@ -191,5 +191,47 @@ TEST(BackwardWorkspace, KeyAccumulatorsInTheBlocksThatRun) {
   }
 }
 
+// A block-sparse mask's transposed lists follow the dense layout of its configuration (the
+// windowed one: 64-row tiles at hdim 128), sized by the mask's own batch and head extents (one
+// list where all five tensors broadcast a dim): per (list, key block) a pair per mask query
+// block, the counts, a list entry and a bit block index per query tile; per (list, mask query
+// block, slot) a partial block's bits.
+TEST(BackwardWorkspace, BlockSparseListsAfterTheDenseLayout) {
+  static const int32_t kData[1] = {0};
+  for (bool broadcast : {false, true}) {
+    SCOPED_TRACE(broadcast ? "mask broadcast over batch and heads" : "a mask per (batch, head)");
+    detail::BackwardProblem p = problem(1000, false, false, false);  // 300 keys
+    detail::BlockSparse& mask = p.fwd.block_sparse;
+    detail::BlockIndexView view;
+    view.data = kData;
+    if (!broadcast) view.stride[0] = 4 * 8, view.stride[1] = 8;  // (batch 2, heads 4, ...)
+    mask.kv_num_blocks = mask.kv_indices = mask.kv_mask_bits = view;
+    mask.slots = 3;
+    using Sparse = bwd::BlockSparseConfig<128, 128>;
+    static_assert(Sparse::kBlockM == 64 && Sparse::kBlockN == 128 && Sparse::kBlockSparse);
+    const bwd::WorkspaceLayout dense = bwd::workspace_layout<bwd::Config<128, 128, true>>(p);
+    const bwd::WorkspaceLayout layout = bwd::workspace_layout<Sparse>(p);
+    EXPECT_EQ(layout.padded_rows, dense.padded_rows);
+    EXPECT_EQ(layout.sparse_offset, dense.bytes);
+    EXPECT_EQ((bwd::block_sparse_workspace_bytes<128, 128>(p)), layout.bytes);
+
+    const bwd::SparseListShape shape = bwd::sparse_list_shape(p.fwd);
+    EXPECT_EQ(shape.lists(), broadcast ? 1 : 2 * 4);
+    EXPECT_EQ(shape.q_blocks, 8);  // 1000 queries
+    EXPECT_EQ(shape.k_blocks, 3);  // 300 keys
+    EXPECT_EQ(bwd::sparse_query_tiles<Sparse>(p.fwd), 16);
+    const std::size_t key_entries = std::size_t(shape.lists()) * 3;
+    EXPECT_GE(layout.counts_offset - layout.pairs_offset, key_entries * 8 * sizeof(int32_t));
+    EXPECT_GE(layout.queries_offset - layout.counts_offset,
+              key_entries * sizeof(QueryListCounts));
+    EXPECT_GE(layout.partial_bits_offset - layout.queries_offset,
+              key_entries * 16 * sizeof(int32_t));
+    EXPECT_GE(layout.bits_offset - layout.partial_bits_offset, key_entries * 16 * sizeof(int32_t));
+    EXPECT_EQ(layout.bytes - layout.bits_offset,
+              bwd::align_up(std::size_t(shape.lists()) * 8 * 3 * kSparseBlockWords *
+                            sizeof(int32_t)));
+  }
+}
+
 }  // namespace
 }  // namespace hfa::sm90

@@ -11,6 +11,7 @@
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/scheduler.cuh"
 #include "sm90/bwd/shared_storage.cuh"
+#include "sm90/common/block_sparse.cuh"
 #include "sm90/common/score_mods.cuh"
 #include "sm90/ptx/fragment.cuh"
 #include "sm90/ptx/named_barrier.cuh"
@@ -19,8 +20,25 @@
 
 namespace hfa::sm90::bwd {
 
+// A block-sparse step's mask (TileConfig::kBlockSparse), ConsumerBase::sparse_mask: whether its
+// block pair is partial and, if so, the thread's bits of it (FragmentBits over the step's
+// queries, kWords = kBlockM / 32 of them, a row per key: the preprocess's transposed bits),
+// loaded at the top of the step so that their latency hides behind the step's waits. A base of
+// ConsumerBase, empty where the configuration is dense, so that the dense consumers' layout and
+// code stay what they were (an empty member, even [[no_unique_address]], stopped NVVM: "internal
+// error during structure layout").
+template <bool kBlockSparse, int kWords>
+struct SparseStepMaskOf {};
+template <int kWords>
+struct SparseStepMaskOf<true, kWords> {
+  struct {
+    bool partial = false;
+    FragmentBits<kWords> bits;
+  } sparse_mask;  // the current step's
+};
+
 template <typename Derived, typename Config, typename Element, int kWarpgroup>
-struct ConsumerBase {
+struct ConsumerBase : SparseStepMaskOf<Config::kBlockSparse, Config::kBlockM / 32> {
   using Storage = SharedStorage<Config, Element>;
   static constexpr WarpgroupRole kRole = Config::role(kWarpgroup);
   static constexpr int kSAcc = Config::kScoreColumns / 2;  // 64 rows × its columns, 128 threads
@@ -39,9 +57,29 @@ struct ConsumerBase {
   ptx::RingPosition<Config::kStagesQ> q_ring;
   ptx::RingPosition<Config::kStagesDO> do_ring;
   ptx::RingPosition<Config::kStagesScores> scores_ring;
+  // Words of a partial block's bit rows that one step's queries span.
+  static constexpr int kSparseStepWords = Config::kBlockM / 32;
 
   __device__ ConsumerBase(const Params& params, Storage& storage, int thread_in_warpgroup)
       : p(params), smem(storage), thread(thread_in_warpgroup), at(ptx::fragment_coords(thread)) {}
+
+  // Block-sparse: the mask of the step at `position` of `blocks` into sparse_mask. The
+  // thread's keys (rows) are its fragment rows in the key block (one mask block); its queries
+  // the step's kBlockM columns of its mask query block (tile m_block % kStepsPerQueryBlock).
+  __device__ __forceinline__ void load_sparse_mask(const SparseQueryBlocks& blocks, int position,
+                                                   int m_block) {
+    static_assert(Config::kBlockSparse && !Config::kTransposedGradients);
+    auto& sparse_mask = this->sparse_mask;
+    sparse_mask.partial = blocks.is_partial(position);
+    sparse_mask.bits = all_visible_bits<kSparseStepWords>();
+    if (sparse_mask.partial) {
+      const int key = kRole.key_row0 + at.row0;
+      const int first_word = m_block % Config::kStepsPerQueryBlock * kSparseStepWords;
+      const int32_t* const rows[2] = {blocks.bits_row(position, key) + first_word,
+                                      blocks.bits_row(position, key + 8) + first_word};
+      sparse_mask.bits = load_fragment_bits<kSparseStepWords>(rows, at.column_pair);
+    }
+  }
 
   // A Q or dO stage: every thread releases its own reads (tile_config.hpp, kStageReleasers).
   __device__ __forceinline__ void release_stage(ptx::Mbarrier& empty) { empty.arrive(); }
@@ -98,6 +136,10 @@ struct ConsumerBase {
       } else {
         mask_scores(s, first_row, first_column, tile.seq, p);
       }
+    }
+    // A partial block of a block-sparse mask ANDs its bits in (keys as rows: load_sparse_mask).
+    if constexpr (Config::kBlockSparse) {
+      if (this->sparse_mask.partial) mask_clear_bits(s, this->sparse_mask.bits);
     }
   }
 

@@ -23,7 +23,8 @@ using MainloopOf = std::conditional_t<Config::kTransposedGradients,
 
 template <typename Config, typename Element, int kWarpgroup>
 __device__ __forceinline__ void consume(const Params& p, SharedStorage<Config, Element>& smem,
-                                        const KeyTile& tile, const BlockRange& blocks, int thread) {
+                                        const KeyTile& tile, const TileSteps<Config>& blocks,
+                                        int thread) {
   using Mainloop = MainloopOf<Config, Element, kWarpgroup>;
   Mainloop mainloop{p, smem, thread};
   float dk[Mainloop::kDkAcc], dv[Mainloop::kDvAcc];
@@ -34,8 +35,17 @@ __device__ __forceinline__ void consume(const Params& p, SharedStorage<Config, E
   if (blocks.count() > 0) {
     smem.kv_full.wait(0);
     mainloop.zero_key_padding(tile);
-    for_each_step<Config>(p, tile, blocks,
-                          [&](int head, int m) { mainloop.step(tile, head, m, dk, dv); });
+    if constexpr (Config::kBlockSparse) {
+      for_each_sparse_step<Config>(
+          p, tile, blocks,
+          [&](int head, int m, const SparseQueryBlocks& list, int position) {
+            mainloop.load_sparse_mask(list, position, m);
+            mainloop.step(tile, head, m, dk, dv);
+          });
+    } else {
+      for_each_step<Config>(p, tile, blocks,
+                            [&](int head, int m) { mainloop.step(tile, head, m, dk, dv); });
+    }
   }
   Epilogue<Config, Element, kWarpgroup>{p, smem, thread}.run(dk, dv, tile);
 }
@@ -50,7 +60,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) backward_kernel(const __g
 
   const KeyTile tile = Scheduler<Config>::tile(p, blockIdx.x);
   if (tile.n_block * Config::kBlockN >= tile.allocated_k) return;  // no key of this sequence
-  const BlockRange blocks = Scheduler<Config>::query_range(p, tile);
+  const TileSteps<Config> blocks = Scheduler<Config>::query_range(p, tile);
   const int warpgroup = warpgroup_index();
   const int thread = thread_in_warpgroup();
 

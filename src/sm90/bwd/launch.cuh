@@ -12,6 +12,7 @@
 #include "sm90/bwd/launch.hpp"
 #include "sm90/bwd/postprocess.cuh"
 #include "sm90/bwd/preprocess.cuh"
+#include "sm90/bwd/sparse_preprocess.cuh"
 #include "sm90/common/launch.hpp"
 
 namespace hfa::sm90::bwd {
@@ -130,6 +131,9 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
       head_groups_per_section(f, params.heads_per_tile, params.num_n_blocks, context);
 
   const auto stream = static_cast<cudaStream_t>(f.stream);
+  if constexpr (Config::kBlockSparse) {
+    HFA_RETURN_IF_ERROR(build_query_lists<Config>(params, f, layout, workspace, stream, kFamily));
+  }
   const dim3 row_grid(params.num_m_blocks, f.heads_q, f.batch);
   if (params.num_m_blocks > 0) {
     if (params.softmax_d != nullptr) {
@@ -139,9 +143,11 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
     }
     HFA_RETURN_IF_ERROR(launch_status(kFamily));
   }
-  if (split_groups && layout.bytes > layout.dk_offset) {
+  // The key accumulators run to the end, or to a block-sparse mask's lists (built above).
+  const std::size_t keys_end = Config::kBlockSparse ? layout.sparse_offset : layout.bytes;
+  if (split_groups && keys_end > layout.dk_offset) {
     if (cudaError_t error = cudaMemsetAsync(workspace + layout.dk_offset, 0,
-                                            layout.bytes - layout.dk_offset, stream);
+                                            keys_end - layout.dk_offset, stream);
         error != cudaSuccess) {
       return cuda_status(kFamily, "cannot clear the key accumulators", error);
     }
@@ -224,12 +230,28 @@ Status run_backward_alibi(const detail::BackwardProblem& problem, const LaunchCo
   return run_backward_with<kHeadDimQK, kHeadDimV, Element, true>(problem, context);
 }
 
+// Block-sparse: one configuration per head dims (BlockSparseTileConfig over the windowed one),
+// with or without a window (ANDed with the mask); not deterministic (the backend refuses it).
+template <int kHeadDimQK, int kHeadDimV, typename Element>
+Status run_backward_block_sparse(const detail::BackwardProblem& problem,
+                                 const LaunchContext& context) {
+  if (problem.fwd.deterministic) {
+    return {Code::internal, "sm90 backward: a deterministic block-sparse call reached its kernels"};
+  }
+  return launch<BlockSparseConfig<kHeadDimQK, kHeadDimV>, Element>(problem, context);
+}
+
 }  // namespace hfa::sm90::bwd
 
-// One translation unit per (head dims, element type), and the same for ALiBi.
+// One translation unit per (head dims, element type), the same for ALiBi, and per (head dims,
+// element type) of kernel_list.def's block-sparse list.
 #define HFA_INSTANTIATE_BACKWARD(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT)                         \
   template hfa::Status hfa::sm90::bwd::run_backward<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT>(     \
       const hfa::detail::BackwardProblem&, const hfa::sm90::bwd::LaunchContext&);
 #define HFA_INSTANTIATE_BACKWARD_ALIBI(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT)                   \
   template hfa::Status hfa::sm90::bwd::run_backward_alibi<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT>( \
+      const hfa::detail::BackwardProblem&, const hfa::sm90::bwd::LaunchContext&);
+#define HFA_INSTANTIATE_BACKWARD_BLOCK_SPARSE(HEAD_DIM_QK, HEAD_DIM_V, ELEMENT)            \
+  template hfa::Status                                                                     \
+  hfa::sm90::bwd::run_backward_block_sparse<HEAD_DIM_QK, HEAD_DIM_V, ELEMENT>(             \
       const hfa::detail::BackwardProblem&, const hfa::sm90::bwd::LaunchContext&);

@@ -50,6 +50,11 @@ static_assert(Config<256, 256, false, false, true>::kBlockM == Config<256, 256>:
                   Config<192, 192, false, false, true>::kBlockM == Config<192, 192>::kBlockM,
               "the deterministic configuration keeps the workspace's shape");
 
+// The block-sparse configuration of head dims (kernel_list.def's block-sparse list):
+// BlockSparseTileConfig over the windowed one.
+template <int kHeadDimQK, int kHeadDimV>
+using BlockSparseConfig = BlockSparseTileConfig<Config<kHeadDimQK, kHeadDimV, true>>;
+
 // The head dims whose compiled configuration runs a problem: its own, except that a softcapped
 // problem of head dim 64 runs on the 128 configuration (zero-padded). At 64 the tile takes 128
 // queries, and S, dP and tanh's derivative (64 registers each) beside dK and dV spilled 0.8 KB.
@@ -72,6 +77,13 @@ std::size_t workspace_bytes(const detail::BackwardProblem& problem) {
   return workspace_layout<Config<kHeadDimQK, kHeadDimV>>(problem).bytes;
 }
 
+// The same under a block-sparse mask, on the head dims of kernel_list.def's block-sparse list:
+// its configuration's rows, and the mask's lists transposed (workspace.hpp).
+template <int kHeadDimQK, int kHeadDimV>
+std::size_t block_sparse_workspace_bytes(const detail::BackwardProblem& problem) {
+  return workspace_layout<BlockSparseConfig<kHeadDimQK, kHeadDimV>>(problem).bytes;
+}
+
 // Preprocess, main kernel, postprocess (and the sinks' gradient) on the problem's stream: no
 // allocation and no host synchronization, so the call can be captured in a CUDA graph.
 template <int kHeadDimQK, int kHeadDimV, typename Element>
@@ -80,5 +92,12 @@ Status run_backward(const detail::BackwardProblem& problem, const LaunchContext&
 // translation units, so that the kernels without it are compiled as before.
 template <int kHeadDimQK, int kHeadDimV, typename Element>
 Status run_backward_alibi(const detail::BackwardProblem& problem, const LaunchContext& context);
+// The same under a block-sparse mask (common/block_sparse.hpp): the head dims of
+// kernel_list.def's HFA_KERNEL_BLOCK_SPARSE_HEAD_DIMS, 16-bit, no softcap, no ALiBi, fixed
+// length, not deterministic (the backend checks). Its workspace (workspace_bytes) holds the
+// mask's lists transposed, which its preprocess builds.
+template <int kHeadDimQK, int kHeadDimV, typename Element>
+Status run_backward_block_sparse(const detail::BackwardProblem& problem,
+                                 const LaunchContext& context);
 
 }  // namespace hfa::sm90::bwd

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <cuda.h>
 
+#include "common/block_sparse.hpp"
 #include "common/score_policy.hpp"
+#include "sm90/common/sparse_block.hpp"
 
 namespace hfa::sm90::bwd {
 
@@ -90,6 +92,12 @@ struct Params {
 
   // ALiBi only (last, as above): the slopes, read once a query head (mainloop.cuh's step).
   policy::AlibiSlopes alibi;
+
+  // Block-sparse only (last, as above): the forward's lists and bits, which the preprocess
+  // transposes (sparse_preprocess.cuh), and their transpose in the workspace, which the main
+  // kernel walks (sm90/common/block_sparse.cuh).
+  detail::BlockSparse block_sparse;
+  QueryBlockLists query_lists;
 };
 
 }  // namespace hfa::sm90::bwd

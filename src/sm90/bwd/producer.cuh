@@ -33,6 +33,39 @@ __device__ __forceinline__ void for_each_step(const Params& p, const KeyTile& ti
   }
 }
 
+// The steps of a block-sparse tile (TileConfig::kBlockSparse) in walk order: each of its query
+// heads, each over the query tiles its mask lists for the tile's key block (those of full
+// blocks, then of partial ones, each ascending; sparse_preprocess.cuh). visit(head, m_block,
+// blocks, position): blocks the head's walk and position the step's place in it (for a partial
+// block's bits). One flat loop, as for_each_step's, that ends with the heads rather than with
+// a step count: one value fewer alive through the producer's walks, whose registers are few
+// (BlockSparseTileConfig::kProducerRegisters). A head with no step is passed over.
+template <typename Config, typename Visit>
+__device__ __forceinline__ void for_each_sparse_step(const Params& p, const KeyTile& tile,
+                                                     const SparseTileWalk&, Visit&& visit) {
+  int head = tile.first_head, position = 0;
+  SparseQueryBlocks blocks = sparse_query_blocks(p.query_lists, tile.batch, head, tile.n_block);
+  for (;;) {
+    while (position == blocks.count()) {
+      if (++head == tile.first_head + p.heads_per_tile) return;
+      blocks = sparse_query_blocks(p.query_lists, tile.batch, head, tile.n_block);
+      position = 0;
+    }
+    visit(head, blocks.query_tile(position), blocks, position);
+    ++position;
+  }
+}
+
+// The producer's form of the walk: (head, m_block) per step.
+template <typename Config, typename Visit>
+__device__ __forceinline__ void for_each_step(const Params& p, const KeyTile& tile,
+                                              const SparseTileWalk& walk, Visit&& visit) {
+  for_each_sparse_step<Config>(p, tile, walk,
+                               [&](int head, int m, const SparseQueryBlocks&, int) {
+                                 visit(head, m);
+                               });
+}
+
 template <typename Config, typename Element>
 struct Loader {
   using Storage = SharedStorage<Config, Element>;
@@ -54,7 +87,7 @@ struct Loader {
     }
   }
 
-  __device__ void run(const KeyTile& tile, const BlockRange& blocks) {
+  __device__ void run(const KeyTile& tile, const TileSteps<Config>& blocks) {
     // K and V are read by this CTA alone, unless its GQA group is split over CTAs; Q and dO by
     // every CTA of the head (keep them in L2).
     const int first_key = tile.seq.k_offset + tile.n_block * Config::kBlockN;
@@ -98,14 +131,15 @@ struct DqWriter {
   const Params& p;
   Storage& smem;
 
-  __device__ void run(const KeyTile& tile, const BlockRange& blocks) {
+  __device__ void run(const KeyTile& tile, const TileSteps<Config>& blocks) {
     ptx::RingPosition<Config::kStagesDq> ring;
     for_each_step<Config>(p, tile, blocks, [&](int head, int m) {
       const int64_t chunk = dq_chunk_index<Config::kBlockM>(p, tile.batch, head, m);
       float* accumulator = p.ws.dq_accum + chunk * Dq::kFloats;
       const float* tile_dq = smem.dq[ring.stage];
       smem.dq_full[ring.stage].wait(ring.phase);
-      if (p.ws.dq_turns != nullptr) {
+      // Block-sparse is never deterministic (the backend refuses it): its turns compiled out.
+      if (!Config::kBlockSparse && p.ws.dq_turns != nullptr) {
         // Deterministic: the key blocks of query block m add in turn (Scheduler::turn). Wait
         // for ours, add, wait until the adds have landed (not only read shared memory), pass
         // the turn on.

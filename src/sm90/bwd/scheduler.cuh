@@ -2,7 +2,10 @@
 // loop: every CTA keeps its K/V block and dK/dV accumulators for its whole life).
 #pragma once
 
+#include <type_traits>
+
 #include "sm90/bwd/params.hpp"
+#include "sm90/common/block_sparse.cuh"
 #include "sm90/common/sequence.cuh"
 #include "sm90/common/tile_order.cuh"
 #include "sm90/common/window.cuh"
@@ -18,6 +21,19 @@ struct KeyTile {
   Sequence seq;
   int allocated_k;  // keys the sequence has in k, v, dk, dv (seq.seqlen_k of them used)
 };
+
+// A block-sparse tile's walk (TileConfig::kBlockSparse): for each of its query heads, the query
+// tiles listed for its key block (sparse_query_blocks; for_each_sparse_step, producer.cuh).
+// steps: all of them, over every head of the tile.
+struct SparseTileWalk {
+  int steps;
+  __device__ __forceinline__ int count() const { return steps; }
+};
+
+// What a tile walks: the query blocks of a BlockRange (the same for each of its heads), or a
+// block-sparse mask's lists.
+template <typename Config>
+using TileSteps = std::conditional_t<Config::kBlockSparse, SparseTileWalk, BlockRange>;
 
 template <typename Config>
 struct Scheduler {
@@ -46,10 +62,21 @@ struct Scheduler {
             allocated_keys(p, batch)};
   }
 
-  // The query blocks that see the tile's keys (empty past the used keys).
-  static __device__ __forceinline__ BlockRange query_range(const Params& p, const KeyTile& t) {
-    return query_blocks<Config::kBlockM, Config::kWindowed>(p, t.seq, t.n_block * Config::kBlockN,
-                                                           Config::kBlockN);
+  // The query blocks that see the tile's keys (empty past the used keys). Block-sparse: the
+  // steps its heads' lists hold (a listed pair the window hides is still walked, all masked: exact,
+  // as in the forward).
+  static __device__ __forceinline__ TileSteps<Config> query_range(const Params& p, const KeyTile& t) {
+    if constexpr (Config::kBlockSparse) {
+      int steps = 0;
+      for (int head = t.first_head; head < t.first_head + p.heads_per_tile; ++head) {
+        steps += p.query_lists.counts[p.query_lists.key_entry(t.batch, head, t.n_block)].steps;
+      }
+      return {steps};
+    } else {
+      return query_blocks<Config::kBlockM, Config::kWindowed>(p, t.seq,
+                                                             t.n_block * Config::kBlockN,
+                                                             Config::kBlockN);
+    }
   }
 
   // Deterministic dQ: the key blocks that see query block m add their partials in a fixed order;

@@ -30,6 +30,7 @@
 #include <type_traits>
 
 #include "common/score_policy.hpp"
+#include "sm90/common/sparse_block.hpp"
 #include "sm90/common/wgmma_shape.hpp"
 
 // Tuning switches, overridable at build time for experiments (-D...).
@@ -64,6 +65,8 @@ struct TileConfig {
   // The score policy (src/common/score_policy.hpp) the kernel list's switches select: these
   // modifiers, and the window rule's masks where kWindowed (past seqlen_k always).
   using Mods = policy::ListedMods<kSoftcap>;
+  // Whether queries come from a block-sparse mask's lists (BlockSparseTileConfig below).
+  static constexpr bool kBlockSparse = false;
   static constexpr bool kDeterministic = kDeterministic_;
   static constexpr int kSlabsQK = kHeadDimQK / kSlabColumns;
   static constexpr int kSlabsV = kHeadDimV / kSlabColumns;
@@ -243,6 +246,37 @@ template <typename Plain>
 struct AlibiTileConfig : Plain {
   static_assert(!Plain::kSoftcap, "ALiBi without softcap (backend.cpp refuses the pair)");
   using Mods = policy::ListedMods<false, true>;
+};
+
+// A configuration that reads a block-sparse mask (common/block_sparse.hpp): its CTAs walk the
+// query blocks listed for their key block (sm90/common/block_sparse.cuh's SparseQueryBlocks,
+// lists the preprocess transposes from the forward's: bwd/sparse_preprocess.cuh) instead of a
+// BlockRange, and AND a partial block's bits into the element mask. The windowed configuration
+// (a window may still bound the pairs, ANDed with the mask, as in the forward), whose key block
+// is one mask block (128 keys) and whose query block one (hdim 64) or half of one (hdim 128,
+// 64 rows: two steps a mask block). Scores with keys as rows (the transposed bits' rows): the
+// keys-split tile. Not deterministic: its turns follow the window's block ranges (the backend
+// refuses the mode). A layer like ALiBi's, so that the kernels compiled before keep their names
+// and code.
+template <typename Plain>
+struct BlockSparseTileConfig : Plain {
+  static_assert(Plain::kWindowed && !Plain::kSoftcap && !Plain::kDeterministic,
+                "block-sparse: the windowed configuration, no softcap, not deterministic");
+  static_assert(Plain::kKeysSplit && !Plain::kDqTransposed && !Plain::kTransposedGradients,
+                "block-sparse: scores with keys as rows (the transposed bits' rows)");
+  static_assert(Plain::kBlockN == kSparseBlock && kSparseBlock % Plain::kBlockM == 0,
+                "block-sparse: a key block of one mask block, query blocks that tile one");
+  static constexpr bool kBlockSparse = true;
+  // Steps (query tiles) of one mask query block.
+  static constexpr int kStepsPerQueryBlock = kSparseBlock / Plain::kBlockM;
+  // The producer's two walks over lists (producer.cuh's for_each_sparse_step) hold more than a
+  // BlockRange's: at 24 registers ptxas spilled 4 bytes at hdim 128 and 12 at hdim 64; at 32
+  // (the consumers given 232) none, and none in the consumers either.
+  static constexpr int kProducerRegisters = 32;
+  static constexpr int kConsumerRegisters = 232;
+  static_assert(register_split_fits(Plain::kThreads, kProducerRegisters, kConsumerRegisters,
+                                    Plain::kConsumerWarpgroups),
+                "setmaxnreg: consumers would claim registers the producer never gave back");
 };
 
 }  // namespace hfa::sm90::bwd

@@ -2,6 +2,10 @@
 // all is, and the order of the fp32 accumulators within a block's chunk. The host sizes it, the
 // preprocess fills it, the main kernel adds into it, the postprocess reads it.
 //
+// Block-sparse (TileConfig::kBlockSparse), last: the mask's query lists per key block and its
+// partial blocks' bits transposed, which the preprocess builds from the forward's lists
+// (sparse_block.hpp's QueryBlockLists, sparse_preprocess.cuh).
+//
 // Query side, always: the LSE (log2), D and dQ's accumulator per (batch, query head) run of
 // query rows. Key side, where the CTAs of a GQA group split its query heads (Params::
 // heads_per_tile): dK's and dV's accumulators per (batch, kv head) run of key rows, which every
@@ -49,10 +53,42 @@ inline bool has_key_accumulators(const detail::BackwardProblem& problem) {
   return problem.fwd.heads_q > problem.fwd.heads_kv && !problem.fwd.deterministic;
 }
 
+// The extents of a block-sparse mask's transposed lists (QueryBlockLists): one list per (mask
+// batch, mask head), where a dim is the mask's own unless all five tensors broadcast it.
+struct SparseListShape {
+  int64_t batches, heads;
+  int32_t q_blocks, k_blocks, slots;
+  int64_t lists() const { return batches * heads; }
+};
+
+inline SparseListShape sparse_list_shape(const detail::ForwardProblem& p) {
+  const detail::BlockSparse& m = p.block_sparse;
+  const detail::BlockIndexView views[] = {m.kv_num_blocks, m.kv_indices, m.full_kv_num_blocks,
+                                          m.full_kv_indices, m.kv_mask_bits};
+  bool per_batch = false, per_head = false;
+  for (const detail::BlockIndexView& v : views) {
+    if (!v) continue;
+    per_batch |= v.stride[0] != 0;
+    per_head |= v.stride[1] != 0;
+  }
+  return {per_batch ? p.batch : 1, per_head ? p.heads_q : 1,
+          (p.seqlen_q + kSparseBlock - 1) / kSparseBlock,
+          (p.seqlen_k + kSparseBlock - 1) / kSparseBlock, static_cast<int32_t>(m.slots)};
+}
+
+// Query tiles of kBlockM rows a sequence has: the entries of one key block's query list.
+template <typename Config>
+int32_t sparse_query_tiles(const detail::ForwardProblem& p) {
+  return (p.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
+}
+
 struct WorkspaceLayout {
   int64_t padded_rows;  // Workspace::padded_rows
   int64_t padded_keys;  // Workspace::padded_keys (0 without key accumulators)
   std::size_t lse_offset, dpsum_offset, dq_offset, turns_offset, dk_offset, dv_offset, bytes;
+  // Block-sparse only (0 otherwise): QueryBlockLists' arrays, from sparse_offset on.
+  std::size_t sparse_offset, pairs_offset, counts_offset, queries_offset, partial_bits_offset,
+      bits_offset;
 };
 
 inline constexpr std::size_t kWorkspaceAlignment = 256;
@@ -82,6 +118,20 @@ WorkspaceLayout workspace_layout(const detail::BackwardProblem& problem) {
   w.dk_offset = align_up(w.turns_offset + turns);
   w.dv_offset = align_up(w.dk_offset + keys * Config::kHeadDimQK * sizeof(float));
   w.bytes = align_up(w.dv_offset + keys * Config::kHeadDimV * sizeof(float));
+  if constexpr (Config::kBlockSparse) {
+    const SparseListShape shape = sparse_list_shape(p);
+    const std::size_t key_entries = std::size_t(shape.lists()) * shape.k_blocks;
+    const std::size_t pair_ints = key_entries * shape.q_blocks;
+    const std::size_t list_ints = key_entries * sparse_query_tiles<Config>(p);
+    const std::size_t bit_words =
+        std::size_t(shape.lists()) * shape.q_blocks * shape.slots * kSparseBlockWords;
+    w.sparse_offset = w.pairs_offset = w.bytes;
+    w.counts_offset = align_up(w.pairs_offset + pair_ints * sizeof(int32_t));
+    w.queries_offset = align_up(w.counts_offset + key_entries * sizeof(QueryListCounts));
+    w.partial_bits_offset = align_up(w.queries_offset + list_ints * sizeof(int32_t));
+    w.bits_offset = align_up(w.partial_bits_offset + list_ints * sizeof(int32_t));
+    w.bytes = align_up(w.bits_offset + bit_words * sizeof(int32_t));
+  }
   return w;
 }
 

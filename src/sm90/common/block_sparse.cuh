@@ -1,11 +1,13 @@
 // Block-sparse attention on the GPU (FlexAttention's BlockMask layout, common/block_sparse.hpp):
 // the one walk over a query block's listed key blocks that the forward's producer (which K/V
 // blocks to load, in which order) and its consumers (which blocks to mask, with which bits) both
-// take, and the bits of a partial block ANDed into an accumulator fragment.
+// take; its transpose, the walk over a key block's listed query blocks that the backward takes
+// (lists its preprocess builds, sparse_block.hpp's QueryBlockLists); and the bits of a partial
+// block ANDed into an accumulator fragment, whichever side is its rows.
 //
 // The kernels that read a mask have tiles of exactly the mask's blocks (kSparseBlock, 128 × 128:
 // the backend refuses other block sizes), so a tile is one query block and a K/V block one key
-// block.
+// block; the backward's hdim-128 tile takes a query block in two halves of 64 rows.
 #pragma once
 
 #include <cmath>
@@ -70,32 +72,75 @@ __device__ __forceinline__ SparseKeyBlocks sparse_key_blocks(const detail::Block
   return walk;
 }
 
-// The bits of a thread's two rows of an accumulator fragment (ptx/fragment.cuh) in one partial
-// block, each row's words shifted right by the thread's column_pair: then the bit of register i
-// sits at a compile-time place, fragment_column(i, 0) % 32 of word fragment_column(i, 0) / 32.
-// All set (nothing masked) unless loaded.
-struct FragmentBits {
-  uint32_t word[2][kSparseWordsPerRow];
+// The query tiles that see one key block, the backward's walk (QueryBlockLists, written by
+// bwd/sparse_preprocess.cuh): positions [0, full) are tiles of its full mask blocks, [full, end)
+// of its partial ones, each part ascending. The bits of a partial block are transposed: a row
+// per key.
+struct SparseQueryBlocks {
+  int full;
+  int end;
+  const int32_t* queries;     // the query tile of position s at queries[s]
+  const int32_t* bit_blocks;  // a partial one's bits at bits + bit_blocks[s] · kSparseBlockWords
+  const int32_t* bits;
+
+  __device__ __forceinline__ int count() const { return end; }
+  __device__ __forceinline__ bool is_partial(int position) const { return position >= full; }
+  // The query tile (of the backward's kBlockM rows) at a walk position.
+  __device__ __forceinline__ int query_tile(int position) const { return queries[position]; }
+  // Row `key` (within the block) of the transposed bits of the partial block at `position`.
+  __device__ __forceinline__ const int32_t* bits_row(int position, int key) const {
+    return bits + int64_t{bit_blocks[position]} * kSparseBlockWords + key * kSparseWordsPerRow;
+  }
 };
 
-__device__ __forceinline__ FragmentBits all_visible_bits() {
-  FragmentBits bits;
+// The walk of key block `key_block` of sequence `batch` under query head `head`'s mask.
+__device__ __forceinline__ SparseQueryBlocks sparse_query_blocks(const QueryBlockLists& lists,
+                                                                 int batch, int head,
+                                                                 int key_block) {
+  const int64_t entry = lists.key_entry(batch, head, key_block);
+  const int64_t first = entry * lists.q_tiles;
+  const QueryListCounts counts = lists.counts[entry];
+  SparseQueryBlocks walk;
+  walk.full = counts.full;
+  walk.end = counts.steps;
+  walk.queries = lists.queries + first;
+  walk.bit_blocks = lists.partial_bits + first;
+  walk.bits = lists.bits + lists.bits_block(batch, head, 0);
+  return walk;
+}
+
+// The bits of a thread's two rows of an accumulator fragment (ptx/fragment.cuh) in one partial
+// block, kWords words of each row (the fragment's columns: 32 a word), each row's words shifted
+// right by the thread's column_pair: then the bit of register i sits at a compile-time place,
+// fragment_column(i, 0) % 32 of word fragment_column(i, 0) / 32. All set (nothing masked)
+// unless loaded. The forward's fragments span a block's 128 keys (4 words); the backward's its
+// 128 or 64 queries.
+template <int kWords = kSparseWordsPerRow>
+struct FragmentBits {
+  uint32_t word[2][kWords];
+};
+
+template <int kWords = kSparseWordsPerRow>
+__device__ __forceinline__ FragmentBits<kWords> all_visible_bits() {
+  FragmentBits<kWords> bits;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
 #pragma unroll
-    for (int w = 0; w < kSparseWordsPerRow; ++w) bits.word[half][w] = ~0u;
+    for (int w = 0; w < kWords; ++w) bits.word[half][w] = ~0u;
   }
   return bits;
 }
 
-// rows[half]: the words of the thread's row half (row0, row0 + 8) in the block.
-__device__ __forceinline__ FragmentBits load_fragment_bits(const int32_t* const (&rows)[2],
-                                                           int column_pair) {
-  FragmentBits bits;
+// rows[half]: the first of the words of the thread's row half (row0, row0 + 8) in the block
+// that the fragment's columns cover.
+template <int kWords = kSparseWordsPerRow>
+__device__ __forceinline__ FragmentBits<kWords> load_fragment_bits(
+    const int32_t* const (&rows)[2], int column_pair) {
+  FragmentBits<kWords> bits;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
 #pragma unroll
-    for (int w = 0; w < kSparseWordsPerRow; ++w) {
+    for (int w = 0; w < kWords; ++w) {
       bits.word[half][w] = static_cast<uint32_t>(__ldg(rows[half] + w)) >> column_pair;
     }
   }
@@ -103,10 +148,11 @@ __device__ __forceinline__ FragmentBits load_fragment_bits(const int32_t* const 
 }
 
 // Scores whose bit is clear become −inf (exp2 turns them into exact 0), the others stay: the
-// AND of the block's bits into whatever mask s already carries. kAcc: a 64 × 128 fragment's.
-template <int kAcc>
-__device__ __forceinline__ void mask_clear_bits(float (&s)[kAcc], const FragmentBits& bits) {
-  static_assert(kAcc == kSparseBlock / 2, "one fragment of a block's 128 keys");
+// AND of the block's bits into whatever mask s already carries. kAcc: a 64-row fragment's of
+// 32 · kWords columns.
+template <int kAcc, int kWords>
+__device__ __forceinline__ void mask_clear_bits(float (&s)[kAcc], const FragmentBits<kWords>& bits) {
+  static_assert(kAcc == kWords * 32 / 2, "one fragment of the words' columns");
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) {
     const int column = ptx::fragment_column(i, 0);

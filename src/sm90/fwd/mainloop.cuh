@@ -265,7 +265,7 @@ struct ConsumerMainloop {
   struct SparseVisit {
     int key_block = 0;
     bool partial = false;
-    FragmentBits bits;
+    FragmentBits<> bits;
   };
   struct DenseVisit {};
   using BlockVisit = std::conditional_t<Config::kBlockSparse, SparseVisit, DenseVisit>;
