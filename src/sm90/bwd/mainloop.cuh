@@ -19,6 +19,7 @@
 #include "sm90/bwd/params.hpp"
 #include "sm90/bwd/scheduler.cuh"
 #include "sm90/bwd/shared_storage.cuh"
+#include "sm90/common/exp2.cuh"
 #include "sm90/common/score_mods.cuh"
 #include "sm90/ptx/fragment.cuh"
 #include "sm90/ptx/matrix_move.cuh"
@@ -131,6 +132,15 @@ struct ConsumerMainloop
     return *reinterpret_cast<const float2*>(per_query + kRole.query_col0 + 8 * j + at.column_pair);
   }
 
+  // 2^x for the thread's i-th score: on MUFU, or every kExp2OnFmaEvery-th on the FMA pipes.
+  static __device__ __forceinline__ float exponential(int i, float x) {
+    constexpr int kEvery = Config::kExp2OnFmaEvery;
+    if constexpr (kEvery > 0) {
+      if ((i + 1) % kEvery == 0) return exp2_on_fma_pipes(x);
+    }
+    return exp2f(x);
+  }
+
   // Sᵀ → P in place, after the score policy's modifiers and the mask (modify_and_mask).
   __device__ __forceinline__ void probabilities(float (&s)[kSAcc], float (&factor)[kFactorAcc],
                                                 const KeyTile& tile, int m_block, int stage,
@@ -145,8 +155,8 @@ struct ConsumerMainloop
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         float* e = s + 4 * j + 2 * half;
-        e[0] = exp2f(fmaf(e[0], p.scale_log2, -lse.x));
-        e[1] = exp2f(fmaf(e[1], p.scale_log2, -lse.y));
+        e[0] = exponential(4 * j + 2 * half, fmaf(e[0], p.scale_log2, -lse.x));
+        e[1] = exponential(4 * j + 2 * half + 1, fmaf(e[1], p.scale_log2, -lse.y));
       }
     }
   }

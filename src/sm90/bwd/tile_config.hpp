@@ -185,6 +185,13 @@ struct TileConfig {
   static constexpr int kStagesDq =
       kKeysSplit && kBlockM == kRowsPerWarpgroup ? HFA_SM90_BWD_DQ_STAGES_D128 : 1;
 
+  // Every kExp2OnFmaEvery-th exponential of P on the FMA pipes (sm90/common/exp2.cuh; 0: none).
+  // At hdim 64 a step's 2 × 64 keys × kBlockM queries of exponentials take MUFU at least 1024
+  // cycles while the tensor pipe idles under them (decision 041): every 4th on the FMA pipes
+  // measured +1.6 % (geometric mean of 6 grid cells, 0.985-1.032; every 2nd −2.3 %). At hdim 128
+  // neither gained (1.00, 0.99): MUFU is not what its step waits on (decision 042).
+  static constexpr int kExp2OnFmaEvery = kHeadDimQK == 64 && kHeadDimV == 64 ? 4 : 0;
+
   // setmaxnreg: the producer warpgroup (a TMA warp and the dQ writer warp) gives back all but
   // 24; the consumers take 240. Balanced against the launch allocation of 168 registers a
   // thread at 384 threads: 128·(168 − 24) = 256·(240 − 168).
