@@ -11,6 +11,7 @@
 
 #include "common/attention_case.hpp"
 #include "common/block_sparse.hpp"
+#include "common/expected.hpp"
 #include "sm90/gpu_test_support.hpp"
 
 namespace hfa::test {
@@ -150,5 +151,13 @@ class DeviceBlockMask {
   const BlockMask& mask_;
   DeviceCopy copies_[5];
 };
+
+// The float64 oracle's forward of a case under a mask's lists, P rounded to the inputs' dtype as
+// the GPU rounds it.
+inline ForwardExpectation expected_masked_forward(AttentionData& data, const BlockMask& mask) {
+  detail::ForwardProblem problem = data.forward_problem();
+  problem.block_sparse = mask.host_view();
+  return expected_forward(data, problem, cpu::ProbabilityRounding::input_dtype);
+}
 
 }  // namespace hfa::test

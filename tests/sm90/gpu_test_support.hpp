@@ -27,6 +27,13 @@ inline std::string hopper_unavailable() {
   return {};
 }
 
+// Device 0's SMs (0 without a device: a Hopper test has skipped before asking).
+inline int sm_count() {
+  int count = 0;
+  cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 0);
+  return count;
+}
+
 #define HFA_REQUIRE_HOPPER()                                                              \
   do {                                                                                    \
     if (const std::string why = ::hfa::test::hopper_unavailable(); !why.empty()) {       \

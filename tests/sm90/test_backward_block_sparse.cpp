@@ -137,22 +137,13 @@ std::vector<std::size_t> key_block_elements(const AttentionCase& c, int batch, i
   return indices;
 }
 
-int sm_count() {
-  int count = 0;
-  cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 0);
-  return count;
-}
-
 TEST(BackwardSm90BlockSparse, MasksAgainstTheOracle) {
   HFA_REQUIRE_HOPPER();
   for (const SparseCase& sc : sparse_cases(sm_count())) {
     SCOPED_TRACE(sc.name + "_" + sc.c.name());
     AttentionData data(sc.c);
     const BlockMask mask(sc.c, sc.mask_heads, sc.with_full, sc.visible);
-    detail::ForwardProblem host_forward = data.forward_problem();
-    host_forward.block_sparse = mask.host_view();
-    const ForwardExpectation fwd =
-        expected_forward(data, host_forward, cpu::ProbabilityRounding::input_dtype);
+    const ForwardExpectation fwd = expected_masked_forward(data, mask);
 
     const DeviceBlockMask device_mask(mask);
     ASSERT_NO_FATAL_FAILURE(device_mask.check_copies());
@@ -208,10 +199,7 @@ TEST(BackwardSm90BlockSparse, WorkspaceReusedAcrossCalls) {
   HFA_CUDA_OK(cudaDeviceSynchronize());
 
   // The second mask over the first call's workspace: its out and lse, then its gradients.
-  detail::ForwardProblem host_forward = data.forward_problem();
-  host_forward.block_sparse = second.host_view();
-  const ForwardExpectation fwd =
-      expected_forward(data, host_forward, cpu::ProbabilityRounding::input_dtype);
+  const ForwardExpectation fwd = expected_masked_forward(data, second);
   gpu.block_sparse = device_second.view();
   ASSERT_NO_FATAL_FAILURE(gpu.forward());
   check_forward_results(data, fwd);

@@ -15,12 +15,6 @@
 namespace hfa::test {
 namespace {
 
-int sm_count() {
-  int count = 0;
-  cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 0);
-  return count;
-}
-
 // Enough tiles (batch · heads · 128-row blocks) to fill every SM more than once. With a margin
 // of all SMs but one, one CTA walks every tile: its double-buffered Q (hdim 64, hdim 128
 // causal) goes round its ring many times.

@@ -683,12 +683,6 @@ TEST(DecodeAppend, CapturesAndReplays) {
   expect_same_bytes("v_cache", gpu.v, cpu.v);
 }
 
-int sm_count() {
-  int count = 0;
-  cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 0);
-  return count;
-}
-
 // sm_margin plans the automatic splits for fewer SMs: still the oracle's answer; with a given
 // split count it changes no byte. A margin that leaves no SM is rejected by the workspace query
 // and the call alike, naming sm_margin.
