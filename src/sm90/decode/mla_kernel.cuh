@@ -4,9 +4,9 @@
 // kv-head (seqlen_q · group, token-major) are the 64 rows of one wgmma.
 //
 // Warp roles (decode_cta_warp_specialized, skeleton.cuh; sizes in mla_config.hpp):
-//   producer warp (the first of the third warpgroup) — reads the block table 32 pages at a time and issues each page's K tile as 9
-//                   TMA copies of 64 columns (128-byte swizzle) into a 2-stage ring, one
-//                   mbarrier per copy;
+//   producer warp (the first of the third warpgroup) — reads the block table 32 pages at a
+//                   time and issues each page's K tile as 9 TMA copies of 64 columns (128-byte
+//                   swizzle) into a 2-stage ring, one mbarrier per copy;
 //   2 consumer warpgroups — warpgroup w computes the scores of keys 32w … 32w+31 of every tile
 //                   (S = Q·Kᵀ, wgmma 64×32, K = 576 from shared memory, slab by slab as the
 //                   copies land), the two exchange their row maxima through shared memory, each
@@ -15,11 +15,15 @@
 //                   shared memory). V is read as the MN-major view of the K tile's first 8 slabs:
 //                   the cache row is loaded once for both uses.
 //
-// Schedule, per tile t: issue S(t) (its wgmma overlaps the tail of P·V(t−1) in the tensor pipe),
-// wait for both, free stage t−1 for the producer, mask (only the tiles at the edges of some
-// row's keys), row maxima → barrier → rescale O, exponentials → P → barrier → issue P·V(t). The
-// next tile's load runs under all of it. The softmax is not yet overlapped with the other
-// warpgroup's GEMMs (FlashMLA's seesaw): the next step, see docs in mla_config.hpp's users.
+// Schedule, per tile t: wait for P·V(t−1) and give its stage back to the producer (the load
+// of tile t+1 then runs under S(t), the softmax and P·V(t)), issue S(t) slab by slab as the
+// copies land, wait, mask (only the tiles at the edges of some row's keys), row maxima →
+// barrier → rescale O, exponentials → P → barrier → issue P·V(t). Both warpgroups go in step:
+// the softmax is not overlapped with GEMMs, and S(t) waits for P·V(t−1) to finish (a few dozen
+// cycles of idle tensor pipe; queuing S(t)'s first slab behind P·V(t−1) and waiting with
+// wait_group<1> made ptxas serialize the wgmmas, C7514). FlashMLA's seesaw overlaps one
+// warpgroup's softmax with the other's GEMMs; it needs a second P tile (made room for by
+// keeping Q's rotary slab in registers, an rs-form Q·Kᵀ with a K-major B).
 //
 // Keys past the sequence's end in its last page may hold anything (NaN): their scores are
 // masked, and their V rows are zeroed in shared memory before P·V (0·NaN would poison O).
@@ -216,8 +220,12 @@ struct Consumer {
       const uint64_t q_desc = ptx::kmajor_descriptor(ptx::smem_address(s.q.data));
       const uint64_t k_desc = ptx::kmajor_descriptor(
           ptx::smem_address(s.k[stage].data) + warpgroup * kKeysPerWarpgroup * ptx::kSwizzleBytes);
-      ptx::fence_operands(sc);
+      // The previous tile's P·V done: its stage goes back to the producer before this tile's
+      // GEMMs, so that the next tile's load runs under them, the softmax and P·V.
+      ptx::wait_group<0>();
       ptx::fence_operands(o);
+      if (t > 0) release((stage + kStages - 1) % kStages);
+      ptx::fence_operands(sc);
 #pragma unroll
       for (int piece = 0; piece < kPieces; ++piece) {
         // After each wait: the accumulators stay the wgmmas' across it (ptxas would insert
@@ -233,12 +241,12 @@ struct Consumer {
         }
       }
       ptx::commit_group();
-      // S, and the previous tile's P·V before it: its stage and the P tile are free (ours).
+      // S, and everything before it: the P tile is free (ours; the other warpgroup's P·V is
+      // known done at the row-max barrier below).
       ptx::wait_group<0>();
       ptx::fence_operands(sc);
       ptx::fence_operands(o);
     }
-    if (t > 0) release((stage + kStages - 1) % kStages);
 
     // Scores in log2 units, masked where some key of the tile falls outside a row's.
     const bool masked = my_first_key < clear_lo || my_first_key + kKeysPerWarpgroup - 1 > clear_hi;
