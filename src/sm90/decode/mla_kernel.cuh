@@ -120,7 +120,8 @@ struct Producer {
           for (int piece = 0; piece < kPieces; ++piece) {
             ptx::Mbarrier* full = &s.k_full[ring.stage][piece];
             full->arrive_expect_tx(kPieceBytes);
-            // Read once per (row tile, split): the first to leave L2.
+            // Each page is read by this CTA once, and by its other row tile (128 heads) at
+            // about the same time: evict-first, FlashMLA's hint (its better L2 hit rate).
             ptx::load_4d(reinterpret_cast<unsigned char*>(s.k[ring.stage].data) + piece * kPieceBytes,
                          &map, full, piece * kSlabColumns, 0, work.kv_head, page,
                          ptx::CacheHint::evict_first);
@@ -144,8 +145,8 @@ struct Consumer {
   using PTile = typename Storage::PTile;
   static constexpr int kSAcc = kKeysPerWarpgroup / 2;     // 64 × 32 fp32 over 128 threads
   static constexpr int kOAcc = kColumnsPerWarpgroup / 2;  // 64 × 256 fp32 over 128 threads
-  static constexpr int kQKSteps = kHeadDimQK / kMmaK;     // 36
-  static constexpr int kStepsPerSlab = kSlabColumns / kMmaK;  // 4
+  static constexpr int kStepsPerSlab = kSlabColumns / kMmaK;  // 4: Q·Kᵀ takes 9 × 4 k-steps
+  static_assert(kPieces * kStepsPerSlab * kMmaK == kHeadDimQK, "Q·Kᵀ's k-steps are the copies'");
   static constexpr int kPVSteps = kBlockN / kMmaK;            // 4
   static constexpr uint32_t kVStepBytes = kMmaK * ptx::kSwizzleBytes;  // 16 key rows of V
   static constexpr uint32_t kChunkBytes = 16;
