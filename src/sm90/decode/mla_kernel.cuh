@@ -21,9 +21,15 @@
 // barrier → rescale O, exponentials → P → barrier → issue P·V(t). Both warpgroups go in step:
 // the softmax is not overlapped with GEMMs, and S(t) waits for P·V(t−1) to finish (a few dozen
 // cycles of idle tensor pipe; queuing S(t)'s first slab behind P·V(t−1) and waiting with
-// wait_group<1> made ptxas serialize the wgmmas, C7514). FlashMLA's seesaw overlaps one
-// warpgroup's softmax with the other's GEMMs; it needs a second P tile (made room for by
-// keeping Q's rotary slab in registers, an rs-form Q·Kᵀ with a K-major B).
+// wait_group<1> made ptxas serialize the wgmmas, C7514).
+// The next step (FlashMLA's seesaw): warpgroup 0 takes the even tiles' scores (N = 64, half the
+// Q reads of two N = 32 halves), warpgroup 1 the odd ones', one handing the other its row max
+// and rescale through shared memory, so one's softmax runs under the other's GEMMs. It needs a
+// second P tile (room made by keeping Q's rotary slab in registers: an rs-form Q·Kᵀ slab, whose
+// K-major B the generated rs wrappers do not take yet), and per-slab empty barriers, so that
+// the slabs a tile pair frees early (V's left half after warpgroup 0's P·V, the rotary slab
+// after Q·Kᵀ) are refilled at once: with whole-stage releases the pair's last P·V would hold
+// back the next pair's loads.
 //
 // Keys past the sequence's end in its last page may hold anything (NaN): their scores are
 // masked, and their V rows are zeroed in shared memory before P·V (0·NaN would poison O).
