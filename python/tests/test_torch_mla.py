@@ -1,8 +1,9 @@
 """hfa.flash_mla_with_kvcache on torch CPU tensors as a serving engine calls FlashMLA: bf16 q
 and cache, FlashMLA's FP8 cache written by FlashMLA's quantizer rule (here, in torch: a power-of-
 two scale per 128 latent values, codes by torch's float8_e4m3fn cast), sparse indices; against
-the float64 attention of test_mla.py over the values the cache holds. On a GPU every MLA form is
-refused (NotImplementedError naming the argument) until its kernel lands."""
+the float64 attention of test_mla.py over the values the cache holds. On a GPU dense bf16 MLA runs
+on the sm90 MLA decode kernel (the same result as the CPU's), and the forms without a GPU kernel
+(FP8 records, sparse indices) are refused (NotImplementedError naming the argument)."""
 
 import numpy as np
 import pytest
@@ -118,16 +119,24 @@ def test_sparse_matches_float64(fp8):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_gpu_refuses_every_form_by_name():
+def test_gpu_dense_matches_cpu_and_refuses_the_rest_by_name():
     g = torch.Generator().manual_seed(1)
-    cache, _, table, seqlens = paged([70], g, False)
-    q = torch.randn(1, 1, 16, D, generator=g).to(torch.bfloat16).cuda()
-    cache, table, seqlens = cache.cuda(), table.cuda(), seqlens.cuda()
-    with pytest.raises(NotImplementedError, match="^q: MLA decode"):
-        hfa.flash_mla_with_kvcache(q, cache, table, seqlens, DV, None)
+    cache, _, table, seqlens = paged([70, 0, 200], g, False)
+    q = torch.randn(3, 2, 16, D, generator=g).to(torch.bfloat16)
+    want_out, want_lse = hfa.flash_mla_with_kvcache(q, cache, table, seqlens, DV, None,
+                                                    causal=True)
+    out, lse = hfa.flash_mla_with_kvcache(q.cuda(), cache.cuda(), table.cuda(), seqlens.cuda(),
+                                          DV, None, causal=True)
+    torch.testing.assert_close(out.cpu().float(), want_out.float(), atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(lse.cpu(), want_lse, atol=1e-4, rtol=1e-4)
+    fp8_cache, _, fp8_table, fp8_seqlens = paged([70], g, True)
+    with pytest.raises(NotImplementedError, match="^k_cache: FlashMLA's FP8"):
+        hfa.flash_mla_with_kvcache(q[:1].cuda(), fp8_cache.cuda(), fp8_table.cuda(),
+                                   fp8_seqlens.cuda(), DV, None, is_fp8_kvcache=True)
     indices = torch.zeros(1, 1, 64, dtype=torch.int32, device="cuda")
     with pytest.raises(NotImplementedError, match="^indices: sparse"):
-        hfa.flash_mla_with_kvcache(q, cache, None, None, DV, None, indices=indices)
+        hfa.flash_mla_with_kvcache(q[:1, :1].cuda(), cache.cuda(), None, None, DV, None,
+                                   indices=indices)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])

@@ -31,4 +31,9 @@ int32_t longest_query_rows(const detail::KVCacheProblem& problem);
 template <typename Element>
 Status run(const detail::KVCacheProblem& problem, const Plan& plan);
 
+// Launches the MLA decode kernel (headdim 576 / 512, v_cache the view of k_cache: mla_launch.cuh)
+// and the combine of its splits. make_plan has admitted the problem.
+template <typename Element>
+Status run_mla(const detail::KVCacheProblem& problem, const Plan& plan);
+
 }  // namespace hfa::sm90::decode

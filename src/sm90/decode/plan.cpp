@@ -9,9 +9,11 @@
 
 #include "common/environment.hpp"
 #include "common/errors.hpp"
+#include "common/mla.hpp"
 #include "sm90/decode/append.hpp"
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/launch.hpp"
+#include "sm90/decode/mla_shape.hpp"
 #include "sm90/decode/stream_shape.hpp"
 #include "sm90/device.hpp"
 
@@ -103,10 +105,53 @@ int32_t longest_query_rows(const KVCacheProblem& p) {
 
 namespace {
 
+// MLA (headdim 576 / 512) on the MLA kernel (mla_kernel.cuh): what it reads, refused by the
+// argument that asks for more. The forms no GPU kernel takes (sparse indices, the fp8_mla
+// record) were refused before the plan (common/mla.hpp's refuse_mla_on_gpu).
+Status mla_refused(const char* argument, const std::string& what) {
+  return {Code::not_supported, std::string(argument) + ": " + what + " is not supported by the " +
+                                   kFamily + "'s MLA decode yet (the CPU backend computes it)"};
+}
+
+Status check_mla_support(const KVCacheProblem& p) {
+  if (p.format != CacheFormat::plain)
+    return mla_refused("k_cache", "a quantized MLA cache (bf16 and fp16 caches are)");
+  if (p.block_table == nullptr)
+    return mla_refused("block_table", "a contiguous MLA cache (pages of 64 tokens through a block "
+                                      "table are)");
+  if (p.page_size != mla::kPageSize)
+    return mla_refused("k_cache", "page size " + std::to_string(p.page_size) +
+                                      " (64, FlashMLA's, is: one page is one K tile)");
+  // V is read as the first 512 columns of K's tile: it must be those bytes.
+  if (p.v.data != p.k.data || p.v.stride.page != p.k.stride.page ||
+      p.v.stride.slot != p.k.stride.slot || p.v.stride.head != p.k.stride.head)
+    return mla_refused("v_cache", "a V cache of its own (v_cache must be the view of k_cache's "
+                                  "first 512 columns: same data and strides)");
+  if (p.softcap > 0.0f) return mla_refused("softcap", "softcap");
+  if (p.vectors.alibi_slopes) return mla_refused("alibi_slopes", "ALiBi");
+  if (p.k_new != nullptr) return mla_refused("k_new", "appending to an MLA cache");
+  // Q rows are read in 16-byte chunks.
+  const int64_t element_bytes = 2;
+  const int64_t q_strides[3] = {p.q_stride.batch, p.q_stride.row, p.q_stride.head};
+  if (reinterpret_cast<uintptr_t>(p.q) % kCopyAlignment != 0)
+    return unaligned("q", "the data address", kCopyAlignment);
+  for (int64_t s : q_strides)
+    if ((s * element_bytes) % int64_t(kCopyAlignment) != 0)
+      return unaligned("q", "every stride (" + std::to_string(s * element_bytes) + " bytes)",
+                       kCopyAlignment);
+  const int64_t rows = int64_t(p.heads_q / p.heads_kv) * longest_query_rows(p);
+  if (int64_t(p.heads_kv) * mla::row_tiles(rows) > kMaxGridYZ)
+    return unsupported("heads_kv · ceil(group · seqlen_q / 64) above 65535 (MLA decode)");
+  if (p.batch > kMaxGridYZ) return unsupported("batch above 65535");
+  // The TMA copies of the cache: its address and strides 16-byte aligned.
+  return check_side("k_cache", "k_scale", p.k, p);
+}
+
 // ok, or not_supported naming what this GPU path lacks.
 Status check_support(const KVCacheProblem& p) {
   if (p.dtype != DType::bf16 && p.dtype != DType::f16)
     return unsupported(std::string("q dtype ") + dtype_name(p.dtype) + " (bf16 and fp16 are)");
+  if (detail::is_mla_shape(p.hdim_qk, p.hdim_v)) return check_mla_support(p);
   if (p.hdim_qk != p.hdim_v || !supported_head_dim(p.hdim_qk))
     return unsupported("headdim " + std::to_string(p.hdim_qk) + "/" + std::to_string(p.hdim_v) +
                        " (" + supported_head_dims() + " are, the same for K and V)");
@@ -130,12 +175,17 @@ int choose_splits(const KVCacheProblem& p, int sm_count) {
   // The waves of the kernel that will run: the stream kernel's (8-row tiles, the CTAs per SM
   // its format wants filled) or the tile kernel's.
   const int rows = (p.heads_q / p.heads_kv) * longest_query_rows(p);
-  const bool streamed = stream::takes(p, rows);
+  const bool mla = detail::is_mla_shape(p.hdim_qk, p.hdim_v);  // 64-row tiles, one CTA an SM
+  const bool streamed = !mla && stream::takes(p, rows);
   const int64_t ctas = int64_t(p.batch) * p.heads_kv *
-                       (streamed ? (rows + stream::kRowsPerTile - 1) / stream::kRowsPerTile : row_tiles(p));
+                       (mla        ? mla::row_tiles(rows)
+                        : streamed ? (rows + stream::kRowsPerTile - 1) / stream::kRowsPerTile
+                                   : row_tiles(p));
   const int64_t tiles = (capacity + kKeysPerStage - 1) / kKeysPerStage;
   const int64_t slots = int64_t(std::max(sm_count, 1)) *
-                        (streamed ? stream::planned_blocks_per_sm(storage_of(p.format)) : min_blocks_per_sm(p.hdim_qk));
+                        (mla        ? mla::kBlocksPerSm
+                         : streamed ? stream::planned_blocks_per_sm(storage_of(p.format))
+                                    : min_blocks_per_sm(p.hdim_qk));
   const int most = int(std::clamp<int64_t>(tiles / kMinTilesPerSplit, 1, kMaxAutoSplits));
   auto efficiency = [&](int splits) {
     const double waves = double(ctas * splits) / double(slots);

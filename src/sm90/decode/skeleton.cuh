@@ -8,6 +8,12 @@
 // A kernel names its consumer and producer (kernel.cuh, stream_kernel.cuh); a new consumer (MLA's)
 // brings its own pair and its configuration, and keeps the rest.
 //
+// decode_cta runs every thread as consumer and producer in turn (the warps split the keys and
+// merge at the end). decode_cta_warp_specialized gives the roles to different warps: producer
+// warps that only load, consumer warpgroups that only compute and that split O's columns rather
+// than the keys, so each row's output is whole in one CTA and leaves without a merge (MLA's
+// wgmma kernel, mla_kernel.cuh).
+//
 // The consumer is built before the producer: it owns the registers that live through the loop
 // (Q's fragments, O, the softmax state) and is declared first, as the kernels always declared
 // them; the loop's phis, and so the SASS, follow that order.
@@ -15,9 +21,12 @@
 
 #include <type_traits>
 
+#include "sm90/common/swizzled_tile.cuh"
 #include "sm90/decode/epilogue.cuh"
 #include "sm90/decode/params.hpp"
 #include "sm90/decode/work.cuh"
+#include "sm90/ptx/mbarrier.cuh"
+#include "sm90/ptx/registers.cuh"
 
 namespace hfa::sm90::decode {
 
@@ -46,6 +55,39 @@ __device__ __forceinline__ void decode_cta(const Params& p, unsigned char* smem)
                         C::kThreads>(p, work.seq, work.batch, work.kv_head, work.first_row,
                                      work.rows, work.split, partials, consumer.v_multiplier,
                                      Consumer::column_of);
+}
+
+// The warp-specialized CTA. C names the shared storage (C::Storage), the threads that consume
+// (the first C::kConsumerThreads: whole warpgroups, as wgmma needs; the producer warpgroups
+// follow), the registers each role keeps (setmaxnreg: the producers give back what the
+// consumers claim) and C::init_barriers, which thread 0 runs before any role starts. The producer gets what it loads
+// from (Producer::Source: a tensor map, say) besides the parameters; it leaves when its last
+// load is issued, and the consumers wait for every byte on their own barriers. The consumer's
+// finish() is the epilogue: its rows' outputs (out and lse, or the split's partial) through
+// store_row (epilogue.cuh), which the combine kernel reads as it reads every decode kernel's.
+template <typename Consumer, typename Producer>
+__device__ __forceinline__ void decode_cta_warp_specialized(
+    const Params& p, const typename Producer::Source& source, unsigned char* smem) {
+  using C = typename Consumer::C;
+  static_assert(std::is_same_v<C, typename Producer::C>, "one configuration");
+  const DecodeWork work = decode_work<C::kRowsPerTile, C::kBlockN>(p);
+  // The same for every thread of the CTA: no barrier below is left waiting for a role.
+  if (!work.has_rows()) return;
+  auto& storage = shared_storage<typename C::Storage>(smem);
+  if (threadIdx.x == 0) C::init_barriers(storage);
+  ptx::fence_barrier_init();
+  __syncthreads();
+
+  if (int(threadIdx.x) >= C::kConsumerThreads) {
+    ptx::release_registers<C::kProducerRegisters>();
+    Producer(p, work, storage, source).run();
+    return;
+  }
+  ptx::claim_registers<C::kConsumerRegisters>();
+  Consumer consumer(p, work, storage);
+  consumer.start();
+  for (int t = 0; t < work.n_tiles; ++t) consumer.consume(t);
+  consumer.finish();
 }
 
 }  // namespace hfa::sm90::decode

@@ -1,0 +1,397 @@
+// The MLA decode kernel: DeepSeek's absorbed MLA as MQA over one latent head, q and k 576 wide,
+// v the first 512 columns of the same cache row, pages of 64 tokens. One CTA per (split,
+// kv-head × 64-row tile, sequence), as every decode kernel (work.cuh); the query rows of a
+// kv-head (seqlen_q · group, token-major) are the 64 rows of one wgmma.
+//
+// Warp roles (decode_cta_warp_specialized, skeleton.cuh; sizes in mla_config.hpp):
+//   producer warp (the first of the third warpgroup) — reads the block table 32 pages at a
+//                   time and issues each page's K tile as 9 TMA copies of 64 columns (128-byte
+//                   swizzle) into a 2-stage ring, one mbarrier per copy;
+//   2 consumer warpgroups — warpgroup w computes the scores of keys 32w … 32w+31 of every tile
+//                   (S = Q·Kᵀ, wgmma 64×32, K = 576 from shared memory, slab by slab as the
+//                   copies land), the two exchange their row maxima through shared memory, each
+//                   writes its P half (bf16/fp16) to the shared P tile, and then each
+//                   accumulates its own 256 columns of O = P·V (wgmma 64×256×64, P and V from
+//                   shared memory). V is read as the MN-major view of the K tile's first 8 slabs:
+//                   the cache row is loaded once for both uses.
+//
+// Schedule, per tile t: wait for P·V(t−1) and give its stage back to the producer (the load
+// of tile t+1 then runs under S(t), the softmax and P·V(t)), issue S(t) slab by slab as the
+// copies land, wait, mask (only the tiles at the edges of some row's keys), row maxima →
+// barrier → rescale O, exponentials → P → barrier → issue P·V(t). Both warpgroups go in step:
+// the softmax is not overlapped with GEMMs, and S(t) waits for P·V(t−1) to finish (a few dozen
+// cycles of idle tensor pipe; queuing S(t)'s first slab behind P·V(t−1) and waiting with
+// wait_group<1> made ptxas serialize the wgmmas, C7514).
+// The next step (FlashMLA's seesaw): warpgroup 0 takes the even tiles' scores (N = 64, half the
+// Q reads of two N = 32 halves), warpgroup 1 the odd ones', one handing the other its row max
+// and rescale through shared memory, so one's softmax runs under the other's GEMMs. It needs a
+// second P tile (room made by keeping Q's rotary slab in registers: an rs-form Q·Kᵀ slab, whose
+// K-major B the generated rs wrappers do not take yet), and per-slab empty barriers, so that
+// the slabs a tile pair frees early (V's left half after warpgroup 0's P·V, the rotary slab
+// after Q·Kᵀ) are refilled at once: with whole-stage releases the pair's last P·V would hold
+// back the next pair's loads.
+//
+// Keys past the sequence's end in its last page may hold anything (NaN): their scores are
+// masked, and their V rows are zeroed in shared memory before P·V (0·NaN would poison O).
+// Rows past the sequence's query rows are zeros in Q and are never stored.
+#pragma once
+
+#include <cuda.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "sm90/common/math.hpp"
+#include "sm90/common/swizzled_tile.cuh"
+#include "sm90/common/warpgroup.cuh"
+#include "sm90/decode/epilogue.cuh"
+#include "sm90/decode/mla_config.hpp"
+#include "sm90/decode/params.hpp"
+#include "sm90/decode/sequence.cuh"
+#include "sm90/decode/skeleton.cuh"
+#include "sm90/decode/softmax.cuh"
+#include "sm90/decode/work.cuh"
+#include "sm90/ptx/fragment.cuh"
+#include "sm90/ptx/mbarrier.cuh"
+#include "sm90/ptx/named_barrier.cuh"
+#include "sm90/ptx/registers.cuh"
+#include "sm90/ptx/tma.cuh"
+#include "sm90/ptx/wgmma.cuh"
+
+namespace hfa::sm90::decode::mla {
+
+// The kernel's parameters: the decode parameters every decode kernel reads, and the cache's
+// tensor map (dim 576, slot 64, kv-head, page), boxes of 64 columns × one page.
+struct MlaParams {
+  CUtensorMap k_map;
+  Params decode;
+};
+
+// The configuration the skeleton's parts agree on (skeleton.cuh).
+template <typename ElementType>
+struct Config {
+  using Element = ElementType;
+  using Storage = SharedStorage<Element>;
+  static constexpr int kRowsPerTile = mla::kRowsPerTile;
+  static constexpr int kBlockN = mla::kBlockN;
+  static constexpr int kConsumerThreads = mla::kConsumerThreads;
+  static constexpr int kProducerRegisters = mla::kProducerRegisters;
+  static constexpr int kConsumerRegisters = mla::kConsumerRegisters;
+  static_assert(kFits<Element>, "Q, two K stages and P fit one CTA's shared memory");
+
+  __device__ __forceinline__ static void init_barriers(Storage& s) {
+#pragma unroll
+    for (int stage = 0; stage < kStages; ++stage) {
+#pragma unroll
+      for (int piece = 0; piece < kPieces; ++piece) s.k_full[stage][piece].init(1);
+      s.k_empty[stage].init(kConsumerWarps);
+    }
+  }
+};
+
+inline constexpr uint32_t kPieceBytes = uint32_t(kBlockN) * ptx::kSwizzleBytes;  // 64 rows × 128 B
+
+// The producer warp: the CTA's tiles, in order, into the ring.
+template <typename Element>
+struct Producer {
+  using C = Config<Element>;
+  using Source = CUtensorMap;
+  using Storage = typename C::Storage;
+
+  const Params& p;
+  const DecodeWork& work;
+  Storage& s;
+  const CUtensorMap& map;
+
+  __device__ __forceinline__ Producer(const Params& params, const DecodeWork& w, Storage& storage,
+                                      const CUtensorMap& k_map)
+      : p(params), work(w), s(storage), map(k_map) {}
+
+  __device__ __forceinline__ void run() {
+    if (int(threadIdx.x) - kConsumerThreads >= kWarpSize) return;  // one warp loads
+    const int lane = int(threadIdx.x) % kWarpSize;
+    if (lane == 0) ptx::prefetch_tensor_map(&map);
+    const int32_t* pages = p.block_table + int64_t(work.batch) * p.block_table_stride + work.first_tile;
+    ptx::RingPosition<kStages> ring;
+    // The page numbers of 32 tiles at once, one a lane, so that a table read's latency is paid
+    // once per 32 tiles rather than before each copy.
+    for (int base = 0; base < work.n_tiles; base += kWarpSize) {
+      const int32_t lane_page = base + lane < work.n_tiles ? pages[base + lane] : 0;
+      const int count = min(kWarpSize, work.n_tiles - base);
+      for (int j = 0; j < count; ++j) {
+        const int32_t page = __shfl_sync(kFullWarp, lane_page, j);
+        if (lane == 0) {
+          s.k_empty[ring.stage].wait(ring.phase ^ 1);
+#pragma unroll
+          for (int piece = 0; piece < kPieces; ++piece) {
+            ptx::Mbarrier* full = &s.k_full[ring.stage][piece];
+            full->arrive_expect_tx(kPieceBytes);
+            // Each page is read by this CTA once, and by its other row tile (128 heads) at
+            // about the same time: evict-first, FlashMLA's hint (its better L2 hit rate).
+            ptx::load_4d(reinterpret_cast<unsigned char*>(s.k[ring.stage].data) + piece * kPieceBytes,
+                         &map, full, piece * kSlabColumns, 0, work.kv_head, page,
+                         ptx::CacheHint::evict_first);
+          }
+        }
+        __syncwarp();
+        ring.advance();
+      }
+    }
+  }
+};
+
+// A consumer warpgroup: half of every tile's scores, its 256 columns of O.
+template <typename ElementType>
+struct Consumer {
+  using C = Config<ElementType>;
+  using Element = ElementType;
+  using Storage = typename C::Storage;
+  using QTile = typename Storage::QTile;
+  using KTile = typename Storage::KTile;
+  using PTile = typename Storage::PTile;
+  static constexpr int kSAcc = kKeysPerWarpgroup / 2;     // 64 × 32 fp32 over 128 threads
+  static constexpr int kOAcc = kColumnsPerWarpgroup / 2;  // 64 × 256 fp32 over 128 threads
+  static constexpr int kStepsPerSlab = kSlabColumns / kMmaK;  // 4: Q·Kᵀ takes 9 × 4 k-steps
+  static_assert(kPieces * kStepsPerSlab * kMmaK == kHeadDimQK, "Q·Kᵀ's k-steps are the copies'");
+  static constexpr int kPVSteps = kBlockN / kMmaK;            // 4
+  static constexpr uint32_t kVStepBytes = kMmaK * ptx::kSwizzleBytes;  // 16 key rows of V
+  static constexpr uint32_t kChunkBytes = 16;
+
+  const Params& p;
+  const DecodeWork& work;
+  Storage& s;
+  const int warpgroup;  // 0 or 1: its keys of each tile, its columns of O
+  const int thread;     // in the warpgroup
+  const ptx::FragmentCoords at;
+  float o[kOAcc];
+  RowSoftmax<1, 4> softmax;  // a row's fragment lies in the 4 lanes of a quad
+  float scale_log2;
+  RowKeys keys[2];  // of the thread's two rows
+  // Tiles whose keys all lie in [clear_lo, clear_hi] need no mask for this thread's rows.
+  int clear_lo, clear_hi;
+  ptx::RingPosition<kStages> ring;
+
+  __device__ __forceinline__ Consumer(const Params& params, const DecodeWork& w, Storage& storage)
+      : p(params),
+        work(w),
+        s(storage),
+        warpgroup(warpgroup_index()),
+        thread(thread_in_warpgroup()),
+        at(ptx::fragment_coords(thread_in_warpgroup())) {
+#pragma unroll
+    for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
+    scale_log2 = p.softmax_scale * kLog2e;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) keys[h] = work.row_keys(p, work.first_row + at.row0 + 8 * h);
+    clear_lo = max(keys[0].lo, keys[1].lo);
+    clear_hi = min(keys[0].hi, keys[1].hi);
+  }
+
+  __device__ __forceinline__ void sync_consumers() const {
+    ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::mla_consumers), kConsumerThreads);
+  }
+
+  // Q's 64 rows into the swizzled Q tile, zeros past the sequence's rows, by both warpgroups:
+  // 16-byte loads (plan.cpp checks q's alignment), then fenced for wgmma's reads.
+  __device__ __forceinline__ void start() {
+    constexpr int kChunksPerRow = kHeadDimQK * int(sizeof(Element)) / int(kChunkBytes);
+    const int tid = warpgroup * kThreadsPerWarpgroup + thread;
+    const auto* q = static_cast<const Element*>(p.q);
+    unsigned char* tile = reinterpret_cast<unsigned char*>(s.q.data);
+    for (int idx = tid; idx < kRowsPerTile * kChunksPerRow; idx += kConsumerThreads) {
+      const int row = idx / kChunksPerRow, chunk = idx % kChunksPerRow;
+      const int r = work.first_row + row;
+      uint4 value = make_uint4(0, 0, 0, 0);
+      if (r < work.rows) {
+        const int i = r / p.group, h = work.kv_head * p.group + r % p.group;
+        const Element* src = q + work.batch * p.q_batch_stride + (work.seq.q_begin + i) * p.q_row_stride +
+                             h * p.q_head_stride + chunk * (kChunkBytes / sizeof(Element));
+        value = *reinterpret_cast<const uint4*>(src);
+      }
+      *reinterpret_cast<uint4*>(tile + QTile::offset(row, chunk * int(kChunkBytes / sizeof(Element)))) =
+          value;
+    }
+    ptx::fence_proxy_async_smem();
+    sync_consumers();
+  }
+
+  __device__ __forceinline__ void consume(int t) {
+    const int stage = ring.stage;
+    const int first_key = (work.first_tile + t) * kBlockN;
+    const int my_first_key = first_key + warpgroup * kKeysPerWarpgroup;
+
+    // S = Q · K(my keys)ᵀ, slab by slab as the copies land. The keys' rows start 32 rows into
+    // the tile: a multiple of 8 rows, so the swizzle's phase is the tile's.
+    float sc[kSAcc];
+    {
+      const uint64_t q_desc = ptx::kmajor_descriptor(ptx::smem_address(s.q.data));
+      const uint64_t k_desc = ptx::kmajor_descriptor(
+          ptx::smem_address(s.k[stage].data) + warpgroup * kKeysPerWarpgroup * ptx::kSwizzleBytes);
+      // The previous tile's P·V done: its stage goes back to the producer before this tile's
+      // GEMMs, so that the next tile's load runs under them, the softmax and P·V.
+      ptx::wait_group<0>();
+      ptx::fence_operands(o);
+      if (t > 0) release((stage + kStages - 1) % kStages);
+      ptx::fence_operands(sc);
+#pragma unroll
+      for (int piece = 0; piece < kPieces; ++piece) {
+        // After each wait: the accumulators stay the wgmmas' across it (ptxas would insert
+        // the fence itself, and say so).
+        s.k_full[stage][piece].wait(ring.phase);
+        ptx::fence();
+#pragma unroll
+        for (int step = 0; step < kStepsPerSlab; ++step) {
+          const int k_step = piece * kStepsPerSlab + step;
+          ptx::mma_ss<kKeysPerWarpgroup, Element>(
+              sc, ptx::advance(q_desc, QTile::kmajor_step_offset(k_step)),
+              ptx::advance(k_desc, KTile::kmajor_step_offset(k_step)), k_step > 0);
+        }
+      }
+      ptx::commit_group();
+      // S, and everything before it: the P tile is free (ours; the other warpgroup's P·V is
+      // known done at the row-max barrier below).
+      ptx::wait_group<0>();
+      ptx::fence_operands(sc);
+      ptx::fence_operands(o);
+    }
+
+    // Scores in log2 units, masked where some key of the tile falls outside a row's.
+    const bool masked = my_first_key < clear_lo || my_first_key + kKeysPerWarpgroup - 1 > clear_hi;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < kSAcc; ++i) {
+      const int h = ptx::fragment_row_half(i);
+      float x = sc[i] * scale_log2;
+      if (masked) {
+        const int key = my_first_key + ptx::fragment_column(i, at.column_pair);
+        if (key < keys[h].lo || key > keys[h].hi) x = -INFINITY;
+      }
+      sc[i] = x;
+      tile_max[h] = fmaxf(tile_max[h], x);
+    }
+    softmax.reduce_tile_max(tile_max);
+    // Both warpgroups' maxima: each then raises its rows' max to the same value, so their O
+    // halves and row sums stay on one scale.
+    if (at.column_pair == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) s.row_max[warpgroup][at.row0 + 8 * h] = tile_max[h];
+    }
+    sync_consumers();
+    float rescale[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float other = s.row_max[1 - warpgroup][at.row0 + 8 * h];
+      rescale[h] = softmax.raise_max(h, fmaxf(tile_max[h], other));
+    }
+#pragma unroll
+    for (int i = 0; i < kOAcc; ++i) o[i] *= rescale[ptx::fragment_row_half(i)];
+
+    // The last tile of the sequence: its V rows past the end to zeros (this warpgroup's slabs:
+    // the only ones it reads as V). The other warpgroup's Q·Kᵀ may still read those rows; they
+    // only reach scores that are masked.
+    const int valid_rows = work.seq.seqlen_k - first_key;
+    if (valid_rows < kBlockN) zero_v_rows(stage, valid_rows);
+
+    // P = exp2(x − max) of this warpgroup's keys into its columns of the P tile.
+    unsigned char* p_tile = reinterpret_cast<unsigned char*>(s.p.data);
+#pragma unroll
+    for (int i = 0; i < kSAcc; i += 2) {
+      const int h = ptx::fragment_row_half(i);
+      const float p0 = softmax.probability(h, sc[i]);
+      const float p1 = softmax.probability(h, sc[i + 1]);
+      const int key = warpgroup * kKeysPerWarpgroup + ptx::fragment_column(i, at.column_pair);
+      *reinterpret_cast<uint32_t*>(p_tile + PTile::offset(at.row0 + 8 * h, key)) =
+          ptx::pack_pair<Element>(p0, p1);
+    }
+    ptx::fence_proxy_async_smem();
+    ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::mla_p_ready), kConsumerThreads);
+
+    // O(my columns) += P · V(my columns): V MN-major, 16 keys (2 KB of rows) a k-step.
+    {
+      const uint64_t p_desc = ptx::kmajor_descriptor(ptx::smem_address(s.p.data));
+      const uint64_t v_desc = ptx::mnmajor_descriptor(
+          ptx::smem_address(s.k[stage].data) + warpgroup * kVSlabsPerWarpgroup * KTile::kSlabBytes,
+          KTile::kSlabBytes);
+      ptx::fence_operands(o);
+      ptx::fence();
+#pragma unroll
+      for (int step = 0; step < kPVSteps; ++step)
+        ptx::mma_ss<kColumnsPerWarpgroup, Element, ptx::Major::k, ptx::Major::mn>(
+            o, ptx::advance(p_desc, PTile::kmajor_step_offset(step)),
+            ptx::advance(v_desc, step * kVStepBytes), true);
+      ptx::commit_group();
+      ptx::fence_operands(o);
+    }
+    ring.advance();
+  }
+
+  // The epilogue: the row sums of both warpgroups, the normalized O rows (or the split's
+  // partial) staged in fp32 over the idle K stages, then stored row by row in runs of 4 columns.
+  __device__ __forceinline__ void finish() {
+    ptx::wait_group<0>();
+    ptx::fence_operands(o);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      softmax.sum_lanes(h);
+      if (at.column_pair == 0) s.row_sum[warpgroup][at.row0 + 8 * h] = softmax.row_sum[h];
+    }
+    // Past this barrier both warpgroups' P·V are complete: the K stages may be overwritten.
+    sync_consumers();
+    float* staged = reinterpret_cast<float*>(s.k[0].data);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = at.row0 + 8 * h;
+      softmax.row_sum[h] = s.row_sum[0][row] + s.row_sum[1][row];
+      const float inverse = softmax.normalizer(h);
+      if (warpgroup == 0 && at.column_pair == 0) s.row_lse[row] = softmax.lse(h);
+      float* dst = staged + row * kStagedRowFloats + warpgroup * kColumnsPerWarpgroup;
+#pragma unroll
+      for (int i = 2 * h; i < kOAcc; i += 4) {
+        const int column = ptx::fragment_column(i, at.column_pair);
+        *reinterpret_cast<float2*>(dst + column) = make_float2(o[i] * inverse, o[i + 1] * inverse);
+      }
+    }
+    sync_consumers();
+    const int tid = warpgroup * kThreadsPerWarpgroup + thread;
+    constexpr int kRunsPerRow = kHeadDimV / kStoreRun;
+    for (int idx = tid; idx < kRowsPerTile * kRunsPerRow; idx += kConsumerThreads) {
+      const int row = idx / kRunsPerRow, first = idx % kRunsPerRow * kStoreRun;
+      const int r = work.first_row + row;
+      if (r >= work.rows) break;  // rows go up with idx
+      const float4 run = *reinterpret_cast<const float4*>(staged + row * kStagedRowFloats + first);
+      const float merged[kStoreRun] = {run.x, run.y, run.z, run.w};
+      store_row<Element, kHeadDimV>(p, work.seq, work.batch, work.kv_head * p.group + r % p.group,
+                                    r / p.group, work.split, first, merged, s.row_lse[row], 1.0f,
+                                    [](int column) { return column; });
+    }
+  }
+
+ private:
+  // One arrival per warp: the stage's tile is no longer read by this warp's GEMMs.
+  __device__ __forceinline__ void release(int stage) {
+    if (thread % kWarpSize == 0) s.k_empty[stage].arrive();
+  }
+
+  __device__ __forceinline__ void zero_v_rows(int stage, int first_row) {
+    constexpr int kChunksPerSlabRow = int(ptx::kSwizzleBytes / kChunkBytes);
+    constexpr int kChunksPerRow = kVSlabsPerWarpgroup * kChunksPerSlabRow;
+    unsigned char* base = reinterpret_cast<unsigned char*>(s.k[stage].data) +
+                          warpgroup * kVSlabsPerWarpgroup * KTile::kSlabBytes;
+    const int from = max(first_row, 0);
+    for (int idx = thread; idx < (kBlockN - from) * kChunksPerRow; idx += kThreadsPerWarpgroup) {
+      const int row = from + idx / kChunksPerRow;
+      const int slab = idx % kChunksPerRow / kChunksPerSlabRow, chunk = idx % kChunksPerSlabRow;
+      *reinterpret_cast<uint4*>(base + slab * KTile::kSlabBytes + row * ptx::kSwizzleBytes +
+                                chunk * kChunkBytes) = make_uint4(0, 0, 0, 0);
+    }
+    // Ordered before the P·V wgmma (async proxy) by the fence after P's stores.
+  }
+};
+
+template <typename Element>
+__global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_constant__ MlaParams params) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  decode_cta_warp_specialized<Consumer<Element>, Producer<Element>>(params.decode, params.k_map, smem);
+}
+
+}  // namespace hfa::sm90::decode::mla

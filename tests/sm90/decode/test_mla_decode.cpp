@@ -1,0 +1,318 @@
+// MLA decode (headdim 576 / 512, one latent kv-head, v_cache the view of k_cache's first 512
+// columns, pages of 64) on a Hopper GPU against the float64 oracle the CPU backend's MLA tests
+// use (cpu::reference_forward_kvcache): FlashMLA's head counts 16/32/64/128, seqlen_q 1-4 with
+// the causal triangle, ragged lengths from 0 to 40k with shuffled pages and NaN in every slot
+// no sequence uses (spare pages, the tail of each last page), outputs NaN-poisoned before the
+// call, one split, automatic splits, fixed split counts and split sizes; bf16 and fp16. Plus the
+// GPU's not-supported answers by name for what the MLA kernel does not read. Skipped without a
+// Hopper GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/validate_kvcache.hpp"
+#include "cpu/reference.hpp"
+#include "kvcache/mla_case.hpp"
+#include "sm90/gpu_test_support.hpp"
+
+namespace hfa::test {
+namespace {
+
+// FlashMLA's bf16 tolerances (tests/test_flash_mla_dense_decoding.py): out within
+// 8e-4 + 2.01/128 · |oracle| (P and the output are rounded to 16 bits), LSE within
+// 1e-5 + 8.01/65536 · |oracle| (fp32 sums and exponentials against float64). fp16 keeps 3 more
+// mantissa bits: the same bounds hold with room.
+constexpr double kOutAbs = 8e-4, kOutRel = 2.01 / 128;
+constexpr double kLseAbs = 1e-5, kLseRel = 8.01 / 65536;
+
+struct MlaOracle {
+  std::vector<double> out, lse;  // out (batch, seqlen_q, heads, 512); lse (batch, heads, seqlen_q)
+};
+
+// The float64 oracle on the host case (the cache's values as stored).
+MlaOracle oracle_of(MlaCase& c) {
+  detail::KVCacheProblem problem;
+  const Status status = detail::build_kvcache_problem(
+      {&c.q.tensor, &c.cache.tensor, &c.v, &c.out.tensor, &c.lse.tensor, &c.options},
+      detail::Purpose::run, &problem);
+  EXPECT_TRUE(status.is_ok()) << status.message();
+  MlaOracle o;
+  o.out.assign(static_cast<std::size_t>(c.batch() * c.seqlen_q * c.heads_q * MlaCase::kDv), 0.0);
+  o.lse.assign(static_cast<std::size_t>(c.batch() * c.heads_q * c.seqlen_q), 0.0);
+  if (status.is_ok()) cpu::reference_forward_kvcache(problem, o.out.data(), o.lse.data());
+  return o;
+}
+
+// An MlaCase's tensors on the GPU (v the view of the device cache, as on the host), run with the
+// workspace the call asks for; out and lse (NaN bytes until written) copied back into the case.
+class DeviceMla {
+ public:
+  explicit DeviceMla(MlaCase& c) : c_(c) {
+    options_ = c.options;
+    q_ = copy(c.q);
+    cache_ = copy(c.cache);
+    v_ = cache_;
+    v_.shape[3] = MlaCase::kDv;
+    out_ = copy(c.out);
+    lse_ = copy(c.lse);
+    if (c.options.cache_seqlens) {
+      seqlens_ = copy(c.seqlens);
+      options_.cache_seqlens = &seqlens_;
+    }
+    if (c.options.block_table) {
+      table_ = copy(c.table);
+      options_.block_table = &table_;
+    }
+    if (c.options.indices) {
+      indices_ = copy(c.indices);
+      options_.indices = &indices_;
+    }
+  }
+
+  KVCacheOptions& options() { return options_; }
+  Tensor& v() { return v_; }
+
+  Status run() {
+    std::size_t bytes = 0;
+    Status status = forward_kvcache_workspace_size(q_, cache_, v_, options_, &bytes);
+    if (!status) return status;
+    workspace_ = std::make_unique<DeviceBuffer>(bytes);
+    options_.workspace = bytes ? workspace_->get() : nullptr;
+    options_.workspace_bytes = bytes;
+    status = forward_kvcache(q_, cache_, v_, out_, &lse_, options_);
+    if (!status) return status;
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(c_.out.bytes.data(), out_.data, c_.out.bytes.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(c_.lse.bytes.data(), lse_.data, c_.lse.bytes.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return status;
+  }
+
+ private:
+  Tensor copy(Storage& s) {
+    buffers_.push_back(std::make_unique<DeviceBuffer>(s.bytes.size()));
+    EXPECT_EQ(buffers_.back()->upload(s.bytes), cudaSuccess);
+    Tensor t = s.tensor;
+    t.data = buffers_.back()->get();
+    t.device = HFA_CUDA;
+    t.device_index = 0;
+    return t;
+  }
+
+  MlaCase& c_;
+  KVCacheOptions options_;
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers_;
+  std::unique_ptr<DeviceBuffer> workspace_;
+  Tensor q_{}, cache_{}, v_{}, out_{}, lse_{}, seqlens_{}, table_{}, indices_{};
+};
+
+// Every out and LSE value within the tolerances; a row the oracle gives −inf (no key) must be
+// −inf with O = 0 exactly. The first few misses are reported.
+void expect_matches(MlaCase& c, const MlaOracle& o) {
+  int failures = 0;
+  double worst_out = 0.0, worst_lse = 0.0;
+  for (int64_t b = 0; b < c.batch(); ++b)
+    for (int64_t i = 0; i < c.seqlen_q; ++i)
+      for (int64_t h = 0; h < c.heads_q; ++h) {
+        const double want_lse = o.lse[static_cast<std::size_t>((b * c.heads_q + h) * c.seqlen_q + i)];
+        const float got_lse = c.lse_at(b, h, i);
+        const bool empty = std::isinf(want_lse) && want_lse < 0;
+        const double lse_error = std::abs(got_lse - want_lse);
+        if (empty ? !(std::isinf(got_lse) && got_lse < 0)
+                  : !(lse_error <= kLseAbs + kLseRel * std::abs(want_lse))) {
+          if (++failures <= 5)
+            ADD_FAILURE() << "lse(" << b << ", " << h << ", " << i << ") = " << got_lse << ", oracle "
+                          << want_lse;
+        }
+        if (!empty) worst_lse = std::max(worst_lse, lse_error);
+        for (int64_t d = 0; d < MlaCase::kDv; ++d) {
+          const double want =
+              o.out[static_cast<std::size_t>(((b * c.seqlen_q + i) * c.heads_q + h) * MlaCase::kDv + d)];
+          const float got = c.out_at(b, i, h, d);
+          const double error = std::abs(got - want);
+          const bool ok = empty ? got == 0.0f : error <= kOutAbs + kOutRel * std::abs(want);
+          if (!empty && error == error) worst_out = std::max(worst_out, error / (1.0 + std::abs(want)));
+          if (!ok && ++failures <= 5)
+            ADD_FAILURE() << "out(" << b << ", " << i << ", " << h << ", " << d << ") = " << got
+                          << ", oracle " << want;
+        }
+      }
+  EXPECT_EQ(failures, 0);
+  ::testing::Test::RecordProperty("worst_out_error", std::to_string(worst_out));
+  ::testing::Test::RecordProperty("worst_lse_error", std::to_string(worst_lse));
+}
+
+void expect_gpu_matches_oracle(MlaCase& c) {
+  SCOPED_TRACE(c.describe());
+  c.build();
+  const MlaOracle o = oracle_of(c);
+  DeviceMla device(c);
+  const Status status = device.run();
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  expect_matches(c, o);
+}
+
+// FlashMLA's head counts × seqlen_q 1-4, causal on every other case, ragged lengths with an
+// empty sequence, one token, a page less one, a page, a page and one more, several pages; the
+// longer lengths at the smaller head counts (the float64 oracle's time grows with heads · keys).
+void matrix(DType dtype) {
+  struct Shape {
+    int64_t heads, seqlen_q;
+    std::vector<int32_t> lengths;
+  };
+  const Shape shapes[] = {
+      {16, 1, {0, 1, 63, 64, 65, 300, 4097}}, {16, 4, {5, 64, 129, 2000}},
+      {32, 2, {1, 0, 700, 3000}},              {32, 3, {3, 191}},
+      {64, 1, {65, 1000, 0, 2}},               {64, 2, {130, 4}},
+      {128, 1, {300, 1, 64}},                  {128, 4, {4, 77, 0}},
+  };
+  int n = 0;
+  for (const Shape& shape : shapes) {
+    MlaCase c;
+    c.dtype = dtype;
+    c.heads_q = shape.heads;
+    c.seqlen_q = shape.seqlen_q;
+    c.cache_seqlens = shape.lengths;
+    c.options.causal = (n % 2) == 1;
+    c.seed = static_cast<uint32_t>(100 + n++);
+    expect_gpu_matches_oracle(c);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(MlaGpu, Bf16MatchesOracle) {
+  HFA_REQUIRE_HOPPER();
+  matrix(DType::bf16);
+}
+
+TEST(MlaGpu, Fp16MatchesOracle) {
+  HFA_REQUIRE_HOPPER();
+  matrix(DType::f16);
+}
+
+// Long ragged sequences (to 40k keys: 625 pages) at the memory-bound head count, with the
+// automatic splits and with one split (a CTA walks all 625 tiles through the 2-stage ring).
+TEST(MlaGpu, LongRaggedSequences) {
+  HFA_REQUIRE_HOPPER();
+  for (int32_t splits : {0, 1}) {
+    for (int64_t seqlen_q : {1, 2}) {
+      MlaCase c;
+      c.heads_q = 16;
+      c.seqlen_q = seqlen_q;
+      c.cache_seqlens = {40000, 1, 17001, 0, 8192};
+      c.options.causal = seqlen_q > 1;
+      c.options.num_splits = splits;
+      c.seed = static_cast<uint32_t>(7 + seqlen_q + 10 * splits);
+      expect_gpu_matches_oracle(c);
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+// Fixed split counts (more splits than a short sequence has pages: splits with no key write
+// LSE −inf, which the combine skips) and fixed split sizes (chunks that end inside a page).
+TEST(MlaGpu, SplitsMatchOracle) {
+  HFA_REQUIRE_HOPPER();
+  struct Split {
+    int32_t num_splits, split_size;
+  };
+  for (const Split& split : {Split{1, 0}, Split{3, 0}, Split{16, 0}, Split{0, 100}, Split{0, 256}}) {
+    MlaCase c;
+    c.heads_q = 64;
+    c.seqlen_q = 2;
+    c.cache_seqlens = {1500, 0, 65, 3};
+    c.options.causal = true;
+    c.options.num_splits = split.num_splits;
+    c.options.split_size = split.split_size;
+    c.seed = 31;
+    SCOPED_TRACE("num_splits " + std::to_string(split.num_splits) + " split_size " +
+                 std::to_string(split.split_size));
+    expect_gpu_matches_oracle(c);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// Every sequence empty: out 0 and LSE −inf everywhere (out and lse start as NaN), split or not.
+TEST(MlaGpu, EmptySequencesGiveZeroAndMinusInf) {
+  HFA_REQUIRE_HOPPER();
+  for (int32_t splits : {1, 4}) {
+    MlaCase c;
+    c.heads_q = 128;
+    c.seqlen_q = 2;
+    c.cache_seqlens = {0, 0, 0};
+    c.options.num_splits = splits;
+    c.build();
+    DeviceMla device(c);
+    const Status status = device.run();
+    ASSERT_TRUE(status.is_ok()) << status.message();
+    for (int64_t b = 0; b < c.batch(); ++b)
+      for (int64_t h = 0; h < c.heads_q; ++h)
+        for (int64_t i = 0; i < c.seqlen_q; ++i) {
+          const float lse = c.lse_at(b, h, i);
+          EXPECT_TRUE(std::isinf(lse) && lse < 0) << lse;
+          for (int64_t d = 0; d < MlaCase::kDv; ++d) ASSERT_EQ(c.out_at(b, i, h, d), 0.0f);
+        }
+  }
+}
+
+// Not supported by the MLA kernel, refused by the argument's name before any launch.
+void expect_refused(DeviceMla& device, const char* argument, const char* what) {
+  const Status status = device.run();
+  ASSERT_FALSE(status.is_ok());
+  EXPECT_EQ(status.code(), Code::not_supported) << status.message();
+  EXPECT_EQ(status.message().rfind(std::string(argument) + ":", 0), 0u) << status.message();
+  EXPECT_NE(status.message().find(what), std::string::npos) << status.message();
+}
+
+TEST(MlaGpu, RefusesByName) {
+  HFA_REQUIRE_HOPPER();
+  {
+    MlaCase c;
+    c.page_size = 32;
+    c.build();
+    DeviceMla device(c);
+    expect_refused(device, "k_cache", "page size 32");
+  }
+  {
+    MlaCase c;
+    c.fp8 = true;
+    c.build();
+    DeviceMla device(c);
+    expect_refused(device, "k_cache", "fp8_mla");
+  }
+  {
+    MlaCase c;
+    c.topk = 64;
+    c.build();
+    DeviceMla device(c);
+    expect_refused(device, "indices", "sparse");
+  }
+  {
+    MlaCase c;
+    c.options.softcap = 30.0f;
+    c.build();
+    DeviceMla device(c);
+    expect_refused(device, "softcap", "softcap");
+  }
+  {
+    MlaCase c;
+    c.build();
+    DeviceMla device(c);
+    DeviceBuffer slopes(static_cast<std::size_t>(c.heads_q) * sizeof(float));
+    ASSERT_EQ(slopes.upload(std::vector<float>(static_cast<std::size_t>(c.heads_q), 0.1f)),
+              cudaSuccess);
+    Tensor alibi = make_tensor(slopes.get(), DType::f32, {c.heads_q});
+    alibi.device = HFA_CUDA;
+    alibi.device_index = 0;
+    device.options().alibi_slopes = &alibi;
+    expect_refused(device, "alibi_slopes", "ALiBi");
+  }
+}
+
+}  // namespace
+}  // namespace hfa::test
