@@ -118,17 +118,41 @@ def test_sparse_matches_float64(fp8):
     expect_close(out.float().numpy(), lse.numpy(), want_out, want_lse, 1e-2)
 
 
+def column_magnitudes(q, values, table, seqlens, causal, scale):
+    """Σ p·|v| / Σ p of each output column (b, s_q, h, 512), the attention's own weights p."""
+    b, s_q, h, _ = q.shape
+    magnitude = np.zeros((b, s_q, h, DV))
+    for bi in range(b):
+        n = int(seqlens[bi])
+        keys = np.array([values[table[bi, j // PAGE], j % PAGE] for j in range(n)]).reshape(n, D)
+        for i in range(s_q):
+            seen = max(min(n, n - s_q + i + 1) if causal else n, 0)
+            if seen == 0:
+                continue
+            scores = q[bi, i] @ keys[:seen].T * scale
+            p = np.exp(scores - scores.max(-1, keepdims=True))
+            magnitude[bi, i] = p @ np.abs(keys[:seen, :DV]) / p.sum(-1, keepdims=True)
+    return magnitude
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_gpu_dense_matches_cpu_and_refuses_the_rest_by_name():
+def test_gpu_dense_matches_float64_and_refuses_the_rest_by_name():
     g = torch.Generator().manual_seed(1)
-    cache, _, table, seqlens = paged([70, 0, 200], g, False)
+    cache, values, table, seqlens = paged([70, 0, 200], g, False)
     q = torch.randn(3, 2, 16, D, generator=g).to(torch.bfloat16)
-    want_out, want_lse = hfa.flash_mla_with_kvcache(q, cache, table, seqlens, DV, None,
-                                                    causal=True)
+    _, want_lse = hfa.flash_mla_with_kvcache(q, cache, table, seqlens, DV, None, causal=True)
     out, lse = hfa.flash_mla_with_kvcache(q.cuda(), cache.cuda(), table.cuda(), seqlens.cuda(),
                                           DV, None, causal=True)
-    torch.testing.assert_close(out.cpu().float(), want_out.float(), atol=1e-2, rtol=1e-2)
     torch.testing.assert_close(lse.cpu(), want_lse, atol=1e-4, rtol=1e-4)
+    # Against float64, within FlashMLA's bf16 bound taken of each column's magnitude Σ p·|v| / Σ p:
+    # the GPU rounds P to bf16 before P·V (the CPU does not), which moves a column by up to 2^-8
+    # of it, far more than of |out| where the cache's large values cancel.
+    exact_out, _ = dense_reference(q.double().numpy(), values, table.numpy(), seqlens.numpy(),
+                                   True, D ** -0.5)
+    magnitude = column_magnitudes(q.double().numpy(), values, table.numpy(), seqlens.numpy(),
+                                  True, D ** -0.5)
+    error = np.abs(out.cpu().double().numpy() - exact_out)
+    assert (error <= 8e-4 + 2.01 / 128 * magnitude).all(), error.max()
     fp8_cache, _, fp8_table, fp8_seqlens = paged([70], g, True)
     with pytest.raises(NotImplementedError, match="^k_cache: FlashMLA's FP8"):
         hfa.flash_mla_with_kvcache(q[:1].cuda(), fp8_cache.cuda(), fp8_table.cuda(),

@@ -22,16 +22,48 @@
 namespace hfa::test {
 namespace {
 
-// FlashMLA's bf16 tolerances (tests/test_flash_mla_dense_decoding.py): out within
-// 8e-4 + 2.01/128 · |oracle| (P and the output are rounded to 16 bits), LSE within
-// 1e-5 + 8.01/65536 · |oracle| (fp32 sums and exponentials against float64). fp16 keeps 3 more
-// mantissa bits: the same bounds hold with room.
+// FlashMLA's bf16 tolerances (tests/test_flash_mla_dense_decoding.py), LSE within
+// 1e-5 + 8.01/65536 · |oracle| (fp32 sums and exponentials against float64); out within
+// 8e-4 + 2.01/128 · the row's magnitude Σ p·|v| / Σ p, not |oracle|: P is rounded to 16 bits
+// before P·V, which moves a column by up to 2^-8 of that magnitude, far more than 2^-8 of |out|
+// where large values of v cancel (the cases' keys carry a per-token gain e^N(0,1)). Under
+// |oracle| the first GPU run's misses (every one reported from one-split CTAs: 10 values) were
+// bit for bit a host emulation of the kernel's arithmetic (fp32 exponentials per 64-key tile, P
+// rounded to bf16), whose worst error over every case here is 0.43 of this bound. fp16 keeps 3
+// more mantissa bits: the same bounds hold with room.
 constexpr double kOutAbs = 8e-4, kOutRel = 2.01 / 128;
 constexpr double kLseAbs = 1e-5, kLseRel = 8.01 / 65536;
 
 struct MlaOracle {
-  std::vector<double> out, lse;  // out (batch, seqlen_q, heads, 512); lse (batch, heads, seqlen_q)
+  // out and magnitude (batch, seqlen_q, heads, 512); lse (batch, heads, seqlen_q)
+  std::vector<double> out, lse, magnitude;
 };
+
+std::size_t out_index(const MlaCase& c, int64_t b, int64_t i, int64_t h, int64_t d) {
+  return static_cast<std::size_t>(((b * c.seqlen_q + i) * c.heads_q + h) * MlaCase::kDv + d);
+}
+
+// Σ p·|v| / Σ p of each output column, p = exp(s·scale − lse) over the row's keys (the last
+// seqlen_q − 1 − i keys hidden from row i when causal), from the oracle's LSE.
+void add_magnitudes(MlaCase& c, double scale, MlaOracle& o) {
+  o.magnitude.assign(o.out.size(), 0.0);
+  std::vector<double> q(MlaCase::kD);
+  for (int64_t b = 0; b < c.batch(); ++b)
+    for (int64_t i = 0; i < c.seqlen_q; ++i)
+      for (int64_t h = 0; h < c.heads_q; ++h) {
+        const double lse = o.lse[static_cast<std::size_t>((b * c.heads_q + h) * c.seqlen_q + i)];
+        if (!std::isfinite(lse)) continue;
+        for (int64_t k = 0; k < MlaCase::kD; ++k) q[k] = load_float(c.dtype, c.q.at<uint8_t>({b, i, h, k}));
+        const int64_t keys = c.cache_seqlens[b] - (c.options.causal ? c.seqlen_q - 1 - i : 0);
+        for (int64_t j = 0; j < keys; ++j) {
+          const std::vector<float>& row = c.values[b][j];
+          double score = 0.0;
+          for (int64_t k = 0; k < MlaCase::kD; ++k) score += q[k] * row[k];
+          const double p = std::exp(score * scale - lse);
+          for (int64_t d = 0; d < MlaCase::kDv; ++d) o.magnitude[out_index(c, b, i, h, d)] += p * std::abs(row[d]);
+        }
+      }
+}
 
 // The float64 oracle on the host case (the cache's values as stored).
 MlaOracle oracle_of(MlaCase& c) {
@@ -43,7 +75,10 @@ MlaOracle oracle_of(MlaCase& c) {
   MlaOracle o;
   o.out.assign(static_cast<std::size_t>(c.batch() * c.seqlen_q * c.heads_q * MlaCase::kDv), 0.0);
   o.lse.assign(static_cast<std::size_t>(c.batch() * c.heads_q * c.seqlen_q), 0.0);
-  if (status.is_ok()) cpu::reference_forward_kvcache(problem, o.out.data(), o.lse.data());
+  if (status.is_ok()) {
+    cpu::reference_forward_kvcache(problem, o.out.data(), o.lse.data());
+    add_magnitudes(c, problem.softmax_scale, o);
+  }
   return o;
 }
 
@@ -131,19 +166,19 @@ void expect_matches(MlaCase& c, const MlaOracle& o) {
         }
         if (!empty) worst_lse = std::max(worst_lse, lse_error);
         for (int64_t d = 0; d < MlaCase::kDv; ++d) {
-          const double want =
-              o.out[static_cast<std::size_t>(((b * c.seqlen_q + i) * c.heads_q + h) * MlaCase::kDv + d)];
+          const double want = o.out[out_index(c, b, i, h, d)];
           const float got = c.out_at(b, i, h, d);
           const double error = std::abs(got - want);
-          const bool ok = empty ? got == 0.0f : error <= kOutAbs + kOutRel * std::abs(want);
-          if (!empty && error == error) worst_out = std::max(worst_out, error / (1.0 + std::abs(want)));
+          const double bound = kOutAbs + kOutRel * o.magnitude[out_index(c, b, i, h, d)];
+          const bool ok = empty ? got == 0.0f : error <= bound;
+          if (!empty && error == error) worst_out = std::max(worst_out, error / bound);
           if (!ok && ++failures <= 5)
             ADD_FAILURE() << "out(" << b << ", " << i << ", " << h << ", " << d << ") = " << got
                           << ", oracle " << want;
         }
       }
   EXPECT_EQ(failures, 0);
-  ::testing::Test::RecordProperty("worst_out_error", std::to_string(worst_out));
+  ::testing::Test::RecordProperty("worst_out_error_over_bound", std::to_string(worst_out));
   ::testing::Test::RecordProperty("worst_lse_error", std::to_string(worst_lse));
 }
 
