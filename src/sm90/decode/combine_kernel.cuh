@@ -16,6 +16,17 @@ inline constexpr int kCombineRowsPerBlock = 4;
 inline constexpr int kCombineLanes = 32;  // a warp per row
 inline constexpr int kCombineThreads = kCombineRowsPerBlock * kCombineLanes;
 
+// A merged row's columns first … first + kColumns − 1 into out, and its LSE (lane 0).
+template <typename Element, int kColumns>
+__device__ __forceinline__ void store_merged_row(const Params& p, int64_t row_id, int first,
+                                                 const float (&merged)[kColumns], float lse,
+                                                 int lane) {
+  Element* out = static_cast<Element*>(p.out) + out_offset_of_row(p, row_id) + first;
+#pragma unroll
+  for (int k = 0; k < kColumns; ++k) out[k] = ptx::to_element<Element>(merged[k]);
+  if (lane == 0 && p.lse != nullptr) p.lse[row_id] = lse;
+}
+
 template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_constant__ Params p) {
   constexpr int kColumnsPerLane = kHeadDim / kCombineLanes;
@@ -29,10 +40,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const __grid_c
                                            p.partial_out + row_id * kHeadDim + first,
                                            p.rows_total * kHeadDim, p.num_splits,
                                            kColumnsPerLane, merged);
-  Element* out = static_cast<Element*>(p.out) + out_offset_of_row(p, row_id) + first;
-#pragma unroll
-  for (int k = 0; k < kColumnsPerLane; ++k) out[k] = ptx::to_element<Element>(merged[k]);
-  if (lane == 0 && p.lse != nullptr) p.lse[row_id] = lse;
+  store_merged_row<Element>(p, row_id, first, merged, lse, lane);
 }
 
 }  // namespace hfa::sm90::decode

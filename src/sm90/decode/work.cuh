@@ -77,16 +77,44 @@ struct DecodeWork {
   }
 };
 
-// With split_size, split s takes chunk s at fixed boundaries (whatever the batch), which need
-// not fall on a stage: row_keys cuts the chunk's first and last stage. Else an even share of the
-// stages.
-template <int kRowsPerTile, int kBlockN>
-__device__ __forceinline__ DecodeWork decode_work(const Params& p) {
+// Keys [begin, end): those some row of a range sees.
+struct KeyRange {
+  int begin, end;
+};
+
+// The keys rows first_row … last_row (of the sequence's, at least one) see: the window's bounds
+// for their queries, within the sequence's keys.
+__device__ __forceinline__ KeyRange keys_of_rows(const Params& p, const DecodeSequence& seq,
+                                                 int first_row, int last_row) {
+  const int diagonal = seq.diagonal();
+  KeyRange keys{0, seq.seqlen_k};
+  if (p.window_left >= 0)
+    keys.begin = max(0, window_first_key(p, first_row / p.group + diagonal));
+  if (p.window_right >= 0)
+    keys.end = min(keys.end, window_last_key(p, last_row / p.group + diagonal) + 1);
+  return keys;
+}
+
+// The stages of kBlockN keys that hold keys [begin, end): the first and how many.
+struct TileSpan {
+  int first, count;
+};
+
+template <int kBlockN>
+__device__ __forceinline__ TileSpan tiles_of_keys(int begin, int end) {
+  const int first = begin / kBlockN;
+  return {first, end > begin ? (end + kBlockN - 1) / kBlockN - first : 0};
+}
+
+// The CTA's row tile (blockIdx.y) of sequence `batch`, with every key its rows see; the split
+// and the keys' cut are the caller's.
+template <int kRowsPerTile>
+__device__ __forceinline__ DecodeWork row_tile_work(const Params& p, int split, int batch) {
   DecodeWork w;
-  w.split = blockIdx.x;
+  w.split = split;
   w.kv_head = blockIdx.y / p.row_tiles;
   const int row_tile = blockIdx.y % p.row_tiles;
-  w.batch = blockIdx.z;
+  w.batch = batch;
   w.warp = int(threadIdx.x) / kWarpSize;
   w.lane = int(threadIdx.x) % kWarpSize;
   w.g = w.lane / 4;
@@ -94,27 +122,31 @@ __device__ __forceinline__ DecodeWork decode_work(const Params& p) {
   w.seq = decode_sequence(p, w.batch);
   w.first_row = row_tile * kRowsPerTile;
   w.rows = p.group * w.seq.seqlen_q;
-  const int diagonal = w.seq.diagonal();
   const int last_row = min(w.rows, w.first_row + kRowsPerTile) - 1;
-  w.key_begin = 0;
-  w.key_end = w.seq.seqlen_k;
-  if (p.window_left >= 0)
-    w.key_begin = max(0, window_first_key(p, w.first_row / p.group + diagonal));
-  if (p.window_right >= 0)
-    w.key_end = min(w.key_end, window_last_key(p, last_row / p.group + diagonal) + 1);
+  const KeyRange keys = keys_of_rows(p, w.seq, w.first_row, last_row);
+  w.key_begin = keys.begin;
+  w.key_end = keys.end;
+  return w;
+}
+
+// With split_size, split s takes chunk s at fixed boundaries (whatever the batch), which need
+// not fall on a stage: row_keys cuts the chunk's first and last stage. Else an even share of the
+// stages.
+template <int kRowsPerTile, int kBlockN>
+__device__ __forceinline__ DecodeWork decode_work(const Params& p) {
+  DecodeWork w = row_tile_work<kRowsPerTile>(p, blockIdx.x, blockIdx.z);
   if (p.split_size > 0) {
     const int64_t chunk_begin = int64_t(w.split) * p.split_size;
     w.key_begin = int(max(int64_t(w.key_begin), chunk_begin));
     w.key_end = int(min(int64_t(w.key_end), chunk_begin + p.split_size));
-    w.first_tile = w.key_begin / kBlockN;
-    w.n_tiles = w.key_end > w.key_begin ? (w.key_end + kBlockN - 1) / kBlockN - w.first_tile : 0;
+    const TileSpan tiles = tiles_of_keys<kBlockN>(w.key_begin, w.key_end);
+    w.first_tile = tiles.first;
+    w.n_tiles = tiles.count;
   } else {
-    const int tile_base = w.key_begin / kBlockN;
-    const int tiles_total =
-        w.key_end > w.key_begin ? (w.key_end + kBlockN - 1) / kBlockN - tile_base : 0;
-    const int tiles_per_split = (tiles_total + p.num_splits - 1) / p.num_splits;
-    w.first_tile = tile_base + w.split * tiles_per_split;
-    w.n_tiles = min(max(tiles_total - w.split * tiles_per_split, 0), tiles_per_split);
+    const TileSpan all = tiles_of_keys<kBlockN>(w.key_begin, w.key_end);
+    const int tiles_per_split = (all.count + p.num_splits - 1) / p.num_splits;
+    w.first_tile = all.first + w.split * tiles_per_split;
+    w.n_tiles = min(max(all.count - w.split * tiles_per_split, 0), tiles_per_split);
   }
   return w;
 }
