@@ -15,7 +15,10 @@ inline constexpr const char* kFamily = "sm90 KV-cache forward";
 // device (so that a call stays free of host syncs): made once by each entry (entry.cpp) and
 // carried to the launch.
 struct Plan {
-  int splits = 1;                   // per (sequence, kv-head, row tile)
+  int splits = 1;  // the uniform plan's, per (sequence, kv-head, row tile)
+  // > 0: the balanced schedule instead (MLA's kernel, split_schedule.hpp), over this many
+  // persistent CTAs per (kv-head, row tile); splits is then 1.
+  int parts = 0;
   std::size_t workspace_bytes = 0;  // of the caller's workspace (plan.cpp says what it holds)
 };
 

@@ -25,12 +25,14 @@ inline constexpr int kConsumerWarps = kConsumerThreads / 32;
 // One producer warpgroup after the consumers, of which one warp works: its lanes read 32 page
 // numbers at a time, lane 0 issues the TMA copies. A whole warpgroup because registers are
 // allocated per warpgroup in a wgmma kernel (ptxas gave 288 threads 168 registers a thread, as it
-// gives 384): the producer then gives back what the consumers claim (setmaxnreg), 24 and 240,
-// the split FlashAttention-3 uses for two consumer warpgroups.
+// gives 384): the producer then gives back what the consumers claim (setmaxnreg). 32 and 232,
+// not FlashAttention-3's 24 and 240: the producer also walks the CTA's pieces of a balanced
+// schedule (a sequence's length and window, its piece of the part's range), which ptxas spills
+// from 24 registers, while the consumers use 184 (the SASS's highest register, R183).
 inline constexpr int kProducerThreads = kThreadsPerWarpgroup;
 inline constexpr int kThreads = kConsumerThreads + kProducerThreads;
-inline constexpr int kProducerRegisters = 24;
-inline constexpr int kConsumerRegisters = 240;
+inline constexpr int kProducerRegisters = 32;
+inline constexpr int kConsumerRegisters = 232;
 static_assert(register_split_fits(kThreads, kProducerRegisters, kConsumerRegisters,
                                   kConsumerWarpgroups));
 
@@ -43,9 +45,10 @@ inline constexpr int kStages = 2;
 inline constexpr int kPieces = kHeadDimQK / kSlabColumns;
 inline constexpr int kVSlabsPerWarpgroup = kColumnsPerWarpgroup / kSlabColumns;  // 4
 
-// The staged fp32 output rows (the epilogue's, over the idle K stages) are padded by 8 floats:
-// the fragment's stores of 8 rows at one column then fall in different banks.
-inline constexpr int kStagedRowFloats = kHeadDimV + 8;
+// The epilogue stages O one warpgroup's 256 columns at a time, as fp32 rows over Q's tile (the K
+// stages may already hold the next piece's tiles). The rows are padded by 8 floats: a half-warp's
+// 64-bit fragment stores of 4 rows at one column then fall in different banks.
+inline constexpr int kStagedRowFloats = kColumnsPerWarpgroup + 8;
 // The epilogue stores each row in runs of 4 columns (one 16-byte read of the staged row): a
 // warp's 32 runs are 128 consecutive columns of one row.
 inline constexpr int kStoreRun = 4;
@@ -72,7 +75,7 @@ struct SharedStorage {
   ptx::Mbarrier k_empty[kStages];          // every consumer warp is done with the stage
 };
 
-// The final rows, fp32 (normalized output, or the split's partial), staged over the K stages.
+// Half of the final rows, fp32 (normalized output, or the piece's partial), staged over Q.
 inline constexpr int kStagedOutBytes = kRowsPerTile * kStagedRowFloats * int(sizeof(float));
 
 template <typename Element>
@@ -81,6 +84,6 @@ inline constexpr int kSmemBytes = kSharedBytes<SharedStorage<Element>>;
 template <typename Element>
 inline constexpr bool kFits =
     kSmemBytes<Element> <= kSharedBytesPerCta &&
-    kStagedOutBytes <= int(sizeof(typename SharedStorage<Element>::KTile)) * kStages;
+    kStagedOutBytes <= int(sizeof(typename SharedStorage<Element>::QTile));
 
 }  // namespace hfa::sm90::decode::mla

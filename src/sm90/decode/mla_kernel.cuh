@@ -1,7 +1,16 @@
 // The MLA decode kernel: DeepSeek's absorbed MLA as MQA over one latent head, q and k 576 wide,
-// v the first 512 columns of the same cache row, pages of 64 tokens. One CTA per (split,
-// kv-head × 64-row tile, sequence), as every decode kernel (work.cuh); the query rows of a
-// kv-head (seqlen_q · group, token-major) are the 64 rows of one wgmma.
+// v the first 512 columns of the same cache row, pages of 64 tokens. The query rows of a kv-head
+// (seqlen_q · group, token-major) are the 64 rows of one wgmma.
+//
+// Work (work.cuh's WorkWalk): by default the balanced schedule (split_schedule.hpp), one
+// persistent CTA per (part, kv-head × 64-row tile) walking its part's range of (sequence, tile):
+// the whole sequences in it, finished in place (out and lse), and the pieces of the sequences cut
+// at its ends, each a partial in the sequence's slots that the combine merges. The schedule
+// kernel writes the ranges on the device from the lengths just before (schedule_kernel.cuh).
+// When the call fixes the splits (num_splits, split_size) or has varlen queries, the uniform
+// plan: one CTA per (split, kv-head × row tile, sequence), as every decode kernel. Either way
+// the producer and the consumers walk the same pieces through one ring, so the producer loads a
+// piece's first tiles while the consumers finish the piece before.
 //
 // Warp roles (decode_cta_warp_specialized, skeleton.cuh; sizes in mla_config.hpp):
 //   producer warp (the first of the third warpgroup) — reads the block table 32 pages at a
@@ -34,6 +43,10 @@
 // Keys past the sequence's end in its last page may hold anything (NaN): their scores are
 // masked, and their V rows are zeroed in shared memory before P·V (0·NaN would poison O).
 // Rows past the sequence's query rows are zeros in Q and are never stored.
+//
+// The epilogue gives the last tile's stage back first, then stages O in fp32 one warpgroup's 256
+// columns at a time over Q's tile (the K stages may already hold the next piece's tiles), each
+// half stored by both warpgroups in runs of 4 columns of a row.
 #pragma once
 
 #include <cuda.h>
@@ -77,6 +90,7 @@ struct Config {
   static constexpr int kConsumerThreads = mla::kConsumerThreads;
   static constexpr int kProducerRegisters = mla::kProducerRegisters;
   static constexpr int kConsumerRegisters = mla::kConsumerRegisters;
+  using Ring = ptx::RingPosition<kStages>;
   static_assert(kFits<Element>, "Q, two K stages and P fit one CTA's shared memory");
 
   __device__ __forceinline__ static void init_barriers(Storage& s) {
@@ -91,7 +105,7 @@ struct Config {
 
 inline constexpr uint32_t kPieceBytes = uint32_t(kBlockN) * ptx::kSwizzleBytes;  // 64 rows × 128 B
 
-// The producer warp: the CTA's tiles, in order, into the ring.
+// The producer warp: the piece's tiles, in order, into the ring.
 template <typename Element>
 struct Producer {
   using C = Config<Element>;
@@ -102,17 +116,17 @@ struct Producer {
   const DecodeWork& work;
   Storage& s;
   const CUtensorMap& map;
+  typename C::Ring ring;  // from where the piece before left it
 
   __device__ __forceinline__ Producer(const Params& params, const DecodeWork& w, Storage& storage,
-                                      const CUtensorMap& k_map)
-      : p(params), work(w), s(storage), map(k_map) {}
+                                      const CUtensorMap& k_map, const typename C::Ring& start)
+      : p(params), work(w), s(storage), map(k_map), ring(start) {}
 
   __device__ __forceinline__ void run() {
     if (int(threadIdx.x) - kConsumerThreads >= kWarpSize) return;  // one warp loads
     const int lane = int(threadIdx.x) % kWarpSize;
     if (lane == 0) ptx::prefetch_tensor_map(&map);
     const int32_t* pages = p.block_table + int64_t(work.batch) * p.block_table_stride + work.first_tile;
-    ptx::RingPosition<kStages> ring;
     // The page numbers of 32 tiles at once, one a lane, so that a table read's latency is paid
     // once per 32 tiles rather than before each copy.
     for (int base = 0; base < work.n_tiles; base += kWarpSize) {
@@ -169,15 +183,17 @@ struct Consumer {
   RowKeys keys[2];  // of the thread's two rows
   // Tiles whose keys all lie in [clear_lo, clear_hi] need no mask for this thread's rows.
   int clear_lo, clear_hi;
-  ptx::RingPosition<kStages> ring;
+  typename C::Ring ring;  // from where the piece before left it
 
-  __device__ __forceinline__ Consumer(const Params& params, const DecodeWork& w, Storage& storage)
+  __device__ __forceinline__ Consumer(const Params& params, const DecodeWork& w, Storage& storage,
+                                      const typename C::Ring& start)
       : p(params),
         work(w),
         s(storage),
         warpgroup(warpgroup_index()),
         thread(thread_in_warpgroup()),
-        at(ptx::fragment_coords(thread_in_warpgroup())) {
+        at(ptx::fragment_coords(thread_in_warpgroup())),
+        ring(start) {
 #pragma unroll
     for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
     scale_log2 = p.softmax_scale * kLog2e;
@@ -325,48 +341,75 @@ struct Consumer {
     ring.advance();
   }
 
-  // The epilogue: the row sums of both warpgroups, the normalized O rows (or the split's
-  // partial) staged in fp32 over the idle K stages, then stored row by row in runs of 4 columns.
+  // The epilogue: the last tile's stage back to the producer (the next piece's loads run under
+  // what follows), the row sums of both warpgroups, then O's column halves in turn, each
+  // normalized by its warpgroup into fp32 rows staged over Q's tile (which the next piece loads
+  // anew) and stored by both warpgroups row by row, in runs of 4 columns: to out and lse, or to
+  // the piece's partial.
   __device__ __forceinline__ void finish() {
     ptx::wait_group<0>();
     ptx::fence_operands(o);
+    if (work.n_tiles > 0) release((ring.stage + kStages - 1) % kStages);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       softmax.sum_lanes(h);
       if (at.column_pair == 0) s.row_sum[warpgroup][at.row0 + 8 * h] = softmax.row_sum[h];
     }
-    // Past this barrier both warpgroups' P·V are complete: the K stages may be overwritten.
+    // Past this barrier both warpgroups' Q·Kᵀ are complete: Q's tile may be overwritten.
     sync_consumers();
-    float* staged = reinterpret_cast<float*>(s.k[0].data);
+    float inverse[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = at.row0 + 8 * h;
       softmax.row_sum[h] = s.row_sum[0][row] + s.row_sum[1][row];
-      const float inverse = softmax.normalizer(h);
+      inverse[h] = softmax.normalizer(h);
       if (warpgroup == 0 && at.column_pair == 0) s.row_lse[row] = softmax.lse(h);
-      float* dst = staged + row * kStagedRowFloats + warpgroup * kColumnsPerWarpgroup;
-#pragma unroll
-      for (int i = 2 * h; i < kOAcc; i += 4) {
-        const int column = ptx::fragment_column(i, at.column_pair);
-        *reinterpret_cast<float2*>(dst + column) = make_float2(o[i] * inverse, o[i + 1] * inverse);
-      }
     }
-    sync_consumers();
-    const int tid = warpgroup * kThreadsPerWarpgroup + thread;
-    constexpr int kRunsPerRow = kHeadDimV / kStoreRun;
-    for (int idx = tid; idx < kRowsPerTile * kRunsPerRow; idx += kConsumerThreads) {
-      const int row = idx / kRunsPerRow, first = idx % kRunsPerRow * kStoreRun;
-      const int r = work.first_row + row;
-      if (r >= work.rows) break;  // rows go up with idx
-      const float4 run = *reinterpret_cast<const float4*>(staged + row * kStagedRowFloats + first);
-      const float merged[kStoreRun] = {run.x, run.y, run.z, run.w};
-      store_row<Element, kHeadDimV>(p, work.seq, work.batch, work.kv_head * p.group + r % p.group,
-                                    r / p.group, work.split, first, merged, s.row_lse[row], 1.0f,
-                                    [](int column) { return column; });
+    const PartialRows partial = partial_rows<kHeadDimV>(p, work);
+    float* staged = reinterpret_cast<float*>(s.q.data);
+    for (int half = 0; half < kConsumerWarpgroups; ++half) {
+      if (warpgroup == half) stage_columns(staged, inverse);
+      sync_consumers();
+      store_staged(staged, half, partial);
+      // The staged rows read: the next half, or the next piece's Q, may overwrite them.
+      sync_consumers();
     }
   }
 
  private:
+  // This warpgroup's 256 columns of O, times each row's normalizer, into the staged rows.
+  __device__ __forceinline__ void stage_columns(float* staged, const float (&inverse)[2]) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float* dst = staged + (at.row0 + 8 * h) * kStagedRowFloats;
+#pragma unroll
+      for (int i = 2 * h; i < kOAcc; i += 4) {
+        const int column = ptx::fragment_column(i, at.column_pair);
+        *reinterpret_cast<float2*>(dst + column) =
+            make_float2(o[i] * inverse[h], o[i + 1] * inverse[h]);
+      }
+    }
+  }
+
+  // The staged rows (O's columns half · 256 …) to their destination: a warp's 32 runs are 128
+  // consecutive columns of one row.
+  __device__ __forceinline__ void store_staged(const float* staged, int half,
+                                               const PartialRows& partial) const {
+    const int tid = warpgroup * kThreadsPerWarpgroup + thread;
+    constexpr int kRunsPerRow = kColumnsPerWarpgroup / kStoreRun;
+    for (int idx = tid; idx < kRowsPerTile * kRunsPerRow; idx += kConsumerThreads) {
+      const int row = idx / kRunsPerRow, run = idx % kRunsPerRow;
+      const int r = work.first_row + row;
+      if (r >= work.rows) break;  // rows go up with idx
+      const float4 values = *reinterpret_cast<const float4*>(staged + row * kStagedRowFloats +
+                                                             run * kStoreRun);
+      const float merged[kStoreRun] = {values.x, values.y, values.z, values.w};
+      store_piece_row<Element, kHeadDimV>(p, work, partial, r,
+                                          half * kColumnsPerWarpgroup + run * kStoreRun, merged,
+                                          s.row_lse[row]);
+    }
+  }
+
   // One arrival per warp: the stage's tile is no longer read by this warp's GEMMs.
   __device__ __forceinline__ void release(int stage) {
     if (thread % kWarpSize == 0) s.k_empty[stage].arrive();

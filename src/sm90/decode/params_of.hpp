@@ -11,6 +11,7 @@
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/launch.hpp"
 #include "sm90/decode/params.hpp"
+#include "sm90/decode/split_schedule.hpp"
 
 namespace hfa::sm90::decode {
 
@@ -91,10 +92,20 @@ inline Params params_of(const detail::KVCacheProblem& p, const Plan& plan) {
   params.window_left = policy::clamp_window(p.window_left, reach);
   params.window_right = policy::clamp_window(p.window_right, reach);
   params.rows_total = int64_t(p.heads_q) * p.total_query_rows();
+  // The API checked the workspace against the plan's workspace_bytes.
   if (params.num_splits > 1) {
-    // The API checked the workspace against the plan's workspace_bytes.
     params.partial_out = static_cast<float*>(p.workspace);
     params.partial_lse = params.partial_out + params.rows_total * params.num_splits * p.hdim_v;
+  }
+  if (plan.parts > 0) {
+    const schedule::WorkspaceLayout layout = schedule::workspace_layout(
+        p.batch, plan.parts, int64_t(p.heads_q) * params.seqlen_q, p.hdim_v);
+    auto* workspace = static_cast<unsigned char*>(p.workspace);
+    params.partial_out = reinterpret_cast<float*>(workspace);
+    params.partial_lse = reinterpret_cast<float*>(workspace + layout.partial_lse);
+    params.part_starts = reinterpret_cast<schedule::PartStart*>(workspace + layout.part_starts);
+    params.first_slot = reinterpret_cast<int32_t*>(workspace + layout.first_slot);
+    params.parts = plan.parts;
   }
 
   return params;

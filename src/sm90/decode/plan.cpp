@@ -1,6 +1,7 @@
-// A call's plan: whether the decode kernels take it, how many splits, how much workspace. Host-only
-// decisions made from the problem's shapes and the device (never from values on the device, so a
-// call stays free of host syncs).
+// A call's plan: whether the decode kernels take it, how its keys split (the uniform plan's split
+// count, or the parts of MLA's balanced schedule), how much workspace. Host-only decisions made
+// from the problem's shapes and the device (never from values on the device, so a call stays
+// free of host syncs: the balanced schedule itself is made on the device, schedule_kernel.cuh).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include "sm90/decode/config.hpp"
 #include "sm90/decode/launch.hpp"
 #include "sm90/decode/mla_shape.hpp"
+#include "sm90/decode/split_schedule.hpp"
 #include "sm90/decode/stream_shape.hpp"
 #include "sm90/device.hpp"
 
@@ -164,16 +166,33 @@ Status check_support(const KVCacheProblem& p) {
   return check_side("v_cache", "v_scale", p.v, p);
 }
 
-// Splits per (sequence, kv-head, row tile): the chunks of split_size keys the cache's capacity
-// holds, the caller's count, or from the SMs the call may use and the capacity (the lengths live
-// on the device and are not read).
+// MLA's kernel takes the balanced schedule (split_schedule.hpp) unless the call fixes the splits
+// (num_splits, split_size: the uniform plan keeps its promise of them) or has varlen queries (a
+// slot holds heads_q · max_seqlen_q rows, which a long query among short ones would make far more
+// than the uniform plan's partials of the rows that exist).
+bool balanced_schedule(const KVCacheProblem& p) {
+  return detail::is_mla_shape(p.hdim_qk, p.hdim_v) && p.num_splits == 0 && p.split_size == 0 &&
+         !p.is_varlen();
+}
+
+// The balanced schedule's persistent CTAs per (kv-head, row tile): one wave of CTAs over the SMs
+// the call may use (kBlocksPerSm each), at least one part.
+int schedule_parts(const KVCacheProblem& p, int sm_count) {
+  const int64_t rows = int64_t(p.heads_q / p.heads_kv) * longest_query_rows(p);
+  const int64_t columns = int64_t(p.heads_kv) * mla::row_tiles(rows);
+  return int(std::max<int64_t>(1, int64_t(sm_count) * mla::kBlocksPerSm / columns));
+}
+
+// The uniform plan's splits per (sequence, kv-head, row tile): the chunks of split_size keys the
+// cache's capacity holds, the caller's count, or from the SMs the call may use and the capacity
+// (the lengths live on the device and are not read).
 int choose_splits(const KVCacheProblem& p, int sm_count) {
   const int64_t capacity = int64_t(p.max_pages) * p.page_size;
   // Enough CTAs for the longest sequence the cache holds; the API keeps them at most 256.
   if (p.split_size > 0) return int(std::max<int64_t>(1, (capacity + p.split_size - 1) / p.split_size));
   if (p.num_splits > 0) return p.num_splits;
   // The waves of the kernel that will run: the stream kernel's (8-row tiles, the CTAs per SM
-  // its format wants filled) or the tile kernel's.
+  // its format wants filled), the tile kernel's, or MLA's (varlen queries: balanced_schedule).
   const int rows = (p.heads_q / p.heads_kv) * longest_query_rows(p);
   const bool mla = detail::is_mla_shape(p.hdim_qk, p.hdim_v);  // 64-row tiles, one CTA an SM
   const bool streamed = !mla && stream::takes(p, rows);
@@ -199,9 +218,16 @@ int choose_splits(const KVCacheProblem& p, int sm_count) {
 }
 
 // Bytes of the caller's workspace a call needs: the rotated queries of an append with rotary
-// (append.hpp), then the split partials; 0 for one split without them.
-std::size_t workspace_bytes(const KVCacheProblem& p, int splits) {
+// (append.hpp), then the uniform plan's split partials (none for one split), or the balanced
+// schedule and the partials of its slots.
+std::size_t workspace_bytes(const KVCacheProblem& p, const Plan& plan) {
   const std::size_t rotated_q = rotated_q_bytes(p);  // the workspace's front
+  if (plan.parts > 0) {
+    const int64_t slot_rows = int64_t(p.heads_q) * longest_query_rows(p);
+    return rotated_q +
+           std::size_t(schedule::workspace_layout(p.batch, plan.parts, slot_rows, p.hdim_v).bytes);
+  }
+  const int splits = plan.splits;
   if (splits <= 1) return rotated_q;
   const std::size_t rows = std::size_t(p.heads_q) * std::size_t(p.total_query_rows());
   // partial_out (splits, rows, hdim) then partial_lse (rows, splits), all fp32.
@@ -212,14 +238,18 @@ std::size_t workspace_bytes(const KVCacheProblem& p, int splits) {
 
 Status make_plan(const KVCacheProblem& p, Plan* plan) {
   HFA_RETURN_IF_ERROR(check_support(p));
-  // The splits are planned for the SMs left once sm_margin are kept free: the grid is not
-  // persistent, so the margin shrinks the automatic split count rather than the grid.
+  // The splits are planned for the SMs left once sm_margin are kept free: the uniform plan's grid
+  // is not persistent, so the margin shrinks the automatic split count rather than the grid; the
+  // balanced schedule's persistent CTAs are one wave over those SMs.
   const DeviceFacts& facts = device_facts(p.device.index);
   if (!facts.status) return facts.status;
   int sms = 0;
   HFA_RETURN_IF_ERROR(usable_sms(facts, p.sm_margin, p.device.index, kFamily, &sms));
-  plan->splits = choose_splits(p, sms);
-  plan->workspace_bytes = workspace_bytes(p, plan->splits);
+  if (balanced_schedule(p))
+    plan->parts = schedule_parts(p, sms);
+  else
+    plan->splits = choose_splits(p, sms);
+  plan->workspace_bytes = workspace_bytes(p, *plan);
   return Status::ok();
 }
 

@@ -3,14 +3,17 @@
 // use (cpu::reference_forward_kvcache): FlashMLA's head counts 16/32/64/128, seqlen_q 1-4 with
 // the causal triangle, ragged lengths from 0 to 40k with shuffled pages and NaN in every slot
 // no sequence uses (spare pages, the tail of each last page), outputs NaN-poisoned before the
-// call, one split, automatic splits, fixed split counts and split sizes; bf16 and fp16. Plus the
-// GPU's not-supported answers by name for what the MLA kernel does not read. Skipped without a
+// call; the balanced schedule (no split fixed: persistent CTAs, sequences split across them,
+// batches larger than the parts, one long sequence over every part, a window) and the uniform
+// plan (one split, fixed split counts and split sizes); bf16 and fp16. Plus the GPU's
+// not-supported answers by name for what the MLA kernel does not read. Skipped without a
 // Hopper GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -230,8 +233,8 @@ TEST(MlaGpu, Fp16MatchesOracle) {
   matrix(DType::f16);
 }
 
-// Long ragged sequences (to 40k keys: 625 pages) at the memory-bound head count, with the
-// automatic splits and with one split (a CTA walks all 625 tiles through the 2-stage ring).
+// Long ragged sequences (to 40k keys: 625 pages) at the memory-bound head count, on the balanced
+// schedule and with one split (a CTA walks all 625 tiles through the 2-stage ring).
 TEST(MlaGpu, LongRaggedSequences) {
   HFA_REQUIRE_HOPPER();
   for (int32_t splits : {0, 1}) {
@@ -247,6 +250,98 @@ TEST(MlaGpu, LongRaggedSequences) {
       if (::testing::Test::HasFailure()) return;
     }
   }
+}
+
+// `count` lengths drawn uniformly from [shortest, longest].
+std::vector<int32_t> ragged_lengths(int count, int32_t shortest, int32_t longest, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> length(shortest, longest);
+  std::vector<int32_t> lengths(static_cast<std::size_t>(count));
+  for (int32_t& n : lengths) n = length(rng);
+  return lengths;
+}
+
+// The balanced schedule on ragged batches: 64 sequences of 1k to 8k keys on 132 parts (16
+// heads: one row tile), so that parts walk several whole sequences and sequences are cut across
+// two to four parts; 128 heads (two row tiles, 66 parts) with empty sequences among the rest.
+TEST(MlaGpu, BalancedScheduleRaggedBatch) {
+  HFA_REQUIRE_HOPPER();
+  struct Shape {
+    int64_t heads, seqlen_q;
+    std::vector<int32_t> lengths;
+  };
+  std::vector<int32_t> with_empty = ragged_lengths(12, 0, 3000, 41);
+  with_empty[3] = with_empty[7] = 0;
+  const Shape shapes[] = {{16, 1, ragged_lengths(64, 1024, 8192, 40)}, {128, 1, with_empty},
+                          {128, 2, with_empty}};
+  int n = 0;
+  for (const Shape& shape : shapes) {
+    MlaCase c;
+    c.heads_q = shape.heads;
+    c.seqlen_q = shape.seqlen_q;
+    c.cache_seqlens = shape.lengths;
+    c.options.causal = shape.seqlen_q > 1;
+    c.seed = static_cast<uint32_t>(50 + n++);
+    expect_gpu_matches_oracle(c);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// More sequences than parts: 200 short ones (a fifth of them empty) on 132 parts, and 48 on the
+// 33 parts of 64 heads × 4 tokens (four row tiles), causal.
+TEST(MlaGpu, BalancedScheduleBatchLargerThanParts) {
+  HFA_REQUIRE_HOPPER();
+  struct Shape {
+    int64_t heads, seqlen_q;
+    int batch;
+    int32_t longest;
+  };
+  int n = 0;
+  for (const Shape& shape : {Shape{16, 1, 200, 300}, Shape{64, 4, 48, 400}}) {
+    MlaCase c;
+    c.heads_q = shape.heads;
+    c.seqlen_q = shape.seqlen_q;
+    c.cache_seqlens = ragged_lengths(shape.batch, 0, shape.longest, 60 + n);
+    for (std::size_t b = 0; b < c.cache_seqlens.size(); b += 5) c.cache_seqlens[b] = 0;
+    c.options.causal = shape.seqlen_q > 1;
+    c.seed = static_cast<uint32_t>(70 + n++);
+    expect_gpu_matches_oracle(c);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// One sequence of 40k keys (625 tiles) cut over every part: 132 of 5 tiles at 16 heads
+// (speculative: 2 causal tokens), 66 parts of 10 at 128 heads.
+TEST(MlaGpu, BalancedScheduleOneLongSequence) {
+  HFA_REQUIRE_HOPPER();
+  struct Shape {
+    int64_t heads, seqlen_q;
+  };
+  int n = 0;
+  for (const Shape& shape : {Shape{16, 2}, Shape{128, 1}}) {
+    MlaCase c;
+    c.heads_q = shape.heads;
+    c.seqlen_q = shape.seqlen_q;
+    c.cache_seqlens = {40000};
+    c.options.causal = shape.seqlen_q > 1;
+    c.seed = static_cast<uint32_t>(80 + n++);
+    expect_gpu_matches_oracle(c);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// A sliding window: the schedule deals out only the tiles the window leaves (a sequence's first
+// tile is then not its first page), and a row tile cuts its piece to its own rows' keys.
+TEST(MlaGpu, BalancedScheduleWithWindow) {
+  HFA_REQUIRE_HOPPER();
+  MlaCase c;
+  c.heads_q = 32;
+  c.seqlen_q = 3;
+  c.cache_seqlens = {5000, 0, 3001, 20000, 70};
+  c.options.causal = true;
+  c.options.window_left = 1000;
+  c.seed = 90;
+  expect_gpu_matches_oracle(c);
 }
 
 // Fixed split counts (more splits than a short sequence has pages: splits with no key write
@@ -272,10 +367,11 @@ TEST(MlaGpu, SplitsMatchOracle) {
   }
 }
 
-// Every sequence empty: out 0 and LSE −inf everywhere (out and lse start as NaN), split or not.
+// Every sequence empty: out 0 and LSE −inf everywhere (out and lse start as NaN), split or not,
+// on the balanced schedule (0) and the uniform plan.
 TEST(MlaGpu, EmptySequencesGiveZeroAndMinusInf) {
   HFA_REQUIRE_HOPPER();
-  for (int32_t splits : {1, 4}) {
+  for (int32_t splits : {0, 1, 4}) {
     MlaCase c;
     c.heads_q = 128;
     c.seqlen_q = 2;
