@@ -3,7 +3,8 @@
 // kv-head × 64-row tile, sequence), as every decode kernel (work.cuh); the query rows of a
 // kv-head (seqlen_q · group, token-major) are the 64 rows of one wgmma.
 //
-// Warp roles (decode_cta_warp_specialized, skeleton.cuh; sizes in mla_config.hpp):
+// Warp roles (decode_cta_warp_specialized, skeleton.cuh; sizes in mla_config.hpp, the producer
+// in mla_producers.cuh):
 //   producer warp (the first of the third warpgroup) — reads the block table 32 pages at a
 //                   time and issues each page's K tile as 9 TMA copies of 64 columns (128-byte
 //                   swizzle) into a 2-stage ring, one mbarrier per copy;
@@ -46,6 +47,7 @@
 #include "sm90/common/warpgroup.cuh"
 #include "sm90/decode/epilogue.cuh"
 #include "sm90/decode/mla_config.hpp"
+#include "sm90/decode/mla_producers.cuh"
 #include "sm90/decode/params.hpp"
 #include "sm90/decode/sequence.cuh"
 #include "sm90/decode/skeleton.cuh"
@@ -89,62 +91,11 @@ struct Config {
   }
 };
 
-inline constexpr uint32_t kPieceBytes = uint32_t(kBlockN) * ptx::kSwizzleBytes;  // 64 rows × 128 B
-
-// The producer warp: the CTA's tiles, in order, into the ring.
-template <typename Element>
-struct Producer {
-  using C = Config<Element>;
-  using Source = CUtensorMap;
-  using Storage = typename C::Storage;
-
-  const Params& p;
-  const DecodeWork& work;
-  Storage& s;
-  const CUtensorMap& map;
-
-  __device__ __forceinline__ Producer(const Params& params, const DecodeWork& w, Storage& storage,
-                                      const CUtensorMap& k_map)
-      : p(params), work(w), s(storage), map(k_map) {}
-
-  __device__ __forceinline__ void run() {
-    if (int(threadIdx.x) - kConsumerThreads >= kWarpSize) return;  // one warp loads
-    const int lane = int(threadIdx.x) % kWarpSize;
-    if (lane == 0) ptx::prefetch_tensor_map(&map);
-    const int32_t* pages = p.block_table + int64_t(work.batch) * p.block_table_stride + work.first_tile;
-    ptx::RingPosition<kStages> ring;
-    // The page numbers of 32 tiles at once, one a lane, so that a table read's latency is paid
-    // once per 32 tiles rather than before each copy.
-    for (int base = 0; base < work.n_tiles; base += kWarpSize) {
-      const int32_t lane_page = base + lane < work.n_tiles ? pages[base + lane] : 0;
-      const int count = min(kWarpSize, work.n_tiles - base);
-      for (int j = 0; j < count; ++j) {
-        const int32_t page = __shfl_sync(kFullWarp, lane_page, j);
-        if (lane == 0) {
-          s.k_empty[ring.stage].wait(ring.phase ^ 1);
-#pragma unroll
-          for (int piece = 0; piece < kPieces; ++piece) {
-            ptx::Mbarrier* full = &s.k_full[ring.stage][piece];
-            full->arrive_expect_tx(kPieceBytes);
-            // Each page is read by this CTA once, and by its other row tile (128 heads) at
-            // about the same time: evict-first, FlashMLA's hint (its better L2 hit rate).
-            ptx::load_4d(reinterpret_cast<unsigned char*>(s.k[ring.stage].data) + piece * kPieceBytes,
-                         &map, full, piece * kSlabColumns, 0, work.kv_head, page,
-                         ptx::CacheHint::evict_first);
-          }
-        }
-        __syncwarp();
-        ring.advance();
-      }
-    }
-  }
-};
-
 // A consumer warpgroup: half of every tile's scores, its 256 columns of O.
-template <typename ElementType>
+template <typename Configuration>
 struct Consumer {
-  using C = Config<ElementType>;
-  using Element = ElementType;
+  using C = Configuration;
+  using Element = typename C::Element;
   using Storage = typename C::Storage;
   using QTile = typename Storage::QTile;
   using KTile = typename Storage::KTile;
@@ -391,7 +342,8 @@ struct Consumer {
 template <typename Element>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_constant__ MlaParams params) {
   extern __shared__ __align__(128) unsigned char smem[];
-  decode_cta_warp_specialized<Consumer<Element>, Producer<Element>>(params.decode, params.k_map, smem);
+  using C = Config<Element>;
+  decode_cta_warp_specialized<Consumer<C>, CopyProducer<C>>(params.decode, params.k_map, smem);
 }
 
 }  // namespace hfa::sm90::decode::mla
