@@ -129,9 +129,16 @@ def test_gpu_dense_matches_cpu_and_refuses_the_rest_by_name():
                                           DV, None, causal=True)
     torch.testing.assert_close(out.cpu().float(), want_out.float(), atol=1e-2, rtol=1e-2)
     torch.testing.assert_close(lse.cpu(), want_lse, atol=1e-4, rtol=1e-4)
-    fp8_cache, _, fp8_table, fp8_seqlens = paged([70], g, True)
-    with pytest.raises(NotImplementedError, match="^k_cache: FlashMLA's FP8"):
-        hfa.flash_mla_with_kvcache(q[:1].cuda(), fp8_cache.cuda(), fp8_table.cuda(),
+    fp8_cache, _, fp8_table, fp8_seqlens = paged([70, 0, 200], g, True)
+    want_out, want_lse = hfa.flash_mla_with_kvcache(q, fp8_cache, fp8_table, fp8_seqlens, DV,
+                                                    None, causal=True, is_fp8_kvcache=True)
+    out, lse = hfa.flash_mla_with_kvcache(q.cuda(), fp8_cache.cuda(), fp8_table.cuda(),
+                                          fp8_seqlens.cuda(), DV, None, causal=True,
+                                          is_fp8_kvcache=True)
+    torch.testing.assert_close(out.cpu().float(), want_out.float(), atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(lse.cpu(), want_lse, atol=1e-4, rtol=1e-4)
+    with pytest.raises(NotImplementedError, match="^q: dtype f16 with FlashMLA's FP8"):
+        hfa.flash_mla_with_kvcache(q.half().cuda(), fp8_cache.cuda(), fp8_table.cuda(),
                                    fp8_seqlens.cuda(), DV, None, is_fp8_kvcache=True)
     indices = torch.zeros(1, 1, 64, dtype=torch.int32, device="cuda")
     with pytest.raises(NotImplementedError, match="^indices: sparse"):

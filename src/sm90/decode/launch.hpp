@@ -32,8 +32,10 @@ template <typename Element>
 Status run(const detail::KVCacheProblem& problem, const Plan& plan);
 
 // Launches the MLA decode kernel (headdim 576 / 512, v_cache the view of k_cache: mla_launch.cuh)
-// and the combine of its splits. make_plan has admitted the problem.
+// and the combine of its splits: run_mla on a cache of q's dtype, run_mla_fp8 on FlashMLA's FP8
+// records (bf16 q). make_plan has admitted the problem.
 template <typename Element>
 Status run_mla(const detail::KVCacheProblem& problem, const Plan& plan);
+Status run_mla_fp8(const detail::KVCacheProblem& problem, const Plan& plan);
 
 }  // namespace hfa::sm90::decode

@@ -3,14 +3,23 @@
 // kv-head × 64-row tile, sequence), as every decode kernel (work.cuh); the query rows of a
 // kv-head (seqlen_q · group, token-major) are the 64 rows of one wgmma.
 //
-// Warp roles (decode_cta_warp_specialized, skeleton.cuh; sizes in mla_config.hpp, the producer
-// in mla_producers.cuh):
-//   producer warp (the first of the third warpgroup) — reads the block table 32 pages at a
-//                   time and issues each page's K tile as 9 TMA copies of 64 columns (128-byte
-//                   swizzle) into a 2-stage ring, one mbarrier per copy;
+// The cache: rows of q's dtype (bf16 or fp16; mla_decode_kernel), or FlashMLA's 656-byte FP8
+// records (bf16 q; mla_fp8_decode_kernel): per token 512 e4m3 latent codes, 4 fp32 scales, 64
+// bf16 rotary values (quant/mla_fp8.hpp). Both kernels stage each page as the same bf16/fp16
+// K tile (128-byte swizzled slabs), so the consumers are one code.
+//
+// Warp roles (decode_cta_warp_specialized, skeleton.cuh; sizes in mla_config.hpp, producers in
+// mla_producers.cuh):
+//   producer warpgroup (the third) — rows of q's dtype: one warp reads the block table 32 pages
+//                   at a time and issues each page's K tile as 9 TMA copies of 64 columns
+//                   (128-byte swizzle) into a 2-stage ring, one mbarrier per copy. FP8 records:
+//                   all 4 warps load the page's records (16-byte loads, the next pass's in
+//                   flight while one is converted; each page prefetched into L2 two tiles
+//                   ahead), write e4m3 · scale rounded to bf16 and the rotary values into the
+//                   stage's slabs, and arrive on each slab's mbarrier, one arrival a warp;
 //   2 consumer warpgroups — warpgroup w computes the scores of keys 32w … 32w+31 of every tile
 //                   (S = Q·Kᵀ, wgmma 64×32, K = 576 from shared memory, slab by slab as the
-//                   copies land), the two exchange their row maxima through shared memory, each
+//                   slabs land), the two exchange their row maxima through shared memory, each
 //                   writes its P half (bf16/fp16) to the shared P tile, and then each
 //                   accumulates its own 256 columns of O = P·V (wgmma 64×256×64, P and V from
 //                   shared memory). V is read as the MN-major view of the K tile's first 8 slabs:
@@ -18,7 +27,7 @@
 //
 // Schedule, per tile t: wait for P·V(t−1) and give its stage back to the producer (the load
 // of tile t+1 then runs under S(t), the softmax and P·V(t)), issue S(t) slab by slab as the
-// copies land, wait, mask (only the tiles at the edges of some row's keys), row maxima →
+// slabs land, wait, mask (only the tiles at the edges of some row's keys), row maxima →
 // barrier → rescale O, exponentials → P → barrier → issue P·V(t). Both warpgroups go in step:
 // the softmax is not overlapped with GEMMs, and S(t) waits for P·V(t−1) to finish (a few dozen
 // cycles of idle tensor pipe; queuing S(t)'s first slab behind P·V(t−1) and waiting with
@@ -32,8 +41,9 @@
 // after Q·Kᵀ) are refilled at once: with whole-stage releases the pair's last P·V would hold
 // back the next pair's loads.
 //
-// Keys past the sequence's end in its last page may hold anything (NaN): their scores are
-// masked, and their V rows are zeroed in shared memory before P·V (0·NaN would poison O).
+// Keys past the sequence's end in its last page may hold anything (NaN; dequantized NaN from an
+// FP8 record's NaN bytes): their scores are masked, and their V rows are zeroed in shared memory
+// before P·V (0·NaN would poison O).
 // Rows past the sequence's query rows are zeros in Q and are never stored.
 #pragma once
 
@@ -62,30 +72,35 @@
 
 namespace hfa::sm90::decode::mla {
 
-// The kernel's parameters: the decode parameters every decode kernel reads, and the cache's
-// tensor map (dim 576, slot 64, kv-head, page), boxes of 64 columns × one page.
+// The parameters of the kernel on rows of q's dtype: the decode parameters every decode kernel
+// reads, and the cache's tensor map (dim 576, slot 64, kv-head, page), boxes of 64 columns × one
+// page. The kernel on FP8 records takes the decode parameters alone.
 struct MlaParams {
   CUtensorMap k_map;
   Params decode;
 };
 
-// The configuration the skeleton's parts agree on (skeleton.cuh).
-template <typename ElementType>
+// The configuration the skeleton's parts agree on (skeleton.cuh), for a cache of rows of q's
+// dtype (Cache::plain) or of FP8 records (Cache::fp8_record, bf16 q).
+template <typename ElementType, Cache kCache>
 struct Config {
   using Element = ElementType;
   using Storage = SharedStorage<Element>;
   static constexpr int kRowsPerTile = mla::kRowsPerTile;
   static constexpr int kBlockN = mla::kBlockN;
   static constexpr int kConsumerThreads = mla::kConsumerThreads;
-  static constexpr int kProducerRegisters = mla::kProducerRegisters;
-  static constexpr int kConsumerRegisters = mla::kConsumerRegisters;
+  static constexpr int kProducerRegisters = mla::kProducerRegisters<kCache>;
+  static constexpr int kConsumerRegisters = mla::kConsumerRegisters<kCache>;
+  // A slab's barrier completes on one arrival and the TMA copy's bytes, or on the arrival of
+  // every dequantizing warp.
+  static constexpr uint32_t kSlabArrivals = kCache == Cache::plain ? 1 : kProducerWarps;
   static_assert(kFits<Element>, "Q, two K stages and P fit one CTA's shared memory");
 
   __device__ __forceinline__ static void init_barriers(Storage& s) {
 #pragma unroll
     for (int stage = 0; stage < kStages; ++stage) {
 #pragma unroll
-      for (int piece = 0; piece < kPieces; ++piece) s.k_full[stage][piece].init(1);
+      for (int piece = 0; piece < kPieces; ++piece) s.k_full[stage][piece].init(kSlabArrivals);
       s.k_empty[stage].init(kConsumerWarps);
     }
   }
@@ -171,7 +186,7 @@ struct Consumer {
     const int first_key = (work.first_tile + t) * kBlockN;
     const int my_first_key = first_key + warpgroup * kKeysPerWarpgroup;
 
-    // S = Q · K(my keys)ᵀ, slab by slab as the copies land. The keys' rows start 32 rows into
+    // S = Q · K(my keys)ᵀ, slab by slab as they land. The keys' rows start 32 rows into
     // the tile: a multiple of 8 rows, so the swizzle's phase is the tile's.
     float sc[kSAcc];
     {
@@ -340,10 +355,20 @@ struct Consumer {
 };
 
 template <typename Element>
-__global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_constant__ MlaParams params) {
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_decode_kernel(const __grid_constant__ MlaParams params) {
   extern __shared__ __align__(128) unsigned char smem[];
-  using C = Config<Element>;
+  using C = Config<Element, Cache::plain>;
   decode_cta_warp_specialized<Consumer<C>, CopyProducer<C>>(params.decode, params.k_map, smem);
+}
+
+// FlashMLA's FP8 records (Element: bf16), read through the cache view: no tensor map.
+template <typename Element>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_fp8_decode_kernel(const __grid_constant__ Params params) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  using C = Config<Element, Cache::fp8_record>;
+  decode_cta_warp_specialized<Consumer<C>, RecordProducer<C>>(params, params.k, smem);
 }
 
 }  // namespace hfa::sm90::decode::mla

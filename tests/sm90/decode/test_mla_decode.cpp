@@ -4,7 +4,7 @@
 // the causal triangle, ragged lengths from 0 to 40k with shuffled pages and NaN in every slot
 // no sequence uses (spare pages, the tail of each last page), outputs NaN-poisoned before the
 // call, one split, automatic splits, fixed split counts and split sizes; bf16 and fp16. Plus the
-// GPU's not-supported answers by name for what the MLA kernel does not read. Skipped without a
+// GPU's not-supported answers by name for what the MLA kernels do not read. Skipped without a
 // Hopper GPU.
 #include <gtest/gtest.h>
 
@@ -260,7 +260,7 @@ TEST(MlaGpu, EmptySequencesGiveZeroAndMinusInf) {
   }
 }
 
-// Not supported by the MLA kernel, refused by the argument's name before any launch.
+// Not supported by the MLA kernels, refused by the argument's name before any launch.
 void expect_refused(DeviceMla& device, const char* argument, const char* what) {
   const Status status = device.run();
   ASSERT_FALSE(status.is_ok());
@@ -271,33 +271,40 @@ void expect_refused(DeviceMla& device, const char* argument, const char* what) {
 
 TEST(MlaGpu, RefusesByName) {
   HFA_REQUIRE_HOPPER();
-  {
-    MlaCase c;
-    c.page_size = 32;
-    c.build();
-    DeviceMla device(c);
-    expect_refused(device, "k_cache", "page size 32");
+  for (const bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "fp8_mla" : "bf16");
+    {
+      MlaCase c;
+      c.fp8 = fp8;
+      c.page_size = 32;
+      c.build();
+      DeviceMla device(c);
+      expect_refused(device, "k_cache", "page size 32");
+    }
+    {
+      MlaCase c;
+      c.fp8 = fp8;
+      c.topk = 64;
+      c.build();
+      DeviceMla device(c);
+      expect_refused(device, "indices", "sparse");
+    }
+    {
+      MlaCase c;
+      c.fp8 = fp8;
+      c.options.softcap = 30.0f;
+      c.build();
+      DeviceMla device(c);
+      expect_refused(device, "softcap", "softcap");
+    }
   }
   {
     MlaCase c;
     c.fp8 = true;
+    c.dtype = DType::f16;
     c.build();
     DeviceMla device(c);
-    expect_refused(device, "k_cache", "fp8_mla");
-  }
-  {
-    MlaCase c;
-    c.topk = 64;
-    c.build();
-    DeviceMla device(c);
-    expect_refused(device, "indices", "sparse");
-  }
-  {
-    MlaCase c;
-    c.options.softcap = 30.0f;
-    c.build();
-    DeviceMla device(c);
-    expect_refused(device, "softcap", "softcap");
+    expect_refused(device, "q", "fp8_mla");
   }
   {
     MlaCase c;
