@@ -3,9 +3,10 @@
 // use (cpu::reference_forward_kvcache): FlashMLA's head counts 16/32/64/128, seqlen_q 1-4 with
 // the causal triangle, ragged lengths from 0 to 40k with shuffled pages and NaN in every slot
 // no sequence uses (spare pages, the tail of each last page), outputs NaN-poisoned before the
-// call, one split, automatic splits, fixed split counts and split sizes; bf16 and fp16. Plus the
-// GPU's not-supported answers by name for what the MLA kernels do not read. Skipped without a
-// Hopper GPU.
+// call, one split, automatic splits, fixed split counts and split sizes; bf16 and fp16 caches,
+// and FlashMLA's FP8 records with bf16 q (unused records all 0xff bytes: NaN codes, scales and
+// rotary values). Plus the GPU's not-supported answers by name for what the MLA kernels do not
+// read. Skipped without a Hopper GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,7 +26,12 @@ namespace {
 // FlashMLA's bf16 tolerances (tests/test_flash_mla_dense_decoding.py): out within
 // 8e-4 + 2.01/128 · |oracle| (P and the output are rounded to 16 bits), LSE within
 // 1e-5 + 8.01/65536 · |oracle| (fp32 sums and exponentials against float64). fp16 keeps 3 more
-// mantissa bits: the same bounds hold with room.
+// mantissa bits: the same bounds hold with room. FP8 records hold the same bounds: the kernel
+// widens each latent code to bf16(e4m3 · scale), which for the quantizer's power-of-two scales
+// is the oracle's value exactly (4 significant bits), so K and V are the oracle's and the
+// errors are the bf16 cache's (P and the output rounded to 16 bits). Each token's 4 latent tiles
+// get magnitudes of their own (MlaCase::tile_gains): a scale read for the wrong tile would
+// show far outside them.
 constexpr double kOutAbs = 8e-4, kOutRel = 2.01 / 128;
 constexpr double kLseAbs = 1e-5, kLseRel = 8.01 / 65536;
 
@@ -149,6 +155,7 @@ void expect_matches(MlaCase& c, const MlaOracle& o) {
 
 void expect_gpu_matches_oracle(MlaCase& c) {
   SCOPED_TRACE(c.describe());
+  c.tile_gains = c.fp8;
   c.build();
   const MlaOracle o = oracle_of(c);
   DeviceMla device(c);
@@ -160,7 +167,8 @@ void expect_gpu_matches_oracle(MlaCase& c) {
 // FlashMLA's head counts × seqlen_q 1-4, causal on every other case, ragged lengths with an
 // empty sequence, one token, a page less one, a page, a page and one more, several pages; the
 // longer lengths at the smaller head counts (the float64 oracle's time grows with heads · keys).
-void matrix(DType dtype) {
+// q's dtype, on a cache of that dtype or (fp8) of FP8 records.
+void matrix(DType dtype, bool fp8) {
   struct Shape {
     int64_t heads, seqlen_q;
     std::vector<int32_t> lengths;
@@ -175,6 +183,7 @@ void matrix(DType dtype) {
   for (const Shape& shape : shapes) {
     MlaCase c;
     c.dtype = dtype;
+    c.fp8 = fp8;
     c.heads_q = shape.heads;
     c.seqlen_q = shape.seqlen_q;
     c.cache_seqlens = shape.lengths;
@@ -187,21 +196,26 @@ void matrix(DType dtype) {
 
 TEST(MlaGpu, Bf16MatchesOracle) {
   HFA_REQUIRE_HOPPER();
-  matrix(DType::bf16);
+  matrix(DType::bf16, false);
 }
 
 TEST(MlaGpu, Fp16MatchesOracle) {
   HFA_REQUIRE_HOPPER();
-  matrix(DType::f16);
+  matrix(DType::f16, false);
+}
+
+TEST(MlaGpu, Fp8RecordsMatchOracle) {
+  HFA_REQUIRE_HOPPER();
+  matrix(DType::bf16, true);
 }
 
 // Long ragged sequences (to 40k keys: 625 pages) at the memory-bound head count, with the
 // automatic splits and with one split (a CTA walks all 625 tiles through the 2-stage ring).
-TEST(MlaGpu, LongRaggedSequences) {
-  HFA_REQUIRE_HOPPER();
+void long_ragged_sequences(bool fp8) {
   for (int32_t splits : {0, 1}) {
     for (int64_t seqlen_q : {1, 2}) {
       MlaCase c;
+      c.fp8 = fp8;
       c.heads_q = 16;
       c.seqlen_q = seqlen_q;
       c.cache_seqlens = {40000, 1, 17001, 0, 8192};
@@ -214,15 +228,25 @@ TEST(MlaGpu, LongRaggedSequences) {
   }
 }
 
+TEST(MlaGpu, LongRaggedSequences) {
+  HFA_REQUIRE_HOPPER();
+  long_ragged_sequences(false);
+}
+
+TEST(MlaGpu, Fp8LongRaggedSequences) {
+  HFA_REQUIRE_HOPPER();
+  long_ragged_sequences(true);
+}
+
 // Fixed split counts (more splits than a short sequence has pages: splits with no key write
 // LSE −inf, which the combine skips) and fixed split sizes (chunks that end inside a page).
-TEST(MlaGpu, SplitsMatchOracle) {
-  HFA_REQUIRE_HOPPER();
+void splits_match_oracle(bool fp8) {
   struct Split {
     int32_t num_splits, split_size;
   };
   for (const Split& split : {Split{1, 0}, Split{3, 0}, Split{16, 0}, Split{0, 100}, Split{0, 256}}) {
     MlaCase c;
+    c.fp8 = fp8;
     c.heads_q = 64;
     c.seqlen_q = 2;
     c.cache_seqlens = {1500, 0, 65, 3};
@@ -237,15 +261,33 @@ TEST(MlaGpu, SplitsMatchOracle) {
   }
 }
 
-// Every sequence empty: out 0 and LSE −inf everywhere (out and lse start as NaN), split or not.
+TEST(MlaGpu, SplitsMatchOracle) {
+  HFA_REQUIRE_HOPPER();
+  splits_match_oracle(false);
+}
+
+TEST(MlaGpu, Fp8SplitsMatchOracle) {
+  HFA_REQUIRE_HOPPER();
+  splits_match_oracle(true);
+}
+
+// Every sequence empty: out 0 and LSE −inf everywhere (out and lse start as NaN), split or not,
+// on either cache.
 TEST(MlaGpu, EmptySequencesGiveZeroAndMinusInf) {
   HFA_REQUIRE_HOPPER();
-  for (int32_t splits : {1, 4}) {
+  struct Run {
+    bool fp8;
+    int32_t splits;
+  };
+  for (const Run& run : {Run{false, 1}, Run{false, 4}, Run{true, 1}, Run{true, 4}}) {
+    SCOPED_TRACE(std::string(run.fp8 ? "fp8_mla" : "bf16") + " splits " +
+                 std::to_string(run.splits));
     MlaCase c;
+    c.fp8 = run.fp8;
     c.heads_q = 128;
     c.seqlen_q = 2;
     c.cache_seqlens = {0, 0, 0};
-    c.options.num_splits = splits;
+    c.options.num_splits = run.splits;
     c.build();
     DeviceMla device(c);
     const Status status = device.run();
