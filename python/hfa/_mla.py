@@ -96,8 +96,9 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     out (batch, seqlen_q, heads_q, 512) of q's dtype; lse (batch, heads_q, seqlen_q) float32,
     natural log. A row with no key gets out 0 and lse -inf (FlashMLA: +inf), the value that
     merges correctly with other partial results.
-    On a Hopper GPU dense MLA with a bf16/fp16 cache of 64-token pages runs (sm90's MLA decode
-    kernel); the FP8 cache and indices raise NotImplementedError for now; the CPU computes them all.
+    On a Hopper GPU dense MLA with a bf16/fp16 cache, or the FP8 cache with bf16 q, of 64-token
+    pages runs (sm90's MLA decode kernels); indices, and the FP8 cache with fp16 q, raise
+    NotImplementedError for now; the CPU computes them all.
     Not supported: extra_k_cache, extra_indices_in_kvcache, extra_topk_length (MODEL1's).
     """
     for name, value in (("extra_k_cache", extra_k_cache),
