@@ -244,11 +244,12 @@ static inline hfa_kvcache_options hfa_default_kvcache_options(void) {
 /* options may be NULL only to get an error: cache_seqlens (or indices) is required. On a Hopper
  * GPU: bf16/fp16 q, headdim 64, 128 or 256 (the same for K and V), cache rows (and
  * FP4/per-token scale rows) at 16-byte (4-byte) aligned addresses and strides (MXFP4 at headdim
- * 64: its 2-byte scale rows padded to 4); other CUDA calls answer HFA_ERROR_NOT_SUPPORTED (the
- * CPU backend implements everything above), every MLA form (headdim 576, HFA_FP8_MLA, indices)
- * by the argument that asks for it. The fast path: headdim 128, at most 8 query rows per
- * kv-head (heads_q / heads_kv · seqlen_q), a contiguous cache or a page size that is a multiple
- * of 16. A CUDA call makes no allocation and no host synchronization (validation mode aside):
+ * 64: its 2-byte scale rows padded to 4); MLA (headdim 576 / 512) with pages of 64 through a
+ * block table, a cache of q's dtype or HFA_FP8_MLA records with bf16 q. Other CUDA calls answer
+ * HFA_ERROR_NOT_SUPPORTED (the CPU backend implements everything above) by the argument that
+ * asks for more (MLA: indices, other page sizes, softcap, ALiBi, appends). The fast path:
+ * headdim 128, at most 8 query rows per kv-head (heads_q / heads_kv · seqlen_q), a contiguous
+ * cache or a page size that is a multiple of 16. A CUDA call makes no allocation and no host synchronization (validation mode aside):
  * split partials and rotated queries go to options->workspace, sized by the query below. */
 HFA_API hfa_status hfa_forward_kvcache(const hfa_tensor* q, const hfa_tensor* k_cache,
                                        const hfa_tensor* v_cache, const hfa_tensor* out,

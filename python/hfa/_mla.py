@@ -24,8 +24,8 @@ class MlaSchedule:
     """get_mla_metadata's holder (FlashMLA's FlashMLASchedMeta): the shapes of the first call
     that used it, checked on every later one, as FlashMLA does.
 
-    On a Hopper GPU the MLA kernel balances the batch by a schedule made from cache_seqlens'
-    values (FlashMLA's idea): each call computes it on the device, one small kernel writing into
+    On a Hopper GPU the MLA kernels (bf16/fp16 cache, FP8 records) balance the batch by a
+    schedule made from cache_seqlens' values (FlashMLA's idea): each call computes it on the device, one small kernel writing into
     the call's workspace, because the library's call takes no prebuilt schedule; the CPU splits
     by each sequence's length as it reads it. So the holder keeps no tensor, only the shapes:
     one holder may serve every layer of a step, every CUDA-graph replay, and (unlike FlashMLA's)
@@ -98,8 +98,9 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     out (batch, seqlen_q, heads_q, 512) of q's dtype; lse (batch, heads_q, seqlen_q) float32,
     natural log. A row with no key gets out 0 and lse -inf (FlashMLA: +inf), the value that
     merges correctly with other partial results.
-    On a Hopper GPU dense MLA with a bf16/fp16 cache of 64-token pages runs (sm90's MLA decode
-    kernel); the FP8 cache and indices raise NotImplementedError for now; the CPU computes them all.
+    On a Hopper GPU dense MLA with a bf16/fp16 cache, or the FP8 cache with bf16 q, of 64-token
+    pages runs (sm90's MLA decode kernels); indices, and the FP8 cache with fp16 q, raise
+    NotImplementedError for now; the CPU computes them all.
     Not supported: extra_k_cache, extra_indices_in_kvcache, extra_topk_length (MODEL1's).
     """
     for name, value in (("extra_k_cache", extra_k_cache),

@@ -36,6 +36,9 @@ struct MlaCase {
   int32_t topk = 0;  // > 0: sparse, that many indices per query row
   uint32_t seed = 1;
   int64_t slot_pad = 8;  // unused elements after each bf16 cache row (FP8 records are packed)
+  // Each 128-value latent tile of a token gets a magnitude of its own too, so that an FP8
+  // record's 4 scales differ (a reader that takes another tile's scale shows).
+  bool tile_gains = false;
   KVCacheOptions options;
 
   Storage q, cache, out, lse, seqlens, table, indices;
@@ -106,6 +109,12 @@ struct MlaCase {
         // A per-token magnitude, so that FP8 tiles get different scales.
         const float gain = std::exp(normal(rng));
         for (float& value : x) value = normal(rng) * gain;
+        if (tile_gains)
+          for (int64_t t = 0; t < quant::kMlaTiles; ++t) {
+            const float tile_gain = std::exp(normal(rng));
+            for (int64_t c = t * quant::kMlaTile; c < (t + 1) * quant::kMlaTile; ++c)
+              x[c] *= tile_gain;
+          }
         const int64_t page = pages_of[b][j / page_size], slot = j % page_size;
         std::vector<float> held(kD);
         if (fp8) {

@@ -545,19 +545,23 @@ TEST(MlaArgs, DenseStillNeedsCacheSeqlens) {
 }
 
 // What a GPU build answers for each MLA form: not_supported naming the argument for the forms
-// no GPU kernel takes (FP8 records, sparse indices), decided on the host from the problem
-// (common/mla.hpp, which the sm90 backend calls before any plan), so a build without a GPU
-// checks it. Dense bf16 MLA passes (the sm90 MLA decode kernel takes it), as does a problem with
-// no MLA form.
+// no GPU kernel takes (sparse indices, FP8 records with q other than bf16), decided on the host
+// from the problem (common/mla.hpp, which the sm90 backend calls before any plan), so a build
+// without a GPU checks it. Dense MLA on a bf16 or fp16 cache and on FP8 records with bf16 q
+// passes (the sm90 MLA decode kernels take them), as does a problem with no MLA form.
 TEST(MlaGpuSupport, EveryFormRefusedByName) {
   struct Form {
     bool fp8;
+    DType dtype;  // q's
     int32_t topk;
     const char* argument;  // null: passes
   };
-  for (const Form& form : {Form{false, 0, nullptr}, Form{true, 0, "k_cache"},
-                           Form{true, 64, "indices"}, Form{false, 64, "indices"}}) {
+  for (const Form& form :
+       {Form{false, DType::bf16, 0, nullptr}, Form{false, DType::f16, 0, nullptr},
+        Form{true, DType::bf16, 0, nullptr}, Form{true, DType::f16, 0, "q"},
+        Form{true, DType::bf16, 64, "indices"}, Form{false, DType::bf16, 64, "indices"}}) {
     MlaCase c = valid_case(form.fp8, form.topk);
+    c.dtype = form.dtype;
     c.build();
     detail::KVCacheProblem p;
     ASSERT_TRUE(detail::build_kvcache_problem(

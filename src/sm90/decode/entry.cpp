@@ -40,6 +40,7 @@ Status forward_kvcache(const detail::KVCacheProblem& p) {
   HFA_RETURN_IF_ERROR(decode::append_new_tokens(p, &attention));
   if (p.total_query_rows() == 0) return Status::ok();  // an append without queries
   if (detail::is_mla_shape(attention.hdim_qk, attention.hdim_v)) {
+    if (attention.format == detail::CacheFormat::mla_fp8) return decode::run_mla_fp8(attention, plan);
     if (p.dtype == DType::bf16) return decode::run_mla<__nv_bfloat16>(attention, plan);
     return decode::run_mla<__half>(attention, plan);
   }

@@ -12,13 +12,23 @@
 // the producer and the consumers walk the same pieces through one ring, so the producer loads a
 // piece's first tiles while the consumers finish the piece before.
 //
-// Warp roles (decode_cta_warp_specialized, skeleton.cuh; sizes in mla_config.hpp):
-//   producer warp (the first of the third warpgroup) — reads the block table 32 pages at a
-//                   time and issues each page's K tile as 9 TMA copies of 64 columns (128-byte
-//                   swizzle) into a 2-stage ring, one mbarrier per copy;
+// The cache: rows of q's dtype (bf16 or fp16; mla_decode_kernel), or FlashMLA's 656-byte FP8
+// records (bf16 q; mla_fp8_decode_kernel): per token 512 e4m3 latent codes, 4 fp32 scales, 64
+// bf16 rotary values (quant/mla_fp8.hpp). Both kernels stage each page as the same bf16/fp16
+// K tile (128-byte swizzled slabs), so the consumers are one code.
+//
+// Warp roles (decode_cta_warp_specialized, skeleton.cuh; sizes in mla_config.hpp, producers in
+// mla_producers.cuh):
+//   producer warpgroup (the third) — rows of q's dtype: one warp reads the block table 32 pages
+//                   at a time and issues each page's K tile as 9 TMA copies of 64 columns
+//                   (128-byte swizzle) into a 2-stage ring, one mbarrier per copy. FP8 records:
+//                   all 4 warps load the page's records (16-byte loads, the next pass's in
+//                   flight while one is converted; each page prefetched into L2 two tiles
+//                   ahead), write e4m3 · scale rounded to bf16 and the rotary values into the
+//                   stage's slabs, and arrive on each slab's mbarrier, one arrival a warp;
 //   2 consumer warpgroups — warpgroup w computes the scores of keys 32w … 32w+31 of every tile
 //                   (S = Q·Kᵀ, wgmma 64×32, K = 576 from shared memory, slab by slab as the
-//                   copies land), the two exchange their row maxima through shared memory, each
+//                   slabs land), the two exchange their row maxima through shared memory, each
 //                   writes its P half (bf16/fp16) to the shared P tile, and then each
 //                   accumulates its own 256 columns of O = P·V (wgmma 64×256×64, P and V from
 //                   shared memory). V is read as the MN-major view of the K tile's first 8 slabs:
@@ -26,7 +36,7 @@
 //
 // Schedule, per tile t: wait for P·V(t−1) and give its stage back to the producer (the load
 // of tile t+1 then runs under S(t), the softmax and P·V(t)), issue S(t) slab by slab as the
-// copies land, wait, mask (only the tiles at the edges of some row's keys), row maxima →
+// slabs land, wait, mask (only the tiles at the edges of some row's keys), row maxima →
 // barrier → rescale O, exponentials → P → barrier → issue P·V(t). Both warpgroups go in step:
 // the softmax is not overlapped with GEMMs, and S(t) waits for P·V(t−1) to finish (a few dozen
 // cycles of idle tensor pipe; queuing S(t)'s first slab behind P·V(t−1) and waiting with
@@ -40,8 +50,9 @@
 // after Q·Kᵀ) are refilled at once: with whole-stage releases the pair's last P·V would hold
 // back the next pair's loads.
 //
-// Keys past the sequence's end in its last page may hold anything (NaN): their scores are
-// masked, and their V rows are zeroed in shared memory before P·V (0·NaN would poison O).
+// Keys past the sequence's end in its last page may hold anything (NaN; dequantized NaN from an
+// FP8 record's NaN bytes): their scores are masked, and their V rows are zeroed in shared memory
+// before P·V (0·NaN would poison O).
 // Rows past the sequence's query rows are zeros in Q and are never stored.
 //
 // The epilogue gives the last tile's stage back first, then stages O in fp32 one warpgroup's 256
@@ -59,6 +70,7 @@
 #include "sm90/common/warpgroup.cuh"
 #include "sm90/decode/epilogue.cuh"
 #include "sm90/decode/mla_config.hpp"
+#include "sm90/decode/mla_producers.cuh"
 #include "sm90/decode/params.hpp"
 #include "sm90/decode/sequence.cuh"
 #include "sm90/decode/skeleton.cuh"
@@ -73,92 +85,46 @@
 
 namespace hfa::sm90::decode::mla {
 
-// The kernel's parameters: the decode parameters every decode kernel reads, and the cache's
-// tensor map (dim 576, slot 64, kv-head, page), boxes of 64 columns × one page.
+// The parameters of the kernel on rows of q's dtype: the decode parameters every decode kernel
+// reads, and the cache's tensor map (dim 576, slot 64, kv-head, page), boxes of 64 columns × one
+// page. The kernel on FP8 records takes the decode parameters alone.
 struct MlaParams {
   CUtensorMap k_map;
   Params decode;
 };
 
-// The configuration the skeleton's parts agree on (skeleton.cuh).
-template <typename ElementType>
+// The configuration the skeleton's parts agree on (skeleton.cuh), for a cache of rows of q's
+// dtype (Cache::plain) or of FP8 records (Cache::fp8_record, bf16 q).
+template <typename ElementType, Cache kCache>
 struct Config {
   using Element = ElementType;
   using Storage = SharedStorage<Element>;
   static constexpr int kRowsPerTile = mla::kRowsPerTile;
   static constexpr int kBlockN = mla::kBlockN;
   static constexpr int kConsumerThreads = mla::kConsumerThreads;
-  static constexpr int kProducerRegisters = mla::kProducerRegisters;
-  static constexpr int kConsumerRegisters = mla::kConsumerRegisters;
+  static constexpr int kProducerRegisters = mla::kProducerRegisters<kCache>;
+  static constexpr int kConsumerRegisters = mla::kConsumerRegisters<kCache>;
   using Ring = ptx::RingPosition<kStages>;
+  // A slab's barrier completes on one arrival and the TMA copy's bytes, or on the arrival of
+  // every dequantizing warp.
+  static constexpr uint32_t kSlabArrivals = kCache == Cache::plain ? 1 : kProducerWarps;
   static_assert(kFits<Element>, "Q, two K stages and P fit one CTA's shared memory");
 
   __device__ __forceinline__ static void init_barriers(Storage& s) {
 #pragma unroll
     for (int stage = 0; stage < kStages; ++stage) {
 #pragma unroll
-      for (int piece = 0; piece < kPieces; ++piece) s.k_full[stage][piece].init(1);
+      for (int slab = 0; slab < kSlabsPerTile; ++slab) s.k_full[stage][slab].init(kSlabArrivals);
       s.k_empty[stage].init(kConsumerWarps);
     }
   }
 };
 
-inline constexpr uint32_t kPieceBytes = uint32_t(kBlockN) * ptx::kSwizzleBytes;  // 64 rows × 128 B
-
-// The producer warp: the piece's tiles, in order, into the ring.
-template <typename Element>
-struct Producer {
-  using C = Config<Element>;
-  using Source = CUtensorMap;
-  using Storage = typename C::Storage;
-
-  const Params& p;
-  const DecodeWork& work;
-  Storage& s;
-  const CUtensorMap& map;
-  typename C::Ring ring;  // from where the piece before left it
-
-  __device__ __forceinline__ Producer(const Params& params, const DecodeWork& w, Storage& storage,
-                                      const CUtensorMap& k_map, const typename C::Ring& start)
-      : p(params), work(w), s(storage), map(k_map), ring(start) {}
-
-  __device__ __forceinline__ void run() {
-    if (int(threadIdx.x) - kConsumerThreads >= kWarpSize) return;  // one warp loads
-    const int lane = int(threadIdx.x) % kWarpSize;
-    if (lane == 0) ptx::prefetch_tensor_map(&map);
-    const int32_t* pages = p.block_table + int64_t(work.batch) * p.block_table_stride + work.first_tile;
-    // The page numbers of 32 tiles at once, one a lane, so that a table read's latency is paid
-    // once per 32 tiles rather than before each copy.
-    for (int base = 0; base < work.n_tiles; base += kWarpSize) {
-      const int32_t lane_page = base + lane < work.n_tiles ? pages[base + lane] : 0;
-      const int count = min(kWarpSize, work.n_tiles - base);
-      for (int j = 0; j < count; ++j) {
-        const int32_t page = __shfl_sync(kFullWarp, lane_page, j);
-        if (lane == 0) {
-          s.k_empty[ring.stage].wait(ring.phase ^ 1);
-#pragma unroll
-          for (int piece = 0; piece < kPieces; ++piece) {
-            ptx::Mbarrier* full = &s.k_full[ring.stage][piece];
-            full->arrive_expect_tx(kPieceBytes);
-            // Each page is read by this CTA once, and by its other row tile (128 heads) at
-            // about the same time: evict-first, FlashMLA's hint (its better L2 hit rate).
-            ptx::load_4d(reinterpret_cast<unsigned char*>(s.k[ring.stage].data) + piece * kPieceBytes,
-                         &map, full, piece * kSlabColumns, 0, work.kv_head, page,
-                         ptx::CacheHint::evict_first);
-          }
-        }
-        __syncwarp();
-        ring.advance();
-      }
-    }
-  }
-};
-
 // A consumer warpgroup: half of every tile's scores, its 256 columns of O.
-template <typename ElementType>
+template <typename Configuration>
 struct Consumer {
-  using C = Config<ElementType>;
-  using Element = ElementType;
+  using C = Configuration;
+  using Element = typename C::Element;
   using Storage = typename C::Storage;
   using QTile = typename Storage::QTile;
   using KTile = typename Storage::KTile;
@@ -166,7 +132,8 @@ struct Consumer {
   static constexpr int kSAcc = kKeysPerWarpgroup / 2;     // 64 × 32 fp32 over 128 threads
   static constexpr int kOAcc = kColumnsPerWarpgroup / 2;  // 64 × 256 fp32 over 128 threads
   static constexpr int kStepsPerSlab = kSlabColumns / kMmaK;  // 4: Q·Kᵀ takes 9 × 4 k-steps
-  static_assert(kPieces * kStepsPerSlab * kMmaK == kHeadDimQK, "Q·Kᵀ's k-steps are the copies'");
+  static_assert(kSlabsPerTile * kStepsPerSlab * kMmaK == kHeadDimQK,
+                "Q·Kᵀ's k-steps are the slabs'");
   static constexpr int kPVSteps = kBlockN / kMmaK;            // 4
   static constexpr uint32_t kVStepBytes = kMmaK * ptx::kSwizzleBytes;  // 16 key rows of V
   static constexpr uint32_t kChunkBytes = 16;
@@ -236,7 +203,7 @@ struct Consumer {
     const int first_key = (work.first_tile + t) * kBlockN;
     const int my_first_key = first_key + warpgroup * kKeysPerWarpgroup;
 
-    // S = Q · K(my keys)ᵀ, slab by slab as the copies land. The keys' rows start 32 rows into
+    // S = Q · K(my keys)ᵀ, slab by slab as they land. The keys' rows start 32 rows into
     // the tile: a multiple of 8 rows, so the swizzle's phase is the tile's.
     float sc[kSAcc];
     {
@@ -250,14 +217,14 @@ struct Consumer {
       if (t > 0) release((stage + kStages - 1) % kStages);
       ptx::fence_operands(sc);
 #pragma unroll
-      for (int piece = 0; piece < kPieces; ++piece) {
+      for (int slab = 0; slab < kSlabsPerTile; ++slab) {
         // After each wait: the accumulators stay the wgmmas' across it (ptxas would insert
         // the fence itself, and say so).
-        s.k_full[stage][piece].wait(ring.phase);
+        s.k_full[stage][slab].wait(ring.phase);
         ptx::fence();
 #pragma unroll
         for (int step = 0; step < kStepsPerSlab; ++step) {
-          const int k_step = piece * kStepsPerSlab + step;
+          const int k_step = slab * kStepsPerSlab + step;
           ptx::mma_ss<kKeysPerWarpgroup, Element>(
               sc, ptx::advance(q_desc, QTile::kmajor_step_offset(k_step)),
               ptx::advance(k_desc, KTile::kmajor_step_offset(k_step)), k_step > 0);
@@ -432,9 +399,20 @@ struct Consumer {
 };
 
 template <typename Element>
-__global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const __grid_constant__ MlaParams params) {
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_decode_kernel(const __grid_constant__ MlaParams params) {
   extern __shared__ __align__(128) unsigned char smem[];
-  decode_cta_warp_specialized<Consumer<Element>, Producer<Element>>(params.decode, params.k_map, smem);
+  using C = Config<Element, Cache::plain>;
+  decode_cta_warp_specialized<Consumer<C>, CopyProducer<C>>(params.decode, params.k_map, smem);
+}
+
+// FlashMLA's FP8 records (Element: bf16), read through the cache view: no tensor map.
+template <typename Element>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_fp8_decode_kernel(const __grid_constant__ Params params) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  using C = Config<Element, Cache::fp8_record>;
+  decode_cta_warp_specialized<Consumer<C>, RecordProducer<C>>(params, params.k, smem);
 }
 
 }  // namespace hfa::sm90::decode::mla

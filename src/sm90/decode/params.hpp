@@ -88,7 +88,7 @@ struct Params {
   float* partial_out = nullptr;
   int64_t rows_total = 0;
 
-  // The balanced schedule (split_schedule.hpp; MLA's kernel when the call fixes no split), in
+  // The balanced schedule (split_schedule.hpp; MLA's kernels when the call fixes no split), in
   // the workspace after the partials, written by the schedule kernel before the attention
   // reads it: `parts` persistent CTAs per (kv-head, row tile). Null: the uniform plan.
   schedule::PartStart* part_starts = nullptr;

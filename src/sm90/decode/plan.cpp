@@ -107,17 +107,19 @@ int32_t longest_query_rows(const KVCacheProblem& p) {
 
 namespace {
 
-// MLA (headdim 576 / 512) on the MLA kernel (mla_kernel.cuh): what it reads, refused by the
+// MLA (headdim 576 / 512) on the MLA kernels (mla_kernel.cuh): what they read, refused by the
 // argument that asks for more. The forms no GPU kernel takes (sparse indices, the fp8_mla
-// record) were refused before the plan (common/mla.hpp's refuse_mla_on_gpu).
+// records with q other than bf16) were refused before the plan (common/mla.hpp's
+// refuse_mla_on_gpu).
 Status mla_refused(const char* argument, const std::string& what) {
   return {Code::not_supported, std::string(argument) + ": " + what + " is not supported by the " +
                                    kFamily + "'s MLA decode yet (the CPU backend computes it)"};
 }
 
 Status check_mla_support(const KVCacheProblem& p) {
-  if (p.format != CacheFormat::plain)
-    return mla_refused("k_cache", "a quantized MLA cache (bf16 and fp16 caches are)");
+  if (p.format != CacheFormat::plain && p.format != CacheFormat::mla_fp8)
+    return mla_refused("k_cache", "a quantized MLA cache other than FlashMLA's FP8 records (bf16 "
+                                  "and fp16 caches and fp8_mla are)");
   if (p.block_table == nullptr)
     return mla_refused("block_table", "a contiguous MLA cache (pages of 64 tokens through a block "
                                       "table are)");
@@ -145,7 +147,8 @@ Status check_mla_support(const KVCacheProblem& p) {
   if (int64_t(p.heads_kv) * mla::row_tiles(rows) > kMaxGridYZ)
     return unsupported("heads_kv · ceil(group · seqlen_q / 64) above 65535 (MLA decode)");
   if (p.batch > kMaxGridYZ) return unsupported("batch above 65535");
-  // The TMA copies of the cache: its address and strides 16-byte aligned.
+  // The TMA copies of the cache, or the 16-byte loads of the records: its address and strides
+  // 16-byte aligned.
   return check_side("k_cache", "k_scale", p.k, p);
 }
 
@@ -166,7 +169,7 @@ Status check_support(const KVCacheProblem& p) {
   return check_side("v_cache", "v_scale", p.v, p);
 }
 
-// MLA's kernel takes the balanced schedule (split_schedule.hpp) unless the call fixes the splits
+// MLA's kernels take the balanced schedule (split_schedule.hpp) unless the call fixes the splits
 // (num_splits, split_size: the uniform plan keeps its promise of them) or has varlen queries (a
 // slot holds heads_q · max_seqlen_q rows, which a long query among short ones would make far more
 // than the uniform plan's partials of the rows that exist).

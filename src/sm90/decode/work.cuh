@@ -6,8 +6,8 @@
 //     many splits, and split_size for fixed chunks). Every decode kernel runs on it.
 //   the balanced schedule (WorkWalk over split_schedule.hpp) — the grid is (part, kv-head × row
 //     tile), a persistent CTA walks its part's range of (sequence, tile): whole sequences and
-//     pieces of split ones, written on the device by the schedule kernel. MLA's kernel runs on
-//     it unless the call fixes the splits (WorkWalk takes either part).
+//     pieces of split ones, written on the device by the schedule kernel. MLA's kernels (either
+//     cache) run on it unless the call fixes the splits (WorkWalk takes either part).
 // Each piece becomes the CTA's stages of kBlockN keys; its rows' results go to out and lse, or
 // to the piece's partial (PartialRows), which a combine kernel merges.
 #pragma once

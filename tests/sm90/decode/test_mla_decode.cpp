@@ -5,9 +5,10 @@
 // no sequence uses (spare pages, the tail of each last page), outputs NaN-poisoned before the
 // call; the balanced schedule (no split fixed: persistent CTAs, sequences split across them,
 // batches larger than the parts, one long sequence over every part, a window) and the uniform
-// plan (one split, fixed split counts and split sizes); bf16 and fp16. Plus the GPU's
-// not-supported answers by name for what the MLA kernel does not read. Skipped without a
-// Hopper GPU.
+// plan (one split, fixed split counts and split sizes); bf16 and fp16 caches, and FlashMLA's FP8
+// records with bf16 q (unused records all 0xff bytes: NaN codes, scales and rotary values), each
+// on both. Plus the GPU's not-supported answers by name for what the MLA kernels do not read.
+// Skipped without a Hopper GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -33,7 +34,11 @@ namespace {
 // |oracle| the first GPU run's misses (every one reported from one-split CTAs: 10 values) were
 // bit for bit a host emulation of the kernel's arithmetic (fp32 exponentials per 64-key tile, P
 // rounded to bf16), whose worst error over every case here is 0.43 of this bound. fp16 keeps 3
-// more mantissa bits: the same bounds hold with room.
+// more mantissa bits: the same bounds hold with room. FP8 records hold the same bounds: the
+// kernel widens each latent code to bf16(e4m3 · scale), which for the quantizer's power-of-two
+// scales is the oracle's value exactly (4 significant bits), so K and V are the oracle's and the
+// errors are the bf16 cache's. Each token's 4 latent tiles get magnitudes of their own
+// (MlaCase::tile_gains): a scale read for the wrong tile would show far outside them.
 constexpr double kOutAbs = 8e-4, kOutRel = 2.01 / 128;
 constexpr double kLseAbs = 1e-5, kLseRel = 8.01 / 65536;
 
@@ -187,6 +192,7 @@ void expect_matches(MlaCase& c, const MlaOracle& o) {
 
 void expect_gpu_matches_oracle(MlaCase& c) {
   SCOPED_TRACE(c.describe());
+  c.tile_gains = c.fp8;
   c.build();
   const MlaOracle o = oracle_of(c);
   DeviceMla device(c);
@@ -198,7 +204,8 @@ void expect_gpu_matches_oracle(MlaCase& c) {
 // FlashMLA's head counts × seqlen_q 1-4, causal on every other case, ragged lengths with an
 // empty sequence, one token, a page less one, a page, a page and one more, several pages; the
 // longer lengths at the smaller head counts (the float64 oracle's time grows with heads · keys).
-void matrix(DType dtype) {
+// q's dtype, on a cache of that dtype or (fp8) of FP8 records.
+void matrix(DType dtype, bool fp8) {
   struct Shape {
     int64_t heads, seqlen_q;
     std::vector<int32_t> lengths;
@@ -213,6 +220,7 @@ void matrix(DType dtype) {
   for (const Shape& shape : shapes) {
     MlaCase c;
     c.dtype = dtype;
+    c.fp8 = fp8;
     c.heads_q = shape.heads;
     c.seqlen_q = shape.seqlen_q;
     c.cache_seqlens = shape.lengths;
@@ -225,21 +233,26 @@ void matrix(DType dtype) {
 
 TEST(MlaGpu, Bf16MatchesOracle) {
   HFA_REQUIRE_HOPPER();
-  matrix(DType::bf16);
+  matrix(DType::bf16, false);
 }
 
 TEST(MlaGpu, Fp16MatchesOracle) {
   HFA_REQUIRE_HOPPER();
-  matrix(DType::f16);
+  matrix(DType::f16, false);
+}
+
+TEST(MlaGpu, Fp8RecordsMatchOracle) {
+  HFA_REQUIRE_HOPPER();
+  matrix(DType::bf16, true);
 }
 
 // Long ragged sequences (to 40k keys: 625 pages) at the memory-bound head count, on the balanced
 // schedule and with one split (a CTA walks all 625 tiles through the 2-stage ring).
-TEST(MlaGpu, LongRaggedSequences) {
-  HFA_REQUIRE_HOPPER();
+void long_ragged_sequences(bool fp8) {
   for (int32_t splits : {0, 1}) {
     for (int64_t seqlen_q : {1, 2}) {
       MlaCase c;
+      c.fp8 = fp8;
       c.heads_q = 16;
       c.seqlen_q = seqlen_q;
       c.cache_seqlens = {40000, 1, 17001, 0, 8192};
@@ -250,6 +263,16 @@ TEST(MlaGpu, LongRaggedSequences) {
       if (::testing::Test::HasFailure()) return;
     }
   }
+}
+
+TEST(MlaGpu, LongRaggedSequences) {
+  HFA_REQUIRE_HOPPER();
+  long_ragged_sequences(false);
+}
+
+TEST(MlaGpu, Fp8LongRaggedSequences) {
+  HFA_REQUIRE_HOPPER();
+  long_ragged_sequences(true);
 }
 
 // `count` lengths drawn uniformly from [shortest, longest].
@@ -264,8 +287,7 @@ std::vector<int32_t> ragged_lengths(int count, int32_t shortest, int32_t longest
 // The balanced schedule on ragged batches: 64 sequences of 1k to 8k keys on 132 parts (16
 // heads: one row tile), so that parts walk several whole sequences and sequences are cut across
 // two to four parts; 128 heads (two row tiles, 66 parts) with empty sequences among the rest.
-TEST(MlaGpu, BalancedScheduleRaggedBatch) {
-  HFA_REQUIRE_HOPPER();
+void balanced_schedule_ragged_batch(bool fp8) {
   struct Shape {
     int64_t heads, seqlen_q;
     std::vector<int32_t> lengths;
@@ -277,6 +299,7 @@ TEST(MlaGpu, BalancedScheduleRaggedBatch) {
   int n = 0;
   for (const Shape& shape : shapes) {
     MlaCase c;
+    c.fp8 = fp8;
     c.heads_q = shape.heads;
     c.seqlen_q = shape.seqlen_q;
     c.cache_seqlens = shape.lengths;
@@ -287,10 +310,19 @@ TEST(MlaGpu, BalancedScheduleRaggedBatch) {
   }
 }
 
+TEST(MlaGpu, BalancedScheduleRaggedBatch) {
+  HFA_REQUIRE_HOPPER();
+  balanced_schedule_ragged_batch(false);
+}
+
+TEST(MlaGpu, Fp8BalancedScheduleRaggedBatch) {
+  HFA_REQUIRE_HOPPER();
+  balanced_schedule_ragged_batch(true);
+}
+
 // More sequences than parts: 200 short ones (a fifth of them empty) on 132 parts, and 48 on the
 // 33 parts of 64 heads × 4 tokens (four row tiles), causal.
-TEST(MlaGpu, BalancedScheduleBatchLargerThanParts) {
-  HFA_REQUIRE_HOPPER();
+void balanced_schedule_batch_larger_than_parts(bool fp8) {
   struct Shape {
     int64_t heads, seqlen_q;
     int batch;
@@ -299,6 +331,7 @@ TEST(MlaGpu, BalancedScheduleBatchLargerThanParts) {
   int n = 0;
   for (const Shape& shape : {Shape{16, 1, 200, 300}, Shape{64, 4, 48, 400}}) {
     MlaCase c;
+    c.fp8 = fp8;
     c.heads_q = shape.heads;
     c.seqlen_q = shape.seqlen_q;
     c.cache_seqlens = ragged_lengths(shape.batch, 0, shape.longest, 60 + n);
@@ -310,16 +343,26 @@ TEST(MlaGpu, BalancedScheduleBatchLargerThanParts) {
   }
 }
 
+TEST(MlaGpu, BalancedScheduleBatchLargerThanParts) {
+  HFA_REQUIRE_HOPPER();
+  balanced_schedule_batch_larger_than_parts(false);
+}
+
+TEST(MlaGpu, Fp8BalancedScheduleBatchLargerThanParts) {
+  HFA_REQUIRE_HOPPER();
+  balanced_schedule_batch_larger_than_parts(true);
+}
+
 // One sequence of 40k keys (625 tiles) cut over every part: 132 of 5 tiles at 16 heads
 // (speculative: 2 causal tokens), 66 parts of 10 at 128 heads.
-TEST(MlaGpu, BalancedScheduleOneLongSequence) {
-  HFA_REQUIRE_HOPPER();
+void balanced_schedule_one_long_sequence(bool fp8) {
   struct Shape {
     int64_t heads, seqlen_q;
   };
   int n = 0;
   for (const Shape& shape : {Shape{16, 2}, Shape{128, 1}}) {
     MlaCase c;
+    c.fp8 = fp8;
     c.heads_q = shape.heads;
     c.seqlen_q = shape.seqlen_q;
     c.cache_seqlens = {40000};
@@ -330,11 +373,21 @@ TEST(MlaGpu, BalancedScheduleOneLongSequence) {
   }
 }
 
+TEST(MlaGpu, BalancedScheduleOneLongSequence) {
+  HFA_REQUIRE_HOPPER();
+  balanced_schedule_one_long_sequence(false);
+}
+
+TEST(MlaGpu, Fp8BalancedScheduleOneLongSequence) {
+  HFA_REQUIRE_HOPPER();
+  balanced_schedule_one_long_sequence(true);
+}
+
 // A sliding window: the schedule deals out only the tiles the window leaves (a sequence's first
 // tile is then not its first page), and a row tile cuts its piece to its own rows' keys.
-TEST(MlaGpu, BalancedScheduleWithWindow) {
-  HFA_REQUIRE_HOPPER();
+void balanced_schedule_with_window(bool fp8) {
   MlaCase c;
+  c.fp8 = fp8;
   c.heads_q = 32;
   c.seqlen_q = 3;
   c.cache_seqlens = {5000, 0, 3001, 20000, 70};
@@ -344,15 +397,25 @@ TEST(MlaGpu, BalancedScheduleWithWindow) {
   expect_gpu_matches_oracle(c);
 }
 
+TEST(MlaGpu, BalancedScheduleWithWindow) {
+  HFA_REQUIRE_HOPPER();
+  balanced_schedule_with_window(false);
+}
+
+TEST(MlaGpu, Fp8BalancedScheduleWithWindow) {
+  HFA_REQUIRE_HOPPER();
+  balanced_schedule_with_window(true);
+}
+
 // Fixed split counts (more splits than a short sequence has pages: splits with no key write
 // LSE −inf, which the combine skips) and fixed split sizes (chunks that end inside a page).
-TEST(MlaGpu, SplitsMatchOracle) {
-  HFA_REQUIRE_HOPPER();
+void splits_match_oracle(bool fp8) {
   struct Split {
     int32_t num_splits, split_size;
   };
   for (const Split& split : {Split{1, 0}, Split{3, 0}, Split{16, 0}, Split{0, 100}, Split{0, 256}}) {
     MlaCase c;
+    c.fp8 = fp8;
     c.heads_q = 64;
     c.seqlen_q = 2;
     c.cache_seqlens = {1500, 0, 65, 3};
@@ -367,31 +430,45 @@ TEST(MlaGpu, SplitsMatchOracle) {
   }
 }
 
+TEST(MlaGpu, SplitsMatchOracle) {
+  HFA_REQUIRE_HOPPER();
+  splits_match_oracle(false);
+}
+
+TEST(MlaGpu, Fp8SplitsMatchOracle) {
+  HFA_REQUIRE_HOPPER();
+  splits_match_oracle(true);
+}
+
 // Every sequence empty: out 0 and LSE −inf everywhere (out and lse start as NaN), split or not,
-// on the balanced schedule (0) and the uniform plan.
+// on the balanced schedule (0) and the uniform plan, on either cache.
 TEST(MlaGpu, EmptySequencesGiveZeroAndMinusInf) {
   HFA_REQUIRE_HOPPER();
-  for (int32_t splits : {0, 1, 4}) {
-    MlaCase c;
-    c.heads_q = 128;
-    c.seqlen_q = 2;
-    c.cache_seqlens = {0, 0, 0};
-    c.options.num_splits = splits;
-    c.build();
-    DeviceMla device(c);
-    const Status status = device.run();
-    ASSERT_TRUE(status.is_ok()) << status.message();
-    for (int64_t b = 0; b < c.batch(); ++b)
-      for (int64_t h = 0; h < c.heads_q; ++h)
-        for (int64_t i = 0; i < c.seqlen_q; ++i) {
-          const float lse = c.lse_at(b, h, i);
-          EXPECT_TRUE(std::isinf(lse) && lse < 0) << lse;
-          for (int64_t d = 0; d < MlaCase::kDv; ++d) ASSERT_EQ(c.out_at(b, i, h, d), 0.0f);
-        }
+  for (const bool fp8 : {false, true}) {
+    for (const int32_t splits : {0, 1, 4}) {
+      SCOPED_TRACE(std::string(fp8 ? "fp8_mla" : "bf16") + " splits " + std::to_string(splits));
+      MlaCase c;
+      c.fp8 = fp8;
+      c.heads_q = 128;
+      c.seqlen_q = 2;
+      c.cache_seqlens = {0, 0, 0};
+      c.options.num_splits = splits;
+      c.build();
+      DeviceMla device(c);
+      const Status status = device.run();
+      ASSERT_TRUE(status.is_ok()) << status.message();
+      for (int64_t b = 0; b < c.batch(); ++b)
+        for (int64_t h = 0; h < c.heads_q; ++h)
+          for (int64_t i = 0; i < c.seqlen_q; ++i) {
+            const float lse = c.lse_at(b, h, i);
+            EXPECT_TRUE(std::isinf(lse) && lse < 0) << lse;
+            for (int64_t d = 0; d < MlaCase::kDv; ++d) ASSERT_EQ(c.out_at(b, i, h, d), 0.0f);
+          }
+    }
   }
 }
 
-// Not supported by the MLA kernel, refused by the argument's name before any launch.
+// Not supported by the MLA kernels, refused by the argument's name before any launch.
 void expect_refused(DeviceMla& device, const char* argument, const char* what) {
   const Status status = device.run();
   ASSERT_FALSE(status.is_ok());
@@ -402,33 +479,40 @@ void expect_refused(DeviceMla& device, const char* argument, const char* what) {
 
 TEST(MlaGpu, RefusesByName) {
   HFA_REQUIRE_HOPPER();
-  {
-    MlaCase c;
-    c.page_size = 32;
-    c.build();
-    DeviceMla device(c);
-    expect_refused(device, "k_cache", "page size 32");
+  for (const bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "fp8_mla" : "bf16");
+    {
+      MlaCase c;
+      c.fp8 = fp8;
+      c.page_size = 32;
+      c.build();
+      DeviceMla device(c);
+      expect_refused(device, "k_cache", "page size 32");
+    }
+    {
+      MlaCase c;
+      c.fp8 = fp8;
+      c.topk = 64;
+      c.build();
+      DeviceMla device(c);
+      expect_refused(device, "indices", "sparse");
+    }
+    {
+      MlaCase c;
+      c.fp8 = fp8;
+      c.options.softcap = 30.0f;
+      c.build();
+      DeviceMla device(c);
+      expect_refused(device, "softcap", "softcap");
+    }
   }
   {
     MlaCase c;
     c.fp8 = true;
+    c.dtype = DType::f16;
     c.build();
     DeviceMla device(c);
-    expect_refused(device, "k_cache", "fp8_mla");
-  }
-  {
-    MlaCase c;
-    c.topk = 64;
-    c.build();
-    DeviceMla device(c);
-    expect_refused(device, "indices", "sparse");
-  }
-  {
-    MlaCase c;
-    c.options.softcap = 30.0f;
-    c.build();
-    DeviceMla device(c);
-    expect_refused(device, "softcap", "softcap");
+    expect_refused(device, "q", "fp8_mla");
   }
   {
     MlaCase c;
