@@ -210,8 +210,11 @@ def test_ring(device, world, causal, layout, heads, merge_mode):
 def test_ring_without_shift_copies_is_the_same(device, causal, layout, monkeypatch):
     """emulated.SHIFT_COPIES = False (bench_cp.py's ring_split without the receive copies) is
     safe for the rings: the same results as with copies, fixed length and varlen. The same
-    bytes on the CPU and for the GPU's forward; the GPU's default backward adds dQ's partials
-    in any order, so its gradients may differ in the last bit."""
+    bytes on the CPU and for the GPU's forward. The GPU's default backward adds dQ's partials,
+    and with GQA a group's dK and dV, in any order, so a ring step's bf16 gradient may land one
+    ulp apart, and the steps' sum keeps that ulp of the largest step even where the steps
+    cancel: the gradients agree within 2^-7 of the tensor's largest value (a shift that aliases
+    a buffer moves whole values)."""
     world, heads = 4, (8, 2)
     q, k, v, dout = _inputs(device, world, heads)
     cu, vq, vk, vv, vdout = _varlen_inputs(device, world, heads, layout)
@@ -226,8 +229,10 @@ def test_ring_without_shift_copies_is_the_same(device, causal, layout, monkeypat
             if device == "cpu" or name in ("out", "lse"):
                 assert torch.equal(without[name], expected), name
             else:
-                torch.testing.assert_close(without[name], expected, rtol=2.0 ** -7, atol=1e-3,
-                                           msg=name)
+                scale = expected.abs().max().item()
+                torch.testing.assert_close(without[name], expected, rtol=2.0 ** -7,
+                                           atol=2.0 ** -7 * scale,
+                                           msg=lambda detail, name=name: f"{name}: {detail}")
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -284,6 +284,9 @@ struct BlockSparseTileConfig : Plain {
   static_assert(register_split_fits(Plain::kThreads, kProducerRegisters, kConsumerRegisters,
                                     Plain::kConsumerWarpgroups),
                 "setmaxnreg: consumers would claim registers the producer never gave back");
+  // Every exponential on MUFU: with every 4th on the FMA pipes (decision 042) the hdim-64
+  // consumers, 8 registers fewer and holding a partial block's bits, spilled 40 bytes.
+  static constexpr int kExp2OnFmaEvery = 0;
 };
 
 }  // namespace hfa::sm90::bwd
