@@ -244,19 +244,22 @@ static inline hfa_kvcache_options hfa_default_kvcache_options(void) {
 /* options may be NULL only to get an error: cache_seqlens (or indices) is required. On a Hopper
  * GPU: bf16/fp16 q, headdim 64, 128 or 256 (the same for K and V), cache rows (and
  * FP4/per-token scale rows) at 16-byte (4-byte) aligned addresses and strides (MXFP4 at headdim
- * 64: its 2-byte scale rows padded to 4); other CUDA calls answer HFA_ERROR_NOT_SUPPORTED (the
- * CPU backend implements everything above), every MLA form (headdim 576, HFA_FP8_MLA, indices)
- * by the argument that asks for it. The fast path: headdim 128, at most 8 query rows per
- * kv-head (heads_q / heads_kv · seqlen_q), a contiguous cache or a page size that is a multiple
- * of 16. A CUDA call makes no allocation and no host synchronization (validation mode aside):
+ * 64: its 2-byte scale rows padded to 4); MLA (headdim 576 / 512) with pages of 64 through a
+ * block table, a cache of q's dtype or HFA_FP8_MLA records with bf16 q. Other CUDA calls answer
+ * HFA_ERROR_NOT_SUPPORTED (the CPU backend implements everything above) by the argument that
+ * asks for more (MLA: indices, other page sizes, softcap, ALiBi, appends). The fast path:
+ * headdim 128, at most 8 query rows per kv-head (heads_q / heads_kv · seqlen_q), a contiguous
+ * cache or a page size that is a multiple of 16. A CUDA call makes no allocation and no host synchronization (validation mode aside):
  * split partials and rotated queries go to options->workspace, sized by the query below. */
 HFA_API hfa_status hfa_forward_kvcache(const hfa_tensor* q, const hfa_tensor* k_cache,
                                        const hfa_tensor* v_cache, const hfa_tensor* out,
                                        const hfa_tensor* lse, const hfa_kvcache_options* options);
 /* Bytes of workspace hfa_forward_kvcache needs with these tensors and options: 0 on the CPU; on a
  * GPU the rotated queries of an append with rotary (rounded up to 256 bytes), then the split
- * partials (none for one split). Depends on shapes, num_splits and the device, never on the
- * lengths' values. */
+ * partials (none for one split), or for MLA's balanced schedule (num_splits and split_size 0,
+ * fixed-length queries) the partials of the most sequences it can split and the schedule itself,
+ * which each call computes on the device into this workspace. Depends on shapes, num_splits and
+ * the device, never on the lengths' values. */
 HFA_API hfa_status hfa_forward_kvcache_workspace_size(const hfa_tensor* q,
                                                       const hfa_tensor* k_cache,
                                                       const hfa_tensor* v_cache,

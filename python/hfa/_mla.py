@@ -24,11 +24,12 @@ class MlaSchedule:
     """get_mla_metadata's holder (FlashMLA's FlashMLASchedMeta): the shapes of the first call
     that used it, checked on every later one, as FlashMLA does.
 
-    hfa's split plan depends on shapes only, never on cache_seqlens' values (the GPU plan is
-    made on the host from the shapes and the SM count; the CPU splits by each sequence's length
-    as it reads it), so there is no per-step schedule to compute or store yet: one holder may
-    serve every layer of a step and every CUDA-graph replay. It is where the GPU MLA kernel's
-    batch-balanced schedule (fixed size, made once per step) will live."""
+    On a Hopper GPU the MLA kernels (bf16/fp16 cache, FP8 records) balance the batch by a
+    schedule made from cache_seqlens' values (FlashMLA's idea): each call computes it on the device, one small kernel writing into
+    the call's workspace, because the library's call takes no prebuilt schedule; the CPU splits
+    by each sequence's length as it reads it. So the holder keeps no tensor, only the shapes:
+    one holder may serve every layer of a step, every CUDA-graph replay, and (unlike FlashMLA's)
+    the next step's lengths too."""
 
     @dataclasses.dataclass
     class Config:
@@ -43,7 +44,8 @@ class MlaSchedule:
 
     have_initialized: bool = False
     config: Optional[Config] = None
-    # FlashMLA's tensors, for callers that read them: hfa has none yet.
+    # FlashMLA's tensors, for callers that read them: hfa's schedule lives in each call's
+    # workspace.
     tile_scheduler_metadata: None = None
     num_splits: None = None
 
@@ -92,11 +94,13 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     float32 result the library writes, then rounded once to q's dtype. hfa's sparse form also
     takes a bf16 cache.
     tile_scheduler_metadata: get_mla_metadata()[0] (or None); num_splits must be None (hfa plans
-    its splits). softmax_scale: default 1/sqrt(576).
+    its splits: on a GPU, a schedule balancing the batch's keys over the SMs, made by each call). softmax_scale: default 1/sqrt(576).
     out (batch, seqlen_q, heads_q, 512) of q's dtype; lse (batch, heads_q, seqlen_q) float32,
     natural log. A row with no key gets out 0 and lse -inf (FlashMLA: +inf), the value that
     merges correctly with other partial results.
-    On a GPU every MLA form raises NotImplementedError for now; the CPU computes them all.
+    On a Hopper GPU dense MLA with a bf16/fp16 cache, or the FP8 cache with bf16 q, of 64-token
+    pages runs (sm90's MLA decode kernels); indices, and the FP8 cache with fp16 q, raise
+    NotImplementedError for now; the CPU computes them all.
     Not supported: extra_k_cache, extra_indices_in_kvcache, extra_topk_length (MODEL1's).
     """
     for name, value in (("extra_k_cache", extra_k_cache),

@@ -1,8 +1,10 @@
 """hfa.flash_mla_with_kvcache on torch CPU tensors as a serving engine calls FlashMLA: bf16 q
 and cache, FlashMLA's FP8 cache written by FlashMLA's quantizer rule (here, in torch: a power-of-
 two scale per 128 latent values, codes by torch's float8_e4m3fn cast), sparse indices; against
-the float64 attention of test_mla.py over the values the cache holds. On a GPU every MLA form is
-refused (NotImplementedError naming the argument) until its kernel lands."""
+the float64 attention of test_mla.py over the values the cache holds. On a GPU dense MLA runs on
+the sm90 MLA decode kernels, on a bf16 cache and on FP8 records (against float64 too), and the
+forms without a GPU kernel (FP8 records with fp16 q, sparse indices) are refused
+(NotImplementedError naming the argument)."""
 
 import numpy as np
 import pytest
@@ -117,17 +119,55 @@ def test_sparse_matches_float64(fp8):
     expect_close(out.float().numpy(), lse.numpy(), want_out, want_lse, 1e-2)
 
 
+def column_magnitudes(q, values, table, seqlens, causal, scale):
+    """Σ p·|v| / Σ p of each output column (b, s_q, h, 512), the attention's own weights p."""
+    b, s_q, h, _ = q.shape
+    magnitude = np.zeros((b, s_q, h, DV))
+    for bi in range(b):
+        n = int(seqlens[bi])
+        keys = np.array([values[table[bi, j // PAGE], j % PAGE] for j in range(n)]).reshape(n, D)
+        for i in range(s_q):
+            seen = max(min(n, n - s_q + i + 1) if causal else n, 0)
+            if seen == 0:
+                continue
+            scores = q[bi, i] @ keys[:seen].T * scale
+            p = np.exp(scores - scores.max(-1, keepdims=True))
+            magnitude[bi, i] = p @ np.abs(keys[:seen, :DV]) / p.sum(-1, keepdims=True)
+    return magnitude
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_gpu_refuses_every_form_by_name():
+def test_gpu_dense_matches_float64_and_refuses_the_rest_by_name():
     g = torch.Generator().manual_seed(1)
-    cache, _, table, seqlens = paged([70], g, False)
-    q = torch.randn(1, 1, 16, D, generator=g).to(torch.bfloat16).cuda()
-    cache, table, seqlens = cache.cuda(), table.cuda(), seqlens.cuda()
-    with pytest.raises(NotImplementedError, match="^q: MLA decode"):
-        hfa.flash_mla_with_kvcache(q, cache, table, seqlens, DV, None)
+    bf16_paged = paged([70, 0, 200], g, False)
+    q = torch.randn(3, 2, 16, D, generator=g).to(torch.bfloat16)
+    fp8_paged = paged([70, 0, 200], g, True)
+    # The bf16 cache, and FlashMLA's FP8 records, whose values the GPU widens to bf16 exactly
+    # (e4m3 times a power-of-two scale): both against float64 over the values the cache holds.
+    for fp8, (cache, values, table, seqlens) in ((False, bf16_paged), (True, fp8_paged)):
+        _, want_lse = hfa.flash_mla_with_kvcache(q, cache, table, seqlens, DV, None, causal=True,
+                                                 is_fp8_kvcache=fp8)
+        out, lse = hfa.flash_mla_with_kvcache(q.cuda(), cache.cuda(), table.cuda(),
+                                              seqlens.cuda(), DV, None, causal=True,
+                                              is_fp8_kvcache=fp8)
+        torch.testing.assert_close(lse.cpu(), want_lse, atol=1e-4, rtol=1e-4)
+        # Within FlashMLA's bf16 bound taken of each column's magnitude Σ p·|v| / Σ p: the GPU
+        # rounds P to bf16 before P·V (the CPU does not), which moves a column by up to 2^-8 of
+        # it, far more than of |out| where the cache's large values cancel.
+        exact_out, _ = dense_reference(q.double().numpy(), values, table.numpy(), seqlens.numpy(),
+                                       True, D ** -0.5)
+        magnitude = column_magnitudes(q.double().numpy(), values, table.numpy(), seqlens.numpy(),
+                                      True, D ** -0.5)
+        error = np.abs(out.cpu().double().numpy() - exact_out)
+        assert (error <= 8e-4 + 2.01 / 128 * magnitude).all(), (fp8, error.max())
+    fp8_cache, _, fp8_table, fp8_seqlens = fp8_paged
+    with pytest.raises(NotImplementedError, match="^q: dtype f16 with FlashMLA's FP8"):
+        hfa.flash_mla_with_kvcache(q.half().cuda(), fp8_cache.cuda(), fp8_table.cuda(),
+                                   fp8_seqlens.cuda(), DV, None, is_fp8_kvcache=True)
     indices = torch.zeros(1, 1, 64, dtype=torch.int32, device="cuda")
     with pytest.raises(NotImplementedError, match="^indices: sparse"):
-        hfa.flash_mla_with_kvcache(q, cache, None, None, DV, None, indices=indices)
+        hfa.flash_mla_with_kvcache(q[:1, :1].cuda(), bf16_paged[0].cuda(), None, None, DV, None,
+                                   indices=indices)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])

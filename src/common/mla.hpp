@@ -30,10 +30,14 @@ inline bool uses_mla_forms(const KVCacheProblem& p) {
          p.indices != nullptr;
 }
 
-// A GPU backend without an MLA decode kernel: not_supported naming the argument that asks for
-// one (the first MLA form found), ok for every other problem. Host code, so that a build
-// without a GPU tests what a GPU build answers. Every form must be refused here: the generic
-// decode kernels would read an FP8 record as per-token FP8 and ignore the indices.
+// The MLA forms a GPU backend has no kernel for: not_supported naming the argument that asks for
+// one (the first found), ok for every other problem, the dense MLA shape included (the sm90
+// backend's MLA decode kernels take bf16/fp16 caches and FlashMLA's FP8 records with bf16 q;
+// its plan refuses by name what they do not read: page sizes other than 64, a V cache of its
+// own, ...). Host code, so that a build without a GPU tests what a GPU build answers. These
+// must be refused here: the decode kernels would ignore the indices, and the FP8 kernel widens
+// the records to bf16 for q's MMA (bf16 holds every rotary value and, exactly, every e4m3 times
+// a power-of-two scale; fp16's range holds neither).
 inline Status refuse_mla_on_gpu(const KVCacheProblem& p, const char* family) {
   auto refuse = [&](const char* argument, const std::string& what) {
     return Status{Code::not_supported, std::string(argument) + ": " + what +
@@ -41,10 +45,9 @@ inline Status refuse_mla_on_gpu(const KVCacheProblem& p, const char* family) {
                                            " yet (the CPU backend computes it)"};
   };
   if (p.indices != nullptr) return refuse("indices", "sparse (top-k) MLA decode");
-  if (p.format == CacheFormat::mla_fp8)
-    return refuse("k_cache", "FlashMLA's FP8 MLA cache (dtype fp8_mla, 656-byte records)");
-  if (is_mla_shape(p.hdim_qk, p.hdim_v))
-    return refuse("q", "MLA decode (headdim 576 with v_cache's 512)");
+  if (p.format == CacheFormat::mla_fp8 && p.dtype != DType::bf16)
+    return refuse("q", std::string("dtype ") + dtype_name(p.dtype) +
+                           " with FlashMLA's FP8 MLA cache (dtype fp8_mla; bf16 q is)");
   return Status::ok();
 }
 

@@ -182,9 +182,10 @@ Status forward_workspace_size(const ForwardProblem& p, std::size_t* bytes) {
 }
 
 // The decode entries (decode/entry.cpp) behind what no decode kernel here does yet, each
-// refused by name before a plan is made: every MLA form (the generic kernels would misread an
-// FP8 MLA record and ignore sparse indices), an f32 out of 16-bit queries (the epilogue stores
-// q's dtype) and the VECTOR options.
+// refused by name before a plan is made: the MLA forms without a kernel (the decode kernels
+// would ignore sparse indices, and widen FP8 MLA records to bf16 only; dense MLA on bf16/fp16
+// caches and on FP8 records with bf16 q has its kernels, whose plan checks the rest), an f32
+// out of 16-bit queries (the epilogue stores q's dtype) and the VECTOR options.
 template <auto entry, class... Rest>
 Status kvcache_checked(const detail::KVCacheProblem& p, Rest... rest) {
   HFA_RETURN_IF_ERROR(detail::refuse_mla_on_gpu(p, decode::kFamily));

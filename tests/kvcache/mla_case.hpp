@@ -27,6 +27,8 @@ namespace hfa::test {
 struct MlaCase {
   static constexpr int64_t kD = 576, kDv = 512, kRecord = 656;
   bool fp8 = false;
+  // q, out and a 16-bit cache's dtype (bf16 or f16); an FP8 cache's q and out are bf16.
+  DType dtype = DType::bf16;
   int64_t page_size = 64;
   int64_t heads_q = 16;
   int64_t seqlen_q = 1;
@@ -34,6 +36,9 @@ struct MlaCase {
   int32_t topk = 0;  // > 0: sparse, that many indices per query row
   uint32_t seed = 1;
   int64_t slot_pad = 8;  // unused elements after each bf16 cache row (FP8 records are packed)
+  // Each 128-value latent tile of a token gets a magnitude of its own too, so that an FP8
+  // record's 4 scales differ (a reader that takes another tile's scale shows).
+  bool tile_gains = false;
   KVCacheOptions options;
 
   Storage q, cache, out, lse, seqlens, table, indices;
@@ -51,7 +56,7 @@ struct MlaCase {
   }
 
   std::string describe() const {
-    std::string s = fp8 ? "fp8_mla" : "bf16";
+    std::string s = fp8 ? "fp8_mla" : dtype_name(dtype);
     s += " heads " + std::to_string(heads_q) + " seqlen_q " + std::to_string(seqlen_q);
     if (sparse()) s += " topk " + std::to_string(topk);
     if (options.causal) s += " causal";
@@ -67,13 +72,13 @@ struct MlaCase {
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     const int64_t batch = this->batch();
-    q.make(DType::bf16, {batch, seqlen_q, heads_q, kD}, 8);
+    q.make(dtype, {batch, seqlen_q, heads_q, kD}, 8);
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t i = 0; i < seqlen_q; ++i)
         for (int64_t h = 0; h < heads_q; ++h)
           for (int64_t c = 0; c < kD; ++c)
-            store_float(DType::bf16, normal(rng), q.at<uint8_t>({b, i, h, c}));
-    out.make(DType::bf16, {batch, seqlen_q, heads_q, kDv});
+            store_float(dtype, normal(rng), q.at<uint8_t>({b, i, h, c}));
+    out.make(dtype, {batch, seqlen_q, heads_q, kDv});
     lse.make(DType::f32, {batch, heads_q, seqlen_q});  // 0xff bytes: NaN everywhere
 
     // Pages: each sequence's, plus two no one uses, shuffled.
@@ -95,7 +100,7 @@ struct MlaCase {
     if (fp8) {
       cache.make(DType::fp8_mla, {num_pages, page_size, 1, kRecord});
     } else {
-      cache.make(DType::bf16, {num_pages, page_size, 1, kD}, slot_pad);
+      cache.make(dtype, {num_pages, page_size, 1, kD}, slot_pad);
     }
     values.assign(static_cast<std::size_t>(batch), {});
     std::vector<float> x(kD);
@@ -104,6 +109,12 @@ struct MlaCase {
         // A per-token magnitude, so that FP8 tiles get different scales.
         const float gain = std::exp(normal(rng));
         for (float& value : x) value = normal(rng) * gain;
+        if (tile_gains)
+          for (int64_t t = 0; t < quant::kMlaTiles; ++t) {
+            const float tile_gain = std::exp(normal(rng));
+            for (int64_t c = t * quant::kMlaTile; c < (t + 1) * quant::kMlaTile; ++c)
+              x[c] *= tile_gain;
+          }
         const int64_t page = pages_of[b][j / page_size], slot = j % page_size;
         std::vector<float> held(kD);
         if (fp8) {
@@ -112,8 +123,8 @@ struct MlaCase {
           quant::mla_fp8_decode_columns(record, 0, kD, held.data());
         } else {
           for (int64_t c = 0; c < kD; ++c) {
-            store_float(DType::bf16, x[c], cache.at<uint8_t>({page, slot, 0, c}));
-            held[c] = load_float(DType::bf16, cache.at<uint8_t>({page, slot, 0, c}));
+            store_float(dtype, x[c], cache.at<uint8_t>({page, slot, 0, c}));
+            held[c] = load_float(dtype, cache.at<uint8_t>({page, slot, 0, c}));
           }
         }
         values[b].push_back(held);
@@ -158,7 +169,7 @@ struct MlaCase {
   }
 
   float out_at(int64_t b, int64_t i, int64_t h, int64_t c) {
-    return load_float(DType::bf16, out.at<uint8_t>({b, i, h, c}));
+    return load_float(dtype, out.at<uint8_t>({b, i, h, c}));
   }
   float lse_at(int64_t b, int64_t h, int64_t i) { return *lse.at<float>({b, h, i}); }
 };

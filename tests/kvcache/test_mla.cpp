@@ -544,18 +544,24 @@ TEST(MlaArgs, DenseStillNeedsCacheSeqlens) {
   EXPECT_TRUE(MlaRejected(c, "cache_seqlens", "required without indices"));
 }
 
-// What a GPU build answers for each MLA form: not_supported naming the argument, decided on the
-// host from the problem (common/mla.hpp, which the sm90 backend calls before any plan), so a
-// build without a GPU checks it. A problem with no MLA form passes.
+// What a GPU build answers for each MLA form: not_supported naming the argument for the forms
+// no GPU kernel takes (sparse indices, FP8 records with q other than bf16), decided on the host
+// from the problem (common/mla.hpp, which the sm90 backend calls before any plan), so a build
+// without a GPU checks it. Dense MLA on a bf16 or fp16 cache and on FP8 records with bf16 q
+// passes (the sm90 MLA decode kernels take them), as does a problem with no MLA form.
 TEST(MlaGpuSupport, EveryFormRefusedByName) {
   struct Form {
     bool fp8;
+    DType dtype;  // q's
     int32_t topk;
-    const char* argument;
+    const char* argument;  // null: passes
   };
-  for (const Form& form : {Form{false, 0, "q"}, Form{true, 0, "k_cache"}, Form{true, 64, "indices"},
-                           Form{false, 64, "indices"}}) {
+  for (const Form& form :
+       {Form{false, DType::bf16, 0, nullptr}, Form{false, DType::f16, 0, nullptr},
+        Form{true, DType::bf16, 0, nullptr}, Form{true, DType::f16, 0, "q"},
+        Form{true, DType::bf16, 64, "indices"}, Form{false, DType::bf16, 64, "indices"}}) {
     MlaCase c = valid_case(form.fp8, form.topk);
+    c.dtype = form.dtype;
     c.build();
     detail::KVCacheProblem p;
     ASSERT_TRUE(detail::build_kvcache_problem(
@@ -563,6 +569,10 @@ TEST(MlaGpuSupport, EveryFormRefusedByName) {
                     detail::Purpose::run, &p)
                     .is_ok());
     EXPECT_TRUE(detail::uses_mla_forms(p));
+    if (form.argument == nullptr) {
+      EXPECT_TRUE(detail::refuse_mla_on_gpu(p, "sm90 KV-cache forward").is_ok()) << c.describe();
+      continue;
+    }
     EXPECT_TRUE(Rejected(detail::refuse_mla_on_gpu(p, "sm90 KV-cache forward"), Code::not_supported,
                          form.argument, "not supported by the sm90 KV-cache forward"))
         << c.describe();

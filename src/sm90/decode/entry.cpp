@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "common/errors.hpp"
+#include "common/mla.hpp"
 #include "sm90/decode/append.hpp"
 #include "sm90/decode/launch.hpp"
 #include "sm90/device.hpp"
@@ -38,6 +39,11 @@ Status forward_kvcache(const detail::KVCacheProblem& p) {
   detail::KVCacheProblem attention;
   HFA_RETURN_IF_ERROR(decode::append_new_tokens(p, &attention));
   if (p.total_query_rows() == 0) return Status::ok();  // an append without queries
+  if (detail::is_mla_shape(attention.hdim_qk, attention.hdim_v)) {
+    if (attention.format == detail::CacheFormat::mla_fp8) return decode::run_mla_fp8(attention, plan);
+    if (p.dtype == DType::bf16) return decode::run_mla<__nv_bfloat16>(attention, plan);
+    return decode::run_mla<__half>(attention, plan);
+  }
   if (p.dtype == DType::bf16) return decode::run<__nv_bfloat16>(attention, plan);
   return decode::run<__half>(attention, plan);
 }

@@ -1,7 +1,9 @@
 // The end of a decode CTA, the same for every consumer: each warp's partial (its own keys'
 // normalized output and LSE, which the consumer writes in its fragment layout) in shared memory,
 // merged per query row (combine_splits), then the row's output and LSE to out and lse (one
-// split) or to the split's partial, which the combine kernel (combine_kernel.cuh) merges.
+// split) or to the split's partial, which the combine kernel (combine_kernel.cuh) merges. The
+// warp-specialized kernel (MLA's) has each row whole in one CTA: store_piece_row writes it, to
+// the partial of either scheduler part (work.cuh's PartialRows).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include "common/combine_splits.hpp"
 #include "sm90/decode/params.hpp"
 #include "sm90/decode/sequence.cuh"
+#include "sm90/decode/work.cuh"
 #include "sm90/ptx/fragment.cuh"
 
 namespace hfa::sm90::decode {
@@ -51,6 +54,30 @@ __device__ __forceinline__ void store_row(const Params& p, const DecodeSequence&
 #pragma unroll
     for (int k = 0; k < kColumns; ++k) partial[column_of(first + k)] = merged[k] * v_multiplier;
     if (first == 0) p.partial_lse[row_id * p.num_splits + split] = lse;
+  }
+}
+
+// Columns first … first + kColumns − 1 of query row r (of the piece's kv-head) of a piece of
+// work (work.cuh): to out and lse (the LSE with column 0) when the piece holds all the row's
+// keys, else to the piece's partial (PartialRows).
+template <typename Element, int kHeadDim, int kColumns>
+__device__ __forceinline__ void store_piece_row(const Params& p, const DecodeWork& w,
+                                                const PartialRows& partial, int r, int first,
+                                                const float (&values)[kColumns], float lse) {
+  const int i = r / p.group, h = w.kv_head * p.group + r % p.group;
+  if (partial.out == nullptr) {
+    const int64_t token = w.seq.q_begin + i;
+    Element* out = static_cast<Element*>(p.out) + w.batch * p.out_batch_stride +
+                   token * p.out_row_stride + h * p.out_head_stride + first;
+#pragma unroll
+    for (int k = 0; k < kColumns; ++k) out[k] = ptx::to_element<Element>(values[k]);
+    if (p.lse != nullptr && first == 0) p.lse[query_row_id(p, w.batch, h, token)] = lse;
+  } else {
+    const int64_t row = partial.first_row + h * partial.head_stride + i;
+    float* out = partial.out + row * kHeadDim + first;
+#pragma unroll
+    for (int k = 0; k < kColumns; ++k) out[k] = values[k];
+    if (first == 0) partial.lse[row * partial.lse_stride] = lse;
   }
 }
 

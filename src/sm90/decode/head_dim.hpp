@@ -10,7 +10,8 @@
 
 namespace hfa::sm90::decode {
 
-// hdim_qk == hdim_v, one of these; plan.cpp's check_support refuses the rest.
+// hdim_qk == hdim_v, one of these; plan.cpp's check_support refuses the rest, but for MLA's pair
+// (576 / 512), which its own kernel takes (mla_shape.hpp, mla_kernel.cuh; entry.cpp dispatches).
 inline constexpr int kSupportedHeadDims[] = {64, 128, 256};
 
 // launch(std::integral_constant<int, hdim>{}) for a supported hdim. Any other is a bug of the

@@ -15,7 +15,10 @@ inline constexpr const char* kFamily = "sm90 KV-cache forward";
 // device (so that a call stays free of host syncs): made once by each entry (entry.cpp) and
 // carried to the launch.
 struct Plan {
-  int splits = 1;                   // per (sequence, kv-head, row tile)
+  int splits = 1;  // the uniform plan's, per (sequence, kv-head, row tile)
+  // > 0: the balanced schedule instead (MLA's kernels, split_schedule.hpp), over this many
+  // persistent CTAs per (kv-head, row tile); splits is then 1.
+  int parts = 0;
   std::size_t workspace_bytes = 0;  // of the caller's workspace (plan.cpp says what it holds)
 };
 
@@ -30,5 +33,13 @@ int32_t longest_query_rows(const detail::KVCacheProblem& problem);
 // Launches the attention (and the combine of its splits) on the problem's stream.
 template <typename Element>
 Status run(const detail::KVCacheProblem& problem, const Plan& plan);
+
+// Launches an MLA decode kernel (headdim 576 / 512, v_cache the view of k_cache: mla_launch.cuh)
+// on the plan's work (the balanced schedule, written by its kernel just before, or the uniform
+// plan's splits) and the combine of what it split: run_mla on a cache of q's dtype, run_mla_fp8
+// on FlashMLA's FP8 records (bf16 q). make_plan has admitted the problem.
+template <typename Element>
+Status run_mla(const detail::KVCacheProblem& problem, const Plan& plan);
+Status run_mla_fp8(const detail::KVCacheProblem& problem, const Plan& plan);
 
 }  // namespace hfa::sm90::decode

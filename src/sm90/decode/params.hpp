@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "common/score_policy.hpp"
+#include "sm90/decode/split_schedule.hpp"
 
 namespace hfa::sm90::decode {
 
@@ -64,7 +65,9 @@ struct Params {
   int32_t seqlen_q = 0;   // varlen: max_seqlen_q (at most total_q)
   int32_t rows = 0;       // group · seqlen_q query rows share one kv-head's keys (at most)
   int32_t row_tiles = 0;  // ceil(rows / 16)
-  int32_t num_splits = 1;  // CTAs per row tile along the keys; with split_size, the most chunks
+  // The uniform plan's CTAs per row tile along the keys; with split_size, the most chunks (1
+  // under the balanced schedule, below).
+  int32_t num_splits = 1;
   // > 0: split s of every sequence takes keys [s·split_size, (s+1)·split_size), so a sequence's
   // result does not depend on the batch; 0: the keys split evenly into num_splits.
   int32_t split_size = 0;
@@ -76,13 +79,21 @@ struct Params {
   policy::AlibiSlopes alibi{};
   int32_t window_left = -1, window_right = -1;
 
-  // Split partials (num_splits > 1), in the caller's workspace: partial_lse (rows_total,
-  // num_splits) and partial_out (num_splits, rows_total, hdim) by row id, rows_total =
-  // heads_q · (batch·seqlen_q, or total_q for varlen). Every split of a row writes its partial
-  // (LSE −inf when it holds no key the row sees), so the combine reads nothing unwritten.
+  // Split partials, in the caller's workspace. The uniform plan's (num_splits > 1): partial_lse
+  // (rows_total, num_splits) and partial_out (num_splits, rows_total, hdim) by row id,
+  // rows_total = heads_q · (batch·seqlen_q, or total_q for varlen); every split of a row writes
+  // its partial (LSE −inf when it holds no key the row sees), so the combine reads nothing
+  // unwritten. The balanced schedule's: the slots of split sequences (work.cuh, PartialRows).
   float* partial_lse = nullptr;
   float* partial_out = nullptr;
   int64_t rows_total = 0;
+
+  // The balanced schedule (split_schedule.hpp; MLA's kernels when the call fixes no split), in
+  // the workspace after the partials, written by the schedule kernel before the attention
+  // reads it: `parts` persistent CTAs per (kv-head, row tile). Null: the uniform plan.
+  schedule::PartStart* part_starts = nullptr;
+  int32_t* first_slot = nullptr;
+  int32_t parts = 0;
 };
 
 }  // namespace hfa::sm90::decode

@@ -1,8 +1,15 @@
-// The decode scheduler: what one CTA does. The grid is (split, kv-head × row tile, sequence): a
-// CTA takes one sequence's query rows of one kv-head (the rows of a GQA group, group · seqlen_q
-// of them, row r = query r / group of head r % group) and one split of their keys. The split plan
-// (how many splits, and split_size for fixed chunks) is the host's (plan.cpp); here it becomes the
-// CTA's stages of kBlockN keys. Every decode kernel starts from this, whatever its math.
+// The decode scheduler: what one CTA does. A piece of work is one sequence's query rows of one
+// kv-head (the rows of a GQA group, group · seqlen_q of them, row r = query r / group of head
+// r % group), the rows of one row tile, and a range of their keys. Two parts make the pieces:
+//   the uniform plan (decode_work) — the grid is (split, kv-head × row tile, sequence), one
+//     piece a CTA: split s of every sequence's keys, from the host's split plan (plan.cpp: how
+//     many splits, and split_size for fixed chunks). Every decode kernel runs on it.
+//   the balanced schedule (WorkWalk over split_schedule.hpp) — the grid is (part, kv-head × row
+//     tile), a persistent CTA walks its part's range of (sequence, tile): whole sequences and
+//     pieces of split ones, written on the device by the schedule kernel. MLA's kernels (either
+//     cache) run on it unless the call fixes the splits (WorkWalk takes either part).
+// Each piece becomes the CTA's stages of kBlockN keys; its rows' results go to out and lse, or
+// to the piece's partial (PartialRows), which a combine kernel merges.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +17,7 @@
 #include "sm90/common/window.cuh"
 #include "sm90/decode/params.hpp"
 #include "sm90/decode/sequence.cuh"
+#include "sm90/decode/split_schedule.hpp"
 
 namespace hfa::sm90::decode {
 
@@ -59,7 +67,7 @@ struct DecodeWork {
   __device__ __forceinline__ bool has_rows() const { return first_row < rows; }
 
   // Row r's keys: the window's bounds for its query, cut to the CTA's (a no-op for an even share,
-  // whose stages hold whole rows' ranges; the cut of a split_size chunk).
+  // whose stages hold whole rows' ranges; the cut of a split_size chunk or of a scheduled piece).
   __device__ __forceinline__ RowKeys row_keys(const Params& p, int r) const {
     const int i = r / p.group;
     RowKeys k;
@@ -77,16 +85,44 @@ struct DecodeWork {
   }
 };
 
-// With split_size, split s takes chunk s at fixed boundaries (whatever the batch), which need
-// not fall on a stage: row_keys cuts the chunk's first and last stage. Else an even share of the
-// stages.
-template <int kRowsPerTile, int kBlockN>
-__device__ __forceinline__ DecodeWork decode_work(const Params& p) {
+// Keys [begin, end): those some row of a range sees.
+struct KeyRange {
+  int begin, end;
+};
+
+// The keys rows first_row … last_row (of the sequence's, at least one) see: the window's bounds
+// for their queries, within the sequence's keys.
+__device__ __forceinline__ KeyRange keys_of_rows(const Params& p, const DecodeSequence& seq,
+                                                 int first_row, int last_row) {
+  const int diagonal = seq.diagonal();
+  KeyRange keys{0, seq.seqlen_k};
+  if (p.window_left >= 0)
+    keys.begin = max(0, window_first_key(p, first_row / p.group + diagonal));
+  if (p.window_right >= 0)
+    keys.end = min(keys.end, window_last_key(p, last_row / p.group + diagonal) + 1);
+  return keys;
+}
+
+// The stages of kBlockN keys that hold keys [begin, end): the first and how many.
+struct TileSpan {
+  int first, count;
+};
+
+template <int kBlockN>
+__device__ __forceinline__ TileSpan tiles_of_keys(int begin, int end) {
+  const int first = begin / kBlockN;
+  return {first, end > begin ? (end + kBlockN - 1) / kBlockN - first : 0};
+}
+
+// The CTA's row tile (blockIdx.y) of sequence `batch`, with every key its rows see; the split
+// (its index among the sequence's pieces) and the keys' cut are the caller's.
+template <int kRowsPerTile>
+__device__ __forceinline__ DecodeWork row_tile_work(const Params& p, int split, int batch) {
   DecodeWork w;
-  w.split = blockIdx.x;
+  w.split = split;
   w.kv_head = blockIdx.y / p.row_tiles;
   const int row_tile = blockIdx.y % p.row_tiles;
-  w.batch = blockIdx.z;
+  w.batch = batch;
   w.warp = int(threadIdx.x) / kWarpSize;
   w.lane = int(threadIdx.x) % kWarpSize;
   w.g = w.lane / 4;
@@ -94,29 +130,131 @@ __device__ __forceinline__ DecodeWork decode_work(const Params& p) {
   w.seq = decode_sequence(p, w.batch);
   w.first_row = row_tile * kRowsPerTile;
   w.rows = p.group * w.seq.seqlen_q;
-  const int diagonal = w.seq.diagonal();
   const int last_row = min(w.rows, w.first_row + kRowsPerTile) - 1;
-  w.key_begin = 0;
-  w.key_end = w.seq.seqlen_k;
-  if (p.window_left >= 0)
-    w.key_begin = max(0, window_first_key(p, w.first_row / p.group + diagonal));
-  if (p.window_right >= 0)
-    w.key_end = min(w.key_end, window_last_key(p, last_row / p.group + diagonal) + 1);
+  const KeyRange keys = keys_of_rows(p, w.seq, w.first_row, last_row);
+  w.key_begin = keys.begin;
+  w.key_end = keys.end;
+  return w;
+}
+
+// The uniform plan's piece. With split_size, split s takes chunk s at fixed boundaries (whatever
+// the batch), which need not fall on a stage: row_keys cuts the chunk's first and last stage.
+// Else an even share of the stages.
+template <int kRowsPerTile, int kBlockN>
+__device__ __forceinline__ DecodeWork decode_work(const Params& p) {
+  DecodeWork w = row_tile_work<kRowsPerTile>(p, blockIdx.x, blockIdx.z);
   if (p.split_size > 0) {
     const int64_t chunk_begin = int64_t(w.split) * p.split_size;
     w.key_begin = int(max(int64_t(w.key_begin), chunk_begin));
     w.key_end = int(min(int64_t(w.key_end), chunk_begin + p.split_size));
-    w.first_tile = w.key_begin / kBlockN;
-    w.n_tiles = w.key_end > w.key_begin ? (w.key_end + kBlockN - 1) / kBlockN - w.first_tile : 0;
+    const TileSpan tiles = tiles_of_keys<kBlockN>(w.key_begin, w.key_end);
+    w.first_tile = tiles.first;
+    w.n_tiles = tiles.count;
   } else {
-    const int tile_base = w.key_begin / kBlockN;
-    const int tiles_total =
-        w.key_end > w.key_begin ? (w.key_end + kBlockN - 1) / kBlockN - tile_base : 0;
-    const int tiles_per_split = (tiles_total + p.num_splits - 1) / p.num_splits;
-    w.first_tile = tile_base + w.split * tiles_per_split;
-    w.n_tiles = min(max(tiles_total - w.split * tiles_per_split, 0), tiles_per_split);
+    const TileSpan all = tiles_of_keys<kBlockN>(w.key_begin, w.key_end);
+    const int tiles_per_split = (all.count + p.num_splits - 1) / p.num_splits;
+    w.first_tile = all.first + w.split * tiles_per_split;
+    w.n_tiles = min(max(all.count - w.split * tiles_per_split, 0), tiles_per_split);
   }
   return w;
+}
+
+// The stages a balanced schedule deals out for a sequence: those of the keys its rows see, all
+// rows together (each row tile then cuts its piece to its own rows' keys).
+template <int kBlockN>
+__device__ __forceinline__ TileSpan scheduled_tiles(const Params& p, const DecodeSequence& seq) {
+  const KeyRange keys = keys_of_rows(p, seq, 0, p.group * seq.seqlen_q - 1);
+  return tiles_of_keys<kBlockN>(keys.begin, keys.end);
+}
+
+// The CTA's pieces of work in order, whichever part makes them: the one the uniform plan's grid
+// gives it, or those of its part of the balanced schedule (p.part_starts set). Every thread of
+// the CTA walks the same pieces.
+template <int kRowsPerTile, int kBlockN>
+class WorkWalk {
+ public:
+  __device__ __forceinline__ explicit WorkWalk(const Params& p) : p_(p) {
+    if (p.part_starts == nullptr) {
+      next_ = {int32_t(blockIdx.z), 0, 0};
+      end_ = {int32_t(blockIdx.z) + 1, 0, 0};
+    } else {
+      next_ = p.part_starts[blockIdx.x];
+      end_ = p.part_starts[blockIdx.x + 1];
+    }
+  }
+
+  // The next piece with rows into *work; false when none is left.
+  __device__ __forceinline__ bool next(DecodeWork* work) {
+    while (schedule::reaches(end_, next_.sequence)) {
+      const int32_t b = next_.sequence;
+      if (p_.part_starts == nullptr) {
+        *work = decode_work<kRowsPerTile, kBlockN>(p_);
+      } else {
+        *work = row_tile_work<kRowsPerTile>(p_, 0, b);
+        const TileSpan tiles = scheduled_tiles<kBlockN>(p_, work->seq);
+        const schedule::Piece piece =
+            schedule::piece_of(next_, end_, b, schedule::units_of(tiles.count));
+        cut_to_piece(work, tiles.first, piece);
+      }
+      next_ = {b + 1, 0, 0};
+      if (work->has_rows()) return true;
+    }
+    return false;
+  }
+
+ private:
+  // The piece's units are stages from the sequence's first: the row tile's keys within them
+  // (in 64 bits: a last stage may reach past the int range of keys).
+  __device__ __forceinline__ static void cut_to_piece(DecodeWork* w, int first_tile,
+                                                      const schedule::Piece& piece) {
+    w->split = piece.split;
+    w->key_begin = max(w->key_begin, (first_tile + piece.first_unit) * kBlockN);
+    w->key_end = int(min(int64_t(w->key_end), int64_t(first_tile + piece.end_unit) * kBlockN));
+    const TileSpan tiles = tiles_of_keys<kBlockN>(w->key_begin, w->key_end);
+    w->first_tile = tiles.first;
+    w->n_tiles = tiles.count;
+  }
+
+  const Params& p_;
+  schedule::PartStart next_, end_;
+};
+
+// Where a piece's rows go: out and lse when it holds all their keys (out null), else its
+// partial. Row (h, i) of the sequence is partial row first_row + h · head_stride + i: its
+// output at out + row · hdim, its LSE at lse[row · lse_stride].
+struct PartialRows {
+  float* out;
+  float* lse;
+  int64_t first_row, head_stride;
+  int lse_stride;
+};
+
+// The uniform plan's: split s's partials (num_splits, rows_total, hdim) and LSEs (rows_total,
+// num_splits) by row id (what store_row writes). The balanced schedule's: sequence b's slots
+// (split_schedule.hpp), heads_q · seqlen_q rows each (h · seqlen_q + i), and their LSEs
+// (slot row, piece) after the partials of the slots before.
+template <int kHeadDim>
+__device__ __forceinline__ PartialRows partial_rows(const Params& p, const DecodeWork& w) {
+  PartialRows rows{};
+  if (p.part_starts == nullptr) {
+    if (p.num_splits == 1) return rows;
+    rows.out = p.partial_out + int64_t(w.split) * p.rows_total * kHeadDim;
+    rows.lse = p.partial_lse + w.split;
+    rows.first_row = int64_t(w.batch) * p.row_id_batch_stride + w.seq.q_begin;
+    rows.head_stride = p.row_id_head_stride;
+    rows.lse_stride = p.num_splits;
+    return rows;
+  }
+  const int32_t first_slot = p.first_slot[w.batch];
+  const int32_t slots = p.first_slot[w.batch + 1] - first_slot;
+  if (slots == 0) return rows;
+  const int64_t slot_rows = int64_t(p.heads_q) * p.seqlen_q;
+  rows.out = p.partial_out + (first_slot + w.split) * slot_rows * kHeadDim;
+  rows.lse = p.partial_lse + first_slot * slot_rows + w.split;
+  rows.first_row = 0;
+  rows.head_stride = p.seqlen_q;
+  rows.lse_stride = slots;
+  return rows;
 }
 
 }  // namespace hfa::sm90::decode

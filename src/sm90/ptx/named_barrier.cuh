@@ -14,7 +14,9 @@ enum class NamedBarrier : uint32_t {
   v_padding_zeroed = 6,  // 6..8: forward, consumer warpgroup 0..2 zeroed V's rows past seqused_k
   out_staged = 9,        // 9..11: forward, consumer warpgroup 0..2's O buffer (free, then written)
   gradients_staged = 12, // backward: K and V free for dK and dV, then holding them
-  count = 13,
+  mla_consumers = 13,    // MLA decode: both consumer warpgroups (Q staged, row maxima, row sums)
+  mla_p_ready = 14,      // MLA decode: both warpgroups' halves of P are in shared memory
+  count = 15,
 };
 
 inline constexpr uint32_t kWarpgroupThreads = 128;

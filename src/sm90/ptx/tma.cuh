@@ -1,6 +1,7 @@
 // TMA: the Tensor Memory Accelerator's bulk copies between global and shared memory: tensor
 // copies described by a CUtensorMap built on the host (tma_descriptor.hpp), and plain 1-D runs of
-// bytes (load_1d, reduce_add_1d). One thread issues each. Loads complete on an mbarrier (transaction bytes); stores complete in bulk groups.
+// bytes (load_1d, reduce_add_1d, and prefetch_l2_1d into L2 only). One thread issues each. Loads
+// complete on an mbarrier (transaction bytes); stores complete in bulk groups.
 // Out-of-bounds box elements read as zero and are never written: tails need no special code.
 #pragma once
 
@@ -56,6 +57,15 @@ __device__ __forceinline__ void load_1d(void* smem_dst, const void* src, uint32_
       "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_address(barrier)),
       "l"(static_cast<uint64_t>(hint))
       : "memory");
+}
+
+// Asks for `bytes` (a multiple of 16; the address 16-byte aligned) of global memory to be brought
+// into L2, and returns at once: a hint, with no barrier and no destination, so that later loads
+// of those bytes hit L2 rather than HBM.
+__device__ __forceinline__ void prefetch_l2_1d(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(src)),
+               "r"(bytes)
+               : "memory");
 }
 
 // Adds `bytes` of fp32 values from shared memory into global memory, element by element and
