@@ -34,8 +34,10 @@ __device__ __forceinline__ void consume(const Params& p, SharedStorage<Config, E
   if (blocks.count() > 0) {
     smem.kv_full.wait(0);
     mainloop.zero_key_padding(tile);
+    mainloop.begin();
     for_each_step<Config>(p, tile, blocks,
                           [&](int head, int m) { mainloop.step(tile, head, m, dk, dv); });
+    mainloop.drain();
   }
   Epilogue<Config, Element, kWarpgroup>{p, smem, thread}.run(dk, dv, tile);
 }
@@ -68,6 +70,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1) backward_kernel(const __g
       for (int stage = 0; stage < Config::kStagesDq; ++stage) {
         smem.dq_full[stage].init(kWarpsPerConsumers);
         smem.dq_empty[stage].init(1);
+      }
+    }
+    if constexpr (Config::kKeysSplit) {
+      for (auto& warpgroup : smem.step_done) {
+        for (ptx::Mbarrier& stage : warpgroup) stage.init(kThreadsPerWarpgroup / 32);
       }
     }
     ptx::fence_barrier_init();

@@ -45,7 +45,12 @@ struct ConsumerMainloop
   static constexpr bool kScoresInRegisters = Config::kKeysSplit;
   static_assert(kScoresInRegisters == (Config::kScoreColumns == Config::kBlockM));
 
+  // Keys split: a step's dQ is computed in the next step (lagged_step).
+  static constexpr bool kLaggedDq = kScoresInRegisters;
   ptx::RingPosition<Config::kStagesDq> dq_ring;
+  // The stage of the step whose dQ is still to be computed, if any (kLaggedDq).
+  ptx::RingPosition<Config::kStagesScores> lagging_ring;
+  bool lagging = false;
 
   using Base::Base;
 
@@ -233,35 +238,144 @@ struct ConsumerMainloop
 
   // ---- The step ------------------------------------------------------------------------------
 
-  // The Pᵀ tile of a stage: its own when the warpgroups share P, else dS's (never read).
-  __device__ __forceinline__ auto& prob_tile(int stage) {
-    if constexpr (kScoresInRegisters) return smem.ds[stage];
-    else return smem.p[stage];
+  // dQ's slabs after the first, which `dq` holds complete: each out (into the writer's tile,
+  // or added from registers into `chunk`) before the next is computed into the same registers.
+  __device__ __forceinline__ void finish_dq(float (&dq)[kDqAcc], const typename Storage::DsTile& ds,
+                                            float* chunk) {
+    constexpr bool kThroughWriter = !Config::kDqFromRegisters;  // tile_config.hpp
+    auto emit_dq = [&](int slab) {
+      if constexpr (kThroughWriter) store_dq(dq, slab);
+      else add_dq(dq, chunk, slab);
+    };
+    // The writer has read this tile's last use.
+    if constexpr (kThroughWriter) smem.dq_empty[dq_ring.stage].wait(dq_ring.phase ^ 1);
+    emit_dq(kRole.dq_first);
+#pragma unroll
+    for (int j = 1; j < kRole.dq_count; ++j) {
+      ptx::fence_operands(dq);
+      ptx::fence();
+      issue_dq(dq, ds, kRole.dq_first + j);
+      ptx::commit_group();
+      ptx::wait_group<0>();
+      ptx::fence_operands(dq);
+      emit_dq(kRole.dq_first + j);
+    }
+    if constexpr (kThroughWriter) {
+      ptx::fence_proxy_async_smem();  // the writer's bulk add reads the tile (async proxy)
+      release(smem.dq_full[dq_ring.stage]);
+      dq_ring.advance();
+    }
   }
 
   __device__ void step(const KeyTile& tile, int head, int m_block, float (&dk)[kDkAcc],
                        float (&dv)[kDvAcc]) {
+    if constexpr (kLaggedDq) lagged_step(tile, head, m_block, dk, dv);
+    else shared_step(tile, head, m_block, dk, dv);
+  }
+
+  // Keys split (kLaggedDq): dV and dK need only this warpgroup's Pᵀ and dSᵀ, and go at once;
+  // dQ needs both warpgroups' dSᵀ, so a step computes the previous step's dQ, whose dSᵀ the
+  // other warpgroup stored a step ago: the warpgroups never wait for each other inside a step,
+  // and one's exponentials can run beside the other's GEMMs.
+  __device__ void lagged_step(const KeyTile& tile, int head, int m_block, float (&dk)[kDkAcc],
+                              float (&dv)[kDvAcc]) {
+    static_assert(!Config::kDqFromRegisters, "lagged dQ goes through the writer's tile");
+    const int q_stage = q_ring.stage, do_stage = do_ring.stage;
+    uint32_t prob[kSAcc / 2], grad[kSAcc / 2];
+    this->scores_and_gradients(tile, head, m_block, prob, grad);
+    ptx::fence_operands(dv);
+    ptx::fence_operands(dk);
+    ptx::fence_operands(prob);
+    ptx::fence_operands(grad);
+    ptx::fence();
+    issue_key_gradient<kRole.dv_count>(dv, prob, smem.ds[0], smem.dout[do_stage], kRole.dv_first);
+    issue_key_gradient<kRole.dk_count>(dk, grad, smem.ds[0], smem.q[q_stage], kRole.dk_first);
+    ptx::commit_group();
+    this->stamp(7);
+
+    // The other warpgroup's last step is done: its dSᵀ is in the last stage, and its dQ GEMM
+    // no longer reads this one.
+    const int stage = scores_ring.stage;
+    if (lagging) other_step_done(lagging_ring).wait(lagging_ring.phase);
+    this->stamp(8);
+    store_ds(smem.ds[stage], grad);
+    ptx::fence_proxy_async_smem();  // read by wgmma (async proxy) next
+    this->stamp(9);
+    if (lagging) lagged_dq(lagging_ring.stage);
+    this->stamp(10);
+    ptx::wait_group<0>();
+    this->stamp(11);
+    ptx::fence_operands(dv);
+    ptx::fence_operands(dk);
+    ptx::fence_operands(prob);
+    ptx::fence_operands(grad);
+    release(own_step_done(scores_ring));
+    release_stage(smem.do_empty[do_stage]);
+    release_stage(smem.q_empty[q_stage]);
+    do_ring.advance();
+    q_ring.advance();
+    lagging_ring = scores_ring;
+    lagging = true;
+    scores_ring.advance();
+    this->stamp(12);
+  }
+
+  // After the last step (kLaggedDq): its dQ.
+  __device__ void drain() {
+    if constexpr (kLaggedDq) {
+      if (!lagging) return;
+      other_step_done(lagging_ring).wait(lagging_ring.phase);
+      lagged_dq(lagging_ring.stage);
+      // EXPERIMENT: warpgroup 1's last turn handed to warpgroup 0, taken.
+      if constexpr (kWarpgroup == 0) {
+        ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, 0),
+                                kBothWarpgroups);
+      }
+    }
+  }
+  // EXPERIMENT: warpgroup 0 takes the first turn at the exponentials.
+  __device__ void begin() {
+    if constexpr (kLaggedDq && kWarpgroup == 1) {
+      ptx::named_barrier_arrive(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, 0),
+                                kBothWarpgroups);
+    }
+  }
+
+  // The lagged step's dQ, from the dSᵀ tiles of a stage both warpgroups have stored.
+  __device__ __forceinline__ void lagged_dq(int stage) {
+    float dq[kDqAcc];
+    ptx::fence_operands(dq);
+    ptx::fence();
+    issue_dq(dq, smem.ds[stage], kRole.dq_first);
+    ptx::commit_group();
+    ptx::wait_group<0>();
+    ptx::fence_operands(dq);
+    finish_dq(dq, smem.ds[stage], nullptr);
+  }
+
+  __device__ ptx::Mbarrier& own_step_done(const ptx::RingPosition<Config::kStagesScores>& at) {
+    return smem.step_done[kWarpgroup][at.stage];
+  }
+  __device__ ptx::Mbarrier& other_step_done(const ptx::RingPosition<Config::kStagesScores>& at) {
+    return smem.step_done[1 - kWarpgroup][at.stage];
+  }
+
+  // Head dims split: the warpgroups' Pᵀ and dSᵀ meet in shared memory before dV and dK.
+  __device__ void shared_step(const KeyTile& tile, int head, int m_block, float (&dk)[kDkAcc],
+                              float (&dv)[kDvAcc]) {
     const int q_stage = q_ring.stage, do_stage = do_ring.stage, scores_stage = scores_ring.stage;
     uint32_t prob[kSAcc / 2], grad[kSAcc / 2];
     this->scores_and_gradients(tile, head, m_block, prob, grad);
     typename Storage::DsTile& ds_tile = smem.ds[scores_stage];
     store_ds(ds_tile, grad);
-    if constexpr (!kScoresInRegisters) store_scores(prob_tile(scores_stage), prob);
+    store_scores(smem.p[scores_stage], prob);
     ptx::fence_proxy_async_smem();  // the tiles are read by wgmma (async proxy) next
-
-    // dV first, from registers before the other warpgroup's scores are in; from the shared
-    // tiles after them.
-    auto issue_dv = [&] {
-      ptx::fence_operands(dv);
-      ptx::fence_operands(prob);
-      ptx::fence();
-      issue_key_gradient<kRole.dv_count>(dv, prob, prob_tile(scores_stage), smem.dout[do_stage],
-                                         kRole.dv_first);
-      ptx::commit_group();
-    };
-    if constexpr (kScoresInRegisters) issue_dv();
     ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::scores_shared), kBothWarpgroups);
-    if constexpr (!kScoresInRegisters) issue_dv();
+    ptx::fence_operands(dv);
+    ptx::fence();
+    issue_key_gradient<kRole.dv_count>(dv, prob, smem.p[scores_stage], smem.dout[do_stage],
+                                       kRole.dv_first);
+    ptx::commit_group();
 
     float dq[kDqAcc];
     ptx::fence_operands(dq);
@@ -279,31 +393,9 @@ struct ConsumerMainloop
     release_stage(smem.do_empty[do_stage]);
     do_ring.advance();
 
-    constexpr bool kThroughWriter = !Config::kDqFromRegisters;  // tile_config.hpp
-    float* chunk = p.ws.dq_accum +
-                   dq_chunk_index<Config::kBlockM>(p, tile.batch, head, m_block) * Dq::kFloats;
-    auto emit_dq = [&](int slab) {
-      if constexpr (kThroughWriter) store_dq(dq, slab);
-      else add_dq(dq, chunk, slab);
-    };
-    // The writer has read this tile's last use.
-    if constexpr (kThroughWriter) smem.dq_empty[dq_ring.stage].wait(dq_ring.phase ^ 1);
-    emit_dq(kRole.dq_first);
-#pragma unroll
-    for (int j = 1; j < kRole.dq_count; ++j) {
-      ptx::fence_operands(dq);
-      ptx::fence();
-      issue_dq(dq, ds_tile, kRole.dq_first + j);
-      ptx::commit_group();
-      ptx::wait_group<0>();
-      ptx::fence_operands(dq);
-      emit_dq(kRole.dq_first + j);
-    }
-    if constexpr (kThroughWriter) {
-      ptx::fence_proxy_async_smem();  // the writer's bulk add reads the tile (async proxy)
-      release(smem.dq_full[dq_ring.stage]);
-      dq_ring.advance();
-    }
+    finish_dq(dq, ds_tile,
+              p.ws.dq_accum + dq_chunk_index<Config::kBlockM>(p, tile.batch, head, m_block) *
+                                  Dq::kFloats);
 
     ptx::wait_group<0>();
     ptx::fence_operands(dk);
