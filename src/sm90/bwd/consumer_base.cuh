@@ -6,7 +6,6 @@
 // the GEMM's A (issue_score_gemm) and how its fragment maps to queries and keys (probabilities,
 // score_gradients).
 #pragma once
-#define HFA_BWD_SCHED_MASK 0x78
 
 #include "sm90/bwd/mask.cuh"
 #include "sm90/bwd/params.hpp"
@@ -19,8 +18,6 @@
 #include "sm90/ptx/wgmma.cuh"
 
 namespace hfa::sm90::bwd {
-
-__device__ uint32_t g_sched_sink;
 
 template <typename Derived, typename Config, typename Element, int kWarpgroup>
 struct ConsumerBase {
@@ -42,16 +39,6 @@ struct ConsumerBase {
   ptx::RingPosition<Config::kStagesQ> q_ring;
   ptx::RingPosition<Config::kStagesDO> do_ring;
   ptx::RingPosition<Config::kStagesScores> scores_ring;
-  // EXPERIMENT: a clock read as a scheduling barrier at point e, where HFA_BWD_SCHED_MASK has bit e.
-  __device__ __forceinline__ void stamp(int e) {
-#ifdef HFA_BWD_SCHED_MASK
-    if ((HFA_BWD_SCHED_MASK >> e) & 1) {
-      uint32_t t;
-      asm volatile("mov.u32 %0, %%clock;" : "=r"(t)::"memory");
-      if (t == 0xffffffffu) g_sched_sink = t;
-    }
-#endif
-  }
 
   __device__ ConsumerBase(const Params& params, Storage& storage, int thread_in_warpgroup)
       : p(params), smem(storage), thread(thread_in_warpgroup), at(ptx::fragment_coords(thread)) {}
@@ -149,7 +136,6 @@ struct ConsumerBase {
     Mods head_mods{};
     if constexpr (Mods::kPositional) head_mods = row_score_mods<Mods>(p.alibi, tile.batch, head);
 
-    stamp(0);
     smem.q_full[q_stage].wait(q_ring.phase);
     const int valid_queries = tile.seq.seqlen_q - m_block * Config::kBlockM;
     const bool padded = p.seqused_q != nullptr && valid_queries < Config::kBlockM;
@@ -165,33 +151,27 @@ struct ConsumerBase {
     ptx::fence();
     mainloop.issue_score_gemm(s, smem.q[q_stage], smem.k);
     ptx::commit_group();
-    stamp(1);
     smem.do_full[do_stage].wait(do_ring.phase);
     ptx::fence();  // as before every GEMM: else ptxas injects the fence itself (advisory C7519)
     mainloop.issue_score_gemm(dp, smem.dout[do_stage], smem.v);
     ptx::commit_group();
-    stamp(2);
     ptx::wait_group<1>();
     ptx::fence_operands(s);
-    stamp(3);
     // EXPERIMENT: the warpgroups take turns at the exponentials (keys split).
     if constexpr (Config::kKeysSplit) {
       ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, kWarpgroup),
                               kBothWarpgroups);
     }
     mainloop.probabilities(s, factor, tile, m_block, q_stage, head_mods);
-    stamp(4);
     if constexpr (Config::kKeysSplit) {
       ptx::named_barrier_arrive(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, 1 - kWarpgroup),
                                 kBothWarpgroups);
     }
     ptx::wait_group<0>();
     ptx::fence_operands(dp);
-    stamp(5);
     mainloop.score_gradients(dp, s, factor, do_stage);
     ptx::accumulator_to_operand<Element>(s, prob);
     ptx::accumulator_to_operand<Element>(dp, grad);
-    stamp(6);
   }
 };
 

@@ -291,20 +291,15 @@ struct ConsumerMainloop
     issue_key_gradient<kRole.dv_count>(dv, prob, smem.ds[0], smem.dout[do_stage], kRole.dv_first);
     issue_key_gradient<kRole.dk_count>(dk, grad, smem.ds[0], smem.q[q_stage], kRole.dk_first);
     ptx::commit_group();
-    this->stamp(7);
 
     // The other warpgroup's last step is done: its dSᵀ is in the last stage, and its dQ GEMM
     // no longer reads this one.
     const int stage = scores_ring.stage;
     if (lagging) other_step_done(lagging_ring).wait(lagging_ring.phase);
-    this->stamp(8);
     store_ds(smem.ds[stage], grad);
     ptx::fence_proxy_async_smem();  // read by wgmma (async proxy) next
-    this->stamp(9);
     if (lagging) lagged_dq(lagging_ring.stage);
-    this->stamp(10);
     ptx::wait_group<0>();
-    this->stamp(11);
     ptx::fence_operands(dv);
     ptx::fence_operands(dk);
     ptx::fence_operands(prob);
@@ -317,7 +312,6 @@ struct ConsumerMainloop
     lagging_ring = scores_ring;
     lagging = true;
     scores_ring.advance();
-    this->stamp(12);
   }
 
   // After the last step (kLaggedDq): its dQ.
