@@ -164,8 +164,17 @@ struct ConsumerBase {
     }
     mainloop.probabilities(s, factor, tile, m_block, q_stage, head_mods);
     if constexpr (Config::kKeysSplit) {
-      ptx::named_barrier_arrive(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, 1 - kWarpgroup),
-                                kBothWarpgroups);
+      // EXPERIMENT: the turn passes once every exponential is computed: the barrier's thread
+      // count depends on all of them (their sign bits, 0: an exponential is never negative),
+      // so ptxas cannot hand the turn on before the last one (it did, after 3 of 40, r23h).
+      uint32_t signs = 0;
+#pragma unroll
+      for (int i = 0; i < kSAcc; ++i) signs |= __float_as_uint(s[i]);
+      const uint32_t threads = kBothWarpgroups + (signs >> 31) * 32;
+      asm volatile("bar.arrive %0, %1;\n" ::"r"(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler,
+                                                                  1 - kWarpgroup)),
+                   "r"(threads)
+                   : "memory");
     }
     ptx::wait_group<0>();
     ptx::fence_operands(dp);
