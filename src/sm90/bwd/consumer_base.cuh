@@ -165,12 +165,14 @@ struct ConsumerBase {
     mainloop.probabilities(s, factor, tile, m_block, q_stage, head_mods);
     if constexpr (Config::kKeysSplit) {
       // EXPERIMENT: the turn passes once every exponential is computed: the barrier's thread
-      // count depends on all of them (their sign bits, 0: an exponential is never negative),
-      // so ptxas cannot hand the turn on before the last one (it did, after 3 of 40, r23h).
-      uint32_t signs = 0;
+      // count depends on all of them, so ptxas cannot hand the turn on before the last one (it
+      // did, after 3 of 40, r23h). min(bits | 256, 256) is 256 whatever the bits (NaN
+      // included), in an asm the compiler does not fold.
+      uint32_t bits = kBothWarpgroups;
 #pragma unroll
-      for (int i = 0; i < kSAcc; ++i) signs |= __float_as_uint(s[i]);
-      const uint32_t threads = kBothWarpgroups + (signs >> 31) * 32;
+      for (int i = 0; i < kSAcc; ++i) bits |= __float_as_uint(s[i]);
+      uint32_t threads;
+      asm volatile("min.u32 %0, %1, %2;\n" : "=r"(threads) : "r"(bits), "n"(kBothWarpgroups));
       asm volatile("bar.arrive %0, %1;\n" ::"r"(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler,
                                                                   1 - kWarpgroup)),
                    "r"(threads)
