@@ -46,6 +46,7 @@ struct ConsumerBase {
   // After the last step: what a mainloop defers past a step (ConsumerMainloop: the lagged dQ).
   __device__ __forceinline__ void drain() {}
   __device__ __forceinline__ void begin() {}
+  __device__ __forceinline__ bool takes_turns(int) const { return false; }
 
   // A Q or dO stage: every thread releases its own reads (tile_config.hpp, kStageReleasers).
   __device__ __forceinline__ void release_stage(ptx::Mbarrier& empty) { empty.arrive(); }
@@ -126,6 +127,7 @@ struct ConsumerBase {
   // share (dO's wait between the two GEMMs, so that S runs while dO lands), then P and dS,
   // packed as operand pairs (accumulator_to_operand) into prob and grad. Q and dO rows past the
   // used queries (seqused_q) are zeroed first.
+  template <bool kTakeTurns = false>
   __device__ __forceinline__ void scores_and_gradients(const KeyTile& tile, int head, int m_block,
                                                        uint32_t (&prob)[kSAcc / 2],
                                                        uint32_t (&grad)[kSAcc / 2]) {
@@ -158,12 +160,12 @@ struct ConsumerBase {
     ptx::wait_group<1>();
     ptx::fence_operands(s);
     // EXPERIMENT: the warpgroups take turns at the exponentials (keys split).
-    if constexpr (Config::kKeysSplit) {
+    if constexpr (kTakeTurns) {
       ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, kWarpgroup),
                               kBothWarpgroups);
     }
     mainloop.probabilities(s, factor, tile, m_block, q_stage, head_mods);
-    if constexpr (Config::kKeysSplit) {
+    if constexpr (kTakeTurns) {
       // EXPERIMENT: the turn passes once every exponential is computed: the barrier's thread
       // count depends on all of them, so ptxas cannot hand the turn on before the last one (it
       // did, after 3 of 40, r23h). min(bits | 256, 256) is 256 whatever the bits (NaN

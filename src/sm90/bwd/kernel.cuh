@@ -34,10 +34,17 @@ __device__ __forceinline__ void consume(const Params& p, SharedStorage<Config, E
   if (blocks.count() > 0) {
     smem.kv_full.wait(0);
     mainloop.zero_key_padding(tile);
-    mainloop.begin();
-    for_each_step<Config>(p, tile, blocks,
-                          [&](int head, int m) { mainloop.step(tile, head, m, dk, dv); });
-    mainloop.drain();
+    if (mainloop.takes_turns(p.heads_per_tile * blocks.count())) {
+      if constexpr (requires { requires Mainloop::kLaggedDq; }) {
+        mainloop.begin();
+        for_each_step<Config>(p, tile, blocks,
+                              [&](int head, int m) { mainloop.lagged_step(tile, head, m, dk, dv); });
+        mainloop.drain();
+      }
+    } else {
+      for_each_step<Config>(p, tile, blocks,
+                            [&](int head, int m) { mainloop.step(tile, head, m, dk, dv); });
+    }
   }
   Epilogue<Config, Element, kWarpgroup>{p, smem, thread}.run(dk, dv, tile);
 }

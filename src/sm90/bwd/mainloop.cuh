@@ -267,10 +267,18 @@ struct ConsumerMainloop
     }
   }
 
+  // A walk takes turns at the exponentials with dQ a step late (lagged_step) from this many
+  // steps; shorter ones step as one (shared_step): the turns' skew and the last step's dQ cost
+  // about half a step at the walk's end. EXPERIMENT: the count.
+  static constexpr int kTurnsFromSteps = 16;
+
+  __device__ __forceinline__ bool takes_turns(int steps) const {
+    return kLaggedDq && steps >= kTurnsFromSteps;
+  }
+
   __device__ void step(const KeyTile& tile, int head, int m_block, float (&dk)[kDkAcc],
                        float (&dv)[kDvAcc]) {
-    if constexpr (kLaggedDq) lagged_step(tile, head, m_block, dk, dv);
-    else shared_step(tile, head, m_block, dk, dv);
+    shared_step(tile, head, m_block, dk, dv);
   }
 
   // Keys split (kLaggedDq): dV and dK need only this warpgroup's Pᵀ and dSᵀ, and go at once;
@@ -282,7 +290,7 @@ struct ConsumerMainloop
     static_assert(!Config::kDqFromRegisters, "lagged dQ goes through the writer's tile");
     const int q_stage = q_ring.stage, do_stage = do_ring.stage;
     uint32_t prob[kSAcc / 2], grad[kSAcc / 2];
-    this->scores_and_gradients(tile, head, m_block, prob, grad);
+    this->template scores_and_gradients<true>(tile, head, m_block, prob, grad);
     ptx::fence_operands(dv);
     ptx::fence_operands(dk);
     ptx::fence_operands(prob);
@@ -354,7 +362,13 @@ struct ConsumerMainloop
     return smem.step_done[1 - kWarpgroup][at.stage];
   }
 
-  // Head dims split: the warpgroups' Pᵀ and dSᵀ meet in shared memory before dV and dK.
+  // The Pᵀ tile of a stage: its own when the warpgroups share P, else dS's (never read).
+  __device__ __forceinline__ auto& prob_tile(int stage) {
+    if constexpr (kScoresInRegisters) return smem.ds[stage];
+    else return smem.p[stage];
+  }
+
+  // The warpgroups' dSᵀ (and, head dims split, Pᵀ) meet in shared memory before dQ.
   __device__ void shared_step(const KeyTile& tile, int head, int m_block, float (&dk)[kDkAcc],
                               float (&dv)[kDvAcc]) {
     const int q_stage = q_ring.stage, do_stage = do_ring.stage, scores_stage = scores_ring.stage;
@@ -362,14 +376,22 @@ struct ConsumerMainloop
     this->scores_and_gradients(tile, head, m_block, prob, grad);
     typename Storage::DsTile& ds_tile = smem.ds[scores_stage];
     store_ds(ds_tile, grad);
-    store_scores(smem.p[scores_stage], prob);
+    if constexpr (!kScoresInRegisters) store_scores(prob_tile(scores_stage), prob);
     ptx::fence_proxy_async_smem();  // the tiles are read by wgmma (async proxy) next
+
+    // dV first, from registers before the other warpgroup's scores are in; from the shared
+    // tiles after them.
+    auto issue_dv = [&] {
+      ptx::fence_operands(dv);
+      ptx::fence_operands(prob);
+      ptx::fence();
+      issue_key_gradient<kRole.dv_count>(dv, prob, prob_tile(scores_stage), smem.dout[do_stage],
+                                         kRole.dv_first);
+      ptx::commit_group();
+    };
+    if constexpr (kScoresInRegisters) issue_dv();
     ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::scores_shared), kBothWarpgroups);
-    ptx::fence_operands(dv);
-    ptx::fence();
-    issue_key_gradient<kRole.dv_count>(dv, prob, smem.p[scores_stage], smem.dout[do_stage],
-                                       kRole.dv_first);
-    ptx::commit_group();
+    if constexpr (!kScoresInRegisters) issue_dv();
 
     float dq[kDqAcc];
     ptx::fence_operands(dq);
