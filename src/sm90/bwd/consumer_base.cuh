@@ -196,26 +196,16 @@ struct ConsumerBase : SparseStepMaskOf<Config::kBlockSparse, Config::kBlockM / 3
     ptx::commit_group();
     ptx::wait_group<1>();
     ptx::fence_operands(s);
-    // EXPERIMENT: the warpgroups take turns at the exponentials (keys split).
+    // Taking turns (ConsumerMainloop::lagged_step): one warpgroup's exponentials at a time.
     if constexpr (kTakeTurns) {
       ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, kWarpgroup),
                               kBothWarpgroups);
     }
     mainloop.probabilities(s, factor, tile, m_block, q_stage, head_mods);
     if constexpr (kTakeTurns) {
-      // EXPERIMENT: the turn passes once every exponential is computed: the barrier's thread
-      // count depends on all of them, so ptxas cannot hand the turn on before the last one (it
-      // did, after 3 of 40, r23h). min(bits | 256, 256) is 256 whatever the bits (NaN
-      // included), in an asm the compiler does not fold.
-      uint32_t bits = kBothWarpgroups;
-#pragma unroll
-      for (int i = 0; i < kSAcc; ++i) bits |= __float_as_uint(s[i]);
-      uint32_t threads;
-      asm volatile("min.u32 %0, %1, %2;\n" : "=r"(threads) : "r"(bits), "n"(kBothWarpgroups));
-      asm volatile("bar.arrive %0, %1;\n" ::"r"(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler,
-                                                                  1 - kWarpgroup)),
-                   "r"(threads)
-                   : "memory");
+      // The turn passes once every exponential is computed.
+      ptx::named_barrier_arrive_after<kBothWarpgroups>(
+          s, ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, 1 - kWarpgroup));
     }
     ptx::wait_group<0>();
     ptx::fence_operands(dp);

@@ -282,7 +282,7 @@ struct ConsumerMainloop
   // they are packed; dQ needs both warpgroups' dSᵀ, so a step computes the previous step's dQ,
   // whose dSᵀ the other warpgroup stored a step ago (step_done): the warpgroups never wait for
   // each other inside a step, and they take turns at P's exponentials (scores_and_gradients),
-  // so that one's exponentials run beside the other's GEMMs. EXPERIMENT (issue 32).
+  // so that one's exponentials run beside the other's GEMMs (docs/decisions/044).
 
   // Warpgroup 0 takes the first turn: warpgroup 1 hands it one before the walk.
   __device__ void begin_turns() {

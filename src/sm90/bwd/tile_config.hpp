@@ -192,19 +192,21 @@ struct TileConfig {
   // neither gained (1.00, 0.99): MUFU is not what its step waits on (decision 042).
   static constexpr int kExp2OnFmaEvery = kHeadDimQK == 64 && kHeadDimV == 64 ? 4 : 0;
 
-  // EXPERIMENT (issue 32, docs/decisions/041 items 5-7): a launch whose CTAs walk this many
-  // steps or more on average (launch.cuh, mean_walk_steps) runs this configuration's kernel
-  // under TakingTurnsTileConfig: dQ a step late, so that the consumer warpgroups never wait for
-  // each other inside a step, and the two take turns at P's exponentials (named barriers), one
-  // warpgroup's exponentials beside the other's GEMMs. 0: never. Measured with every walk taking
-  // turns (r23g, r23h, r24a): +1-5 % from 4k queries, 0.95-0.97× at 1k, where a CTA walks 1-16
-  // steps and the walk's end (the turns' skew, the last step's dQ overlapping nothing) costs
-  // about half a step: 3 % of a 16-step walk. The keys-split tiles only (their Pᵀ and dSᵀ feed
-  // dV and dK from registers, so only dQ needs both warpgroups' dSᵀ), not under a softcap (its
-  // dS factors, kSAcc registers more: the turns kernel spilled 4 bytes at hdim 128). The
-  // deterministic mode keeps the shared step (launch.cuh). Its own kernel, chosen by the host:
-  // both step bodies in one kernel, chosen per CTA by its walk, spilled 24-140 bytes at hdim 128.
-  static constexpr int kTurnsFromSteps = kKeysSplit && !kSoftcap ? 16 : 0;
+  // A launch whose CTAs walk this many steps or more on average (launch.cuh, mean_walk_steps)
+  // runs this configuration's kernel under TakingTurnsTileConfig (docs/decisions/044): dQ a step
+  // late, so that the consumer warpgroups never wait for each other inside a step, and the two
+  // take turns at P's exponentials (named barriers), one warpgroup's exponentials beside the
+  // other's GEMMs. 0: never. hdim 128 (H100, against the shared step): +2.4 / +3.3 % non-causal
+  // at 4k / 16k, −0.5 / +1.7 % causal. Shorter walks keep the shared step: the walk's end (the
+  // turns' skew, the last step's dQ overlapping nothing) costs about half a step, 3 % of a
+  // 16-step walk (0.95-0.97× at 1k with every walk taking turns). Not at hdim 64, where a
+  // quarter of P's exponentials already runs on the FMA pipes (kExp2OnFmaEvery): −0.3 … −4.8 %
+  // from 4k. The keys-split tiles only (their Pᵀ and dSᵀ feed dV and dK from registers, so only
+  // dQ needs both warpgroups' dSᵀ), not under a softcap (its dS factors, kSAcc registers more:
+  // the turns kernel spilled 4 bytes at hdim 128). The deterministic mode keeps the shared step
+  // (launch.cuh). Its own kernel, chosen by the host: both step bodies in one kernel, chosen per
+  // CTA by its walk, spilled 24-140 bytes at hdim 128.
+  static constexpr int kTurnsFromSteps = kKeysSplit && !kSoftcap && kHeadDimQK != 64 ? 16 : 0;
   // Whether this kernel's steps take turns (TakingTurnsTileConfig below).
   static constexpr bool kTakesTurns = false;
 
