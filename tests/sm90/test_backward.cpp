@@ -203,9 +203,10 @@ TEST(BackwardSm90Gqa, WholeGroupsAndSplitHeads) {
 // average). Whole GQA groups of 8 (all but two SMs left free, as above) walk 8 heads × 3 or 4
 // query blocks, so that a step's dQ is computed in the next head's first step; fixed, varlen
 // (one sequence of a single block: a short walk in the same kernel) and seqused (rows zeroed
-// inside the walk) at hdim 64 and hdim 128 (80-query blocks); then the windowed tiles, which
-// split heads: hdim 64 causal over 4000 queries (17 blocks on average; hdim 128 causal at 4097
-// is in SeqlensRatiosMagnitudes).
+// inside the walk) at hdim 128 (80-query blocks), and the same walks at hdim 64, which keeps
+// the shared step (decision 044); then the windowed tiles, which split heads: hdim 64 causal
+// over 4000 queries (17 blocks on average; hdim 128 causal at 4097, which takes turns, is in
+// SeqlensRatiosMagnitudes).
 TEST(BackwardSm90Turns, LongWalks) {
   HFA_REQUIRE_HOPPER();
   int sms = 0;
