@@ -8,6 +8,7 @@
 //   Lengths: 1, 17, 255, 1000, 4097, seqlen_q ≠ seqlen_k both ways, GQA 8, large magnitudes;
 //     around hdim 128's 80-query blocks and hdim 192's and 256's 80-key blocks (79, 81, 161).
 //   NaN padding: rows past seqused hold NaN in q, k, v, dout, out and lse and must not leak.
+//   Turns: walks long enough to take turns at the exponentials (dQ a step late).
 //   Determinism: the deterministic mode gives the same bytes twice, and from a CUDA graph.
 #include <gtest/gtest.h>
 
@@ -195,6 +196,64 @@ TEST(BackwardSm90Gqa, WholeGroupsAndSplitHeads) {
       ASSERT_NO_FATAL_FAILURE(gpu.backward());
       check_backward_results(data, fwd, bwd);
     }
+}
+
+// Walks long enough to take turns at the exponentials, dQ a step late (TileConfig::
+// kTurnsFromSteps: launch.cuh runs the turns kernel where a CTA walks 16 steps or more on
+// average). Whole GQA groups of 8 (all but two SMs left free, as above) walk 8 heads × 3 or 4
+// query blocks, so that a step's dQ is computed in the next head's first step; fixed, varlen
+// (one sequence of a single block: a short walk in the same kernel) and seqused (rows zeroed
+// inside the walk) at hdim 128 (80-query blocks), and the same walks at hdim 64, which keeps
+// the shared step (decision 044); then the windowed tiles, which split heads: hdim 64 causal
+// over 4000 queries (17 blocks on average; hdim 128 causal at 4097, which takes turns, is in
+// SeqlensRatiosMagnitudes).
+TEST(BackwardSm90Turns, LongWalks) {
+  HFA_REQUIRE_HOPPER();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  std::vector<std::pair<AttentionCase, int>> cases;  // a case and its sm_margin
+  int turn = 0;
+  for (int hdim : {64, 128})
+    for (Layout layout : {Layout::fixed, Layout::varlen, Layout::seqused}) {
+      AttentionCase c;
+      c.dtype = turn % 2 ? DType::f16 : DType::bf16;
+      c.hdim_qk = c.hdim_v = hdim;
+      c.heads_q = 8, c.heads_kv = 1;
+      c.sinks = turn % 3 == 1;
+      if (layout == Layout::varlen) {
+        c.varlen_q = {300, 17, 260};
+        c.varlen_k = {200, 150, 1};  // 2 key blocks × 3 sequences: an even grid, whole groups
+      } else {
+        c.batch = 2, c.seqlen_q = 300, c.seqlen_k = 200;
+      }
+      if (layout == Layout::seqused) {
+        c.seqused_q = {250, 300};
+        c.seqused_k = {200, 77};
+      }
+      c.seed = 500 + turn++;
+      cases.emplace_back(c, sms - 2);
+    }
+  AttentionCase causal;
+  causal.dtype = DType::bf16;
+  causal.hdim_qk = causal.hdim_v = 64;
+  causal.causal = true;
+  causal.seqlen_q = causal.seqlen_k = 4000;
+  causal.heads_q = causal.heads_kv = 1;
+  causal.seed = 520;
+  cases.emplace_back(causal, 0);
+  for (const auto& [c, margin] : cases) {
+    SCOPED_TRACE(c.name() + ", sm_margin " + std::to_string(margin));
+    AttentionData data(c);
+    const ForwardExpectation fwd = expected_forward(data, true);
+    GpuCase gpu(data);
+    gpu.sm_margin = margin;
+    ASSERT_NO_FATAL_FAILURE(gpu.check_copies());
+    ASSERT_NO_FATAL_FAILURE(gpu.forward());
+    check_forward_results(data, fwd);
+    const BackwardExpectation bwd = expected_backward(data, true);
+    ASSERT_NO_FATAL_FAILURE(gpu.backward());
+    check_backward_results(data, fwd, bwd);
+  }
 }
 
 // Rows past seqused (and their out and lse) hold NaN: nothing of them may reach a gradient.

@@ -164,6 +164,7 @@ struct ConsumerBase : SparseStepMaskOf<Config::kBlockSparse, Config::kBlockM / 3
   // share (dO's wait between the two GEMMs, so that S runs while dO lands), then P and dS,
   // packed as operand pairs (accumulator_to_operand) into prob and grad. Q and dO rows past the
   // used queries (seqused_q) are zeroed first.
+  template <bool kTakeTurns = false>
   __device__ __forceinline__ void scores_and_gradients(const KeyTile& tile, int head, int m_block,
                                                        uint32_t (&prob)[kSAcc / 2],
                                                        uint32_t (&grad)[kSAcc / 2]) {
@@ -195,7 +196,17 @@ struct ConsumerBase : SparseStepMaskOf<Config::kBlockSparse, Config::kBlockM / 3
     ptx::commit_group();
     ptx::wait_group<1>();
     ptx::fence_operands(s);
+    // Taking turns (ConsumerMainloop::lagged_step): one warpgroup's exponentials at a time.
+    if constexpr (kTakeTurns) {
+      ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, kWarpgroup),
+                              kBothWarpgroups);
+    }
     mainloop.probabilities(s, factor, tile, m_block, q_stage, head_mods);
+    if constexpr (kTakeTurns) {
+      // The turn passes once every exponential is computed.
+      ptx::named_barrier_arrive_after<kBothWarpgroups>(
+          s, ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, 1 - kWarpgroup));
+    }
     ptx::wait_group<0>();
     ptx::fence_operands(dp);
     mainloop.score_gradients(dp, s, factor, do_stage);

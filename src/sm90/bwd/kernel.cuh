@@ -42,6 +42,13 @@ __device__ __forceinline__ void consume(const Params& p, SharedStorage<Config, E
             mainloop.load_sparse_mask(list, position, m);
             mainloop.step(tile, head, m, dk, dv);
           });
+    } else if constexpr (Config::kTakesTurns) {
+      // dQ a step late (mainloop.cuh): warpgroup 0 takes the first turn, and the last step's
+      // dQ follows the walk.
+      mainloop.begin_turns();
+      for_each_step<Config>(p, tile, blocks,
+                            [&](int head, int m) { mainloop.lagged_step(tile, head, m, dk, dv); });
+      mainloop.end_turns();
     } else {
       for_each_step<Config>(p, tile, blocks,
                             [&](int head, int m) { mainloop.step(tile, head, m, dk, dv); });
@@ -78,6 +85,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1) backward_kernel(const __g
       for (int stage = 0; stage < Config::kStagesDq; ++stage) {
         smem.dq_full[stage].init(kWarpsPerConsumers);
         smem.dq_empty[stage].init(1);
+      }
+    }
+    if constexpr (Config::kTakesTurns) {
+      for (auto& warpgroup : smem.step_done) {
+        for (ptx::Mbarrier& stage : warpgroup) stage.init(kThreadsPerWarpgroup / 32);
       }
     }
     ptx::fence_barrier_init();

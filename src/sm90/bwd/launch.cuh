@@ -43,9 +43,34 @@ inline int head_groups_per_section(const detail::ForwardProblem& p, int heads_pe
                            context.l2_bytes, context.sm_count);
 }
 
+// The steps a CTA walks on average, for TileConfig::kTurnsFromSteps: its heads times the query
+// blocks that see one key block. Every one of them without a window; with one, the rows it spans
+// beside the key block, where an unbounded side counts half the queries (a causal triangle's
+// mean walk is half the longest). varlen: seqlen_q is the longest sequence's.
+template <typename Config>
+int mean_walk_steps(const detail::ForwardProblem& f, int heads_per_tile) {
+  int64_t rows = f.seqlen_q;
+  if (f.has_window()) {
+    const int64_t half = rows / 2;
+    const int64_t left = f.window_left < 0 ? half : f.window_left;
+    const int64_t right = f.window_right < 0 ? half : f.window_right;
+    rows = std::min<int64_t>(rows, left + right + Config::kBlockN);
+  }
+  return int(int64_t(heads_per_tile) * ((rows + Config::kBlockM - 1) / Config::kBlockM));
+}
+
+// The main kernel of KernelConfig (a configuration, or its TakingTurnsTileConfig).
+template <typename KernelConfig, typename Element>
+Status launch_main_kernel(const Params& params, int device, cudaStream_t stream) {
+  constexpr auto kKernel = backward_kernel<KernelConfig, Element>;
+  constexpr int kSmem = kSharedBytes<SharedStorage<KernelConfig, Element>>;
+  HFA_RETURN_IF_ERROR(reserve_shared_memory<kKernel>(kFamily, kSmem, device));
+  kKernel<<<params.num_tiles, KernelConfig::kThreads, kSmem, stream>>>(params);
+  return launch_status(kFamily);
+}
+
 template <typename Config, typename Element>
 Status launch(const detail::BackwardProblem& problem, const LaunchContext& context) {
-  using Storage = SharedStorage<Config, Element>;
   const detail::ForwardProblem& f = problem.fwd;
   constexpr std::size_t kElement = sizeof(Element);
   HFA_RETURN_IF_ERROR(check_alignment("out", f.out, f.out_stride, kElement, 16));
@@ -153,11 +178,22 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
     }
   }
   if (params.num_tiles > 0) {
-    constexpr auto kKernel = backward_kernel<Config, Element>;
-    constexpr int kSmem = kSharedBytes<Storage>;
-    HFA_RETURN_IF_ERROR(reserve_shared_memory<kKernel>(kFamily, kSmem, f.device.index));
-    kKernel<<<params.num_tiles, Config::kThreads, kSmem, stream>>>(params);
-    HFA_RETURN_IF_ERROR(launch_status(kFamily));
+    // Long walks take turns at the exponentials (TileConfig::kTurnsFromSteps), but not in the
+    // deterministic mode, where the writer's turns order dQ and speed comes second (the lagged
+    // dQ was not measured there).
+    bool take_turns = false;
+    if constexpr (Config::kTurnsFromSteps > 0) {
+      take_turns = !f.deterministic &&
+                   mean_walk_steps<Config>(f, params.heads_per_tile) >= Config::kTurnsFromSteps;
+    }
+    if (take_turns) {
+      if constexpr (Config::kTurnsFromSteps > 0) {
+        HFA_RETURN_IF_ERROR((launch_main_kernel<TakingTurnsTileConfig<Config>, Element>(
+            params, f.device.index, stream)));
+      }
+    } else {
+      HFA_RETURN_IF_ERROR((launch_main_kernel<Config, Element>(params, f.device.index, stream)));
+    }
   }
   if (params.num_m_blocks > 0) {
     postprocess_kernel<Config, Element><<<row_grid, kPrePostThreads, 0, stream>>>(params);

@@ -9,7 +9,8 @@
 //   → the workspace: added from registers, or through the fp32 dQ tile in shared memory that
 //     the writer warp adds (tile_config.hpp, kDqFromRegisters).
 // dQ goes out one slab at a time (64 × 64, or 64 dims × 80 queries transposed), so at most 32
-// (40) of its accumulators live at once.
+// (40) of its accumulators live at once. A kernel whose walks take turns (TileConfig::
+// kTurnsFromSteps, kTakesTurns) runs lagged_step instead of step: dQ a step late.
 #pragma once
 
 #include <type_traits>
@@ -47,6 +48,10 @@ struct ConsumerMainloop
   static_assert(kScoresInRegisters == (Config::kScoreColumns == Config::kBlockM));
 
   ptx::RingPosition<Config::kStagesDq> dq_ring;
+  // Taking turns (Config::kTakesTurns, lagged_step): the step whose dQ is still to be computed,
+  // if any.
+  ptx::RingPosition<Config::kStagesScores> lagging_ring;
+  bool lagging = false;
 
   using Base::Base;
 
@@ -243,12 +248,128 @@ struct ConsumerMainloop
 
   // ---- The step ------------------------------------------------------------------------------
 
+  // dQ's slabs after the first, which `dq` holds complete: each out (into the writer's tile,
+  // or added from registers into `chunk`) before the next is computed into the same registers.
+  __device__ __forceinline__ void finish_dq(float (&dq)[kDqAcc], const typename Storage::DsTile& ds,
+                                            float* chunk) {
+    constexpr bool kThroughWriter = !Config::kDqFromRegisters;  // tile_config.hpp
+    auto emit_dq = [&](int slab) {
+      if constexpr (kThroughWriter) store_dq(dq, slab);
+      else add_dq(dq, chunk, slab);
+    };
+    // The writer has read this tile's last use.
+    if constexpr (kThroughWriter) smem.dq_empty[dq_ring.stage].wait(dq_ring.phase ^ 1);
+    emit_dq(kRole.dq_first);
+#pragma unroll
+    for (int j = 1; j < kRole.dq_count; ++j) {
+      ptx::fence_operands(dq);
+      ptx::fence();
+      issue_dq(dq, ds, kRole.dq_first + j);
+      ptx::commit_group();
+      ptx::wait_group<0>();
+      ptx::fence_operands(dq);
+      emit_dq(kRole.dq_first + j);
+    }
+    if constexpr (kThroughWriter) {
+      ptx::fence_proxy_async_smem();  // the writer's bulk add reads the tile (async proxy)
+      release(smem.dq_full[dq_ring.stage]);
+      dq_ring.advance();
+    }
+  }
+
+  // ---- Taking turns (Config::kTakesTurns, keys split) -----------------------------------------
+  // dV and dK need only this warpgroup's Pᵀ and dSᵀ (from registers) and are issued as soon as
+  // they are packed; dQ needs both warpgroups' dSᵀ, so a step computes the previous step's dQ,
+  // whose dSᵀ the other warpgroup stored a step ago (step_done): the warpgroups never wait for
+  // each other inside a step, and they take turns at P's exponentials (scores_and_gradients),
+  // so that one's exponentials run beside the other's GEMMs (docs/decisions/044).
+
+  // Warpgroup 0 takes the first turn: warpgroup 1 hands it one before the walk.
+  __device__ void begin_turns() {
+    if constexpr (kWarpgroup == 1) {
+      ptx::named_barrier_arrive(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, 0),
+                                kBothWarpgroups);
+    }
+  }
+
+  __device__ void lagged_step(const KeyTile& tile, int head, int m_block, float (&dk)[kDkAcc],
+                              float (&dv)[kDvAcc]) {
+    static_assert(Config::kTakesTurns && kScoresInRegisters && !Config::kDqFromRegisters);
+    const int q_stage = q_ring.stage, do_stage = do_ring.stage;
+    uint32_t prob[kSAcc / 2], grad[kSAcc / 2];
+    this->template scores_and_gradients<true>(tile, head, m_block, prob, grad);
+    ptx::fence_operands(dv);
+    ptx::fence_operands(dk);
+    ptx::fence_operands(prob);
+    ptx::fence_operands(grad);
+    ptx::fence();
+    // The shared tile arguments are not read: Pᵀ and dSᵀ come from registers.
+    issue_key_gradient<kRole.dv_count>(dv, prob, smem.ds[0], smem.dout[do_stage], kRole.dv_first);
+    issue_key_gradient<kRole.dk_count>(dk, grad, smem.ds[0], smem.q[q_stage], kRole.dk_first);
+    ptx::commit_group();
+
+    // The other warpgroup's last step is done: its dSᵀ is in that step's stage, and its dQ GEMM
+    // no longer reads this step's stage (two stages: the one before last).
+    if (lagging) other_step_done(lagging_ring).wait(lagging_ring.phase);
+    store_ds(smem.ds[scores_ring.stage], grad);
+    ptx::fence_proxy_async_smem();  // read by wgmma (async proxy) in the next step
+    if (lagging) lagged_dq(lagging_ring.stage);
+    ptx::wait_group<0>();
+    ptx::fence_operands(dv);
+    ptx::fence_operands(dk);
+    ptx::fence_operands(prob);
+    ptx::fence_operands(grad);
+    release(own_step_done(scores_ring));
+    release_stage(smem.do_empty[do_stage]);
+    release_stage(smem.q_empty[q_stage]);
+    do_ring.advance();
+    q_ring.advance();
+    lagging_ring = scores_ring;
+    lagging = true;
+    scores_ring.advance();
+  }
+
+  // After the walk: its last step's dQ, and warpgroup 1's last turn (handed to warpgroup 0)
+  // taken, so that the turn barriers end balanced.
+  __device__ void end_turns() {
+    if (lagging) {
+      other_step_done(lagging_ring).wait(lagging_ring.phase);
+      lagged_dq(lagging_ring.stage);
+    }
+    if constexpr (kWarpgroup == 0) {
+      ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::warp_scheduler, 0),
+                              kBothWarpgroups);
+    }
+  }
+
+  // A lagged step's dQ, from the dSᵀ tiles of a stage both warpgroups have stored.
+  __device__ __forceinline__ void lagged_dq(int stage) {
+    float dq[kDqAcc];
+    ptx::fence_operands(dq);
+    ptx::fence();
+    issue_dq(dq, smem.ds[stage], kRole.dq_first);
+    ptx::commit_group();
+    ptx::wait_group<0>();
+    ptx::fence_operands(dq);
+    finish_dq(dq, smem.ds[stage], nullptr);
+  }
+
+  __device__ ptx::Mbarrier& own_step_done(const ptx::RingPosition<Config::kStagesScores>& at) {
+    return smem.step_done[kWarpgroup][at.stage];
+  }
+  __device__ ptx::Mbarrier& other_step_done(const ptx::RingPosition<Config::kStagesScores>& at) {
+    return smem.step_done[1 - kWarpgroup][at.stage];
+  }
+
+  // ---- The shared step -------------------------------------------------------------------------
+
   // The Pᵀ tile of a stage: its own when the warpgroups share P, else dS's (never read).
   __device__ __forceinline__ auto& prob_tile(int stage) {
     if constexpr (kScoresInRegisters) return smem.ds[stage];
     else return smem.p[stage];
   }
 
+  // The warpgroups' dSᵀ (and, head dims split, Pᵀ) meet in shared memory before dQ.
   __device__ void step(const KeyTile& tile, int head, int m_block, float (&dk)[kDkAcc],
                        float (&dv)[kDvAcc]) {
     const int q_stage = q_ring.stage, do_stage = do_ring.stage, scores_stage = scores_ring.stage;
@@ -289,31 +410,9 @@ struct ConsumerMainloop
     release_stage(smem.do_empty[do_stage]);
     do_ring.advance();
 
-    constexpr bool kThroughWriter = !Config::kDqFromRegisters;  // tile_config.hpp
-    float* chunk = p.ws.dq_accum +
-                   dq_chunk_index<Config::kBlockM>(p, tile.batch, head, m_block) * Dq::kFloats;
-    auto emit_dq = [&](int slab) {
-      if constexpr (kThroughWriter) store_dq(dq, slab);
-      else add_dq(dq, chunk, slab);
-    };
-    // The writer has read this tile's last use.
-    if constexpr (kThroughWriter) smem.dq_empty[dq_ring.stage].wait(dq_ring.phase ^ 1);
-    emit_dq(kRole.dq_first);
-#pragma unroll
-    for (int j = 1; j < kRole.dq_count; ++j) {
-      ptx::fence_operands(dq);
-      ptx::fence();
-      issue_dq(dq, ds_tile, kRole.dq_first + j);
-      ptx::commit_group();
-      ptx::wait_group<0>();
-      ptx::fence_operands(dq);
-      emit_dq(kRole.dq_first + j);
-    }
-    if constexpr (kThroughWriter) {
-      ptx::fence_proxy_async_smem();  // the writer's bulk add reads the tile (async proxy)
-      release(smem.dq_full[dq_ring.stage]);
-      dq_ring.advance();
-    }
+    finish_dq(dq, ds_tile,
+              p.ws.dq_accum + dq_chunk_index<Config::kBlockM>(p, tile.batch, head, m_block) *
+                                  Dq::kFloats);
 
     ptx::wait_group<0>();
     ptx::fence_operands(dk);

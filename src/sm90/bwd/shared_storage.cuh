@@ -51,6 +51,11 @@ struct SharedStorage {
   // Every consumer warp wrote its dQ parts; the writer's bulk add has read them.
   [[no_unique_address]] WriterOnly<ptx::Mbarrier[Config::kStagesDq]> dq_full;
   [[no_unique_address]] WriterOnly<ptx::Mbarrier[Config::kStagesDq]> dq_empty;
+  // Taking turns (TileConfig::kTakesTurns; dQ a step late, mainloop.cuh's lagged_step): a
+  // consumer warpgroup stored its dSᵀ of the stage's step and is done reading the other stage.
+  [[no_unique_address]] std::conditional_t<
+      Config::kTakesTurns, ptx::Mbarrier[Config::kConsumerWarpgroups][Config::kStagesScores], None>
+      step_done;
 };
 
 }  // namespace hfa::sm90::bwd

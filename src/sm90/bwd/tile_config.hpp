@@ -192,6 +192,24 @@ struct TileConfig {
   // neither gained (1.00, 0.99): MUFU is not what its step waits on (decision 042).
   static constexpr int kExp2OnFmaEvery = kHeadDimQK == 64 && kHeadDimV == 64 ? 4 : 0;
 
+  // A launch whose CTAs walk this many steps or more on average (launch.cuh, mean_walk_steps)
+  // runs this configuration's kernel under TakingTurnsTileConfig (docs/decisions/044): dQ a step
+  // late, so that the consumer warpgroups never wait for each other inside a step, and the two
+  // take turns at P's exponentials (named barriers), one warpgroup's exponentials beside the
+  // other's GEMMs. 0: never. hdim 128 (H100, against the shared step): +2.4 / +3.3 % non-causal
+  // at 4k / 16k, −0.5 / +1.7 % causal. Shorter walks keep the shared step: the walk's end (the
+  // turns' skew, the last step's dQ overlapping nothing) costs about half a step, 3 % of a
+  // 16-step walk (0.95-0.97× at 1k with every walk taking turns). Not at hdim 64, where a
+  // quarter of P's exponentials already runs on the FMA pipes (kExp2OnFmaEvery): −0.3 … −4.8 %
+  // from 4k. The keys-split tiles only (their Pᵀ and dSᵀ feed dV and dK from registers, so only
+  // dQ needs both warpgroups' dSᵀ), not under a softcap (its dS factors, kSAcc registers more:
+  // the turns kernel spilled 4 bytes at hdim 128). The deterministic mode keeps the shared step
+  // (launch.cuh). Its own kernel, chosen by the host: both step bodies in one kernel, chosen per
+  // CTA by its walk, spilled 24-140 bytes at hdim 128.
+  static constexpr int kTurnsFromSteps = kKeysSplit && !kSoftcap && kHeadDimQK != 64 ? 16 : 0;
+  // Whether this kernel's steps take turns (TakingTurnsTileConfig below).
+  static constexpr bool kTakesTurns = false;
+
   // setmaxnreg: the producer warpgroup (a TMA warp and the dQ writer warp) gives back all but
   // 24; the consumers take 240. Balanced against the launch allocation of 168 registers a
   // thread at 384 threads: 128·(168 − 24) = 256·(240 − 168).
@@ -253,6 +271,9 @@ template <typename Plain>
 struct AlibiTileConfig : Plain {
   static_assert(!Plain::kSoftcap, "ALiBi without softcap (backend.cpp refuses the pair)");
   using Mods = policy::ListedMods<false, true>;
+  // Every walk steps as one (kTurnsFromSteps): the turns were measured without ALiBi, and its
+  // kernels stay as they were.
+  static constexpr int kTurnsFromSteps = 0;
 };
 
 // A configuration that reads a block-sparse mask (common/block_sparse.hpp): its CTAs walk the
@@ -287,6 +308,20 @@ struct BlockSparseTileConfig : Plain {
   // Every exponential on MUFU: with every 4th on the FMA pipes (decision 042) the hdim-64
   // consumers, 8 registers fewer and holding a partial block's bits, spilled 40 bytes.
   static constexpr int kExp2OnFmaEvery = 0;
+  // Every walk steps as one (kTurnsFromSteps): its walks are the mask's lists, whose lengths
+  // the host does not see, and the consumers are 8 registers short of the dense ones'.
+  static constexpr int kTurnsFromSteps = 0;
+};
+
+// The kernel of a configuration whose walks take turns at the exponentials, dQ a step late
+// (TileConfig::kTurnsFromSteps; mainloop.cuh, lagged_step): the launch picks it over the plain
+// one for long walks. A layer like ALiBi's, so that the plain kernel keeps its name and code.
+template <typename Plain>
+struct TakingTurnsTileConfig : Plain {
+  static_assert(Plain::kTurnsFromSteps > 0 && Plain::kKeysSplit && !Plain::kBlockSparse &&
+                    !Plain::kDqFromRegisters,
+                "taking turns: the keys-split tile whose dQ goes through the writer's tile");
+  static constexpr bool kTakesTurns = true;
 };
 
 }  // namespace hfa::sm90::bwd
