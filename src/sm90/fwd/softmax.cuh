@@ -37,6 +37,19 @@ struct OnlineSoftmax {
   //     hands finalize the sums.
   template <int kMaxOffset, bool kSumRows, int kAcc>
   __device__ __forceinline__ void update(float (&s)[kAcc], float scale_log2, float (&rescale)[2]) {
+    update<kMaxOffset, kSumRows>(s, scale_log2, rescale, [](float) {});
+  }
+
+  // The same, with between(witness) called after the first row's exponentials and before the
+  // second row's. witness is their sum (taken for it alone without kSumRows: half an FADD a
+  // score), so it depends on every one of them: the main loop orders the wait for its running
+  // P·V after them through it (mainloop.cuh). With FP8's 224-key tiles a sum of every fourth
+  // let ptxas compute those first and reach the wait after 16 of 114 exponentials.
+  // Both rows' maxima come first: two independent FMNMX chains.
+  template <int kMaxOffset, bool kSumRows, int kAcc, typename Between>
+  __device__ __forceinline__ void update(float (&s)[kAcc], float scale_log2, float (&rescale)[2],
+                                         Between&& between) {
+    float max_scaled[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float tile_max = -INFINITY;
@@ -47,21 +60,27 @@ struct OnlineSoftmax {
       const float new_max = fmaxf(row_max[half], quad_max(tile_max));
       // A row that has seen only masked keys keeps max −inf; subtracting 0 instead keeps
       // exp2(−inf − max) = 0 rather than NaN.
-      const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2 - kMaxOffset;
+      max_scaled[half] = new_max == -INFINITY ? 0.0f : new_max * scale_log2 - kMaxOffset;
       // Exactly 1 where the max stayed, so that the caller can skip O's rescale (any_rescale).
       rescale[half] = new_max == row_max[half]
                           ? 1.0f
-                          : exp2f(row_max[half] * scale_log2 - kMaxOffset - max_scaled);
+                          : exp2f(row_max[half] * scale_log2 - kMaxOffset - max_scaled[half]);
       row_max[half] = new_max;
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      // Without kSumRows the first row's sum is still taken, as the witness.
+      const bool summed = kSumRows || half == 0;
       float sum = 0.0f;
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) {
         if (ptx::fragment_row_half(i) == half) {
-          s[i] = exp2f(fmaf(s[i], scale_log2, -max_scaled));
-          if constexpr (kSumRows) sum += s[i];
+          s[i] = exp2f(fmaf(s[i], scale_log2, -max_scaled[half]));
+          if (summed) sum += s[i];
         }
       }
       if constexpr (kSumRows) row_sum[half] = fmaf(row_sum[half], rescale[half], sum);
+      if (half == 0) between(sum);
     }
   }
 
