@@ -16,7 +16,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --
   tee "$R/gpu.txt"
 # The quick suites first: a timeout then cuts the long forward suites, not the decode's. SUITES
 # (the binaries' names, in order) runs others: a branch's new suites, or a call's share of them.
-suites=${SUITES:-"test_sm90_ptx test_sm90_decode test_sm90_quantize test_quant_gpu
+suites=${SUITES:-"test_sm90_ptx test_sm90_decode test_sm90_mla_decode test_sm90_quantize test_quant_gpu
   test_sm90_merge_partials test_sm90_partials test_sm90_quantize_fp8 test_sm90_sm_margin
   test_sm90_tile_maps test_sm90_tile_order test_sm90_backward_workspace
   test_sm90_backward_block_sparse test_sm90_backward test_sm90_forward_fp8

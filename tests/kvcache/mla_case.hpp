@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "api/validate_kvcache.hpp"
+#include "cpu/reference.hpp"
 #include "hfa/hfa.hpp"
 #include "kvcache/kv_case.hpp"
 #include "quant/mla_fp8.hpp"
@@ -173,5 +175,29 @@ struct MlaCase {
   }
   float lse_at(int64_t b, int64_t h, int64_t i) { return *lse.at<float>({b, h, i}); }
 };
+
+// The float64 oracle of a case: the CPU backend's reference over the cache's values as stored.
+// out (batch, seqlen_q, heads, 512), lse (batch, heads, seqlen_q); softmax_scale the validated
+// problem's. magnitude is left to the tests that bound errors by it.
+struct MlaOracle {
+  std::vector<double> out, lse, magnitude;
+  double softmax_scale = 0.0;
+};
+
+inline MlaOracle mla_oracle(MlaCase& c) {
+  detail::KVCacheProblem problem;
+  const Status status = detail::build_kvcache_problem(
+      {&c.q.tensor, &c.cache.tensor, &c.v, &c.out.tensor, &c.lse.tensor, &c.options},
+      detail::Purpose::run, &problem);
+  EXPECT_TRUE(status.is_ok()) << status.message();
+  MlaOracle o;
+  o.out.assign(static_cast<std::size_t>(c.batch() * c.seqlen_q * c.heads_q * MlaCase::kDv), 0.0);
+  o.lse.assign(static_cast<std::size_t>(c.batch() * c.heads_q * c.seqlen_q), 0.0);
+  if (status.is_ok()) {
+    cpu::reference_forward_kvcache(problem, o.out.data(), o.lse.data());
+    o.softmax_scale = problem.softmax_scale;
+  }
+  return o;
+}
 
 }  // namespace hfa::test

@@ -20,23 +20,6 @@
 namespace hfa::test {
 namespace {
 
-struct MlaOracle {
-  std::vector<double> out, lse;  // out (batch, seqlen_q, heads, 512); lse (batch, heads, seqlen_q)
-};
-
-MlaOracle oracle_of(MlaCase& c) {
-  detail::KVCacheProblem problem;
-  const Status status = detail::build_kvcache_problem(
-      {&c.q.tensor, &c.cache.tensor, &c.v, &c.out.tensor, &c.lse.tensor, &c.options},
-      detail::Purpose::run, &problem);
-  EXPECT_TRUE(status.is_ok()) << status.message();
-  MlaOracle o;
-  o.out.assign(static_cast<std::size_t>(c.batch() * c.seqlen_q * c.heads_q * MlaCase::kDv), 0.0);
-  o.lse.assign(static_cast<std::size_t>(c.batch() * c.heads_q * c.seqlen_q), 0.0);
-  if (status.is_ok()) cpu::reference_forward_kvcache(problem, o.out.data(), o.lse.data());
-  return o;
-}
-
 // Every out element within 1e-2 · (1 + |oracle|) (bf16 output) and every LSE within 1e-4
 // relative; a row the oracle gives -inf (no key) must be -inf with O = 0 exactly.
 void expect_matches(MlaCase& c, const MlaOracle& o) {
@@ -82,7 +65,7 @@ MlaCase valid_case(bool fp8, int32_t topk = 0) {
 void expect_matches_oracle(MlaCase& c) {
   SCOPED_TRACE(c.describe());
   c.build();
-  const MlaOracle o = oracle_of(c);
+  const MlaOracle o = mla_oracle(c);
   const Status status = c.run();
   ASSERT_TRUE(status.is_ok()) << status.message();
   expect_matches(c, o);
