@@ -2,7 +2,8 @@
 //
 // Steady state, per block n (FlashAttention-3's intra-warpgroup overlap):
 //   issue S = Q·K(n)ᵀ, issue O += P(n+1)·V(n+1), wait for S only, softmax S → P(n) while the
-//   P·V GEMM still runs, wait for it, rescale O.
+//   P·V GEMM still runs, wait for it, rescale O (with TileConfig::kBranchFreeStep O's rescale
+//   comes between the next block's two issues instead).
 // The issue of both GEMMs sits between a wait and a pass of the warp-scheduler barrier, so the
 // consumer warpgroups take turns (ping-pong): one's GEMMs run while the others do softmax.
 // FP8 (e4m3 q, k, v): the same walk on k32 steps, P as e4m3 codes, V transposed, and the codes'
@@ -287,18 +288,42 @@ struct ConsumerMainloop {
     return visit;
   }
 
+  // Whether the block at walk position n needs the element mask: keys some row of the tile must
+  // not see by the window or the sequence's end, or a block-sparse mask's partial block.
+  __device__ __forceinline__ bool block_masked(const WorkTile& tile, int n,
+                                               const BlockVisit& visit) const {
+    if constexpr (Config::kBlockSparse) {
+      return visit.partial || block_needs_mask<Config>(p, tile, visit.key_block);
+    } else {
+      return block_needs_mask<Config>(p, tile, n);
+    }
+  }
+
+  // Which blocks a copy of the softmax or of the step is for: unmasked, masked (the test taken
+  // once a step, before the GEMMs' issue: Config::kBranchFreeStep), or either (the test inside
+  // the softmax, after the score modifiers).
+  enum class BlockMask { unmasked, masked, either };
+
   // Applies the score policy's modifiers to S (softcap or ALiBi), masks it where its key block
-  // needs it (after the modifiers: tanh(−inf) is not −inf), then turns it into unnormalized
-  // probabilities. A partial block of a block-sparse mask needs it too: its bits AND into the
-  // window's and the sequence's mask; a full one takes the unmasked path like any inner block.
+  // needs it (after the modifiers: tanh(−inf) is not −inf; a partial block of a block-sparse mask
+  // ANDs its bits into the window's and the sequence's mask; a full one takes the unmasked path
+  // like any inner block), then turns it into unnormalized probabilities.
   // n: the walk position, which is the key block unless block-sparse (visit.key_block). The
   // dense kernels take n as it is: even an inlined identity call there moved their SASS.
-  __device__ __forceinline__ void softmax_step(float (&s)[kSAcc], OnlineSoftmax& softmax,
-                                               float (&rescale)[2], const WorkTile& tile, int n,
-                                               const ptx::FragmentCoords& at,
-                                               const BlockScales& block,
-                                               const TileRowMods& row_mods,
-                                               const BlockVisit& visit) {
+  // kMask masked or unmasked: the softmax has no branch of its own, and ptxas schedules the step
+  // from the S wait to its end as one stretch, the second row's maximum, the conversion of P and
+  // the FADDs between the exponentials (docs/decisions/043); between: see OnlineSoftmax::update.
+  // either: the softmax is inlined into both arms of the test, as when the unmasked one took
+  // other exponentials (exp2 on the FMA pipes, docs/decisions/002): one call after the if
+  // compiled to other SASS.
+  template <BlockMask kMask, typename Between = void (*)(float)>
+  __device__ __forceinline__ void softmax_block(float (&s)[kSAcc], OnlineSoftmax& softmax,
+                                                float (&rescale)[2], const WorkTile& tile, int n,
+                                                const ptx::FragmentCoords& at,
+                                                const BlockScales& block,
+                                                const TileRowMods& row_mods,
+                                                const BlockVisit& visit,
+                                                Between&& between = [](float) {}) {
     int n_block = n;
     if constexpr (Config::kBlockSparse) n_block = visit.key_block;
     if constexpr (Config::kFp8) {
@@ -313,21 +338,30 @@ struct ConsumerMainloop {
     } else {
       apply_score_mods(s, score_mods<Mods>(softcap_prescale()));
     }
-    // The softmax is inlined into both branches, as when the unmasked one took other exponentials
-    // (exp2 on the FMA pipes, docs/decisions/002): one call after the if compiles to other SASS,
-    // one copy of the softmax instead of two (not measured).
     constexpr int kOffset = Config::kMaxOffset;
     constexpr bool kSumRows = !Config::kRowSumsByMma;
-    bool masked = block_needs_mask<Config>(p, tile, n_block);
-    if constexpr (Config::kBlockSparse) masked = masked || visit.partial;
-    if (masked) {
-      apply_mask<Config::kWindowed>(s, fragment_row0(tile, at), fragment_key0(n_block, at),
-                                    tile.seq, p);
-      if constexpr (Config::kBlockSparse) mask_clear_bits(s, visit.bits);
-      softmax.update<kOffset, kSumRows>(s, scale_log2(), rescale);
+    if constexpr (kMask == BlockMask::either) {
+      if (block_masked(tile, n, visit)) {
+        mask_block(s, tile, n_block, at, visit);
+        softmax.update<kOffset, kSumRows, false>(s, scale_log2(), rescale, between);
+      } else {
+        softmax.update<kOffset, kSumRows, false>(s, scale_log2(), rescale, between);
+      }
     } else {
-      softmax.update<kOffset, kSumRows>(s, scale_log2(), rescale);
+      if constexpr (kMask == BlockMask::masked) mask_block(s, tile, n_block, at, visit);
+      softmax.update<kOffset, kSumRows, true>(s, scale_log2(), rescale, between);
     }
+  }
+
+  // The element mask of key block n_block: the window's and the sequence's, and a block-sparse
+  // mask's bits. A member function, not a lambda in softmax_block: the lambda reordered the ring
+  // updates in the FP8 kernels' PTX, and their SASS moved off main's.
+  __device__ __forceinline__ void mask_block(float (&s)[kSAcc], const WorkTile& tile, int n_block,
+                                             const ptx::FragmentCoords& at,
+                                             const BlockVisit& visit) const {
+    apply_mask<Config::kWindowed>(s, fragment_row0(tile, at), fragment_key0(n_block, at), tile.seq,
+                                  p);
+    if constexpr (Config::kBlockSparse) mask_clear_bits(s, visit.bits);
   }
 
   // Keys past seqused_k may hold anything in v, NaN included: their probabilities are 0, but
@@ -342,6 +376,77 @@ struct ConsumerMainloop {
     ptx::fence_proxy_async_smem();
     ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::v_padding_zeroed, warpgroup),
                             kThreadsPerWarpgroup);
+  }
+
+  // O's rescale by a block's factors (rescale): once the P·V before is done, before the block's
+  // own is issued. A warp whose rows all kept their max skips it (the factor is then exactly 1;
+  // SASS: 64 FMULs a block at hdim 128, an instruction a score for FP8; measured +2-3 % on the
+  // FP8 grid at hdim 128 and 256, docs/decisions/015).
+  __device__ __forceinline__ void rescale_o(float (&o)[kOAcc], const float (&rescale)[2]) {
+    if (any_rescale(rescale)) scale_rows(o, rescale);
+  }
+
+  // One step of the walk at position n ≥ blocks.begin (every block but the tile's first): S =
+  // Q·K(n)ᵀ issued beside block n + 1's P·V, the softmax of S under that P·V, then P(n) into
+  // registers for the next step's P·V. last: n is the walk's last position (blocks.begin), whose
+  // Q·Kᵀ is the tile's last.
+  // With Config::kBranchFreeStep (kMask masked or unmasked), O's rescale by block n + 1's factors
+  // comes between the two issues: under the GEMMs, out of the softmax's critical path, where its
+  // skip branch splits nothing (ncu, bf16 hdim 128 causal 8k: after the step's last
+  // exponential the rescale and the conversion took ~100 issue slots, FlashAttention-3's ~0;
+  // docs/decisions/043). K's release then waits for the first row's exponentials (see the
+  // witness below). Otherwise (kMask either) O is rescaled by block n's factors at the step's
+  // end, after the P·V wait, and K is released as soon as S is ready.
+  template <BlockMask kMask>
+  __device__ __forceinline__ void step(const WorkTile& tile, int n, bool last,
+                                       const ptx::FragmentCoords& at, const TileRowMods& row_mods,
+                                       const BlockScales& previous, const BlockScales& block,
+                                       const BlockVisit& visit, float (&s)[kSAcc],
+                                       uint32_t (&pm)[kPRegs], float (&o)[kOAcc],
+                                       float (&sums)[kSumAcc], float (&rescale)[2],
+                                       OnlineSoftmax& softmax) {
+    constexpr bool kApart = kMask != BlockMask::either;
+    smem.k_full[k_ring.stage].wait(k_ring.phase);
+    wait_turn();
+    issue_qk(s, k_ring.stage);
+    if constexpr (kApart) rescale_o(o, rescale);
+    smem.v_full[v_ring.stage].wait(v_ring.phase);
+    issue_pv(o, sums, pm, v_ring.stage);
+    pass_turn();
+    ptx::wait_group<1>();  // S is ready; P·V may still run
+    ptx::fence_operands(s);
+    if constexpr (!kApart) {
+      release(smem.k_empty[k_ring.stage]);
+      k_ring.advance();
+    }
+    if (last) release_q();  // a later tile's Q may load now
+    if constexpr (kApart) {
+      softmax_block<kMask>(s, softmax, rescale, tile, n, at, block, row_mods, visit,
+                           [&](float witness) {
+        // K's release after the first row's exponentials, ordered after them through its lane
+        // test: the wait for the P·V below comes after this arrive, so ptxas cannot hoist the
+        // wait above the exponentials (it otherwise does, and the softmax would wait for the
+        // P·V it should overlap). The test is on witness's bits, which are never all ones
+        // (exponentials and their sums are ≥ 0 or the positive canonical NaN): ptxas knows a
+        // sum of exponentials is not below 0 and folded a float comparison away.
+        if (thread % 32 == 0 && __float_as_uint(witness) != 0xFFFFFFFFu) {
+          smem.k_empty[k_ring.stage].arrive();
+        }
+        k_ring.advance();
+      });
+    } else {
+      softmax_block<kMask>(s, softmax, rescale, tile, n, at, block, row_mods, visit);
+    }
+    ptx::wait_group<0>();
+    ptx::fence_operands(o);
+    ptx::fence_operands(sums);
+    ptx::fence_operands(pm);
+    release(smem.v_empty[v_ring.stage]);
+    v_ring.advance();
+    if constexpr (Config::kRowSumsByMma) softmax.add_block_sums(sums, rescale);
+    change_value_units(rescale, previous, block);
+    if constexpr (!kApart) rescale_o(o, rescale);
+    ptx::accumulator_to_operand<Element>(s, pm);
   }
 
   // Leaves the unnormalized O of the tile in o and the row statistics in softmax.
@@ -395,40 +500,43 @@ struct ConsumerMainloop {
     release(smem.k_empty[k_ring.stage]);
     k_ring.advance();
     if (blocks.count() == 1) release_q();  // that was the tile's last Q·Kᵀ
-    softmax_step(s, softmax, rescale, tile, n, at, block, row_mods, visit);
+    if constexpr (Config::kBranchFreeStep) {
+      if (block_masked(tile, n, visit)) {
+        softmax_block<BlockMask::masked>(s, softmax, rescale, tile, n, at, block, row_mods, visit);
+      } else {
+        softmax_block<BlockMask::unmasked>(s, softmax, rescale, tile, n, at, block, row_mods,
+                                           visit);
+      }
+      rescale[0] = rescale[1] = 1.0f;  // O is still zero
+    } else {
+      softmax_block<BlockMask::either>(s, softmax, rescale, tile, n, at, block, row_mods, visit);
+    }
     ptx::accumulator_to_operand<Element>(s, pm);
 
     for (--n; n >= blocks.begin; --n) {
       const BlockScales previous = block;
       if constexpr (Config::kFp8) block = block_scales(tile, n);
       if constexpr (Config::kBlockSparse) visit = visit_at(blocks, n, at);
-      smem.k_full[k_ring.stage].wait(k_ring.phase);
-      wait_turn();
-      issue_qk(s, k_ring.stage);
-      smem.v_full[v_ring.stage].wait(v_ring.phase);
-      issue_pv(o, sums, pm, v_ring.stage);
-      pass_turn();
-      ptx::wait_group<1>();  // S is ready; P·V may still run
-      ptx::fence_operands(s);
-      release(smem.k_empty[k_ring.stage]);
-      k_ring.advance();
-      if (n == blocks.begin) release_q();  // a later tile's Q may load now
-      softmax_step(s, softmax, rescale, tile, n, at, block, row_mods, visit);
-      ptx::wait_group<0>();
-      ptx::fence_operands(o);
-      ptx::fence_operands(sums);
-      ptx::fence_operands(pm);
-      release(smem.v_empty[v_ring.stage]);
-      v_ring.advance();
-      if constexpr (Config::kRowSumsByMma) softmax.add_block_sums(sums, rescale);
-      change_value_units(rescale, previous, block);
-      // Once a row's max has settled its factor is exactly 1: a warp whose rows all kept theirs
-      // skips O's rescale (SASS: 64 FMULs a block at hdim 128, an instruction a score for FP8;
-      // measured +2-3 % on the FP8 grid at hdim 128 and 256, docs/decisions/015).
-      if (any_rescale(rescale)) scale_rows(o, rescale);
-      ptx::accumulator_to_operand<Element>(s, pm);
+      // The walk's last position is compared here, not inside step: there its operands swapped
+      // and the FP8 kernels' SASS moved off main's (one UISETP).
+      const bool last = n == blocks.begin;
+      // kBranchFreeStep: two copies of the step, one a masking mode, the test taken before the
+      // GEMMs' issue and none inside the softmax.
+      if constexpr (Config::kBranchFreeStep) {
+        if (block_masked(tile, n, visit)) {
+          step<BlockMask::masked>(tile, n, last, at, row_mods, previous, block, visit, s, pm, o,
+                                  sums, rescale, softmax);
+        } else {
+          step<BlockMask::unmasked>(tile, n, last, at, row_mods, previous, block, visit, s, pm, o,
+                                    sums, rescale, softmax);
+        }
+      } else {
+        step<BlockMask::either>(tile, n, last, at, row_mods, previous, block, visit, s, pm, o,
+                                sums, rescale, softmax);
+      }
     }
 
+    if constexpr (Config::kBranchFreeStep) rescale_o(o, rescale);  // the last block's factors
     smem.v_full[v_ring.stage].wait(v_ring.phase);
     issue_pv(o, sums, pm, v_ring.stage);
     ptx::wait_group<0>();

@@ -35,34 +35,64 @@ struct OnlineSoftmax {
   //     2^offset (FP8's P, see tile_config.hpp); finalize takes the offset out again.
   //   kSumRows: false where the caller sums the rows itself (FP8's P·1, tile_config.hpp) and
   //     hands finalize the sums.
-  template <int kMaxOffset, bool kSumRows, int kAcc>
-  __device__ __forceinline__ void update(float (&s)[kAcc], float scale_log2, float (&rescale)[2]) {
+  //   kMaximaFirst (the step of docs/decisions/043, TileConfig::kBranchFreeStep): both rows'
+  //     maxima first, two independent FMNMX chains, then the exponentials row by row, and
+  //     between(witness) after the first row's and before the second row's. witness is their
+  //     sum (taken for it alone without kSumRows: half an FADD a score), so it depends on every
+  //     one of them: the main loop orders the wait for its running P·V after them through it
+  //     (mainloop.cuh). With FP8's 224-key tiles a sum of every fourth let ptxas compute those
+  //     first and reach the wait after 16 of 114 exponentials. Otherwise each row's maximum,
+  //     then its exponentials, and between is not called.
+  template <int kMaxOffset, bool kSumRows, bool kMaximaFirst, int kAcc, typename Between>
+  __device__ __forceinline__ void update(float (&s)[kAcc], float scale_log2, float (&rescale)[2],
+                                         Between&& between) {
+    float max_scaled[2];
+    if constexpr (kMaximaFirst) {
+      max_scaled[0] = settle_max<kMaxOffset>(s, 0, scale_log2, rescale);
+      max_scaled[1] = settle_max<kMaxOffset>(s, 1, scale_log2, rescale);
+    }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) {
-        if (ptx::fragment_row_half(i) == half) tile_max = fmaxf(tile_max, s[i]);
+      if constexpr (!kMaximaFirst) {
+        max_scaled[half] = settle_max<kMaxOffset>(s, half, scale_log2, rescale);
       }
-      const float new_max = fmaxf(row_max[half], quad_max(tile_max));
-      // A row that has seen only masked keys keeps max −inf; subtracting 0 instead keeps
-      // exp2(−inf − max) = 0 rather than NaN.
-      const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2 - kMaxOffset;
-      // Exactly 1 where the max stayed, so that the caller can skip O's rescale (any_rescale).
-      rescale[half] = new_max == row_max[half]
-                          ? 1.0f
-                          : exp2f(row_max[half] * scale_log2 - kMaxOffset - max_scaled);
-      row_max[half] = new_max;
+      // With kMaximaFirst the first row's sum is taken without kSumRows too, as the witness.
+      const bool summed = kSumRows || (kMaximaFirst && half == 0);
       float sum = 0.0f;
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) {
         if (ptx::fragment_row_half(i) == half) {
-          s[i] = exp2f(fmaf(s[i], scale_log2, -max_scaled));
-          if constexpr (kSumRows) sum += s[i];
+          s[i] = exp2f(fmaf(s[i], scale_log2, -max_scaled[half]));
+          if (summed) sum += s[i];
         }
       }
       if constexpr (kSumRows) row_sum[half] = fmaf(row_sum[half], rescale[half], sum);
+      if constexpr (kMaximaFirst) {
+        if (half == 0) between(sum);
+      }
     }
+  }
+
+  // One row's new maximum over the scores of s (row_max), the factor its past shrinks by
+  // (rescale) and what the row's exponentials subtract, returned (scaled, log2 units).
+  template <int kMaxOffset, int kAcc>
+  __device__ __forceinline__ float settle_max(const float (&s)[kAcc], int half, float scale_log2,
+                                              float (&rescale)[2]) {
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) {
+      if (ptx::fragment_row_half(i) == half) tile_max = fmaxf(tile_max, s[i]);
+    }
+    const float new_max = fmaxf(row_max[half], quad_max(tile_max));
+    // A row that has seen only masked keys keeps max −inf; subtracting 0 instead keeps
+    // exp2(−inf − max) = 0 rather than NaN.
+    const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2 - kMaxOffset;
+    // Exactly 1 where the max stayed, so that the caller can skip O's rescale (any_rescale).
+    rescale[half] = new_max == row_max[half]
+                        ? 1.0f
+                        : exp2f(row_max[half] * scale_log2 - kMaxOffset - max_scaled);
+    row_max[half] = new_max;
+    return max_scaled;
   }
 
   // The row sums of a block from P·1 (Config::kRowSumsByMma; m64n8 fragment: columns 0-1 of row

@@ -165,6 +165,19 @@ struct TileConfig {
   // an SM), so an instruction a score is worth moving to the tensor cores (6 % more P·V work).
   // The sums are then of P as rounded to e4m3, the P that P·V multiplies.
   static constexpr bool kRowSumsByMma = kFp8;
+  // The main loop's step (mainloop.cuh, docs/decisions/043). With kBranchFreeStep, masked and
+  // unmasked blocks take separate copies of the step, so the softmax has no branch; O's rescale
+  // sits between the next step's Q·Kᵀ and P·V issues, and the wait for the running P·V after
+  // the first row's exponentials. Without it, one copy: the mask test inside the softmax, O's
+  // rescale after the P·V wait. Measured against one copy (H100, TFLOP/s, 2k / 8k): bf16 hdim
+  // 128 +2.3 … +4.2 % non-causal, −0.8 … +2.3 % causal; hdim 256 −2.0 … +2.0 % (kept, its
+  // softmax phase shortened as hdim 128's did); hdim 64 even non-causal, −2.2 / −2.4 % causal,
+  // and FP8 hdim 128 −2.1 … −3.5 %, so both keep one copy. So does a softcapped tile wider than
+  // 128 keys (hdim 128 non-causal: S 88 + P 44 + O 64 registers), where ptxas spilled 68 bytes
+  // with the copies apart and 8 with one. hdim 192 was not measured: its SASS is hdim 128's
+  // (the same MUFUs before the P·V wait, the same few instructions after the last one).
+  static constexpr bool kBranchFreeStep =
+      !kFp8 && kHeadDimQK != 64 && !(kSoftcap && kBlockN > 128);
 
   static constexpr int kSlabColumns = kSlabColumnsOf<Element>;
   static constexpr int kMmaK = kMmaKOf<Element>;
