@@ -31,9 +31,10 @@ namespace hfa::test {
 namespace {
 
 // Forward and backward of a case on the GPU, checked against the oracle.
-void check_on_gpu(AttentionData& data, bool deterministic = false) {
+void check_on_gpu(AttentionData& data, bool deterministic = false, int sm_margin = 0) {
   const ForwardExpectation fwd = expected_forward(data, true);
   GpuCase gpu(data);
+  gpu.sm_margin = sm_margin;
   ASSERT_NO_FATAL_FAILURE(gpu.check_copies());
   ASSERT_NO_FATAL_FAILURE(gpu.forward());
   check_forward_results(data, fwd);
@@ -187,14 +188,7 @@ TEST(BackwardSm90Gqa, WholeGroupsAndSplitHeads) {
       c.seed = 400 + turn++;
       SCOPED_TRACE(c.name() + ", sm_margin " + std::to_string(margin));
       AttentionData data(c);
-      const ForwardExpectation fwd = expected_forward(data, true);
-      GpuCase gpu(data);
-      gpu.sm_margin = margin;
-      ASSERT_NO_FATAL_FAILURE(gpu.forward());
-      check_forward_results(data, fwd);
-      const BackwardExpectation bwd = expected_backward(data, true);
-      ASSERT_NO_FATAL_FAILURE(gpu.backward());
-      check_backward_results(data, fwd, bwd);
+      check_on_gpu(data, false, margin);
     }
 }
 
@@ -244,15 +238,7 @@ TEST(BackwardSm90Turns, LongWalks) {
   for (const auto& [c, margin] : cases) {
     SCOPED_TRACE(c.name() + ", sm_margin " + std::to_string(margin));
     AttentionData data(c);
-    const ForwardExpectation fwd = expected_forward(data, true);
-    GpuCase gpu(data);
-    gpu.sm_margin = margin;
-    ASSERT_NO_FATAL_FAILURE(gpu.check_copies());
-    ASSERT_NO_FATAL_FAILURE(gpu.forward());
-    check_forward_results(data, fwd);
-    const BackwardExpectation bwd = expected_backward(data, true);
-    ASSERT_NO_FATAL_FAILURE(gpu.backward());
-    check_backward_results(data, fwd, bwd);
+    check_on_gpu(data, false, margin);
   }
 }
 
