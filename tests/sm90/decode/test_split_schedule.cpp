@@ -126,6 +126,15 @@ Built expect_valid(const std::vector<int32_t>& tiles, int parts) {
   return built;
 }
 
+// `count` sequences of tiles drawn uniformly from [lo, hi], the same for a seed.
+std::vector<int32_t> random_tiles(unsigned seed, int count, int32_t lo, int32_t hi) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> tiles_of(lo, hi);
+  std::vector<int32_t> tiles(count);
+  for (int32_t& t : tiles) t = tiles_of(rng);
+  return tiles;
+}
+
 // Ten tiles, an empty sequence, three tiles over 3 parts: the cost line is [0, 15) [15, 21)
 // [21, 29), share 10. Part 0 takes tiles 0-4 of sequence 0, part 1 its tiles 5-9 (its second
 // piece), part 2 the empty sequence and sequence 2: sequence 0 alone is split, into slots 0, 1.
@@ -141,10 +150,7 @@ TEST(SplitSchedule, HandWorkedExample) {
 // FlashMLA's motivating case: 64 sequences of 1k to 16k keys (16 to 256 tiles), on every SM
 // (16 heads: one row tile, 132 parts) and on the parts of 2 and 4 row tiles.
 TEST(SplitSchedule, RaggedBatch) {
-  std::mt19937 rng(3);
-  std::uniform_int_distribution<int32_t> tiles_of(16, 256);
-  std::vector<int32_t> tiles(64);
-  for (int32_t& t : tiles) t = tiles_of(rng);
+  const std::vector<int32_t> tiles = random_tiles(3, 64, 16, 256);
   for (int parts : {132, 66, 33}) expect_valid(tiles, parts);
 }
 
@@ -163,10 +169,7 @@ TEST(SplitSchedule, EmptySequences) {
 
 // More sequences than parts: many whole sequences a part.
 TEST(SplitSchedule, BatchLargerThanParts) {
-  std::mt19937 rng(5);
-  std::uniform_int_distribution<int32_t> tiles_of(0, 40);
-  std::vector<int32_t> tiles(500);
-  for (int32_t& t : tiles) t = tiles_of(rng);
+  const std::vector<int32_t> tiles = random_tiles(5, 500, 0, 40);
   for (int parts : {132, 33, 7}) expect_valid(tiles, parts);
 }
 
