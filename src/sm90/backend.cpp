@@ -152,7 +152,7 @@ Status forward(const ForwardProblem& p) {
   const fwd::LaunchContext context{sms, on.facts.l2_bytes};
   if (fwd::is_fp8(p)) {
     auto run = [&]<int kQK, int kV, typename Out>() {
-      return fwd::run_forward_fp8<kQK, kV, Out>(p, context);
+      return fwd::run_forward_fp8<kQK, kV, Out>(p, context, fwd::fp8_v_transpose(p));
     };
     return with_compiled_fp8_kernel(p.out_dtype, p.hdim_qk, p.hdim_v, run);
   }

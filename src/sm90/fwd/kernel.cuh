@@ -1,11 +1,14 @@
 // The forward kernel: one persistent CTA per SM, split by role.
-//   warpgroup 0 — the producer: one thread issues every TMA load; registers given back.
+//   warpgroup 0 — the producer: one thread issues every TMA load; registers given back. With
+//     the FP8 V transpose in the kernel (VTransposingTileConfig), its other three warps
+//     transpose each V block (v_transposer.cuh).
 //   warpgroups 1.. — consumers: 64 query rows each, wgmma + online softmax + epilogue.
 #pragma once
 
 #include "sm90/fwd/epilogue.cuh"
 #include "sm90/fwd/mainloop.cuh"
 #include "sm90/fwd/producer.cuh"
+#include "sm90/fwd/v_transposer.cuh"
 #include "sm90/common/warpgroup.cuh"
 #include "sm90/ptx/registers.cuh"
 
@@ -28,15 +31,24 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       smem.q_full[stage].init(1);
       smem.q_empty[stage].init(kConsumers * kWarpsPerConsumerGroup);
     }
+    // V stages fill by TMA (one arrival with its bytes) or by the transposing warps (one
+    // arrival each).
+    constexpr int kVWriters = Config::kTransposesVInKernel ? Config::kTransposingWarps : 1;
     for (int stage = 0; stage < Config::kStages; ++stage) {
       smem.k_full[stage].init(1);
-      smem.v_full[stage].init(1);
+      smem.v_full[stage].init(kVWriters);
       smem.k_empty[stage].init(kConsumers * kWarpsPerConsumerGroup);
       smem.v_empty[stage].init(kConsumers * kWarpsPerConsumerGroup);
     }
     for (int slot = 0; slot < Storage::kTileSlots; ++slot) {
       smem.tile_full[slot].init(1);
       smem.tile_empty[slot].init(kConsumers * kWarpsPerConsumerGroup);
+    }
+    if constexpr (Config::kTransposesVInKernel) {
+      for (int stage = 0; stage < Storage::kStagingStages; ++stage) {
+        smem.staging.full[stage].init(1);
+        smem.staging.empty[stage].init(Config::kTransposingWarps);
+      }
     }
     ptx::fence_barrier_init();
     ptx::prefetch_tensor_map(&p.q_map);
@@ -52,6 +64,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   if (warpgroup == 0) {
     ptx::release_registers<Config::kProducerRegisters>();
     if (thread == 0) Producer<Config>{p, smem}.run();
+    if constexpr (Config::kTransposesVInKernel) {
+      if (thread >= 32) VTransposer<Config>{smem, thread / 32 - 1, thread % 32}.run();
+    }
     return;
   }
 

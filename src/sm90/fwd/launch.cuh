@@ -130,11 +130,11 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
   for (int i = 0; i < 2; ++i) {
     if (Status status = make_tile_map(targets[i], maps[i], kDtype); !status) return status;
   }
-  if constexpr (Config::kFp8) {
+  if constexpr (Config::kFp8 && !Config::kTransposesVInKernel) {
     if (problem.heads_kv > 0 && problem.batch > 0) {
       HFA_RETURN_IF_ERROR(transpose_v<Config>(problem, &params.v_map));
     }
-  } else {
+  } else {  // V as stored (in-kernel FP8 transpose: into the staging ring)
     const TileMapShape v_map =
         tile_map_shape<Element>(problem.v, problem.hdim_v, k_rows, problem.heads_kv, map_batches,
                                 problem.v_stride, varlen, Config::kBlockN);
@@ -197,9 +197,11 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
 
 // The score policy's switch: kAlibi compiles only the ALiBi kernels (their own translation units,
 // run_forward_alibi), the rest the plain and softcapped ones.
+// FP8 without softcap: the in-kernel V transpose's layer where `v_transpose` asks for it.
 template <int kHeadDimQK, int kHeadDimV, bool kWindowed, typename Element, typename Out,
           bool kShortRows = false, bool kKeyBlockScales = false, bool kAlibi = false>
-Status launch_softcap_or_not(const detail::ForwardProblem& problem, const LaunchContext& context) {
+Status launch_softcap_or_not(const detail::ForwardProblem& problem, const LaunchContext& context,
+                             Fp8VTranspose v_transpose = Fp8VTranspose::pass) {
   using Plain = TileConfigFor<kHeadDimQK, kHeadDimV, kWindowed, false, Element, Out, kShortRows,
                               kKeyBlockScales>;
   if constexpr (kAlibi) {
@@ -207,8 +209,13 @@ Status launch_softcap_or_not(const detail::ForwardProblem& problem, const Launch
   } else {
     using Softcapped = TileConfigFor<kHeadDimQK, kHeadDimV, kWindowed, true, Element, Out,
                                      kShortRows, kKeyBlockScales>;
-    return problem.softcap > 0.0f ? launch<Softcapped>(problem, context)
-                                  : launch<Plain>(problem, context);
+    if (problem.softcap > 0.0f) return launch<Softcapped>(problem, context);
+    if constexpr (Plain::kFp8) {
+      if (v_transpose == Fp8VTranspose::in_kernel) {
+        return launch<VTransposingTileConfig<Plain>>(problem, context);
+      }
+    }
+    return launch<Plain>(problem, context);
   }
 }
 
@@ -220,7 +227,8 @@ inline constexpr int kShortRowsMaxKeys = 1024;
 
 template <int kHeadDimQK, int kHeadDimV, typename Element, typename Out,
           bool kKeyBlockScales = false, bool kAlibi = false>
-Status run_forward_with(const detail::ForwardProblem& problem, const LaunchContext& context) {
+Status run_forward_with(const detail::ForwardProblem& problem, const LaunchContext& context,
+                        Fp8VTranspose v_transpose = Fp8VTranspose::pass) {
   if (uses_window(problem)) {
     if constexpr (has_short_rows_tile<kHeadDimQK, Element>) {
       if (problem.seqlen_k <= kShortRowsMaxKeys) {
@@ -229,10 +237,10 @@ Status run_forward_with(const detail::ForwardProblem& problem, const LaunchConte
       }
     }
     return launch_softcap_or_not<kHeadDimQK, kHeadDimV, true, Element, Out, false,
-                                 kKeyBlockScales, kAlibi>(problem, context);
+                                 kKeyBlockScales, kAlibi>(problem, context, v_transpose);
   }
   return launch_softcap_or_not<kHeadDimQK, kHeadDimV, false, Element, Out, false,
-                               kKeyBlockScales, kAlibi>(problem, context);
+                               kKeyBlockScales, kAlibi>(problem, context, v_transpose);
 }
 
 template <int kHeadDimQK, int kHeadDimV, typename Element>
@@ -265,11 +273,17 @@ Status run_forward_partial(const detail::ForwardProblem& problem, const LaunchCo
 // FP8: k or v scaled per block of keys takes the tiles of one block scale each
 // (TileConfig::kKeyBlockScales).
 template <int kHeadDimQK, int kHeadDimV, typename Out>
-Status run_forward_fp8(const detail::ForwardProblem& problem, const LaunchContext& context) {
-  if (has_key_block_scales(problem)) {
-    return run_forward_with<kHeadDimQK, kHeadDimV, __nv_fp8_e4m3, Out, true>(problem, context);
+Status run_forward_fp8(const detail::ForwardProblem& problem, const LaunchContext& context,
+                       Fp8VTranspose v_transpose) {
+  if (v_transpose == Fp8VTranspose::in_kernel && problem.softcap > 0.0f) {
+    return {Code::internal, std::string(kFamily) + ": no in-kernel V transpose with softcap"};
   }
-  return run_forward_with<kHeadDimQK, kHeadDimV, __nv_fp8_e4m3, Out>(problem, context);
+  if (has_key_block_scales(problem)) {
+    return run_forward_with<kHeadDimQK, kHeadDimV, __nv_fp8_e4m3, Out, true>(problem, context,
+                                                                            v_transpose);
+  }
+  return run_forward_with<kHeadDimQK, kHeadDimV, __nv_fp8_e4m3, Out>(problem, context,
+                                                                     v_transpose);
 }
 
 }  // namespace hfa::sm90::fwd
@@ -292,4 +306,5 @@ Status run_forward_fp8(const detail::ForwardProblem& problem, const LaunchContex
       const hfa::detail::ForwardProblem&, const hfa::sm90::fwd::LaunchContext&);
 #define HFA_INSTANTIATE_FORWARD_FP8(HEAD_DIM_QK, HEAD_DIM_V, OUT)                          \
   template hfa::Status hfa::sm90::fwd::run_forward_fp8<HEAD_DIM_QK, HEAD_DIM_V, OUT>(      \
-      const hfa::detail::ForwardProblem&, const hfa::sm90::fwd::LaunchContext&);
+      const hfa::detail::ForwardProblem&, const hfa::sm90::fwd::LaunchContext&,            \
+      hfa::sm90::fwd::Fp8VTranspose);

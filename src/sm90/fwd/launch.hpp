@@ -2,7 +2,9 @@
 // in its own translation unit (instantiations/) so the build compiles them in parallel.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "common/environment.hpp"
 #include "common/problem.hpp"
@@ -44,10 +46,59 @@ inline std::size_t fp8_vt_bytes(const detail::ForwardProblem& problem) {
   return std::size_t(problem.heads_kv) * problem.hdim_v * fp8_vt_row_keys(problem);
 }
 
+// The query rows that read a row of v, on average over the keys: the (query, key) pairs the
+// window leaves, over the keys, times the query heads of a kv head (varlen: as if every
+// sequence were the longest).
+inline double query_rows_per_key(const detail::ForwardProblem& problem) {
+  const int64_t sq = problem.seqlen_q, sk = problem.seqlen_k;
+  if (sq <= 0 || sk <= 0 || problem.heads_kv <= 0) return 0.0;
+  // Σ over the rows i of clamp(first + i, 0, sk): query i's keys below a bound of the window.
+  auto keys_below = [&](int64_t first) {
+    auto ramp = [&](int64_t y) {  // Σ_{x = 0}^{y − 1} clamp(x, 0, sk)
+      if (y <= 0) return 0.0;
+      const double rising = double(std::min(y, sk + 1));
+      return rising * (rising - 1) / 2 + double(std::max<int64_t>(y - sk - 1, 0)) * double(sk);
+    };
+    return ramp(first + sq) - ramp(first);
+  };
+  // Bottom-right aligned: query i sees keys [i + d − left, i + d + right] (problem.hpp).
+  const int64_t d = sk - sq;
+  const double below_end = problem.window_right < 0 ? double(sq) * double(sk)
+                                                    : keys_below(d + problem.window_right + 1);
+  const double below_start = problem.window_left < 0 ? 0.0 : keys_below(d - problem.window_left);
+  const double group = double(problem.heads_q) / problem.heads_kv;
+  return group * (below_end - below_start) / double(sk);
+}
+
+// FP8: V transposed in the kernel (VTransposingTileConfig) rather than by the pass before it,
+// where few query rows read each row of v: the pass's cost goes with v's size and the transpose
+// in the kernel's with the blocks the consumers walk, so the pass pays off where each row of v
+// serves many query rows. Measured on an H100 against the pass, grid of 16k tokens, hdim 64 to
+// 256 (docs/decisions/037, TFLOP/s): at 2k tokens causal (1024 rows a key) +2 % at hdim 64,
+// +9-11 % at 128 and 256, non-causal (2048) −1 … +1 %; at 4k causal (2048) −2 … +2 %,
+// non-causal (4096) −3 … −6 %; at 16k −5 … −9 %. 2560 takes the first three and leaves the
+// rest. Softcapped problems keep the pass (no kernel compiled for them).
+inline constexpr double kFp8InKernelTransposeMaxRowsPerKey = 2560.0;
+
+inline bool fp8_transposes_v_in_kernel(const detail::ForwardProblem& problem) {
+  return is_fp8(problem) && problem.softcap <= 0.0f &&
+         query_rows_per_key(problem) <= kFp8InKernelTransposeMaxRowsPerKey;
+}
+
+// Where the FP8 forward gets its K-major V from: the pass into the workspace (transpose_v.cuh)
+// or the kernel's own warps. The API's calls take fp8_v_transpose's; the tests name both.
+enum class Fp8VTranspose { pass, in_kernel };
+inline Fp8VTranspose fp8_v_transpose(const detail::ForwardProblem& problem) {
+  return fp8_transposes_v_in_kernel(problem) ? Fp8VTranspose::in_kernel : Fp8VTranspose::pass;
+}
+
 // Block-sparse tiles cost what their lists hold: they take the dynamic schedule too.
-inline std::size_t workspace_bytes(const detail::ForwardProblem& problem) {
-  if (is_fp8(problem)) return kVtOffset + fp8_vt_bytes(problem);
+inline std::size_t workspace_bytes(const detail::ForwardProblem& problem, Fp8VTranspose fp8) {
+  if (is_fp8(problem) && fp8 == Fp8VTranspose::pass) return kVtOffset + fp8_vt_bytes(problem);
   return uses_window(problem) || problem.block_sparse ? kTileCounterBytes : 0;
+}
+inline std::size_t workspace_bytes(const detail::ForwardProblem& problem) {
+  return workspace_bytes(problem, fp8_v_transpose(problem));
 }
 
 // One per compiled configuration (common/kernel_list.def; the build writes a translation unit
@@ -68,8 +119,10 @@ Status run_forward_block_sparse(const detail::ForwardProblem& problem,
 // HFA_KERNEL_PARTIAL_OUT): the standard tiles, no softcap (the backend checks).
 template <int kHeadDimQK, int kHeadDimV, typename Element, typename Out>
 Status run_forward_partial(const detail::ForwardProblem& problem, const LaunchContext& context);
-// The FP8 forward (e4m3 q, k, v) writing out as Out: common/kernel_list.def's FP8 lists.
+// The FP8 forward (e4m3 q, k, v) writing out as Out: common/kernel_list.def's FP8 lists, V
+// transposed the way `v_transpose` says (in_kernel: not with softcap, refused as internal).
 template <int kHeadDimQK, int kHeadDimV, typename Out>
-Status run_forward_fp8(const detail::ForwardProblem& problem, const LaunchContext& context);
+Status run_forward_fp8(const detail::ForwardProblem& problem, const LaunchContext& context,
+                       Fp8VTranspose v_transpose);
 
 }  // namespace hfa::sm90::fwd

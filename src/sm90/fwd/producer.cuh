@@ -1,6 +1,8 @@
 // The producer: one thread that walks the same tiles as the consumers and keeps the Q buffer
 // and the K/V rings full with TMA, V one block behind K (the consumers need K(n) for S before
-// they need V(n) for P·V). FP8 reads V from its transposed copy (transpose_v.cuh).
+// they need V(n) for P·V). FP8 reads V from its transposed copy (transpose_v.cuh), or, with
+// the transpose in the kernel (VTransposingTileConfig), stages V as stored for the transposing
+// warps (v_transposer.cuh), which write the V stages.
 #pragma once
 
 #include "sm90/fwd/params.hpp"
@@ -22,8 +24,12 @@ struct Producer {
 
   const Params& p;
   Storage& smem;
+  // Where the next V block goes: a V stage, or with the in-kernel transpose a stage of the
+  // staging ring (stage_v).
+  using VRing = ptx::RingPosition<Config::kTransposesVInKernel ? Storage::kStagingStages
+                                                               : Config::kStages>;
   Ring k_ring;
-  Ring v_ring;
+  VRing v_ring;
   ptx::RingPosition<Storage::kQStages> q_ring;
 
   __device__ __forceinline__ void load_q(const WorkTile& tile) {
@@ -75,8 +81,35 @@ struct Producer {
     v_ring.advance();
   }
 
+  // In-kernel transpose: V as stored into the staging ring, with the keys of the block that its
+  // sequence uses (written before the barrier's arrival, which releases it to the waiters).
+  __device__ __forceinline__ void stage_v(int n_block, int kv_head, const Sequence& seq) {
+    using Staging = typename Storage::Staging;
+    Staging& staging = smem.staging;
+    ptx::Mbarrier& full = staging.full[v_ring.stage];
+    staging.empty[v_ring.stage].wait(v_ring.phase ^ 1);
+    staging.used_keys[v_ring.stage] = seq.seqlen_k - n_block * Config::kBlockN;
+    full.arrive_expect_tx(Staging::Tile::kBytes);
+#pragma unroll
+    for (int slab = 0; slab < Staging::Tile::kSlabs; ++slab) {
+      ptx::load_4d(staging.tiles[v_ring.stage].data + slab * kKVSlabElements, &p.v_map,
+                   &full, slab * kSlabColumns, seq.k_offset + n_block * Config::kBlockN, kv_head,
+                   seq.map_batch, ptx::CacheHint::evict_last);
+    }
+    v_ring.advance();
+  }
+
+  // Tells the transposing warps that no V block comes after those staged.
+  __device__ __forceinline__ void end_staging() {
+    smem.staging.empty[v_ring.stage].wait(v_ring.phase ^ 1);
+    smem.staging.used_keys[v_ring.stage] = kNoMoreVBlocks;
+    smem.staging.full[v_ring.stage].arrive();
+  }
+
   __device__ __forceinline__ void load_v(int n_block, int kv_head, const WorkTile& tile) {
-    if constexpr (Config::kFp8) {
+    if constexpr (Config::kTransposesVInKernel) {
+      stage_v(n_block, kv_head, tile.seq);
+    } else if constexpr (Config::kFp8) {
       const int64_t first_key =
           p.cu_seqlens_k != nullptr ? tile.seq.k_offset : int64_t(tile.batch) * p.seqlen_k;
       load_vt(n_block, kv_head, vt_key_offset(first_key, tile.batch));
@@ -122,6 +155,7 @@ struct Producer {
       }
       load_v(blocks.key_block(blocks.begin), kv_head, tile);
     }
+    if constexpr (Config::kTransposesVInKernel) end_staging();
   }
 };
 

@@ -1,6 +1,7 @@
 // The forward kernel's shared memory: Q, a ring of K and V stages, and their barriers.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -35,6 +36,7 @@ struct SharedStorageWith {
   static constexpr int kQStages = kQStages_;
   static constexpr int kOutColumns = kOutColumns_;
   static constexpr bool kStagesOut = kOutColumns > 0;
+  static constexpr int kStagingStages = 0;  // of V as stored (SharedStorageStagingV)
   using Element = typename Config::Element;
   using QTile = SwizzledTile<Element, Config::kBlockM, Config::kHeadDimQK>;
   using KTile = SwizzledTile<Element, Config::kBlockN, Config::kHeadDimQK>;
@@ -79,6 +81,30 @@ struct SharedStorageWith {
   ptx::Mbarrier tile_empty[kTileSlots];
 };
 
+// In-kernel V transpose (VTransposingTileConfig): V as TMA loads it (keys × dims, like K) in a
+// ring of kStages stages for the transposing warps (v_transposer.cuh), with the keys of each
+// block that its sequence uses, as the producer noted them before the load. The layout
+// without it is a base class, unchanged.
+inline constexpr int32_t kNoMoreVBlocks = INT32_MIN;  // used_keys: the producer is done
+
+template <typename Config, int kStages_>
+struct VStagingRing {
+  static constexpr int kStages = kStages_;
+  using Tile = SwizzledTile<typename Config::Element, Config::kBlockN, Config::kHeadDimV>;
+  Tile tiles[kStages];
+  ptx::Mbarrier full[kStages];   // TMA bytes landed (used_keys written before)
+  ptx::Mbarrier empty[kStages];  // every transposing warp has read the stage
+  int32_t used_keys[kStages];    // keys of the block before its sequence's used end, or kNoMoreVBlocks
+};
+
+template <typename Config, int kQStages, int kOutColumns, int kStagingStages_>
+struct SharedStorageStagingV : SharedStorageWith<Config, kQStages, kOutColumns> {
+  static_assert(Config::kTransposesVInKernel);
+  static constexpr int kStagingStages = kStagingStages_;
+  using Staging = VStagingRing<Config, kStagingStages>;
+  Staging staging;
+};
+
 // The first of the layouts that fits a CTA's shared memory.
 template <typename Layout, typename... Fallbacks>
 struct FirstFitting {
@@ -105,11 +131,37 @@ template <typename Config>
 inline constexpr int kOutSlab = Config::kPartialOut ? 0 : kSlabColumnsOf<typename Config::Out>;
 
 template <typename Config>
-using SharedStorage =
+using PassVSharedStorage =
     typename FirstFitting<SharedStorageWith<Config, 2, kWholeOut<Config>>,
                           SharedStorageWith<Config, 2, kOutSlab<Config>>,
                           SharedStorageWith<Config, 1, kWholeOut<Config>>,
                           SharedStorageWith<Config, 1, kOutSlab<Config>>,
                           SharedStorageWith<Config, 1, 0>>::type;
+// In-kernel V transpose: a second staging stage where it fits beside two Q buffers (FP8 hdim
+// 128 on 128-key tiles), else one, with two Q buffers and all of O (224-key tiles, 214 KB), else
+// one Q buffer (hdim 256, O a slab at a time). Q's second buffer comes first, as for the pass's
+// kernel (docs/decisions/011): with one staging stage the next V block's load waits for the
+// transpose of the one before, which itself runs a V stage ahead of the consumers. This is the
+// order of the build docs/decisions/037 measured; two staging stages with one Q buffer at 224
+// keys were not measured.
+template <typename Config>
+using StagingVSharedStorage =
+    typename FirstFitting<SharedStorageStagingV<Config, 2, kWholeOut<Config>, 2>,
+                          SharedStorageStagingV<Config, 2, kOutSlab<Config>, 2>,
+                          SharedStorageStagingV<Config, 2, kWholeOut<Config>, 1>,
+                          SharedStorageStagingV<Config, 2, kOutSlab<Config>, 1>,
+                          SharedStorageStagingV<Config, 1, kWholeOut<Config>, 1>,
+                          SharedStorageStagingV<Config, 1, kOutSlab<Config>, 1>>::type;
+
+template <typename Config, bool kTransposesVInKernel = Config::kTransposesVInKernel>
+struct SharedStorageOf {
+  using type = PassVSharedStorage<Config>;
+};
+template <typename Config>
+struct SharedStorageOf<Config, true> {
+  using type = StagingVSharedStorage<Config>;
+};
+template <typename Config>
+using SharedStorage = typename SharedStorageOf<Config>::type;
 
 }  // namespace hfa::sm90::fwd

@@ -80,6 +80,10 @@ struct TileConfig {
   static constexpr bool kFp8 = std::is_same_v<Element, __nv_fp8_e4m3>;
   static constexpr bool kShortRows = kShortRows_;
   static constexpr bool kKeyBlockScales = kKeyBlockScales_;
+  // FP8: V reaches the kernel transposed by a pass before it (transpose_v.cuh); the layer
+  // VTransposingTileConfig below transposes it in the kernel instead, in kTransposingWarps warps.
+  static constexpr bool kTransposesVInKernel = false;
+  static constexpr int kTransposingWarps = 0;
   // An f32 out is a partial result (accumulate): its configurations keep the standard tiles.
   // ptxas: no spills at hdim 64, 128, 192; 8 bytes at hdim 256 (the merge's loads of the running
   // out, once a tile).
@@ -210,6 +214,26 @@ struct AlibiTileConfig : Plain {
   static_assert(!Plain::kSoftcap && !Plain::kFp8 && !Plain::kPartialOut,
                 "ALiBi: 16-bit inputs and out, no softcap (backend.cpp refuses the rest)");
   using Mods = policy::ListedMods<false, true>;
+};
+
+// An FP8 configuration that transposes V in the kernel (v_transposer.cuh), for short problems:
+// the producer's TMA thread loads V as stored (keys × dims) into a staging ring, and the
+// producer warpgroup's other three warps, idle otherwise, write each staged block into the V
+// stage the consumers read, transposed (dims × keys) and zero past the sequence's used keys. No
+// pass over v before the kernel and no workspace for it: the pass costs a constant ~50-60 µs a
+// call (a read and a write of v through DRAM and a second launch), a loss of 10-20 % at 2k
+// tokens, where the transposing warps' shared-memory traffic and issue slots cost the consumers
+// 5-9 % a block at 16k (docs/decisions/037). launch.hpp's fp8_transposes_v_in_kernel says
+// where. The staging ring takes shared memory the pass's kernel has for Q's second buffer or a
+// whole O buffer: SharedStorage picks what fits. Not with softcap (no layer for it: the softcapped
+// FP8 kernels keep the pass, and their compile time stays one kernel each).
+// A layer like ALiBi's, so that the kernels compiled before keep their names and code.
+template <typename Plain>
+struct VTransposingTileConfig : Plain {
+  static_assert(Plain::kFp8 && !Plain::kSoftcap, "in-kernel V transpose: FP8 without softcap");
+  static constexpr bool kTransposesVInKernel = true;
+  // The producer warpgroup's warps but the first, whose lane 0 issues every TMA load.
+  static constexpr int kTransposingWarps = kThreadsPerWarpgroup / 32 - 1;
 };
 
 // A configuration that reads a block-sparse mask (common/block_sparse.hpp; sm90/common/
