@@ -343,6 +343,16 @@ TEST(ForwardSm90Fp8VTranspose, RulePicksShortProblems) {
   EXPECT_TRUE(sm90::fwd::fp8_transposes_v_in_kernel(problem(4096, true)));
   EXPECT_FALSE(sm90::fwd::fp8_transposes_v_in_kernel(problem(4096, false)));
   EXPECT_DOUBLE_EQ(sm90::fwd::query_rows_per_key(problem(4096, true)), 2048.5);
+  // Other head dims: the causal 2k kind only (the bound is 1280 rows a key there).
+  auto wide = [&](int seqlen, bool causal) {
+    detail::ForwardProblem p = problem(seqlen, causal);
+    p.hdim_qk = p.hdim_v = 256;
+    p.heads_q = p.heads_kv = 8;
+    return p;
+  };
+  EXPECT_TRUE(sm90::fwd::fp8_transposes_v_in_kernel(wide(2048, true)));
+  EXPECT_FALSE(sm90::fwd::fp8_transposes_v_in_kernel(wide(2048, false)));
+  EXPECT_FALSE(sm90::fwd::fp8_transposes_v_in_kernel(wide(4096, true)));
   EXPECT_DOUBLE_EQ(sm90::fwd::query_rows_per_key(problem(2048, false)), 2048.0);
 
   // A window of 100 keys to the left: 101 rows a key, but for the last keys' fewer.

@@ -73,16 +73,22 @@ inline double query_rows_per_key(const detail::ForwardProblem& problem) {
 // FP8: V transposed in the kernel (VTransposingTileConfig) rather than by the pass before it,
 // where few query rows read each row of v: the pass's cost goes with v's size and the transpose
 // in the kernel's with the blocks the consumers walk, so the pass pays off where each row of v
-// serves many query rows. Measured on an H100 against the pass, grid of 16k tokens, hdim 64 to
-// 256 (docs/decisions/037, TFLOP/s): at 2k tokens causal (1024 rows a key) +2 % at hdim 64,
-// +9-11 % at 128 and 256, non-causal (2048) −1 … +1 %; at 4k causal (2048) −2 … +2 %,
-// non-causal (4096) −3 … −6 %; at 16k −5 … −9 %. 2560 takes the first three and leaves the
-// rest. Softcapped problems keep the pass (no kernel compiled for them).
-inline constexpr double kFp8InKernelTransposeMaxRowsPerKey = 2560.0;
+// serves many query rows. The bound on those rows a key, measured on an H100 against the pass
+// (docs/decisions/037; 16k-token grid, one head per kv head, so 2k tokens are 2048 rows a key
+// without a mask and 1024 causal, 4k causal 2048):
+// - hdim_v 128 (224-key blocks, two Q buffers): 2k +0.6 % non-causal, +8.3 % causal, 4k causal
+//   +2.9 %; at 4k non-causal and beyond the kernel lost (−3 … −9 %, r20b). 2560.
+// - other head dims: hdim 256 (one staging stage and one Q buffer in its 217 KB) +5.0 % at 2k
+//   causal but −5.2 % at 2k non-causal and −3.0 % at 4k causal; hdim 64 +2 % at 2k causal, −2 %
+//   at 4k causal (r20b). 1280: only the causal 2k kind of problem.
+// Softcapped problems keep the pass (no kernel compiled for them).
+inline double fp8_in_kernel_transpose_max_rows_per_key(int hdim_v) {
+  return hdim_v == 128 ? 2560.0 : 1280.0;
+}
 
 inline bool fp8_transposes_v_in_kernel(const detail::ForwardProblem& problem) {
   return is_fp8(problem) && problem.softcap <= 0.0f &&
-         query_rows_per_key(problem) <= kFp8InKernelTransposeMaxRowsPerKey;
+         query_rows_per_key(problem) <= fp8_in_kernel_transpose_max_rows_per_key(problem.hdim_v);
 }
 
 // Where the FP8 forward gets its K-major V from: the pass into the workspace (transpose_v.cuh)
