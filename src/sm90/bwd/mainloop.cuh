@@ -312,8 +312,10 @@ struct ConsumerMainloop
     // no longer reads this step's stage (two stages: the one before last).
     if (lagging) other_step_done(lagging_ring).wait(lagging_ring.phase);
     store_ds(smem.ds[scores_ring.stage], grad);
-    ptx::fence_proxy_async_smem();  // read by wgmma (async proxy) in the next step
+    // dSᵀ is read by wgmma (async proxy) in the next step: the lagged dQ's own fence, after its
+    // tile's stores, orders these stores too before step_done (docs/decisions/046).
     if (lagging) lagged_dq(lagging_ring.stage);
+    else ptx::fence_proxy_async_smem();
     ptx::wait_group<0>();
     ptx::fence_operands(dv);
     ptx::fence_operands(dk);
@@ -378,7 +380,6 @@ struct ConsumerMainloop
     typename Storage::DsTile& ds_tile = smem.ds[scores_stage];
     store_ds(ds_tile, grad);
     if constexpr (!kScoresInRegisters) store_scores(prob_tile(scores_stage), prob);
-    ptx::fence_proxy_async_smem();  // the tiles are read by wgmma (async proxy) next
 
     // dV first, from registers before the other warpgroup's scores are in; from the shared
     // tiles after them.
@@ -391,6 +392,9 @@ struct ConsumerMainloop
       ptx::commit_group();
     };
     if constexpr (kScoresInRegisters) issue_dv();
+    // The tiles are read by wgmma (async proxy) after the barrier; fenced after dV's issue, which
+    // covers the stores' latency (docs/decisions/046).
+    ptx::fence_proxy_async_smem();
     ptx::named_barrier_sync(ptx::barrier_id(ptx::NamedBarrier::scores_shared), kBothWarpgroups);
     if constexpr (!kScoresInRegisters) issue_dv();
 
