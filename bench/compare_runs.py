@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Side-by-side table of forward results (bench_fwd.py JSON files), for the decision records
-(docs/decisions/).
+"""Side-by-side table of benchmark results (any bench/*.py JSON of one kind: its rows' "case",
+"metric" and "hfa"), for the decision records (docs/decisions/).
 
     python3 bench/compare_runs.py FILE.json ...
     python3 bench/compare_runs.py --arms BASE=FILE.json,FILE.json NEW=FILE.json ...
 
-Each file becomes columns: its hfa TFLOP/s and, when the run measured cuDNN, the ratio
-hfa/cudnn of that same run (ratios across runs are never formed).
+Rows are matched by their whole case; the table shows the case fields that differ between rows.
+Each file becomes columns: its hfa value (TFLOP/s, µs, ...: the rows' metric) and, when the run
+measured cuDNN, the ratio hfa/cudnn of that same run (ratios across runs are never formed).
 --arms: an A/B of libraries timed in one call, each arm's files its rounds: per cell the mean
-hfa TFLOP/s of each arm (its rounds beside it) and its ratio to the first arm's, then each
-arm's geometric mean of those ratios.
+hfa value of each arm (its rounds beside it) and its speed relative to the first arm's (the
+ratio of values, or of times for a metric in µs: above 1 is faster), then each arm's geometric
+mean of those ratios.
 """
 import json
 import statistics
@@ -21,8 +23,36 @@ def load_rows(path):
         return {row_key(r): r for r in json.load(f)["rows"]}
 
 
+def row_key(row):
+    return tuple(row["case"].items())
+
+
+def key_order(key):
+    """Cases in order of their values (numbers as numbers)."""
+    return [(type(v).__name__, 0 if v is None else v) for _, v in key]
+
+
+def shown_fields(keys):
+    """The case fields whose values differ between the rows, in the cases' order."""
+    fields = list(dict.fromkeys(name for key in keys for name, _ in key))
+    values = {name: {repr(dict(key).get(name)) for key in keys} for name in fields}
+    return [name for name in fields if len(values[name]) > 1] or fields[:1]
+
+
+def case_cells(key, fields):
+    case = dict(key)
+    return [("T" if case.get(f) else "F") if isinstance(case.get(f), bool) else str(case.get(f, ""))
+            for f in fields]
+
+
+def speed(value, base, metric):
+    """value's speed relative to base: times invert."""
+    return base / value if metric == "us" else value / base
+
+
 def arms_table(specs):
-    arms = []  # (name, {key: [hfa TFLOP/s of each round]})
+    arms = []  # (name, {key: [hfa value of each round]})
+    metric = "tflops"
     for spec in specs:
         name, files = spec.split("=", 1)
         rounds = {}
@@ -30,22 +60,25 @@ def arms_table(specs):
             for key, row in load_rows(path).items():
                 if row.get("hfa"):
                     rounds.setdefault(key, []).append(row["hfa"])
+                    metric = row.get("metric", metric)
         arms.append((name, rounds))
     base_name, base = arms[0]
-    header = ["hdim", "causal", "seqlen"] + [name for name, _ in arms]
-    header += [f"{name} ÷ {base_name}" for name, _ in arms[1:]]
+    keys = sorted({k for _, rounds in arms for k in rounds}, key=key_order)
+    fields = shown_fields(keys)
+    header = fields + [f"{name} {metric}" for name, _ in arms]
+    header += [f"{name} ÷ {base_name} speed" for name, _ in arms[1:]]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     ratios = {name: [] for name, _ in arms[1:]}
-    for key in sorted({k for _, rounds in arms for k in rounds}):
-        cells = [str(key[0]), "T" if key[1] else "F", str(key[2])]
+    for key in keys:
+        cells = case_cells(key, fields)
         for _, rounds in arms:
             values = rounds.get(key, [])
             cells.append(f"{statistics.mean(values):.1f} ({' / '.join(f'{v:.0f}' for v in values)})"
                          if values else "")
         for name, rounds in arms[1:]:
             if key in rounds and key in base:
-                ratio = statistics.mean(rounds[key]) / statistics.mean(base[key])
+                ratio = speed(statistics.mean(rounds[key]), statistics.mean(base[key]), metric)
                 ratios[name].append(ratio)
                 cells.append(f"{ratio:.3f}")
             else:
@@ -65,8 +98,9 @@ def main(paths):
     for path in paths:
         name = path.rsplit("/", 1)[-1].removesuffix(".json")
         runs.append((name, load_rows(path)))
-    keys = sorted({k for _, rows in runs for k in rows})
-    header = ["hdim", "causal", "seqlen"]
+    keys = sorted({k for _, rows in runs for k in rows}, key=key_order)
+    fields = shown_fields(keys)
+    header = list(fields)
     for name, rows in runs:
         header.append(f"{name} hfa")
         if any("cudnn" in r for r in rows.values()):
@@ -74,7 +108,7 @@ def main(paths):
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for key in keys:
-        cells = [str(key[0]), "T" if key[1] else "F", str(key[2])]
+        cells = case_cells(key, fields)
         for _, rows in runs:
             row = rows.get(key)
             cells.append(f"{row['hfa']:.0f}" if row and row.get("hfa") else "")
@@ -83,10 +117,6 @@ def main(paths):
                 cells.append(f"{row['hfa'] / row['cudnn']:.2f}" if ok else "")
         print("| " + " | ".join(cells) + " |")
 
-
-def row_key(row):
-    case = row["case"]
-    return case["hdim"], case["causal"], case["seqlen_q"]
 
 
 if __name__ == "__main__":
