@@ -118,6 +118,5 @@ def main(paths):
         print("| " + " | ".join(cells) + " |")
 
 
-
 if __name__ == "__main__":
     main(sys.argv[1:])

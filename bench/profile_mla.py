@@ -72,6 +72,8 @@ def profiled_calls(step, calls, cover_us, trace_path):
 
 def summary(calls):
     """Each kernel position's name, mean µs and mean gap before it; the mean span."""
+    if not calls:
+        return {"error": "no call found in the profile (no spin_kernel before it)"}
     shapes = {tuple(name for name, _, _ in c) for c in calls}
     if len(shapes) != 1:
         return {"error": f"calls differ in their kernels: {sorted(shapes)}"}
