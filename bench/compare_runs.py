@@ -32,11 +32,13 @@ def key_order(key):
     return [(type(v).__name__, 0 if v is None else v) for _, v in key]
 
 
-def shown_fields(keys):
-    """The case fields whose values differ between the rows, in the cases' order."""
+def table_keys(row_maps):
+    """Every case of the runs in order, and the case fields whose values differ between them
+    (the table's first columns), in the cases' order."""
+    keys = sorted({k for rows in row_maps for k in rows}, key=key_order)
     fields = list(dict.fromkeys(name for key in keys for name, _ in key))
     values = {name: {repr(dict(key).get(name)) for key in keys} for name in fields}
-    return [name for name in fields if len(values[name]) > 1] or fields[:1]
+    return keys, [name for name in fields if len(values[name]) > 1] or fields[:1]
 
 
 def case_cells(key, fields):
@@ -63,8 +65,7 @@ def arms_table(specs):
                     metric = row.get("metric", metric)
         arms.append((name, rounds))
     base_name, base = arms[0]
-    keys = sorted({k for _, rounds in arms for k in rounds}, key=key_order)
-    fields = shown_fields(keys)
+    keys, fields = table_keys(rounds for _, rounds in arms)
     header = fields + [f"{name} {metric}" for name, _ in arms]
     header += [f"{name} ÷ {base_name} speed" for name, _ in arms[1:]]
     print("| " + " | ".join(header) + " |")
@@ -98,8 +99,7 @@ def main(paths):
     for path in paths:
         name = path.rsplit("/", 1)[-1].removesuffix(".json")
         runs.append((name, load_rows(path)))
-    keys = sorted({k for _, rows in runs for k in rows}, key=key_order)
-    fields = shown_fields(keys)
+    keys, fields = table_keys(rows for _, rows in runs)
     header = list(fields)
     for name, rows in runs:
         header.append(f"{name} hfa")
