@@ -766,22 +766,13 @@ Status persistent_grid(const Fp8QuantizeProblem& p, int64_t wanted, int64_t resi
   return Status::ok();
 }
 
-// kernel<<<grid, threads, shared>>>(args...) allowed to start while the kernel before it drains
-// (ptx/grid_dependency.cuh); it waits for that one itself.
+// kernel<<<grid, threads, shared>>>(args...) allowed to start while the kernel before it drains;
+// it waits for that one itself.
 template <typename... Params, typename... Args>
 Status launch_dependent(void (*kernel)(Params...), int64_t grid, int threads, int shared,
                         cudaStream_t stream, const char* what, Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(grid));
-  config.blockDim = dim3(unsigned(threads));
-  config.dynamicSmemBytes = size_t(shared);
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return launched(what, cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+  return launched(what, sm90::launch_dependent(kernel, dim3(unsigned(grid)), threads, shared,
+                                               stream, std::forward<Args>(args)...));
 }
 
 Status fill_scale(const Fp8QuantizeProblem& p, uint32_t bits, cudaStream_t stream) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "common/problem.hpp"
 #include "common/score_policy.hpp"
@@ -118,6 +119,25 @@ Status reserve_shared_memory(const char* family, int bytes, int device) {
   }
   reserved_on_device.fetch_or(device_bit, std::memory_order_relaxed);
   return Status::ok();
+}
+
+// kernel<<<grid, threads, shared, stream>>>(args...) allowed to start while the kernel before it
+// in the stream drains (programmatic dependent launch, ptx/grid_dependency.cuh): the kernel
+// waits for that one itself before it reads what that one writes.
+template <typename... Params, typename... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, int shared,
+                             cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = std::size_t(shared);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 // The launch just made on this thread failed to start (bad configuration, no kernel image).

@@ -10,6 +10,7 @@
 #include "sm90/decode/params.hpp"
 #include "sm90/decode/sequence.cuh"
 #include "sm90/ptx/fragment.cuh"
+#include "sm90/ptx/grid_dependency.cuh"
 
 namespace hfa::sm90::decode {
 
@@ -53,6 +54,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     scheduled_combine_kernel(const __grid_constant__ Params p) {
   constexpr int kColumnsPerLane = kHeadDim / kCombineLanes;
   static_assert(kColumnsPerLane * kCombineLanes == kHeadDim, "every lane the same columns");
+  ptx::wait_for_prior_grid();  // a dependent launch: the partials are complete past it
   const int b = int(blockIdx.y);
   const int32_t first_slot = p.first_slot[b];
   const int slots = p.first_slot[b + 1] - first_slot;

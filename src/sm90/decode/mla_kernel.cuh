@@ -6,7 +6,8 @@
 // persistent CTA per (part, kv-head × 64-row tile) walking its part's range of (sequence, tile):
 // the whole sequences in it, finished in place (out and lse), and the pieces of the sequences cut
 // at its ends, each a partial in the sequence's slots that the combine merges. The schedule
-// kernel writes the ranges on the device from the lengths just before (schedule_kernel.cuh).
+// kernel writes the ranges on the device from the lengths just before (schedule_kernel.cuh);
+// this kernel and the combine after it are dependent launches (mla_launch.cuh).
 // When the call fixes the splits (num_splits, split_size) or has varlen queries, the uniform
 // plan: one CTA per (split, kv-head × row tile, sequence), as every decode kernel. Either way
 // the producer and the consumers walk the same pieces through one ring, so the producer loads a
@@ -76,6 +77,7 @@
 #include "sm90/decode/skeleton.cuh"
 #include "sm90/decode/softmax.cuh"
 #include "sm90/decode/work.cuh"
+#include "sm90/ptx/cp_async.cuh"
 #include "sm90/ptx/fragment.cuh"
 #include "sm90/ptx/mbarrier.cuh"
 #include "sm90/ptx/named_barrier.cuh"
@@ -175,25 +177,34 @@ struct Consumer {
   }
 
   // Q's 64 rows into the swizzled Q tile, zeros past the sequence's rows, by both warpgroups:
-  // 16-byte loads (plan.cpp checks q's alignment), then fenced for wgmma's reads.
+  // 16-byte cp.async copies (plan.cpp checks q's alignment), all in flight before one wait (a
+  // load and a store a chunk waited a round trip each), then fenced for wgmma's reads.
   __device__ __forceinline__ void start() {
-    constexpr int kChunksPerRow = kHeadDimQK * int(sizeof(Element)) / int(kChunkBytes);
-    const int tid = warpgroup * kThreadsPerWarpgroup + thread;
+    constexpr int kChunksPerRow = kHeadDimQK * int(sizeof(Element)) / int(kChunkBytes);  // 72
+    constexpr int kValuesPerChunk = int(kChunkBytes / sizeof(Element));
+    const int warp = (warpgroup * kThreadsPerWarpgroup + thread) / kWarpSize;  // 0 .. 7
+    const int lane = thread % kWarpSize;
     const auto* q = static_cast<const Element*>(p.q);
     unsigned char* tile = reinterpret_cast<unsigned char*>(s.q.data);
-    for (int idx = tid; idx < kRowsPerTile * kChunksPerRow; idx += kConsumerThreads) {
-      const int row = idx / kChunksPerRow, chunk = idx % kChunksPerRow;
+    // A warp a row at a time (its address math once a row), a lane 2-3 chunks of it.
+#pragma unroll 1
+    for (int row = warp; row < kRowsPerTile; row += kConsumerWarps) {
       const int r = work.first_row + row;
-      uint4 value = make_uint4(0, 0, 0, 0);
+      const Element* src = q;  // rows past the sequence's: zeros, nothing read
+      uint32_t bytes = 0;
       if (r < work.rows) {
         const int i = r / p.group, h = work.kv_head * p.group + r % p.group;
-        const Element* src = q + work.batch * p.q_batch_stride + (work.seq.q_begin + i) * p.q_row_stride +
-                             h * p.q_head_stride + chunk * (kChunkBytes / sizeof(Element));
-        value = *reinterpret_cast<const uint4*>(src);
+        src = q + work.batch * p.q_batch_stride + (work.seq.q_begin + i) * p.q_row_stride +
+              h * p.q_head_stride;
+        bytes = kChunkBytes;
       }
-      *reinterpret_cast<uint4*>(tile + QTile::offset(row, chunk * int(kChunkBytes / sizeof(Element)))) =
-          value;
+#pragma unroll
+      for (int chunk = lane; chunk < kChunksPerRow; chunk += kWarpSize)
+        ptx::cp_async_16(ptx::smem_address(tile + QTile::offset(row, chunk * kValuesPerChunk)),
+                         src + chunk * kValuesPerChunk, bytes);
     }
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<0>();
     ptx::fence_proxy_async_smem();
     sync_consumers();
   }
@@ -266,8 +277,12 @@ struct Consumer {
       const float other = s.row_max[1 - warpgroup][at.row0 + 8 * h];
       rescale[h] = softmax.raise_max(h, fmaxf(tile_max[h], other));
     }
+    // Exact: a factor of 1 (the rows' max did not grow) leaves O as it is; once the maxima
+    // settle, most tiles of a long piece skip the 128 multiplies.
+    if (!__all_sync(kFullWarp, rescale[0] == 1.0f && rescale[1] == 1.0f)) {
 #pragma unroll
-    for (int i = 0; i < kOAcc; ++i) o[i] *= rescale[ptx::fragment_row_half(i)];
+      for (int i = 0; i < kOAcc; ++i) o[i] *= rescale[ptx::fragment_row_half(i)];
+    }
 
     // The last tile of the sequence: its V rows past the end to zeros (this warpgroup's slabs:
     // the only ones it reads as V). The other warpgroup's Q·Kᵀ may still read those rows; they

@@ -34,18 +34,23 @@ template <typename Arguments>
 using Kernel = void (*)(Arguments);
 
 // The three launches of the balanced schedule, all on one stream: each reads what the one before
-// wrote (the schedule, then the partials).
+// wrote (the schedule, then the partials). The second and third are dependent launches: each
+// starts while the one before drains and waits for it in the kernel (skeleton.cuh,
+// combine_kernel.cuh), so that neither pays a launch's latency after the one before ends.
 template <typename Element, typename Arguments>
-void launch_scheduled(Kernel<Arguments> kernel, const Arguments& arguments, const Params& d,
-                      cudaStream_t stream) {
+cudaError_t launch_scheduled(Kernel<Arguments> kernel, const Arguments& arguments,
+                             const Params& d, cudaStream_t stream) {
   schedule_kernel<kBlockN><<<1, kScheduleThreads, 0, stream>>>(d);
   const dim3 grid(d.parts, d.heads_kv * d.row_tiles);
-  kernel<<<grid, kThreads, kSmemBytes<Element>, stream>>>(arguments);
-  if (d.parts == 1) return;  // nothing split
+  if (cudaError_t e = launch_dependent(kernel, grid, kThreads, kSmemBytes<Element>, stream,
+                                       arguments);
+      e != cudaSuccess || d.parts == 1)  // parts == 1: nothing split
+    return e;
   const int64_t slot_rows = int64_t(d.heads_q) * d.seqlen_q;
   const dim3 combine_grid(unsigned((slot_rows + kCombineRowsPerBlock - 1) / kCombineRowsPerBlock),
                           d.batch);
-  scheduled_combine_kernel<Element, kHeadDimV><<<combine_grid, kCombineThreads, 0, stream>>>(d);
+  return launch_dependent(scheduled_combine_kernel<Element, kHeadDimV>, combine_grid,
+                          kCombineThreads, 0, stream, d);
 }
 
 // The uniform plan's: the grid (split, kv-head × row tile, sequence).
@@ -71,11 +76,13 @@ Status launch_mla(mla::Kernel<Arguments> kernel, const Arguments& arguments, con
                                            mla::kSmemBytes<Element>);
       e != cudaSuccess)
     return cuda_status(kFamily, "setting the MLA kernel's shared memory size", e);
+  cudaError_t e = cudaSuccess;
   if (d.parts > 0)
-    mla::launch_scheduled<Element>(kernel, arguments, d, stream);
+    e = mla::launch_scheduled<Element>(kernel, arguments, d, stream);
   else
     mla::launch_uniform<Element>(kernel, arguments, d, stream);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return cuda_status(kFamily, "launch", e);
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e != cudaSuccess) return cuda_status(kFamily, "launch", e);
   return Status::ok();
 }
 

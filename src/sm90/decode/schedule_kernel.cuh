@@ -12,6 +12,7 @@
 #include "sm90/decode/sequence.cuh"
 #include "sm90/decode/split_schedule.hpp"
 #include "sm90/decode/work.cuh"
+#include "sm90/ptx/grid_dependency.cuh"
 
 namespace hfa::sm90::decode {
 
@@ -49,6 +50,8 @@ __device__ __forceinline__ int64_t exclusive_sum(int64_t value,
 // stages of kBlockN keys.
 template <int kBlockN>
 __global__ void __launch_bounds__(kScheduleThreads) schedule_kernel(const __grid_constant__ Params p) {
+  // The attention after it may launch at once (mla_launch.cuh): it waits for the schedule.
+  ptx::allow_dependent_launch();
   __shared__ int64_t warp_sums[kScheduleWarps];
   const int32_t per_thread = (p.batch + kScheduleThreads - 1) / kScheduleThreads;
   const int32_t lo = min(p.batch, int32_t(threadIdx.x) * per_thread);

@@ -26,6 +26,7 @@
 #include "sm90/decode/epilogue.cuh"
 #include "sm90/decode/params.hpp"
 #include "sm90/decode/work.cuh"
+#include "sm90/ptx/grid_dependency.cuh"
 #include "sm90/ptx/mbarrier.cuh"
 #include "sm90/ptx/registers.cuh"
 
@@ -79,6 +80,9 @@ __device__ __forceinline__ void decode_cta_warp_specialized(
   if (threadIdx.x == 0) C::init_barriers(storage);
   ptx::fence_barrier_init();
   __syncthreads();
+  // Launched dependent on the schedule kernel (mla_launch.cuh): its schedule is complete past
+  // this wait.
+  ptx::wait_for_prior_grid();
 
   // Every thread walks the same pieces: no barrier below is left waiting for a role.
   WorkWalk<C::kRowsPerTile, C::kBlockN> walk(p);
@@ -101,6 +105,9 @@ __device__ __forceinline__ void decode_cta_warp_specialized(
     consumer.finish();
     ring = consumer.ring;
   }
+  // The combine after this grid may launch now (its CTAs take the SMs this grid leaves, and
+  // wait for the whole grid before they read a partial).
+  ptx::allow_dependent_launch();
 }
 
 }  // namespace hfa::sm90::decode
