@@ -70,23 +70,31 @@ HFA_HD inline RunningMerge merge_with_running(float lse_before, float lse_call) 
   return m;
 }
 
-// Split-KV ("flash-decoding"): partial_lse[s] (natural log; −inf for a split whose keys the row
-// does not see) and its d outputs at partial_out + s·split_stride. Writes out[0, d) and returns
-// the merged LSE. A row whose every split is empty gets out = 0 and −inf, never NaN.
-HFA_HD inline float combine_splits(const float* partial_lse, const float* partial_out,
-                                   int64_t split_stride, int num_splits, int d, float* out) {
+// The merge of num_splits partials by LSE (natural log; −inf for a split whose keys the row does
+// not see): add_partial(s, weight) for each split that contributes, in order, and the merged LSE
+// returned; a row whose every split is empty gets −inf and no call. The caller owns the columns:
+// combine_splits below walks them one by one, the GPU's combine kernels as their lanes read them.
+template <typename AddPartial>
+HFA_HD float merge_splits(const float* partial_lse, int num_splits, AddPartial&& add_partial) {
   LseMerge merge;
   for (int s = 0; s < num_splits; ++s) merge.see(partial_lse[s]);
-  for (int c = 0; c < d; ++c) out[c] = 0.0f;
   if (merge.empty()) return -INFINITY;
   for (int s = 0; s < num_splits; ++s) merge.add(partial_lse[s]);
-  for (int s = 0; s < num_splits; ++s) {
-    if (!LseMerge::contributes(partial_lse[s])) continue;
-    const float weight = merge.weight(partial_lse[s]);
+  for (int s = 0; s < num_splits; ++s)
+    if (LseMerge::contributes(partial_lse[s])) add_partial(s, merge.weight(partial_lse[s]));
+  return merge.lse();
+}
+
+// Split-KV ("flash-decoding"): partial_lse[s] and its d outputs at partial_out + s·split_stride.
+// Writes out[0, d) and returns the merged LSE. A row whose every split is empty gets out = 0 and
+// −inf, never NaN.
+HFA_HD inline float combine_splits(const float* partial_lse, const float* partial_out,
+                                   int64_t split_stride, int num_splits, int d, float* out) {
+  for (int c = 0; c < d; ++c) out[c] = 0.0f;
+  return merge_splits(partial_lse, num_splits, [&](int s, float weight) {
     const float* o = partial_out + s * split_stride;
     for (int c = 0; c < d; ++c) out[c] += weight * o[c];
-  }
-  return merge.lse();
+  });
 }
 
 }  // namespace hfa::detail
