@@ -291,6 +291,20 @@ def _sleep_cycles_per_us():
     return 2_000_000 / (start.elapsed_time(end) * 1e3)
 
 
+def flush_and_cover(cover_us):
+    """What runs on the GPU before each call kernel_timed_ms times (and profile_mla.py profiles):
+    the L2 flushed by writing 256 MB, then a spin of cover_us (torch.cuda._sleep). Returns the
+    function that enqueues both."""
+    import torch
+    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+    cover = int(cover_us * _sleep_cycles_per_us())
+
+    def before_call():
+        flush.zero_()
+        torch.cuda._sleep(cover)
+    return before_call
+
+
 def kernel_timed_ms(fn, args, cover_us=200.0):
     """timed_ms for calls as short as their host side: the median ms of fn() from its first
     kernel's start to its last kernel's end, and the GPU's state meanwhile. do_bench's protocol
@@ -303,15 +317,13 @@ def kernel_timed_ms(fn, args, cover_us=200.0):
     if getattr(args, "cool", 0) > 0:
         torch.cuda.synchronize()
         time.sleep(args.cool)
-    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
-    cover = int(cover_us * _sleep_cycles_per_us())
+    before_call = flush_and_cover(cover_us)
 
     def timed(reps):
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(reps)]
         for start, end in events:
-            flush.zero_()
-            torch.cuda._sleep(cover)
+            before_call()
             start.record()
             fn()
             end.record()

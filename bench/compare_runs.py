@@ -20,7 +20,10 @@ import sys
 
 def load_rows(path):
     with open(path) as f:
-        return {row_key(r): r for r in json.load(f)["rows"]}
+        rows = json.load(f)["rows"]
+    if any("case" not in r for r in rows):  # bench_decode.py's rows: one per (seqlen, impl)
+        sys.exit(f"compare_runs: {path}: rows without a 'case' (not a grid benchmark's JSON)")
+    return {row_key(r): r for r in rows}
 
 
 def row_key(row):

@@ -43,17 +43,15 @@ def profiled_calls(step, calls, cover_us, trace_path):
     from the profile's Chrome trace (its "kernel" and "gpu_memset" events)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
-    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
-    cover = int(cover_us * benchlib._sleep_cycles_per_us())
+    before_call = benchlib.flush_and_cover(cover_us)
     for _ in range(3):
         step()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
-            flush.zero_()
-            torch.cuda._sleep(cover)
+            before_call()
             step()
-        flush.zero_()
+        before_call()  # the last call's end: a flush (its spin is not read)
         torch.cuda.synchronize()
     prof.export_chrome_trace(trace_path)
     with open(trace_path) as f:
