@@ -1,6 +1,7 @@
 // Merges the split partials of every query row by LSE (common/combine_splits.hpp's rule, the
-// CPU's merge): one warp per row, each of its loads one contiguous span of a partial's row. One kernel per scheduler part (work.cuh): the uniform plan's splits, the same count
-// for every row, and the balanced schedule's slots, a count per sequence.
+// CPU's merge): one warp per row, each of its loads one contiguous span of a partial's row. One
+// kernel per scheduler part (work.cuh): the uniform plan's splits, the same count for every row,
+// and the balanced schedule's slots, a count per sequence.
 #pragma once
 
 #include <cstdint>
@@ -55,7 +56,8 @@ __device__ __forceinline__ void merge_row(const Params& p, const float* partial_
 #pragma unroll
     for (int run = 0; run < Columns::kRuns; ++run) {
       float values[Columns::kVector];
-      load_run<Columns::kVector>(partial_out + s * split_stride + Columns::first(lane, run), values);
+      load_run<Columns::kVector>(partial_out + s * split_stride + Columns::first(lane, run),
+                                 values);
 #pragma unroll
       for (int v = 0; v < Columns::kVector; ++v)
         merged[run * Columns::kVector + v] += weight * values[v];
@@ -66,7 +68,8 @@ __device__ __forceinline__ void merge_row(const Params& p, const float* partial_
   for (int run = 0; run < Columns::kRuns; ++run)
 #pragma unroll
     for (int v = 0; v < Columns::kVector; ++v)
-      out[Columns::first(lane, run) + v] = ptx::to_element<Element>(merged[run * Columns::kVector + v]);
+      out[Columns::first(lane, run) + v] =
+          ptx::to_element<Element>(merged[run * Columns::kVector + v]);
   if (lane == 0 && p.lse != nullptr) p.lse[row_id] = lse;
 }
 
