@@ -80,8 +80,8 @@ __device__ __forceinline__ void decode_cta_warp_specialized(
   if (threadIdx.x == 0) C::init_barriers(storage);
   ptx::fence_barrier_init();
   __syncthreads();
-  // Launched dependent on the schedule kernel (mla_launch.cuh): its schedule is complete past
-  // this wait.
+  // Launched dependent on the schedule kernel (the balanced schedule, mla_launch.cuh): its
+  // schedule is complete past this wait. Launched plainly (the uniform plan), it returns at once.
   ptx::wait_for_prior_grid();
 
   // Every thread walks the same pieces: no barrier below is left waiting for a role.
