@@ -19,14 +19,18 @@ namespace hfa::sm90::decode::mla {
 
 static_assert(kRowsPerTile == kRowsPerWarpgroup, "the query rows are one wgmma's M");
 
-// Two consumer warpgroups. Each owns half of O's 512 columns (64 × 256 fp32: 128 registers a
-// thread, the most one warpgroup can hold next to its scores) and computes the scores of half of
-// each tile's keys, which both then read back as P from shared memory.
+// Two consumer warpgroups, each owning half of O's 512 columns (64 × 256 fp32: 128 registers a
+// thread, the most one warpgroup can hold next to its scores). They take the tiles in pairs
+// (FlashMLA's seesaw, mla_kernel.cuh): warpgroup 0 the scores of the first tile (stage 0),
+// warpgroup 1 those of the second (stage 1), each a whole 64-key tile (N = 64: a wgmma reads
+// Q's 2 KB and K's 2 KB in 32 tensor cycles, the shared-memory rate, where halves of 32 keys
+// read 3 KB in 16), and each hands the other its P through shared memory.
 inline constexpr int kConsumerWarpgroups = 2;
 inline constexpr int kColumnsPerWarpgroup = kHeadDimV / kConsumerWarpgroups;  // 256: one wgmma N
-inline constexpr int kKeysPerWarpgroup = kBlockN / kConsumerWarpgroups;       // 32
+inline constexpr int kTilesPerStep = kConsumerWarpgroups;
 inline constexpr int kConsumerThreads = kConsumerWarpgroups * kThreadsPerWarpgroup;
 inline constexpr int kConsumerWarps = kConsumerThreads / kWarpSize;
+inline constexpr int kWarpsPerWarpgroup = kThreadsPerWarpgroup / kWarpSize;
 
 // How a tile reaches its stage: as rows of q's dtype, copied by TMA, or as FlashMLA's FP8
 // records, dequantized by the producer warpgroup into the same swizzled K tile.
@@ -40,20 +44,20 @@ inline constexpr int kProducerThreads = kThreadsPerWarpgroup;
 inline constexpr int kProducerWarps = kProducerThreads / kWarpSize;
 inline constexpr int kThreads = kConsumerThreads + kProducerThreads;
 // Cache::plain: one warp of the producer works (its lanes read 32 page numbers at a time, lane 0
-// issues the TMA copies). 32 and 232, not FlashAttention-3's 24 and 240: the producer also walks
+// issues the TMA copies). 40 and 232, not FlashAttention-3's 24 and 240: the producer also walks
 // the CTA's pieces of a balanced schedule (a sequence's length and window, its piece of the
-// part's range), which ptxas spills from 24 registers, while the consumers use 184 (the SASS's
-// highest register, R183).
-inline constexpr int kCopyProducerRegisters = 32;
+// part's range) and waits for a stage's two halves, which ptxas spills at 32 registers (8
+// bytes), while the consumers use 229 (the SASS's highest register, R228: O's 128, a tile's
+// scores and P's operand). 40 + 2 · 232 = 3 · 168: the launch's whole file.
+inline constexpr int kCopyProducerRegisters = 40;
 inline constexpr int kCopyConsumerRegisters = 232;
 // Cache::fp8_record: all 4 producer warps load and dequantize (below) as they walk the pieces.
 // A thread holds two passes of records (36 registers) and converts one (16 values in fp32 a
-// chunk, 4 chunks): ptxas spills it at 64 registers and, its allocation not monotonic at the
-// edge, at 96 (4 bytes), none at 72-88 or 104; the consumers spill at 168, none at 176. 104 and
-// 200 hand out the launch's whole file (104 + 2 · 200 = 3 · 168): the producer a step clear of
-// its spills, the consumers 24 registers above theirs.
-inline constexpr int kDequantProducerRegisters = 104;
-inline constexpr int kDequantConsumerRegisters = 200;
+// chunk, 4 chunks): ptxas spills it at 64 and 72 registers (8 bytes at 72, with the two
+// halves' waits), none at 88. The consumers' wgmmas are serialized at 200 (C7512: too few
+// registers beside a tile's scores and P's operand), not at 208. 88 + 2 · 208 = 3 · 168.
+inline constexpr int kDequantProducerRegisters = 88;
+inline constexpr int kDequantConsumerRegisters = 208;
 template <Cache kCache>
 inline constexpr int kProducerRegisters =
     kCache == Cache::plain ? kCopyProducerRegisters : kDequantProducerRegisters;
@@ -65,15 +69,38 @@ static_assert(register_split_fits(kThreads, kCopyProducerRegisters, kCopyConsume
 static_assert(register_split_fits(kThreads, kDequantProducerRegisters, kDequantConsumerRegisters,
                                   kConsumerWarpgroups));
 
-// Two K stages: a 576-wide tile is 72 KB, and Q (72 KB) stays for the whole piece, so a third
-// does not fit in 227 KB. One stage in flight per SM (72 KB) is several times what HBM's
-// latency-bandwidth product asks of an SM.
-inline constexpr int kStages = 2;
+// Two K stages, one for each tile of a pair: a 576-wide tile is 72 KB, and Q (72 KB) stays for
+// the whole piece, so a third does not fit in 227 KB. A piece's tile t goes to stage t % 2 (an
+// odd last tile leaves stage 1 unused), so each stage counts its own uses (PairRing).
+inline constexpr int kStages = kTilesPerStep;
 // A tile arrives in 9 slabs of 64 columns (128-byte swizzled rows: one TMA copy each, or one
 // dequantizing pass's writes), each on its own barrier, so Q·Kᵀ starts on the first slab while
 // the others land.
 inline constexpr int kSlabsPerTile = kHeadDimQK / kSlabColumns;
 inline constexpr int kVSlabsPerWarpgroup = kColumnsPerWarpgroup / kSlabColumns;  // 4
+// The rotary slab (columns 512-575) is read only by its tile's Q·Kᵀ; then it takes the tile's P
+// (64 rows × 64 keys: the same 128-byte swizzled slab), for the other warpgroup's P·V.
+inline constexpr int kRotarySlab = kSlabsPerTile - 1;
+// A stage is given back in two halves, so that the next pair's first slabs load while this
+// pair's last P·V still reads the others: the left half (V's left columns, slabs 0-3), and the
+// right half (V's right columns and the rotary slab with P, slabs 4-8).
+enum class StageHalf : int { left = 0, right = 1 };
+inline constexpr int kStageHalves = 2;
+__host__ __device__ constexpr StageHalf stage_half(int slab) {
+  return slab < kVSlabsPerWarpgroup ? StageHalf::left : StageHalf::right;
+}
+// Who reads each half (mla_kernel.cuh) and so arrives on its empty barrier, one arrival a warp:
+// stage 0's left half only warpgroup 0 (its scores and its P·V); every other half both.
+__host__ __device__ constexpr uint32_t half_readers(int stage, StageHalf half) {
+  return stage == 0 && half == StageHalf::left ? kWarpsPerWarpgroup : kConsumerWarps;
+}
+
+// Where a CTA's walk stands in the two stages: the parity of each stage's current use.
+struct PairRing {
+  uint32_t phases = 0;  // bit s: stage s
+  __device__ __forceinline__ uint32_t phase(int stage) const { return phases >> stage & 1; }
+  __device__ __forceinline__ void advance(int stage) { phases ^= 1u << stage; }
+};
 
 // FP8 records (Cache::fp8_record). Per token 512 e4m3 latent codes, 4 fp32 scales (one per 128
 // codes) and 64 bf16 rotary values: 656 bytes, a page of 64 tokens 41,984 contiguous bytes. The
@@ -82,10 +109,10 @@ inline constexpr int kVSlabsPerWarpgroup = kColumnsPerWarpgroup / kSlabColumns; 
 // exact for the power-of-two scales FlashMLA's quantizer and hfa's write), the rotary copied.
 //
 // Where the raw page waits. Shared memory is 227 KB = 232,448 bytes; Q (73,728) + two K stages
-// (147,456) + P (8,192) + the row statistics and barriers (1,440) + the swizzle's alignment
-// (1,024) leave 608 bytes. A raw ring fits only in place of one K stage: Q + one stage + P +
-// one raw page (41,984) leave 32,352 bytes, too few for a second page, and the dequantization
-// of tile t + 1 could not start before P·V(t) has read the only stage: the two would take turns.
+// (147,456) + the row statistics and barriers (1,456) + the swizzle's alignment (1,024) leave
+// 8,784 bytes. A raw ring fits only in place of one K stage: Q + one stage + one raw page
+// (41,984) leave 40,528 bytes, too few for a second page, and a pair's two tiles would take
+// turns in the one stage.
 // So the consumers keep both stages, unchanged, and the raw ring is the producer warpgroup's
 // registers: each of its 128 threads loads 16-byte chunks of the records (a pass: 4 chunks and
 // 2 scales), dequantizes them and stores them swizzled, loading the next pass before it
@@ -142,25 +169,26 @@ inline constexpr int kStoreRun = 4;
 
 static_assert(kHeadDimQK % kSlabColumns == 0 && kHeadDimV % kSlabColumns == 0,
               "V is the first whole slabs of the K tile");
-static_assert(kKeysPerWarpgroup % 8 == 0, "a warpgroup's keys are whole 8-column fragment groups");
 
 template <typename Element>
 struct SharedStorage {
   using QTile = SwizzledTile<Element, kRowsPerTile, kHeadDimQK>;
   using KTile = SwizzledTile<Element, kBlockN, kHeadDimQK>;
-  // P of one tile (64 rows × 64 keys, one slab), each warpgroup writing its 32 keys' columns.
+  // P of a tile (64 rows × 64 keys), written over its stage's rotary slab.
   using PTile = SwizzledTile<Element, kRowsPerTile, kBlockN>;
+  static_assert(PTile::kBytes == KTile::kSlabBytes, "P is one slab of its K tile");
 
   QTile q;
   KTile k[kStages];
-  PTile p;
-  // Each warpgroup's row maxima of its keys (log2 units), then at the end its row sums.
+  // Warpgroup w's running row maxima (log2 units) after its tile of a pair; at the end each
+  // warpgroup's row sums.
   float row_max[kConsumerWarpgroups][kRowsPerTile];
   float row_sum[kConsumerWarpgroups][kRowsPerTile];
   float row_lse[kRowsPerTile];
   // A slab of the stage's tile landed (TMA bytes, or every dequantizing warp's arrival).
   ptx::Mbarrier k_full[kStages][kSlabsPerTile];
-  ptx::Mbarrier k_empty[kStages];          // every consumer warp is done with the stage
+  // A half of the stage is no longer read (half_readers: one arrival a reading warp).
+  ptx::Mbarrier k_empty[kStages][kStageHalves];
 };
 
 // Half of the final rows, fp32 (normalized output, or the piece's partial), staged over Q.

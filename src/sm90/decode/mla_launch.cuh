@@ -41,7 +41,9 @@ template <typename Element, typename Arguments>
 cudaError_t launch_scheduled(Kernel<Arguments> kernel, const Arguments& arguments,
                              const Params& d, cudaStream_t stream) {
   schedule_kernel<kBlockN><<<1, kScheduleThreads, 0, stream>>>(d);
-  const dim3 grid(d.parts, d.heads_kv * d.row_tiles);
+  // The row tiles of a part side by side (FlashMLA's order): they read the same pages at about
+  // the same time.
+  const dim3 grid(d.heads_kv * d.row_tiles, d.parts);
   if (cudaError_t e = launch_dependent(kernel, grid, kThreads, kSmemBytes<Element>, stream,
                                        arguments);
       e != cudaSuccess || d.parts == 1)  // parts == 1: nothing split

@@ -1,8 +1,9 @@
 // The MLA decode kernel's producers (mla_kernel.cuh): a piece of work's tiles (work.cuh's
 // WorkWalk: the uniform plan's one piece, or each of a persistent CTA's pieces of the balanced
-// schedule in turn), one block-table page each, in order into the ring of K stages, each slab of
-// a tile completing its own full barrier. A producer is built per piece where the piece before
-// left the ring, as the consumers are. The copy producer (Cache::plain) has TMA copy the page's
+// schedule in turn), one block-table page each, tile t into stage t % 2 (the pairs of
+// mla_config.hpp), each slab of a tile completing its own full barrier, each half of a stage
+// written once its readers have given it back. A producer is built per piece where the piece
+// before left the stages, as the consumers are. The copy producer (Cache::plain) has TMA copy the page's
 // rows; the record producer (Cache::fp8_record) dequantizes the page's FP8 records into the same
 // swizzled tile. Sizes, and why the records wait in registers, in mla_config.hpp.
 #pragma once
@@ -75,22 +76,24 @@ struct CopyProducer {
     PageWindow pages(p, work, lane);
     for (int t = 0; t < work.n_tiles; ++t) {
       const int32_t page = pages.page(t);
+      const int stage = t % kStages;
       if (lane == 0) {
-        s.k_empty[ring.stage].wait(ring.phase ^ 1);
 #pragma unroll
         for (int slab = 0; slab < kSlabsPerTile; ++slab) {
-          ptx::Mbarrier* full = &s.k_full[ring.stage][slab];
+          if (slab == 0 || stage_half(slab) != stage_half(slab - 1))
+            s.k_empty[stage][int(stage_half(slab))].wait(ring.phase(stage) ^ 1);
+          ptx::Mbarrier* full = &s.k_full[stage][slab];
           full->arrive_expect_tx(KTile::kSlabBytes);
           // Each page is read by this CTA once, and by its other row tile (128 heads) at
           // about the same time: evict-first, FlashMLA's hint (its better L2 hit rate).
-          ptx::load_4d(reinterpret_cast<unsigned char*>(s.k[ring.stage].data) +
+          ptx::load_4d(reinterpret_cast<unsigned char*>(s.k[stage].data) +
                            slab * KTile::kSlabBytes,
                        &map, full, slab * kSlabColumns, 0, work.kv_head, page,
                        ptx::CacheHint::evict_first);
         }
       }
       __syncwarp();
-      ring.advance();
+      ring.advance(stage);
     }
   }
 };
@@ -155,8 +158,8 @@ struct RecordProducer {
       const int32_t page = next_page;
       const bool more = t + 1 < work.n_tiles;
       if (more) next_page = pages.page(t + 1);
-      s.k_empty[ring.stage].wait(ring.phase ^ 1);
-      unsigned char* tile = reinterpret_cast<unsigned char*>(s.k[ring.stage].data);
+      const int stage = t % kStages;
+      unsigned char* tile = reinterpret_cast<unsigned char*>(s.k[stage].data);
 #pragma unroll
       for (int pass = 0; pass < kPasses; ++pass) {
         const Pass current = next;
@@ -165,10 +168,12 @@ struct RecordProducer {
         } else if (more) {
           next = load(next_page, 0);
         }
+        if (pass == 0 || first_slab(pass) == kVSlabsPerWarpgroup)
+          s.k_empty[stage][int(stage_half(first_slab(pass)))].wait(ring.phase(stage) ^ 1);
         store(tile, pass, current);
-        publish(ring.stage, pass);
+        publish(stage, pass);
       }
-      ring.advance();
+      ring.advance(stage);
     }
   }
 
@@ -177,6 +182,11 @@ struct RecordProducer {
   __device__ __forceinline__ const unsigned char* records_of(int32_t page) const {
     return cache.data + int64_t(page) * cache.page_stride +
            int64_t(work.kv_head) * cache.head_stride;
+  }
+
+  // The first slab a pass writes: a latent pass writes kSlabsPerScale, the rotary pass the last.
+  __device__ __forceinline__ static constexpr int first_slab(int pass) {
+    return pass < kLatentPasses ? pass * kSlabsPerScale : kRotarySlab;
   }
 
   // The thread's h-th row of each tile.

@@ -62,7 +62,8 @@ __device__ __forceinline__ void decode_cta(const Params& p, unsigned char* smem)
 // The warp-specialized CTA. C names the shared storage (C::Storage), the threads that consume
 // (the first C::kConsumerThreads: whole warpgroups, as wgmma needs; the producer warpgroups
 // follow), the registers each role keeps (setmaxnreg: the producers give back what the
-// consumers claim), the position in the stage ring both roles walk (C::Ring) and
+// consumers claim), the position in the stages both roles walk (C::Ring), how many tiles a
+// consumer step takes (C::kTilesPerStep, from tile t; fewer at the piece's end) and
 // C::init_barriers, which thread 0 runs before any role starts. The CTA walks its pieces of work
 // (WorkWalk, work.cuh: one, or a persistent CTA's part of the balanced schedule), each role
 // building its part of a piece where the piece before left the ring, so that the producer
@@ -101,7 +102,7 @@ __device__ __forceinline__ void decode_cta_warp_specialized(
   while (walk.next(&work)) {
     Consumer consumer(p, work, storage, ring);
     consumer.start();
-    for (int t = 0; t < work.n_tiles; ++t) consumer.consume(t);
+    for (int t = 0; t < work.n_tiles; t += C::kTilesPerStep) consumer.consume(t);
     consumer.finish();
     ring = consumer.ring;
   }

@@ -4,8 +4,8 @@
 //   the uniform plan (decode_work) — the grid is (split, kv-head × row tile, sequence), one
 //     piece a CTA: split s of every sequence's keys, from the host's split plan (plan.cpp: how
 //     many splits, and split_size for fixed chunks). Every decode kernel runs on it.
-//   the balanced schedule (WorkWalk over split_schedule.hpp) — the grid is (part, kv-head × row
-//     tile), a persistent CTA walks its part's range of (sequence, tile): whole sequences and
+//   the balanced schedule (WorkWalk over split_schedule.hpp) — the grid is (kv-head × row tile,
+//     part), a persistent CTA walks its part's range of (sequence, tile): whole sequences and
 //     pieces of split ones, written on the device by the schedule kernel. MLA's kernels (either
 //     cache) run on it unless the call fixes the splits (WorkWalk takes either part).
 // Each piece becomes the CTA's stages of kBlockN keys; its rows' results go to out and lse, or
@@ -114,14 +114,16 @@ __device__ __forceinline__ TileSpan tiles_of_keys(int begin, int end) {
   return {first, end > begin ? (end + kBlockN - 1) / kBlockN - first : 0};
 }
 
-// The CTA's row tile (blockIdx.y) of sequence `batch`, with every key its rows see; the split
-// (its index among the sequence's pieces) and the keys' cut are the caller's.
+// Row tile `tile` (kv-head · row_tiles + row tile: a grid index) of sequence `batch`, with every
+// key its rows see; the split (its index among the sequence's pieces) and the keys' cut are the
+// caller's.
 template <int kRowsPerTile>
-__device__ __forceinline__ DecodeWork row_tile_work(const Params& p, int split, int batch) {
+__device__ __forceinline__ DecodeWork row_tile_work(const Params& p, int split, int batch,
+                                                    int tile) {
   DecodeWork w;
   w.split = split;
-  w.kv_head = blockIdx.y / p.row_tiles;
-  const int row_tile = blockIdx.y % p.row_tiles;
+  w.kv_head = tile / p.row_tiles;
+  const int row_tile = tile % p.row_tiles;
   w.batch = batch;
   w.warp = int(threadIdx.x) / kWarpSize;
   w.lane = int(threadIdx.x) % kWarpSize;
@@ -142,7 +144,7 @@ __device__ __forceinline__ DecodeWork row_tile_work(const Params& p, int split, 
 // Else an even share of the stages.
 template <int kRowsPerTile, int kBlockN>
 __device__ __forceinline__ DecodeWork decode_work(const Params& p) {
-  DecodeWork w = row_tile_work<kRowsPerTile>(p, blockIdx.x, blockIdx.z);
+  DecodeWork w = row_tile_work<kRowsPerTile>(p, blockIdx.x, blockIdx.z, blockIdx.y);
   if (p.split_size > 0) {
     const int64_t chunk_begin = int64_t(w.split) * p.split_size;
     w.key_begin = int(max(int64_t(w.key_begin), chunk_begin));
@@ -178,8 +180,8 @@ class WorkWalk {
       next_ = {int32_t(blockIdx.z), 0, 0};
       end_ = {int32_t(blockIdx.z) + 1, 0, 0};
     } else {
-      next_ = p.part_starts[blockIdx.x];
-      end_ = p.part_starts[blockIdx.x + 1];
+      next_ = p.part_starts[blockIdx.y];
+      end_ = p.part_starts[blockIdx.y + 1];
     }
   }
 
@@ -190,7 +192,7 @@ class WorkWalk {
       if (p_.part_starts == nullptr) {
         *work = decode_work<kRowsPerTile, kBlockN>(p_);
       } else {
-        *work = row_tile_work<kRowsPerTile>(p_, 0, b);
+        *work = row_tile_work<kRowsPerTile>(p_, 0, b, blockIdx.x);
         const TileSpan tiles = scheduled_tiles<kBlockN>(p_, work->seq);
         const schedule::Piece piece =
             schedule::piece_of(next_, end_, b, schedule::units_of(tiles.count));

@@ -15,9 +15,11 @@ enum class NamedBarrier : uint32_t {
   v_padding_zeroed = 6,  // 6..8: forward, consumer warpgroup 0..2 zeroed V's rows past seqused_k
   out_staged = 9,        // 9..11: forward, consumer warpgroup 0..2's O buffer (free, then written)
   gradients_staged = 12, // backward: K and V free for dK and dV, then holding them
-  mla_consumers = 13,    // MLA decode: both consumer warpgroups (Q staged, row maxima, row sums)
-  mla_p_ready = 14,      // MLA decode: both warpgroups' halves of P are in shared memory
-  count = 15,
+  mla_consumers = 13,    // MLA decode: both consumer warpgroups (Q staged, O staged, row sums)
+  mla_p_ready = 14,      // 14..15, MLA decode: P of a pair's tile 0 / 1 in its rotary slab
+  // MLA decode's kernel has none of the forward's or the backward's barriers: it takes 1..2 again.
+  mla_max_ready = 1,     // 1..2, MLA decode: warpgroup 0's / 1's row maxima of a pair shared
+  count = 16,
 };
 
 inline constexpr uint32_t kWarpgroupThreads = 128;
