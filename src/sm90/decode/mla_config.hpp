@@ -44,13 +44,13 @@ inline constexpr int kProducerThreads = kThreadsPerWarpgroup;
 inline constexpr int kProducerWarps = kProducerThreads / kWarpSize;
 inline constexpr int kThreads = kConsumerThreads + kProducerThreads;
 // Cache::plain: one warp of the producer works (its lanes read 32 page numbers at a time, lane 0
-// issues the TMA copies). 40 and 232, not FlashAttention-3's 24 and 240: the producer also walks
+// issues the TMA copies). 56 and 224, not FlashAttention-3's 24 and 240: the producer also walks
 // the CTA's pieces of a balanced schedule (a sequence's length and window, its piece of the
-// part's range) and waits for a stage's two halves, which ptxas spills at 32 registers (8
-// bytes), while the consumers use 229 (the SASS's highest register, R228: O's 128, a tile's
-// scores and P's operand). 40 + 2 · 232 = 3 · 168: the launch's whole file.
-inline constexpr int kCopyProducerRegisters = 40;
-inline constexpr int kCopyConsumerRegisters = 232;
+// part's range) and waits for a stage's two halves, which ptxas spilled at 40 registers (8 bytes
+// a tile), while the consumers use 208 (the SASS's highest register, R207: O's 128, a tile's
+// scores and P's operand). 56 + 2 · 224 = 3 · 168: the launch's whole file.
+inline constexpr int kCopyProducerRegisters = 56;
+inline constexpr int kCopyConsumerRegisters = 224;
 // Cache::fp8_record: all 4 producer warps load and dequantize (below) as they walk the pieces.
 // A thread holds two passes of records (36 registers) and converts one (16 values in fp32 a
 // chunk, 4 chunks): ptxas spills it at 64 and 72 registers (8 bytes at 72, with the two

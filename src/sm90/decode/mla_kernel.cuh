@@ -370,21 +370,27 @@ struct Consumer {
   }
 
   // The scores in log2 units, masked where some key of the tile falls outside a row's, and the
-  // rows' maxima over the quad's lanes.
+  // rows' maxima over the quad's lanes. The mask's loop is a branch of its own, taken by the
+  // edge tiles alone: tested inside the loop, ptxas predicated it into every tile (3 integer
+  // tests and a select a score).
   __device__ __forceinline__ void scale_and_mask(float (&sc)[kSAcc], int first_key,
                                                  float (&tile_max)[2]) const {
-    const bool masked = first_key < clear_lo || first_key + kBlockN - 1 > clear_hi;
     tile_max[0] = tile_max[1] = -INFINITY;
+    if (first_key < clear_lo || first_key + kBlockN - 1 > clear_hi) {
 #pragma unroll
-    for (int i = 0; i < kSAcc; ++i) {
-      const int h = ptx::fragment_row_half(i);
-      float x = sc[i] * scale_log2;
-      if (masked) {
+      for (int i = 0; i < kSAcc; ++i) {
+        const int h = ptx::fragment_row_half(i);
         const int key = first_key + ptx::fragment_column(i, at.column_pair);
-        if (key < keys[h].lo || key > keys[h].hi) x = -INFINITY;
+        sc[i] = key < keys[h].lo || key > keys[h].hi ? -INFINITY : sc[i] * scale_log2;
+        tile_max[h] = fmaxf(tile_max[h], sc[i]);
       }
-      sc[i] = x;
-      tile_max[h] = fmaxf(tile_max[h], x);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kSAcc; ++i) {
+        const int h = ptx::fragment_row_half(i);
+        sc[i] *= scale_log2;
+        tile_max[h] = fmaxf(tile_max[h], sc[i]);
+      }
     }
     softmax.reduce_tile_max(tile_max);
   }
