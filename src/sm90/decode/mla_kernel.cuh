@@ -22,9 +22,9 @@
 // mla_producers.cuh):
 //   producer warpgroup (the third) — rows of q's dtype: one warp reads the block table 32 pages
 //                   at a time and issues each page's K tile as 9 TMA copies of 64 columns
-//                   (128-byte swizzle) into the stage of its tile, one mbarrier per copy. FP8 records:
-//                   all 4 warps load the page's records (16-byte loads, the next pass's in
-//                   flight while one is converted; each page prefetched into L2 two tiles
+//                   (128-byte swizzle) into its tile's stage, one mbarrier per copy. FP8
+//                   records: all 4 warps load the page's records (16-byte loads, the next pass's
+//                   in flight while one is converted; each page prefetched into L2 two tiles
 //                   ahead), write e4m3 · scale rounded to bf16 and the rotary values into the
 //                   stage's slabs, and arrive on each slab's mbarrier, one arrival a warp;
 //   2 consumer warpgroups — the tiles in pairs (FlashMLA's seesaw, Consumer::consume): warpgroup
@@ -435,9 +435,9 @@ struct Consumer {
 #pragma unroll
     for (int j = 0; j < kPRegs; ++j) {
       const int i = 2 * j;  // its first accumulator
-      *reinterpret_cast<uint32_t*>(p_tile + PTile::offset(at.row0 + 8 * ptx::fragment_row_half(i),
-                                                          ptx::fragment_column(i, at.column_pair))) =
-          pm[j];
+      const int row = at.row0 + 8 * ptx::fragment_row_half(i);
+      *reinterpret_cast<uint32_t*>(
+          p_tile + PTile::offset(row, ptx::fragment_column(i, at.column_pair))) = pm[j];
     }
     ptx::fence_proxy_async_smem();
   }

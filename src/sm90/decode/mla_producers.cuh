@@ -3,9 +3,9 @@
 // schedule in turn), one block-table page each, tile t into stage t % 2 (the pairs of
 // mla_config.hpp), each slab of a tile completing its own full barrier, each half of a stage
 // written once its readers have given it back. A producer is built per piece where the piece
-// before left the stages, as the consumers are. The copy producer (Cache::plain) has TMA copy the page's
-// rows; the record producer (Cache::fp8_record) dequantizes the page's FP8 records into the same
-// swizzled tile. Sizes, and why the records wait in registers, in mla_config.hpp.
+// before left the stages, as the consumers are. The copy producer (Cache::plain) has TMA copy
+// the page's rows; the record producer (Cache::fp8_record) dequantizes the page's FP8 records
+// into the same swizzled tile. Sizes, and why the records wait in registers, in mla_config.hpp.
 #pragma once
 
 #include <cuda.h>
