@@ -8,6 +8,12 @@ d_qk 576, d_v 512, V the first 512 columns of the same cache rows. bf16 q and ca
 NaN (FlashMLA's test's poisoning: a kernel that lets it into a sum gives NaN), softmax scale
 576^-0.5 (FlashMLA's default), random normal q and cache.
 
+--cache fp8: FlashMLA's FP8 cache (DeepSeek-V3.2's 656-byte records: 512 e4m3 latent codes, 4
+fp32 scales, 64 bf16 rotary values; hfa's "fp8_mla" format) made here in torch from the same bf16
+cache (fp8_records: hfa's quantizer rule, which the GPU's quantizer does not implement), its
+padding slots NaN as the bf16 one's; the reference reads the values the records decode to.
+FlashMLA has no dense FP8 decode on sm90 (its column is null, with its error as the reason).
+
 Grid (mla-notes §8's performance grid): batch 64 and 128; seqlen_k 1k, 4k, 16k, fixed (every
 sequence that long) and ragged (max(int(normal(s_k, s_k / 2)), max s_q) keys per sequence,
 Python's random seeded as FlashMLA's benchmark seeds it); 16, 64 and 128 query heads; s_q 1 and
@@ -38,7 +44,8 @@ the 700 W limit moves the clock with what ran before); a row's value is the mean
 
 Counting (FlashMLA's, mla-notes §1), per case over its batch:
   FLOP  = 2·h_q·s_q·Σ seqlen_k·(576 + 512)          (the causal triangle of MTP not discounted)
-  bytes = Σ seqlen_k·576·2 + b·s_q·h_q·(576 + 512)·2  (the cache read once, plus q and out)
+  bytes = Σ seqlen_k·576·2 + b·s_q·h_q·(576 + 512)·2  (the cache read once, plus q and out; an
+          FP8 cache's token is 656 bytes, not 576·2)
 Rows: {"case", "metric": "us", "hfa", "flashmla", "hfa_gbps", "flashmla_gbps", "hfa_tflops",
 "flashmla_tflops", ...}: GB/s and TFLOP/s from each implementation's mean time.
 
@@ -118,6 +125,8 @@ def parse_args(argv=None):
     p.add_argument("--impls", nargs="+", choices=IMPLS, default=IMPLS)
     p.add_argument("--dtype", choices=["bf16"], default="bf16",
                    help="q and cache (FlashMLA's build has bf16 only)")
+    p.add_argument("--cache", choices=["bf16", "fp8"], default="bf16",
+                   help="fp8: FlashMLA's 656-byte FP8 records of the bf16 cache (is_fp8_kvcache)")
     p.add_argument("--acc-seqs", type=int, choices=[0, 1, 2, 3], default=3,
                    help="sequences checked against float64: the first, the longest, the last")
     p.add_argument("--tag", default=None, help="file name tag (default: the dtype, -cpu added "
@@ -148,7 +157,8 @@ def parse_args(argv=None):
     for name in ("batches", "seqlens", "heads", "seqlens_q"):
         if min(getattr(a, name)) < 1:
             p.error(f"--{name.replace('_', '-')}: must be >= 1")
-    a.tag = a.tag or a.dtype + ("-cpu" if a.device == "cpu" else "")
+    a.tag = a.tag or (a.dtype + ("-fp8cache" if a.cache == "fp8" else "")
+                      + ("-cpu" if a.device == "cpu" else ""))
     return a
 
 
@@ -178,11 +188,30 @@ def make_cache(lens, device, gen):
     return cache, table, seqlens
 
 
-def counts(lens, heads, s_q):
-    """(FLOP, bytes) of a case, FlashMLA's counting."""
+def fp8_records(cache):
+    """(records, decoded) of a bf16 cache (pages, 64, 1, 576): FlashMLA's FP8 records (pages, 64,
+    1, 656) uint8 (hfa's fp8_mla format, quant/mla_fp8.hpp: 512 e4m3 codes, each 128's scale the
+    smallest power of two >= max(amax / 448, 1e-4) in fp32, the 64 rotary values as they are),
+    and the bf16 values they decode to (e4m3 · scale, rounded to bf16). A NaN row (a padding slot)
+    gets a NaN scale, NaN codes and decodes to NaN."""
+    import torch
+    latent = cache[..., :D_V].float().unflatten(-1, (4, D_V // 4))
+    least = torch.clamp(latent.abs().amax(-1, keepdim=True) / 448.0, min=1e-4)
+    scale = torch.exp2(torch.ceil(torch.log2(least)))
+    codes = (latent / scale).to(torch.float8_e4m3fn)
+    rotary = cache[..., D_V:].contiguous()
+    records = torch.cat([codes.flatten(-2).view(torch.uint8),
+                         scale.squeeze(-1).contiguous().view(torch.uint8),
+                         rotary.view(torch.uint8)], dim=-1)
+    decoded = torch.cat([(codes.float() * scale).flatten(-2).to(torch.bfloat16), rotary], dim=-1)
+    return records, decoded
+
+
+def counts(lens, heads, s_q, token_bytes=D_QK * 2):
+    """(FLOP, bytes) of a case, FlashMLA's counting (token_bytes: a cache token's)."""
     keys = sum(lens)
     return (2.0 * heads * s_q * keys * (D_QK + D_V),
-            keys * D_QK * 2.0 + len(lens) * s_q * heads * (D_QK + D_V) * 2.0)
+            keys * token_bytes + len(lens) * s_q * heads * (D_QK + D_V) * 2.0)
 
 
 # --- the implementations ----------------------------------------------------------------------
@@ -207,18 +236,22 @@ def flashmla_for_run(result, args):
                         "flashmla", "flash_mla")
 
 
-def calls(args, inputs, flash_mla):
-    """impl -> (a function making a fresh holder and returning the call that uses it)."""
+def calls(args, inputs, flash_mla, records):
+    """impl -> (a function making a fresh holder and returning the call that uses it); records:
+    the FP8 cache the calls read instead of the bf16 one (--cache fp8), else None."""
     import hfa
     q, cache, table, seqlens = inputs
     s_q, heads = q.shape[1], q.shape[2]
+    fp8 = records is not None
+    read = records if fp8 else cache
 
     def call_with(module):
         def make():
             # The old API's arguments, as vLLM passes them: both APIs accept and ignore them now.
             holder = module.get_mla_metadata(seqlens, s_q * heads, 1)[0]
             return lambda: module.flash_mla_with_kvcache(
-                q, cache, table, seqlens, D_V, holder, softmax_scale=SCALE, causal=s_q > 1)
+                q, read, table, seqlens, D_V, holder, softmax_scale=SCALE, causal=s_q > 1,
+                is_fp8_kvcache=fp8)
         return make
 
     made = {"hfa": call_with(hfa)}
@@ -348,17 +381,20 @@ def label(case):
 
 
 def run_case(args, case, lens, cache_inputs, flash_mla, gen):
-    """([row], accuracy entry, skipped entries) of one case (benchlib.record_case's run)."""
+    """([row], accuracy entry, skipped entries) of one case (benchlib.record_case's run);
+    cache_inputs: (the values the reference reads, block table, lengths, FP8 records or None)."""
     import torch
     b, heads, s_q = case["batch"], case["heads"], case["seqlen_q"]
     q = torch.randn((b, s_q, heads, D_QK), dtype=torch.bfloat16, device=args.device,
                     generator=gen)
-    inputs = (q, *cache_inputs)
-    steps, results, notes = probe(args, calls(args, inputs, flash_mla))
+    *cache_values, records = cache_inputs
+    inputs = (q, *cache_values)
+    steps, results, notes = probe(args, calls(args, inputs, flash_mla, records))
     acc = check_accuracy(args, case, results, inputs, lens)
     del results
 
-    flop, nbytes = counts(lens, heads, s_q)
+    flop, nbytes = counts(lens, heads, s_q,
+                          D_QK * 2 if records is None else records.shape[-1])
     row = {"case": case, "metric": "us", **dict.fromkeys(args.impls)}
     measured = in_both_orders({impl: timing_of(args, step, gpu_timer(args))
                                for impl, step in steps.items()})
@@ -500,7 +536,10 @@ def main(argv=None):
         schedule="each implementation's get_mla_metadata holder filled by a first call "
                  "outside the timing, reused by every timed call",
         flops="2*h_q*s_q*sum(seqlen_k)*(576+512)",
-        bytes="sum(seqlen_k)*576*2 + b*s_q*h_q*(576+512)*2",
+        cache=("FlashMLA's FP8 records (656 bytes a token) of the bf16 cache, made by "
+               "bench_mla.fp8_records" if args.cache == "fp8" else "bf16"),
+        bytes=f"sum(seqlen_k)*{656 if args.cache == 'fp8' else '576*2'} + "
+              "b*s_q*h_q*(576+512)*2",
         time="us per whole call (first kernel to the combine's end), L2 flushed before each",
         timer=("benchlib.wall_clock_ms" if args.device == "cpu" else
                f"benchlib.kernel_timed_ms, cover {args.cover_us} us" if args.timer == "events"
@@ -516,7 +555,12 @@ def main(argv=None):
     for batch, s_k, kind in itertools.product(args.batches, args.seqlens, args.kinds):
         lens = seqlens_of(batch, s_k, kind, floor, args.seed)
         try:
-            cache_inputs = make_cache(lens, args.device, gen)
+            cache, table, seqlens = make_cache(lens, args.device, gen)
+            records = None
+            if args.cache == "fp8":
+                records, cache = fp8_records(cache)
+            cache_inputs = (cache, table, seqlens, records)
+            del cache, records
         except Exception as e:  # noqa: BLE001 - no memory for this cache: the next ones may fit
             print(f"bench: b{batch} s_k {s_k} {kind}: no cache ({type(e).__name__}: {e})",
                   flush=True)
@@ -541,7 +585,7 @@ def main(argv=None):
               + (f" ({t['short']})" if t["short"] else ""), flush=True)
 
     stem = os.path.join(args.out, f"{now.strftime('%Y-%m-%d')}-mla-{args.tag}")
-    title = "MLA decode: hfa vs FlashMLA"
+    title = "MLA decode: hfa vs FlashMLA" + (" (FP8 cache)" if args.cache == "fp8" else "")
     md = mla_markdown(result, args.impls, title, "µs")
     written = write_results(stem, result, md)
     return conclude(result, written, t0, bad, args.strict)
