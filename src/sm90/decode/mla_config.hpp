@@ -89,6 +89,10 @@ inline constexpr int kStageHalves = 2;
 __host__ __device__ constexpr StageHalf stage_half(int slab) {
   return slab < kVSlabsPerWarpgroup ? StageHalf::left : StageHalf::right;
 }
+// Whether a slab is its half's first: the producers wait for the half's release before it.
+__host__ __device__ constexpr bool starts_half(int slab) {
+  return slab == 0 || stage_half(slab) != stage_half(slab - 1);
+}
 // Who reads each half (mla_kernel.cuh) and so arrives on its empty barrier, one arrival a warp:
 // stage 0's left half only warpgroup 0 (its scores and its P·V); every other half both.
 __host__ __device__ constexpr uint32_t half_readers(int stage, StageHalf half) {

@@ -80,7 +80,7 @@ struct CopyProducer {
       if (lane == 0) {
 #pragma unroll
         for (int slab = 0; slab < kSlabsPerTile; ++slab) {
-          if (slab == 0 || stage_half(slab) != stage_half(slab - 1))
+          if (starts_half(slab))
             s.k_empty[stage][int(stage_half(slab))].wait(ring.phase(stage) ^ 1);
           ptx::Mbarrier* full = &s.k_full[stage][slab];
           full->arrive_expect_tx(KTile::kSlabBytes);
@@ -168,7 +168,7 @@ struct RecordProducer {
         } else if (more) {
           next = load(next_page, 0);
         }
-        if (pass == 0 || first_slab(pass) == kVSlabsPerWarpgroup)
+        if (starts_half(first_slab(pass)))
           s.k_empty[stage][int(stage_half(first_slab(pass)))].wait(ring.phase(stage) ^ 1);
         store(tile, pass, current);
         publish(stage, pass);
