@@ -119,7 +119,7 @@ __device__ __forceinline__ TileSpan tiles_of_keys(int begin, int end) {
 // caller's.
 template <int kRowsPerTile>
 __device__ __forceinline__ DecodeWork row_tile_work(const Params& p, int split, int batch,
-                                                    int tile) {
+                                                    unsigned tile) {
   DecodeWork w;
   w.split = split;
   w.kv_head = tile / p.row_tiles;
