@@ -30,8 +30,9 @@ Implementations, one process, the same inputs:
             HFA_FLASHMLA_DIR names (../shared/peers/flashmla: built for the H200, bf16 dense and
             sparse FP8 decode). Unset or not importable: null with the reason, once for the run.
 Each implementation's holder is new for each case and filled by a first call outside any timing
-(FlashMLA runs its scheduler kernel then, hfa records the shapes), so that no timed call computes
-a schedule; every timed call reuses it, as a serving engine's layers do.
+(each runs its scheduler kernel then, into the holder), so that no timed call computes a
+schedule; every timed call reuses it, as a serving engine's layers do (--schedule per-call: hfa's
+calls get no holder and each makes its own, what a step's first layer pays).
 
 Timing: µs per call, the whole call (its first kernel's start to the combine's end), medians
 of CUDA events around each call with the L2 flushed (256 MB written) before it: do_bench's
@@ -127,6 +128,9 @@ def parse_args(argv=None):
                    help="q and cache (FlashMLA's build has bf16 only)")
     p.add_argument("--cache", choices=["bf16", "fp8"], default="bf16",
                    help="fp8: FlashMLA's 656-byte FP8 records of the bf16 cache (is_fp8_kvcache)")
+    p.add_argument("--schedule", choices=["kept", "per-call"], default="kept",
+                   help="per-call: hfa's calls get no holder, so each makes its schedule (a "
+                        "step's first layer); kept: the holder's, made before the timing")
     p.add_argument("--acc-seqs", type=int, choices=[0, 1, 2, 3], default=3,
                    help="sequences checked against float64: the first, the longest, the last")
     p.add_argument("--tag", default=None, help="file name tag (default: the dtype, -cpu added "
@@ -249,6 +253,8 @@ def calls(args, inputs, flash_mla, records):
         def make():
             # The old API's arguments, as vLLM passes them: both APIs accept and ignore them now.
             holder = module.get_mla_metadata(seqlens, s_q * heads, 1)[0]
+            if module is hfa and args.schedule == "per-call":
+                holder = None
             return lambda: module.flash_mla_with_kvcache(
                 q, read, table, seqlens, D_V, holder, softmax_scale=SCALE, causal=s_q > 1,
                 is_fp8_kvcache=fp8)
@@ -533,8 +539,10 @@ def main(argv=None):
         heads_kv=1, seed=args.seed,
         ragged="max(int(normal(s_k, s_k/2)), max s_q), random.Random(seed)",
         unused_slots="NaN",
-        schedule="each implementation's get_mla_metadata holder filled by a first call "
-                 "outside the timing, reused by every timed call",
+        schedule=("each implementation's get_mla_metadata holder filled by a first call "
+                  "outside the timing, reused by every timed call" if args.schedule == "kept"
+                  else "hfa: no holder, each call makes its schedule; flashmla: its holder "
+                       "filled outside the timing"),
         flops="2*h_q*s_q*sum(seqlen_k)*(576+512)",
         cache=("FlashMLA's FP8 records (656 bytes a token) of the bf16 cache, made by "
                "bench_mla.fp8_records" if args.cache == "fp8" else "bf16"),

@@ -32,6 +32,8 @@ def parse_args(argv=None):
     p.add_argument("--seqlen-q", type=int, default=1)
     p.add_argument("--impls", nargs="+", choices=bench_mla.IMPLS, default=bench_mla.IMPLS)
     p.add_argument("--calls", type=int, default=20, help="profiled calls of each implementation")
+    p.add_argument("--schedule", choices=["kept", "per-call"], default="kept",
+                   help="as bench_mla.py's: per-call gives hfa's calls no holder")
     p.add_argument("--cover-us", type=float, default=200.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="also write the summary here")
@@ -94,7 +96,7 @@ def main(argv=None):
     cache_inputs = bench_mla.make_cache(lens, "cuda", gen)
     q = torch.randn((args.batch, args.seqlen_q, args.heads, bench_mla.D_QK),
                     dtype=torch.bfloat16, device="cuda", generator=gen)
-    run = SimpleNamespace(impls=args.impls, device="cuda")
+    run = SimpleNamespace(impls=args.impls, device="cuda", schedule=args.schedule)
     flash_mla, why = (bench_mla.flashmla_module() if "flashmla" in args.impls else (None, None))
     if "flashmla" in args.impls and flash_mla is None:
         print(f"profile_mla: flashmla: {why}", flush=True)
@@ -102,7 +104,7 @@ def main(argv=None):
                        "heads": args.heads, "seqlen_q": args.seqlen_q},
               "commit": benchlib.git_commit(), "device": torch.cuda.get_device_name(),
               "calls": args.calls, "cover_us": args.cover_us}
-    for impl, make in bench_mla.calls(run, (q, *cache_inputs), flash_mla).items():
+    for impl, make in bench_mla.calls(run, (q, *cache_inputs), flash_mla, None).items():
         step = make()
         step()  # fills the holder outside the profile
         trace = f"{args.json or 'profile_mla'}.{impl}.trace.json"

@@ -258,8 +258,8 @@ HFA_API hfa_status hfa_forward_kvcache(const hfa_tensor* q, const hfa_tensor* k_
  * GPU the rotated queries of an append with rotary (rounded up to 256 bytes), then the split
  * partials (none for one split), or for MLA's balanced schedule (num_splits and split_size 0,
  * fixed-length queries) the partials of the most sequences it can split and the schedule itself,
- * which each call computes on the device into this workspace. Depends on shapes, num_splits and
- * the device, never on the lengths' values. */
+ * which a call computes on the device into this workspace (unless options->reuse_schedule finds it
+ * there). Depends on shapes, num_splits and the device, never on the lengths' values. */
 HFA_API hfa_status hfa_forward_kvcache_workspace_size(const hfa_tensor* q,
                                                       const hfa_tensor* k_cache,
                                                       const hfa_tensor* v_cache,

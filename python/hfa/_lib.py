@@ -379,8 +379,9 @@ def _set(o: ctypes.Structure, info: Row, value) -> None:
 
 # The fields the Python entry points set by hand: named parameters (FlashAttention's names, in
 # its positions), values they derive (window_size, the varlen bounds) and what the call itself
-# supplies (stream, workspace, the outputs). Any other row is taken as a keyword argument by its
-# caller name (caller_rows): a new option needs no edit here.
+# supplies (stream, workspace and reuse_schedule, which promises what the workspace holds, the
+# outputs). Any other row is taken as a keyword argument by its caller name (caller_rows): a new
+# option needs no edit here.
 _HAND_SET = frozenset((
     "softmax_scale", "causal", "window_left", "window_right", "softcap", "cu_seqlens_q",
     "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "deterministic", "stream", "workspace",
@@ -388,7 +389,7 @@ _HAND_SET = frozenset((
     "v_descale", "descale_block_q", "descale_block_kv", "sm_margin", "accumulate", "softmax_d",
     "cache_seqlens", "block_table", "k_scale", "v_scale", "k_global_scale", "v_global_scale",
     "num_splits", "validate", "k_new", "v_new", "rotary_cos", "rotary_sin", "rotary_interleaved",
-    "split_size", "cu_seqlens_k_new"))
+    "split_size", "cu_seqlens_k_new", "reuse_schedule"))
 _caller_rows = {}
 
 

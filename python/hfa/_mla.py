@@ -22,14 +22,20 @@ _NAMES = {"v_cache": "head_dim_v", "k_scale": "k_cache", "v_scale": "k_cache"}
 @dataclasses.dataclass
 class MlaSchedule:
     """get_mla_metadata's holder (FlashMLA's FlashMLASchedMeta): the shapes of the first call
-    that used it, checked on every later one, as FlashMLA does.
+    that used it, checked on every later one, as FlashMLA does, and on a GPU the schedule.
 
     On a Hopper GPU the MLA kernels (bf16/fp16 cache, FP8 records) balance the batch by a
-    schedule made from cache_seqlens' values (FlashMLA's idea): each call computes it on the device, one small kernel writing into
-    the call's workspace, because the library's call takes no prebuilt schedule; the CPU splits
-    by each sequence's length as it reads it. So the holder keeps no tensor, only the shapes:
-    one holder may serve every layer of a step, every CUDA-graph replay, and (unlike FlashMLA's)
-    the next step's lengths too."""
+    schedule made from cache_seqlens' values (FlashMLA's idea), one small kernel writing it into
+    the call's workspace. The holder keeps that workspace: a later call with the same
+    cache_seqlens tensor, unchanged since (its torch version), reads the schedule there instead
+    of making it again (a step's later layers, as FlashMLA's metadata). A new cache_seqlens
+    tensor, or one written in place by torch outside inference mode, is scheduled again; lengths
+    written into the same tensor where torch keeps no version (an inference tensor, a kernel of
+    one's own writing its memory) are not seen: make a new holder each step, as FlashMLA asks.
+    Inside a CUDA graph's capture the schedule is made by the holder's first call of that
+    capture and read by its later ones (each replay makes it again), never shared with calls
+    outside it. Under torch.compile, and on the CPU (which splits by each sequence's length as
+    it reads it), each call makes its own."""
 
     @dataclasses.dataclass
     class Config:
@@ -44,10 +50,13 @@ class MlaSchedule:
 
     have_initialized: bool = False
     config: Optional[Config] = None
-    # FlashMLA's tensors, for callers that read them: hfa's schedule lives in each call's
-    # workspace.
+    # FlashMLA's tensors, for callers that read them: hfa's schedule lives in `workspace`.
     tile_scheduler_metadata: None = None
     num_splits: None = None
+    # The workspace holding the schedule, and what it was made from: (cache_seqlens, its torch
+    # version, whether a graph was being captured, the device).
+    workspace: object = dataclasses.field(default=None, repr=False)
+    made_from: object = dataclasses.field(default=None, repr=False)
 
 
 def get_mla_metadata(*args, **kwargs):
@@ -94,7 +103,8 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     float32 result the library writes, then rounded once to q's dtype. hfa's sparse form also
     takes a bf16 cache.
     tile_scheduler_metadata: get_mla_metadata()[0] (or None); num_splits must be None (hfa plans
-    its splits: on a GPU, a schedule balancing the batch's keys over the SMs, made by each call). softmax_scale: default 1/sqrt(576).
+    its splits: on a GPU, a schedule balancing the batch's keys over the SMs, kept by the holder
+    for the calls after its first: MlaSchedule). softmax_scale: default 1/sqrt(576).
     out (batch, seqlen_q, heads_q, 512) of q's dtype; lse (batch, heads_q, seqlen_q) float32,
     natural log. A row with no key gets out 0 and lse -inf (FlashMLA: +inf), the value that
     merges correctly with other partial results.
@@ -156,18 +166,22 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     torch_like = fe is not None
     # With a sink the library writes the float32 result, scaled here and rounded once.
     float_out = attn_sink is not None
-    out, lse = (_torch_call if torch_like else _numpy_call)(
-        q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
-        is_fp8_kvcache, indices, topk_length, float_out)
+    arguments = (q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
+                 is_fp8_kvcache, indices, topk_length, float_out)
+    if torch_like:
+        out, lse = _torch_call(*arguments, schedule=tile_scheduler_metadata)
+    else:
+        out, lse = _numpy_call(*arguments)  # the CPU: no schedule to keep
     if attn_sink is not None:
         out = _apply_sink(out, lse, attn_sink, torch_like, q.dtype)
     return out, lse
 
 
 def _call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
-          is_fp8_kvcache, indices, view, alloc, stream, alloc_workspace):
+          is_fp8_kvcache, indices, view, alloc, stream, alloc_workspace, reuse_schedule=False):
     """The library call shared by the front ends: view(a, name, bytes_as) -> (kept, Tensor);
-    alloc(shape, like_q) an empty output (q's dtype, else float32)."""
+    alloc(shape, like_q) an empty output (q's dtype, else float32); reuse_schedule: the
+    workspace alloc_workspace gives holds the schedule (MlaSchedule)."""
     b, s_q, h_q = (int(n) for n in q.shape[:3])
     bytes_as = _lib.FP8_MLA if is_fp8_kvcache else None
     out = alloc((b, s_q, h_q, head_dim_v), True)
@@ -190,7 +204,7 @@ def _call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, cau
     options = _lib.make_kvcache_options(
         cache_seqlens=tensor(cache_seqlens, "cache_seqlens"),
         block_table=tensor(block_table, "block_table"), indices=tensor(indices, "indices"),
-        softmax_scale=softmax_scale, causal=causal, stream=stream)
+        softmax_scale=softmax_scale, causal=causal, stream=stream, reuse_schedule=reuse_schedule)
     prepared = _lib.prepare_forward_kvcache(qt, kt, vt, tensor(out, "out"), tensor(lse, "lse"),
                                             options)
     _lib.run(prepared, alloc_workspace)
@@ -231,9 +245,10 @@ def _numpy_call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scal
 
 
 def _torch_call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
-                is_fp8_kvcache, indices, topk_length, float_out):
+                is_fp8_kvcache, indices, topk_length, float_out, schedule=None):
     """The torch tensors' call: as torch ops (topk_length's mask) around hfa::mla_decode, so
-    that torch.compile traces it without a graph break."""
+    that torch.compile traces it without a graph break; or, where the holder keeps the schedule
+    (_keeps_schedule), the same call with the holder's workspace."""
     import torch
     if is_fp8_kvcache and k_cache.element_size() != 1:
         raise TypeError(f"k_cache: an FP8 cache holds bytes (float8_e4m3fn, int8 or uint8), "
@@ -242,8 +257,76 @@ def _torch_call(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scal
         position = torch.arange(indices.shape[-1], device=indices.device)[None, None, :]
         indices = torch.where(position < topk_length[:, None, None], indices,
                               torch.full_like(indices, -1))
-    return _torch_op()(q, k_cache, block_table, cache_seqlens, indices, head_dim_v,
-                       softmax_scale, causal, is_fp8_kvcache, float_out)
+    arguments = (q, k_cache, block_table, cache_seqlens, indices, head_dim_v, softmax_scale,
+                 causal, is_fp8_kvcache, float_out)
+    if _keeps_schedule(schedule, q, indices):
+        return _torch_mla(*arguments, schedule=schedule)
+    return _torch_op()(*arguments)
+
+
+def _keeps_schedule(schedule, q, indices) -> bool:
+    """Whether the holder keeps this call's schedule: a dense call on a GPU outside
+    torch.compile (whose traced calls each make their own)."""
+    import torch
+    return (schedule is not None and q.device.type == "cuda" and indices is None
+            and not torch.compiler.is_compiling())
+
+
+def _torch_mla(q, k_cache, block_table, cache_seqlens, indices, head_dim_v, softmax_scale,
+               causal, is_fp8_kvcache, float_out, schedule=None):
+    """hfa::mla_decode's body: the library call on torch tensors, its workspace a fresh one, or
+    the holder's with the schedule it keeps (_held_workspace)."""
+    import ctypes
+
+    import torch
+
+    from . import _torch_calls
+    cache = k_cache.view(torch.uint8) if is_fp8_kvcache else k_cache
+    stream = None
+    if q.device.type == "cuda":
+        stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream).value
+
+    def alloc(shape, like_q):
+        return torch.empty(shape, dtype=q.dtype if like_q and not float_out else torch.float32,
+                           device=q.device)
+
+    with torch.no_grad(), _torch_calls.on_device(q):
+        alloc_workspace, reuse = (lambda n: _torch_calls.workspace(n, q.device)), False
+        if schedule is not None:
+            alloc_workspace, reuse, made_from = _held_workspace(schedule, q, cache_seqlens)
+        result = _renamed(lambda: _call(
+            q, cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
+            is_fp8_kvcache, indices, _torch_calls.view, alloc, stream, alloc_workspace, reuse))
+    if schedule is not None:
+        schedule.made_from = made_from  # the call has made it, or read it
+    return result
+
+
+def _held_workspace(schedule, q, cache_seqlens):
+    """(alloc_workspace, reuse, made_from) of a call through the holder: its workspace, which
+    holds a schedule this call reads (reuse) when made from this cache_seqlens, unchanged, in
+    the same capture state on the same device, else a new one this call makes it in. On q's
+    device (the current one)."""
+    import torch
+    capturing = torch.cuda.is_current_stream_capturing()
+    # An inference tensor has no version: its identity alone says "unchanged".
+    version = None if cache_seqlens.is_inference() else cache_seqlens._version
+    made_from = (cache_seqlens, version, capturing, q.device)
+    was = schedule.made_from
+    reuse = was is not None and was[0] is cache_seqlens and was[1:] == made_from[1:]
+
+    def alloc_workspace(n):
+        if not reuse:
+            schedule.made_from = None  # until this call has made it
+            schedule.workspace = torch.empty(n, dtype=torch.uint8, device=q.device)
+        elif schedule.workspace.numel() != n:  # the shapes are the holder's (_check_schedule)
+            raise RuntimeError(f"hfa: the schedule's workspace holds "
+                               f"{schedule.workspace.numel()} bytes, the call needs {n}")
+        elif not capturing:  # kept alive for this stream's use too
+            schedule.workspace.record_stream(torch.cuda.current_stream(q.device))
+        return schedule.workspace, schedule.workspace.data_ptr()
+
+    return alloc_workspace, reuse, made_from
 
 
 _MLA_OP = None
@@ -271,23 +354,8 @@ def _register_torch_op():
     # objects, and this module's postponed ones would be strings; they are given explicitly.
     def mla_decode(q, k_cache, block_table, cache_seqlens, indices, head_dim_v, softmax_scale,
                    causal, is_fp8_kvcache, float_out):
-        import ctypes
-
-        from . import _torch_calls
-        cache = k_cache.view(torch.uint8) if is_fp8_kvcache else k_cache
-        stream = None
-        if q.device.type == "cuda":
-            stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream).value
-
-        def alloc(shape, like_q):
-            return torch.empty(shape, dtype=q.dtype if like_q and not float_out
-                               else torch.float32, device=q.device)
-
-        with torch.no_grad(), _torch_calls.on_device(q):
-            return _renamed(lambda: _call(
-                q, cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
-                is_fp8_kvcache, indices, _torch_calls.view, alloc, stream,
-                lambda n: _torch_calls.workspace(n, q.device)))
+        return _torch_mla(q, k_cache, block_table, cache_seqlens, indices, head_dim_v,
+                          softmax_scale, causal, is_fp8_kvcache, float_out)
 
     mla_decode.__annotations__ = {
         "q": Tensor, "k_cache": Tensor, "block_table": Optional[Tensor],

@@ -170,6 +170,63 @@ def test_gpu_dense_matches_float64_and_refuses_the_rest_by_name():
                                    indices=indices)
 
 
+def mla_step(q, cache, table, seqlens, meta, layers):
+    """`layers` calls through one holder (a decoding step's layers, each its own q)."""
+    return [hfa.flash_mla_with_kvcache(q[n], cache, table, seqlens, DV, meta, causal=True)
+            for n in range(layers)]
+
+
+def expect_equal_calls(got, want):
+    for (out, lse), (want_out, want_lse) in zip(got, want):
+        assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_gpu_holder_keeps_the_schedule_of_its_lengths():
+    """One holder over a step's layers: its first call makes the schedule in the holder's
+    workspace, the others read it, with results bit for bit those of calls that each make their
+    own (sequences cut across parts: 128 heads, 2 tokens); lengths written in place (a new torch
+    version) and a new cache_seqlens tensor are scheduled again, and so are the calls inside a CUDA
+    graph's capture, whose replays schedule the lengths each finds."""
+    g = torch.Generator().manual_seed(23)
+    # Pages for these lengths; the calls attend to at most as many (a stale schedule shows where
+    # a sequence grows: its last tiles would be nobody's).
+    cache, _, table, _ = paged([300, 0, 1000, 2100, 65, 4000], g, False)
+    cache, table = cache.cuda(), table.cuda()
+    seqlens = torch.tensor([200, 0, 600, 2100, 65, 2500], dtype=torch.int32, device="cuda")
+    q = torch.randn(3, 6, 2, 128, D, generator=g).to(torch.bfloat16).cuda()
+    meta = hfa.get_mla_metadata()[0]
+    step = mla_step(q, cache, table, seqlens, meta, 3)
+    workspace = meta.workspace
+    assert workspace is not None and workspace.device == q.device
+    expect_equal_calls(step, mla_step(q, cache, table, seqlens, None, 3))
+    expect_equal_calls(mla_step(q, cache, table, seqlens, meta, 3), step)
+    assert meta.workspace is workspace  # read, not made again
+    seqlens[2] = 1000  # in place: scheduled again
+    expect_equal_calls(mla_step(q, cache, table, seqlens, meta, 2),
+                       mla_step(q, cache, table, seqlens, None, 2))
+    longer = seqlens.clone()
+    longer[0] = 300
+    expect_equal_calls(mla_step(q, cache, table, longer, meta, 2),
+                       mla_step(q, cache, table, longer, None, 2))
+
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        mla_step(q, cache, table, seqlens, meta, 2)  # warm-up off the capture
+        with torch.cuda.graph(graph, stream=stream):
+            captured = mla_step(q, cache, table, seqlens, meta, 2)
+    torch.cuda.current_stream().wait_stream(stream)
+    for lengths in ([100, 0, 500, 2100, 1, 1000], [300, 0, 1000, 64, 65, 4000]):
+        seqlens.copy_(torch.tensor(lengths, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        expect_equal_calls(captured, mla_step(q, cache, table, seqlens, None, 2))
+    expect_equal_calls(mla_step(q, cache, table, seqlens, meta, 2),
+                       mla_step(q, cache, table, seqlens, None, 2))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_quantize_is_flashmla_quantizer(dtype):
     """hfa.quantize_kv(x, "fp8_mla") writes the bytes of FlashMLA's reference quantizer (written

@@ -7,8 +7,7 @@ namespace hfa::sm90::decode {
 
 Status run_mla_fp8(const detail::KVCacheProblem& p, const Plan& plan) {
   const Params params = mla_params_of(p, plan);
-  return launch_mla<__nv_bfloat16>(mla::mla_fp8_decode_kernel<__nv_bfloat16>, params, params,
-                                   static_cast<cudaStream_t>(p.stream));
+  return launch_mla<__nv_bfloat16>(mla::mla_fp8_decode_kernel<__nv_bfloat16>, params, params, p);
 }
 
 }  // namespace hfa::sm90::decode

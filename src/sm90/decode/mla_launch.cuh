@@ -36,11 +36,13 @@ using Kernel = void (*)(Arguments);
 // The three launches of the balanced schedule, all on one stream: each reads what the one before
 // wrote (the schedule, then the partials). The second and third are dependent launches: each
 // starts while the one before drains and waits for it in the kernel (skeleton.cuh,
-// combine_kernel.cuh), so that neither pays a launch's latency after the one before ends.
+// combine_kernel.cuh), so that neither pays a launch's latency after the one before ends. A
+// schedule an earlier call left in the workspace (reuse_schedule) is not made again: the
+// attention then waits for whatever ran before it on the stream, as it waits for the schedule.
 template <typename Element, typename Arguments>
 cudaError_t launch_scheduled(Kernel<Arguments> kernel, const Arguments& arguments,
-                             const Params& d, cudaStream_t stream) {
-  schedule_kernel<kBlockN><<<1, kScheduleThreads, 0, stream>>>(d);
+                             const Params& d, bool make_schedule, cudaStream_t stream) {
+  if (make_schedule) schedule_kernel<kBlockN><<<1, kScheduleThreads, 0, stream>>>(d);
   // The row tiles of a part side by side (FlashMLA's order): they read the same pages at about
   // the same time.
   const dim3 grid(d.heads_kv * d.row_tiles, d.parts);
@@ -69,10 +71,11 @@ void launch_uniform(Kernel<Arguments> kernel, const Arguments& arguments, const 
 }  // namespace mla
 
 // One MLA kernel on the work of `d` (the balanced schedule when the plan made one), with the
-// launches around it.
+// launches around it, on p's stream.
 template <typename Element, typename Arguments>
 Status launch_mla(mla::Kernel<Arguments> kernel, const Arguments& arguments, const Params& d,
-                  cudaStream_t stream) {
+                  const detail::KVCacheProblem& p) {
+  const auto stream = static_cast<cudaStream_t>(p.stream);
   // Every call (cheap, host-side, allowed during graph capture): the attribute is per device.
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            mla::kSmemBytes<Element>);
@@ -80,7 +83,7 @@ Status launch_mla(mla::Kernel<Arguments> kernel, const Arguments& arguments, con
     return cuda_status(kFamily, "setting the MLA kernel's shared memory size", e);
   cudaError_t e = cudaSuccess;
   if (d.parts > 0)
-    e = mla::launch_scheduled<Element>(kernel, arguments, d, stream);
+    e = mla::launch_scheduled<Element>(kernel, arguments, d, !p.reuse_schedule, stream);
   else
     mla::launch_uniform<Element>(kernel, arguments, d, stream);
   if (e == cudaSuccess) e = cudaGetLastError();
@@ -102,8 +105,7 @@ Status run_mla(const detail::KVCacheProblem& p, const Plan& plan) {
                             uint64_t(p.k.stride.page) * kBytes},
                            uint32_t(mla::kBlockN)};
   HFA_RETURN_IF_ERROR(make_tile_map(&params.k_map, cache, tma_dtype<Element>()));
-  return launch_mla<Element>(mla::mla_decode_kernel<Element>, params, params.decode,
-                             static_cast<cudaStream_t>(p.stream));
+  return launch_mla<Element>(mla::mla_decode_kernel<Element>, params, params.decode, p);
 }
 
 }  // namespace hfa::sm90::decode

@@ -5,10 +5,10 @@
 // no sequence uses (spare pages, the tail of each last page), outputs NaN-poisoned before the
 // call; the balanced schedule (no split fixed: persistent CTAs, sequences split across them,
 // batches larger than the parts, one long sequence over every part, a window) and the uniform
-// plan (one split, fixed split counts and split sizes); bf16 and fp16 caches, and FlashMLA's FP8
-// records with bf16 q (unused records all 0xff bytes: NaN codes, scales and rotary values), each
-// on both. Plus the GPU's not-supported answers by name for what the MLA kernels do not read.
-// Skipped without a Hopper GPU.
+// plan (one split, fixed split counts and split sizes), a schedule reused from the workspace;
+// bf16 and fp16 caches, and FlashMLA's FP8 records with bf16 q (unused records all 0xff bytes:
+// NaN codes, scales and rotary values), each on both. Plus the GPU's not-supported answers by
+// name for what the MLA kernels do not read. Skipped without a Hopper GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -76,7 +76,8 @@ MlaOracle oracle_of(MlaCase& c) {
 }
 
 // An MlaCase's tensors on the GPU (v the view of the device cache, as on the host), run with the
-// workspace the call asks for; out and lse (NaN bytes until written) copied back into the case.
+// workspace the call asks for (the last run's, when it is as large: a schedule it left there
+// may be reused); out and lse (NaN bytes until written) copied back into the case.
 class DeviceMla {
  public:
   explicit DeviceMla(MlaCase& c) : c_(c) {
@@ -87,6 +88,8 @@ class DeviceMla {
     v_.shape[3] = MlaCase::kDv;
     out_ = copy(c.out);
     lse_ = copy(c.lse);
+    poisoned_out_ = c.out.bytes;
+    poisoned_lse_ = c.lse.bytes;
     if (c.options.cache_seqlens) {
       seqlens_ = copy(c.seqlens);
       options_.cache_seqlens = &seqlens_;
@@ -104,11 +107,26 @@ class DeviceMla {
   KVCacheOptions& options() { return options_; }
   Tensor& v() { return v_; }
 
+  // The outputs NaN again, as before the first run.
+  void poison_outputs() {
+    EXPECT_EQ(cudaMemcpy(out_.data, poisoned_out_.data(), poisoned_out_.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(lse_.data, poisoned_lse_.data(), poisoned_lse_.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+
+  // Every workspace byte 0: a balanced schedule of empty parts, splitting nothing.
+  void clear_workspace() {
+    ASSERT_TRUE(workspace_ != nullptr);
+    EXPECT_EQ(cudaMemset(workspace_->get(), 0, options_.workspace_bytes), cudaSuccess);
+  }
+
   Status run() {
     std::size_t bytes = 0;
     Status status = forward_kvcache_workspace_size(q_, cache_, v_, options_, &bytes);
     if (!status) return status;
-    workspace_ = std::make_unique<DeviceBuffer>(bytes);
+    if (workspace_ == nullptr || options_.workspace_bytes != bytes)
+      workspace_ = std::make_unique<DeviceBuffer>(bytes);
     options_.workspace = bytes ? workspace_->get() : nullptr;
     options_.workspace_bytes = bytes;
     status = forward_kvcache(q_, cache_, v_, out_, &lse_, options_);
@@ -136,6 +154,7 @@ class DeviceMla {
   KVCacheOptions options_;
   std::vector<std::unique_ptr<DeviceBuffer>> buffers_;
   std::unique_ptr<DeviceBuffer> workspace_;
+  std::vector<uint8_t> poisoned_out_, poisoned_lse_;
   Tensor q_{}, cache_{}, v_{}, out_{}, lse_{}, seqlens_{}, table_{}, indices_{};
 };
 
@@ -336,6 +355,49 @@ TEST(MlaGpu, BalancedScheduleBatchLargerThanParts) {
 TEST(MlaGpu, Fp8BalancedScheduleBatchLargerThanParts) {
   HFA_REQUIRE_HOPPER();
   balanced_schedule_batch_larger_than_parts(true);
+}
+
+// reuse_schedule: a call reads the schedule the call before left in the workspace (a step's
+// later layers) and makes none. Ragged sequences cut across parts at 128 heads × 2 tokens (four
+// row tiles, 33 parts), outputs NaN before each call: the reusing call matches the oracle; with
+// the workspace zeroed under it (a schedule of empty parts) it writes nothing, which shows it
+// read the workspace rather than scheduling; a call without the flag then schedules again.
+TEST(MlaGpu, ReusedSchedule) {
+  HFA_REQUIRE_HOPPER();
+  MlaCase c;
+  c.heads_q = 128;
+  c.seqlen_q = 2;
+  c.cache_seqlens = {3000, 0, 700, 6000, 65, 2049, 1};
+  c.options.causal = true;
+  c.seed = 90;
+  c.build();
+  const MlaOracle o = oracle_of(c);
+  DeviceMla device(c);
+  ASSERT_TRUE(device.run().is_ok());
+  expect_matches(c, o);
+  device.options().reuse_schedule = 1;
+  device.poison_outputs();
+  ASSERT_TRUE(device.run().is_ok());
+  {
+    SCOPED_TRACE("reusing the schedule");
+    expect_matches(c, o);
+  }
+  device.clear_workspace();
+  device.poison_outputs();
+  ASSERT_TRUE(device.run().is_ok());
+  int written = 0;
+  for (int64_t b = 0; b < c.batch(); ++b)
+    for (int64_t i = 0; i < c.seqlen_q; ++i)
+      for (int64_t h = 0; h < c.heads_q; ++h) {
+        written += !std::isnan(c.lse_at(b, h, i));
+        for (int64_t d = 0; d < MlaCase::kDv; ++d) written += !std::isnan(c.out_at(b, i, h, d));
+      }
+  EXPECT_EQ(written, 0) << "values written on a zeroed schedule";
+  device.options().reuse_schedule = 0;
+  device.poison_outputs();
+  ASSERT_TRUE(device.run().is_ok());
+  SCOPED_TRACE("scheduling again");
+  expect_matches(c, o);
 }
 
 // One sequence of 40k keys (625 tiles) cut over every part: 132 of 5 tiles at 16 heads
