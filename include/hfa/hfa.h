@@ -115,6 +115,9 @@ typedef HFA_ENUM(hfa_option_shape) {
 } hfa_option_shape;
 
 #define HFA_MAX_KVCACHE_SPLITS 256 /* the most split-KV chunks of one sequence */
+/* A workspace's address is a multiple of this (cudaMalloc's and torch's allocations are): the
+ * kernels read and write it with 16-byte vector and bulk copies. */
+#define HFA_WORKSPACE_ALIGNMENT 256
 
 /* The size of an options struct, its first field in every version: sizeof the struct as the
  * caller was compiled, set by the default initializers below (and the C++ structs' constructors).
@@ -306,7 +309,8 @@ HFA_API hfa_status hfa_prepare_forward_kvcache(const hfa_tensor* q, const hfa_te
                                                hfa_call* call, size_t* workspace_bytes);
 /* Runs a prepared call with workspace_bytes of workspace at workspace (NULL and 0 when it needs
  * none), on the stream its options named. Fails before running when *call holds no call, or when
- * the workspace is smaller than what hfa_prepare_* said. */
+ * the workspace it needs is smaller than what hfa_prepare_* said or not
+ * HFA_WORKSPACE_ALIGNMENT-aligned. */
 HFA_API hfa_status hfa_run(const hfa_call* call, void* workspace, size_t workspace_bytes);
 
 /* The options structs described, field by field (hfa/options.def): what a binding builds its

@@ -747,6 +747,10 @@ Status check_workspace(std::size_t needed, const void* workspace, std::size_t wo
                    " (hfa_prepare_* and the *_workspace_size queries say how many)");
   if (workspace == nullptr)
     return invalid("workspace", "is null, but this call needs ", needed, " bytes");
+  if (const auto past = reinterpret_cast<std::uintptr_t>(workspace) % HFA_WORKSPACE_ALIGNMENT)
+    return invalid("workspace", "must be aligned to ", HFA_WORKSPACE_ALIGNMENT,
+                   " bytes (cudaMalloc's and torch's allocations are), got an address ", past,
+                   " bytes past a multiple");
   return Status::ok();
 }
 

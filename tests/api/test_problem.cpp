@@ -86,11 +86,15 @@ TEST(Problem, LeftWindowPastEveryKeyIsDropped) {
 TEST(Problem, WorkspaceChecked) {
   EXPECT_TRUE(detail::check_workspace(0, nullptr, 0).is_ok());
   EXPECT_TRUE(Invalid(detail::check_workspace(256, nullptr, 0), "workspace", "needs 256 bytes, got 0"));
-  char buffer[64];
-  EXPECT_TRUE(Invalid(detail::check_workspace(65, buffer, sizeof buffer), "workspace",
-                      "needs 65 bytes, got 64"));
-  EXPECT_TRUE(detail::check_workspace(64, buffer, sizeof buffer).is_ok());
-  EXPECT_TRUE(Invalid(detail::check_workspace(64, nullptr, sizeof buffer), "workspace", "is null"));
+  alignas(HFA_WORKSPACE_ALIGNMENT) char buffer[2 * HFA_WORKSPACE_ALIGNMENT];
+  EXPECT_TRUE(Invalid(detail::check_workspace(65, buffer, 64), "workspace", "needs 65 bytes, got 64"));
+  EXPECT_TRUE(detail::check_workspace(64, buffer, 64).is_ok());
+  EXPECT_TRUE(Invalid(detail::check_workspace(64, nullptr, 64), "workspace", "is null"));
+  // The kernels' vector and bulk copies: an address off the alignment is refused before a launch.
+  EXPECT_TRUE(Invalid(detail::check_workspace(64, buffer + 16, 64), "workspace",
+                      "must be aligned to 256 bytes (cudaMalloc's and torch's allocations are), "
+                      "got an address 16 bytes past a multiple"));
+  EXPECT_TRUE(detail::check_workspace(64, buffer + HFA_WORKSPACE_ALIGNMENT, 64).is_ok());
 }
 
 TEST(Problem, WorkspaceQueryNeedsNoOutputs) {

@@ -731,7 +731,7 @@ TEST(DecodeSmMargin, NoSmLeftIsRejected) {
   EXPECT_EQ(status.message().rfind("sm_margin: ", 0), 0u) << status.message();
 }
 
-TEST(DecodeErrors, WorkspaceTooSmallOrMissing) {
+TEST(DecodeErrors, WorkspaceTooSmallMissingOrMisaligned) {
   HFA_REQUIRE_HOPPER();
   KVCase c = gpu_case(CacheKind::bf16);
   c.options.num_splits = 4;
@@ -750,6 +750,15 @@ TEST(DecodeErrors, WorkspaceTooSmallOrMissing) {
   status = d.run_as_is();
   EXPECT_EQ(status.code(), Code::invalid_argument);
   EXPECT_NE(status.message().find("workspace"), std::string::npos) << status.message();
+  // Large enough but off the alignment the combine's 16-byte loads need: refused, no launch.
+  DeviceBuffer shifted(bytes + 16);
+  d.options().workspace = static_cast<unsigned char*>(shifted.get()) + 16;
+  d.options().workspace_bytes = bytes;
+  status = d.run_as_is();
+  EXPECT_EQ(status.code(), Code::invalid_argument);
+  EXPECT_EQ(status.message().rfind("workspace: must be aligned to 256 bytes", 0), 0u)
+      << status.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 TEST(DecodeErrors, ValidationModeReportsTheFirstBadEntry) {
