@@ -252,9 +252,8 @@ def calls(args, inputs, flash_mla, records):
     def call_with(module):
         def make():
             # The old API's arguments, as vLLM passes them: both APIs accept and ignore them now.
-            holder = module.get_mla_metadata(seqlens, s_q * heads, 1)[0]
-            if module is hfa and args.schedule == "per-call":
-                holder = None
+            per_call = module is hfa and args.schedule == "per-call"
+            holder = None if per_call else module.get_mla_metadata(seqlens, s_q * heads, 1)[0]
             return lambda: module.flash_mla_with_kvcache(
                 q, read, table, seqlens, D_V, holder, softmax_scale=SCALE, causal=s_q > 1,
                 is_fp8_kvcache=fp8)

@@ -427,11 +427,15 @@ struct Consumer {
     for (int i = 0; i < kSAcc; ++i) sc[i] = softmax.probability(ptx::fragment_row_half(i), sc[i]);
   }
 
+  // Where the stage's tile keeps its P: the rotary slab, read by the tile's Q·Kᵀ alone.
+  __device__ __forceinline__ unsigned char* p_slab(int stage) const {
+    return reinterpret_cast<unsigned char*>(s.k[stage].data) + kRotarySlab * KTile::kSlabBytes;
+  }
+
   // P, packed as the A operand of P·V (the pairs of columns the accumulator holds), into the
   // stage's rotary slab, which its Q·Kᵀ has read; fenced for the other warpgroup's P·V.
   __device__ __forceinline__ void store_p(const uint32_t (&pm)[kPRegs], int stage) {
-    unsigned char* p_tile =
-        reinterpret_cast<unsigned char*>(s.k[stage].data) + kRotarySlab * KTile::kSlabBytes;
+    unsigned char* p_tile = p_slab(stage);
 #pragma unroll
     for (int j = 0; j < kPRegs; ++j) {
       const int i = 2 * j;  // its first accumulator
@@ -467,8 +471,7 @@ struct Consumer {
 
   // O(my columns) += P · V(stage, my columns), P the other warpgroup's, in the rotary slab.
   __device__ __forceinline__ void pv_from_shared(int stage) {
-    const uint64_t p_desc = ptx::kmajor_descriptor(ptx::smem_address(s.k[stage].data) +
-                                                   kRotarySlab * KTile::kSlabBytes);
+    const uint64_t p_desc = ptx::kmajor_descriptor(ptx::smem_address(p_slab(stage)));
     const uint64_t v_desc = v_descriptor(stage);
     ptx::fence_operands(o);
     ptx::fence();
