@@ -33,14 +33,14 @@ inline Status check_alignment(const char* name, const void* data, const detail::
   return Status::ok();
 }
 
-// Backward tiles are ordered within sections of (batch, head group) pairs (pairs_per_section)
+// Backward tiles are ordered within sections of (batch, head group) pairs (tile_sections)
 // whose Q, dO and dQ accumulator share the L2.
-inline int head_groups_per_section(const detail::ForwardProblem& p, int heads_per_tile,
-                                   int n_blocks, const LaunchContext& context) {
+inline TileSections head_group_sections(const detail::ForwardProblem& p, int heads_per_tile,
+                                        int n_blocks, const LaunchContext& context) {
   const std::size_t per_group = std::size_t(p.seqlen_q) * heads_per_tile *
                                 ((p.hdim_qk + p.hdim_v) * 2 + p.hdim_qk * sizeof(float));
-  return pairs_per_section(p.heads_q / heads_per_tile * p.batch, n_blocks, per_group,
-                           context.l2_bytes, context.sm_count);
+  return tile_sections(p.heads_q / heads_per_tile * p.batch, n_blocks, per_group,
+                       context.l2_bytes, context.sm_count);
 }
 
 // The steps a CTA walks on average, for TileConfig::kTurnsFromSteps: its heads times the query
@@ -152,8 +152,7 @@ Status launch(const detail::BackwardProblem& problem, const LaunchContext& conte
   params.dsinks = problem.dsinks;
   params.alibi = alibi_slopes(f);
   params.num_tiles = params.num_n_blocks * (f.heads_q / params.heads_per_tile) * f.batch;
-  params.head_groups_per_section =
-      head_groups_per_section(f, params.heads_per_tile, params.num_n_blocks, context);
+  params.sections = head_group_sections(f, params.heads_per_tile, params.num_n_blocks, context);
 
   const auto stream = static_cast<cudaStream_t>(f.stream);
   if constexpr (Config::kBlockSparse) {

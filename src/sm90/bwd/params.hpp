@@ -9,6 +9,7 @@
 #include "common/block_sparse.hpp"
 #include "common/score_policy.hpp"
 #include "sm90/common/sparse_block.hpp"
+#include "sm90/common/tile_order.cuh"
 
 namespace hfa::sm90::bwd {
 
@@ -82,8 +83,7 @@ struct Params {
   int32_t num_m_blocks;  // of the longest sequence (preprocess, postprocess grids)
   int32_t num_n_blocks;
   int32_t num_tiles;     // num_n_blocks · (heads_q / heads_per_tile) · batch
-  int32_t head_groups_per_section;  // sectioned tile order: (batch, head group) pairs whose Q, dO
-                                    // share L2
+  TileSections sections;  // sectioned tile order: of (batch, head group) pairs whose Q, dO share L2
 
   // D = rowsum(dO∘O) given by the caller (laid out as lse), read by the preprocess instead of
   // out and dout; null: computed there. Last, so the main kernel's parameter offsets stay.

@@ -51,7 +51,7 @@ struct Scheduler {
     const int head_groups = p.heads_q / p.heads_per_tile;
     TilePosition at;
     if (Config::kWindowed || deterministic) {
-      at = sectioned_ranks(index, p.num_n_blocks, head_groups * p.batch, p.head_groups_per_section);
+      at = sectioned_ranks(index, p.num_n_blocks, head_groups * p.batch, p.sections);
       if (Config::kWindowed && deterministic) at.rank = p.num_n_blocks - 1 - at.rank;
     } else {
       at = blocks_fastest(index, p.num_n_blocks);

@@ -17,6 +17,7 @@
 #include "common/problem.hpp"
 #include "common/score_policy.hpp"
 #include "sm90/common/math.hpp"
+#include "sm90/common/tile_order.cuh"
 #include "sm90/tma_descriptor.hpp"
 
 namespace hfa::sm90 {
@@ -87,23 +88,37 @@ inline policy::AlibiSlopes alibi_slopes(const detail::ForwardProblem& problem) {
                       policy::score_unit(problem.softmax_scale, problem.softcap));
 }
 
-// Pairs per section of the sectioned tile order (tile_order.cuh): as many as share half the L2
-// (`bytes_per_pair` of operands each), but at least one wave of tiles, then evened out so that
-// the last section is not a short one. A section of fewer tiles than CTAs gains no L2 locality
-// (the CTAs running at once span several sections anyway) and costs a tail: each section's
-// longest tiles start only as the section before drains, so the last section's start near the
-// end. Measured (backward, GQA 32/8 heads, 8k causal, hdim 128: 64 tiles a pair): one pair a
-// section 2860 µs, two 2404, four (this rule's) 2454, all eight 2483; one section of every pair
-// loses 10-40 % below 4k tokens, where L2 locality decides (docs/decisions/013).
-inline int pairs_per_section(int pairs, int tiles_per_pair, std::size_t bytes_per_pair,
-                             std::size_t l2_bytes, int concurrent_ctas) {
+// The sections of the sectioned tile order (tile_order.cuh). Pairs a section: as many as share
+// half the L2 (`bytes_per_pair` of operands each), but at least one wave of tiles, then evened
+// out over the sections. A section of fewer tiles than CTAs gains no L2 locality (the CTAs
+// running at once span several sections anyway) and costs a tail: each section's longest tiles
+// start only as the section before drains. Measured (backward, GQA 32/8 heads, 8k causal, hdim
+// 128: 64 tiles a pair): one pair a section 2860 µs, two 2404, four (this rule's) 2454, all
+// eight 2483; one section of every pair loses 10-40 % below 4k tokens, where L2 locality decides
+// (docs/decisions/013).
+// The last section's tiles are the grid's last, and nothing follows them to fill the SMs their
+// longest tiles leave idle: where the pairs left for it are fewer than a section's and hold
+// fewer than two waves of tiles (a causal triangle's mean tile is half its longest, so two waves
+// are about one longest tile of work an SM), they join the section before. Evening out leaves such a remainder: 64 pairs of 32
+// tiles at 6 pairs a section made nine sections of 7 and a last one of 1 pair, whose 64-step
+// tile started as the grid drained (the backward's hdim 128 causal 4k, docs/decisions/051).
+inline TileSections tile_sections(int pairs, int tiles_per_pair, std::size_t bytes_per_pair,
+                                  std::size_t l2_bytes, int concurrent_ctas) {
   const auto ceil_div = [](int64_t a, int64_t b) { return int((a + b - 1) / b); };
   pairs = std::max(1, pairs);
+  tiles_per_pair = std::max(1, tiles_per_pair);
   const std::size_t fit_in_l2 = l2_bytes / 2 / std::max<std::size_t>(1, bytes_per_pair);
-  const int one_wave = ceil_div(concurrent_ctas, std::max(1, tiles_per_pair));
+  const int one_wave = ceil_div(concurrent_ctas, tiles_per_pair);
   const int at_least =
       std::clamp(std::max(int(std::min<std::size_t>(fit_in_l2, pairs)), one_wave), 1, pairs);
-  return ceil_div(pairs, pairs / at_least);
+  const int per_section = ceil_div(pairs, pairs / at_least);
+  int count = ceil_div(pairs, per_section);
+  const int last_pairs = pairs - (count - 1) * per_section;
+  if (count > 1 && last_pairs < per_section &&
+      int64_t(last_pairs) * tiles_per_pair < 2 * int64_t(concurrent_ctas)) {
+    --count;
+  }
+  return {per_section, count};
 }
 
 // A kernel that takes more than 48 KB of shared memory must opt in, once per device.

@@ -15,16 +15,16 @@
 namespace hfa::sm90::fwd {
 
 // Causal tiles are ordered longest first within sections of (batch, tile head) pairs
-// (pairs_per_section) whose K and V share the L2, so the CTAs running at once re-read K/V from
+// (tile_sections) whose K and V share the L2, so the CTAs running at once re-read K/V from
 // L2, not HBM.
-inline int heads_per_section(const detail::ForwardProblem& problem, int pack_shift,
-                             int m_blocks, std::size_t l2_bytes, int grid) {
+inline TileSections head_sections(const detail::ForwardProblem& problem, int pack_shift,
+                                  int m_blocks, std::size_t l2_bytes, int grid) {
   const int tile_heads_per_kv_head = (problem.heads_q / problem.heads_kv) >> pack_shift;
   const std::size_t kv_bytes_per_head = std::size_t(problem.seqlen_k) *
                                         (problem.hdim_qk + problem.hdim_v) *
                                         dtype_size(problem.dtype) / tile_heads_per_kv_head;
-  return pairs_per_section((problem.heads_q >> pack_shift) * problem.batch, m_blocks,
-                           kv_bytes_per_head, l2_bytes, grid);
+  return tile_sections((problem.heads_q >> pack_shift) * problem.batch, m_blocks, kv_bytes_per_head,
+                       l2_bytes, grid);
 }
 
 // PackGQA (Params::pack_shift) where one head's queries underfill a tile (decode, speculative
@@ -173,8 +173,8 @@ Status launch(const detail::ForwardProblem& problem, const LaunchContext& contex
   params.num_tiles = params.num_m_blocks * params.tile_heads * b;
   if (params.num_tiles == 0) return Status::ok();
   const int grid = std::min(params.num_tiles, context.sm_count);
-  params.heads_per_section =
-      heads_per_section(problem, pack_shift, params.num_m_blocks, context.l2_bytes, grid);
+  params.sections =
+      head_sections(problem, pack_shift, params.num_m_blocks, context.l2_bytes, grid);
   // Dynamic schedule (workspace_bytes reserved the counter), unless every tile has a CTA of its
   // own: then no CTA takes a second tile, the two schedules are the same, and the counter's reset
   // (a launch of ~1 us of host time) is saved on the small calls where host time decides.

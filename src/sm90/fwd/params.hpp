@@ -7,6 +7,7 @@
 #include "common/block_sparse.hpp"
 #include "common/scale_view.hpp"
 #include "common/score_policy.hpp"
+#include "sm90/common/tile_order.cuh"
 
 namespace hfa::sm90::fwd {
 
@@ -72,7 +73,7 @@ struct Params {
 
   int32_t num_m_blocks;
   int32_t num_tiles;           // num_m_blocks · heads_q · batch
-  int32_t heads_per_section;   // causal tile order: (batch, head) pairs whose K/V share L2
+  TileSections sections;       // causal tile order: of (batch, head) pairs whose K/V share L2
 
   // Dynamic schedule: a zeroed counter in the caller's workspace from which CTAs take their
   // next tile (see scheduler.cuh). Null: the static schedule.

@@ -51,7 +51,7 @@ __device__ __forceinline__ WorkTile decode_tile(const Params& p, int tile) {
   if constexpr (!Config::kWindowed) {
     at = blocks_fastest(tile, p.num_m_blocks);
   } else {
-    at = sectioned_ranks(tile, p.num_m_blocks, p.tile_heads * p.batch, p.heads_per_section);
+    at = sectioned_ranks(tile, p.num_m_blocks, p.tile_heads * p.batch, p.sections);
     at.rank = p.num_m_blocks - 1 - at.rank;
   }
   const int batch = at.pair / p.tile_heads;
