@@ -99,9 +99,10 @@ inline policy::AlibiSlopes alibi_slopes(const detail::ForwardProblem& problem) {
 // The last section's tiles are the grid's last, and nothing follows them to fill the SMs their
 // longest tiles leave idle: where the pairs left for it are fewer than a section's and hold
 // fewer than two waves of tiles (a causal triangle's mean tile is half its longest, so two waves
-// are about one longest tile of work an SM), they join the section before. Evening out leaves such a remainder: 64 pairs of 32
-// tiles at 6 pairs a section made nine sections of 7 and a last one of 1 pair, whose 64-step
-// tile started as the grid drained (the backward's hdim 128 causal 4k, docs/decisions/051).
+// are about one longest tile of work an SM), they join the section before. Evening out leaves
+// such remainders: 64 pairs of 32 tiles at 6 pairs a section made nine sections of 7 and a last
+// one of 1 pair, whose 64-step tile started as the grid drained (the backward's hdim 128 causal
+// 4k: +4.8 % with it joined, docs/decisions/051).
 inline TileSections tile_sections(int pairs, int tiles_per_pair, std::size_t bytes_per_pair,
                                   std::size_t l2_bytes, int concurrent_ctas) {
   const auto ceil_div = [](int64_t a, int64_t b) { return int((a + b - 1) / b); };
