@@ -62,7 +62,8 @@ TEST(TileSections, NeverMorePairsThanThereAre) {
 
 // Over a sweep: sections of [1, pairs] pairs; at least the L2's share and a wave of tiles where
 // the pairs allow; a last section of at least two waves of tiles unless it is the only one or a
-// whole section; and every tile of the grid at its own (rank, pair), each pair's ranks in order.
+// whole section; and every tile of the grid at its own (rank, pair), each pair's ranks in order
+// (the deterministic backward's turns rely on it: a tile waits only for one launched before it).
 TEST(TileSections, Sweep) {
   for (int pairs = 1; pairs <= 300; pairs += 7) {
     for (int tiles = 1; tiles <= 300; tiles += 11) {
