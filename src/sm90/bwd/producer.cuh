@@ -154,10 +154,9 @@ struct DqWriter {
       } else {
         ptx::reduce_add_1d(accumulator, tile_dq, Dq::kBytes);
         ptx::store_commit_group();
-        // Waiting until the adds have landed, not only until they read shared memory, keeps
-        // one add of each CTA in flight: more of them queued in L2 made the backward slower
-        // (docs/decisions/026).
-        ptx::store_wait_all();
+        // The tile is free once the add has read it; waiting until it has landed as well held
+        // the consumers' next dQ tile back (docs/decisions/026).
+        ptx::store_wait_read();
       }
       smem.dq_empty[ring.stage].arrive();
       ring.advance();

@@ -46,6 +46,22 @@ __device__ __forceinline__ int64_t exclusive_sum(int64_t value,
   return before_warp + inclusive - value;
 }
 
+// The bounds of the CTA's sequence costs, from each thread's; every thread calls it and gets
+// them. warp_bounds is free again when it returns.
+__device__ __forceinline__ schedule::CostBounds block_bounds(
+    schedule::CostBounds bounds, schedule::CostBounds (&warp_bounds)[kScheduleWarps]) {
+#pragma unroll
+  for (int mask = 1; mask < kWarpSize; mask *= 2)
+    bounds.merge({__shfl_xor_sync(kFullWarp, bounds.least, mask),
+                  __shfl_xor_sync(kFullWarp, bounds.most, mask)});
+  if (int(threadIdx.x) % kWarpSize == 0) warp_bounds[threadIdx.x / kWarpSize] = bounds;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kScheduleWarps; ++w) bounds.merge(warp_bounds[w]);
+  __syncthreads();
+  return bounds;
+}
+
 // The schedule of p.parts parts into p.part_starts and p.first_slot; sequences dealt out in
 // stages of kBlockN keys.
 template <int kBlockN>
@@ -53,6 +69,7 @@ __global__ void __launch_bounds__(kScheduleThreads) schedule_kernel(const __grid
   // The attention after it may launch at once (mla_launch.cuh): it waits for the schedule.
   ptx::allow_dependent_launch();
   __shared__ int64_t warp_sums[kScheduleWarps];
+  __shared__ schedule::CostBounds warp_bounds[kScheduleWarps];
   const int32_t per_thread = (p.batch + kScheduleThreads - 1) / kScheduleThreads;
   const int32_t lo = min(p.batch, int32_t(threadIdx.x) * per_thread);
   const int32_t hi = min(p.batch, lo + per_thread);
@@ -60,9 +77,11 @@ __global__ void __launch_bounds__(kScheduleThreads) schedule_kernel(const __grid
     return scheduled_tiles<kBlockN>(p, decode_sequence(p, b)).count;
   };
   int64_t total = 0, slots = 0;
+  schedule::CostBounds bounds;
   const int64_t cost_base =
-      exclusive_sum(schedule::cost_of_range(tiles_of, lo, hi), warp_sums, &total);
-  const int64_t share = schedule::share_of(total, p.parts);
+      exclusive_sum(schedule::cost_of_range(tiles_of, lo, hi, &bounds), warp_sums, &total);
+  const int64_t share =
+      schedule::balanced_share(total, p.parts, block_bounds(bounds, warp_bounds).uniform());
   const int64_t slot_base = exclusive_sum(
       schedule::slots_of_range(tiles_of, lo, hi, cost_base, share), warp_sums, &slots);
   const schedule::Schedule out{p.part_starts, p.first_slot};

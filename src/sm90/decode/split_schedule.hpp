@@ -5,12 +5,13 @@
 // The cost line: sequence b takes the stretch [begin_b, end_b), first kSequenceCost units for
 // what a CTA pays to start it, then one unit per tile of its keys (at least one: an empty
 // sequence still writes its rows). Part i takes the stretch [i·share, (i+1)·share), share =
-// ceil(total / parts), and with it the tiles whose units fall there. A sequence whose tiles fall
+// ceil(total / parts) (or whole sequences of a batch of equal ones: balanced_share), and with it
+// the tiles whose units fall there. A sequence whose tiles fall
 // in one part is finished by it (out and lse); one whose tiles fall in several is split, each
 // part's piece a partial in a slot of its own that the combine merges. A part's work is its
 // stretch plus at most one start it does not hold (a sequence it continues, or one whose start
-// it shares with the part before): at most share + kSequenceCost, within one tile and one
-// sequence's cost of an even share.
+// it shares with the part before): at most ceil(total / parts) + kSequenceCost, within one tile
+// and one sequence's cost of an even share.
 //
 // Plain integers, on both sides (HFA_HD): the schedule kernel (schedule_kernel.cuh) runs it on
 // the device from the lengths there, the unit test on the CPU. The kernel's threads each take a
@@ -57,6 +58,32 @@ HFA_HD constexpr int64_t cost_of(int64_t tiles) { return kSequenceCost + units_o
 
 // Each part's stretch of a cost line of `total` units (total >= 1).
 HFA_HD constexpr int64_t share_of(int64_t total, int parts) { return (total + parts - 1) / parts; }
+
+// The least and the greatest cost of a range of sequences (an empty range: none, the merge's
+// identity), so that a batch of equal sequences can be told from the others.
+struct CostBounds {
+  int64_t least = INT64_MAX, most = 0;
+
+  HFA_HD constexpr void merge(const CostBounds& other) {
+    least = other.least < least ? other.least : least;
+    most = other.most > most ? other.most : most;
+  }
+  // The one cost of sequences that all cost the same; 0 where they differ.
+  HFA_HD constexpr int64_t uniform() const { return least == most ? least : 0; }
+};
+
+// The share a schedule deals out. A batch of equal sequences (uniform_cost > 0) has its share
+// rounded up to whole sequences where that adds at most kSequenceCost, the price of a cut: every
+// boundary then falls between sequences, none is split (no partial, nothing for the combine),
+// and no part is longer than one holding a cut piece would be. Batch 64, 1k keys, 128 heads,
+// s_q 2: share 41 → 42, 26 sequences cut → none (FlashMLA's greedy schedule cuts none either);
+// 16 heads (132 parts): share 11 against a sequence's 21, so every sequence stays cut in two.
+HFA_HD constexpr int64_t balanced_share(int64_t total, int parts, int64_t uniform_cost) {
+  const int64_t share = share_of(total, parts);
+  if (uniform_cost <= 0) return share;
+  const int64_t whole = (share + uniform_cost - 1) / uniform_cost * uniform_cost;
+  return whole - share <= kSequenceCost ? whole : share;
+}
 
 // The slots of a sequence cut into `pieces`: one a piece, none for a sequence left whole.
 HFA_HD constexpr int64_t slots_of(int64_t pieces) { return pieces > 1 ? pieces : 0; }
@@ -105,11 +132,16 @@ HFA_HD constexpr Piece piece_of(const PartStart& begin, const PartStart& end, in
           first ? begin.split : 0};
 }
 
-// The sum of the costs of sequences [lo, hi); tiles_of(b) gives sequence b's tiles.
+// The sum of the costs of sequences [lo, hi), and their bounds into *bounds; tiles_of(b) gives
+// sequence b's tiles.
 template <typename TilesOf>
-HFA_HD int64_t cost_of_range(const TilesOf& tiles_of, int32_t lo, int32_t hi) {
+HFA_HD int64_t cost_of_range(const TilesOf& tiles_of, int32_t lo, int32_t hi, CostBounds* bounds) {
   int64_t cost = 0;
-  for (int32_t b = lo; b < hi; ++b) cost += cost_of(tiles_of(b));
+  for (int32_t b = lo; b < hi; ++b) {
+    const int64_t c = cost_of(tiles_of(b));
+    cost += c;
+    bounds->merge({c, c});
+  }
   return cost;
 }
 

@@ -39,11 +39,14 @@ Built build(const std::vector<int32_t>& tiles, int parts, int threads) {
   const auto hi = [&](int t) { return std::min(batch, lo(t) + per); };
 
   std::vector<int64_t> cost_base(threads), slot_base(threads);
+  CostBounds bounds;
   for (int t = 0; t < threads; ++t) {
     cost_base[t] = built.total;
-    built.total += cost_of_range(tiles_of, lo(t), hi(t));
+    CostBounds range;
+    built.total += cost_of_range(tiles_of, lo(t), hi(t), &range);
+    bounds.merge(range);
   }
-  built.share = share_of(built.total, parts);
+  built.share = balanced_share(built.total, parts, bounds.uniform());
   int64_t slots = 0;
   for (int t = 0; t < threads; ++t) {
     slot_base[t] = slots;
@@ -154,10 +157,30 @@ TEST(SplitSchedule, RaggedBatch) {
   for (int parts : {132, 66, 33}) expect_valid(tiles, parts);
 }
 
-// Every sequence the same length: the uniform plan's case, split evenly too.
+// Every sequence the same length: whole sequences a part where the share rounds up to them by at
+// most a cut's cost, else split evenly.
 TEST(SplitSchedule, EqualLengths) {
+  // 64 × 1k keys over 33 parts (128 heads, s_q 2): share 41 → 42, two sequences a part.
+  const Built pairs = expect_valid(std::vector<int32_t>(64, 16), 33);
+  EXPECT_EQ(pairs.share, 42);
+  EXPECT_EQ(pairs.first_slot.back(), 0);
+  // 128 × 4k keys over 132 parts: share 67 → 69, one sequence a part, 4 parts idle.
+  const Built ones = expect_valid(std::vector<int32_t>(128, 64), 132);
+  EXPECT_EQ(ones.share, 69);
+  EXPECT_EQ(ones.first_slot.back(), 0);
+  // 64 × 1k keys over 132 parts: 21 would add 10 to the share of 11; every sequence is cut, into
+  // two or three pieces.
+  const Built cut = expect_valid(std::vector<int32_t>(64, 16), 132);
+  EXPECT_EQ(cut.share, 11);
+  for (int b = 0; b < 64; ++b) {
+    const int32_t pieces = cut.first_slot[b + 1] - cut.first_slot[b];
+    EXPECT_TRUE(pieces == 2 || pieces == 3) << "sequence " << b;
+  }
   expect_valid(std::vector<int32_t>(64, 256), 132);
-  expect_valid(std::vector<int32_t>(128, 64), 132);
+  // One sequence longer: the lengths differ, the share is the even one (no rounding).
+  std::vector<int32_t> almost(64, 16);
+  almost[17] = 17;
+  EXPECT_EQ(expect_valid(almost, 33).share, share_of(64 * 21 + 1, 33));
 }
 
 // Empty sequences (one unit each: their rows are still written) among long ones, and only empty.
