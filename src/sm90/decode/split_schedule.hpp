@@ -5,13 +5,13 @@
 // The cost line: sequence b takes the stretch [begin_b, end_b), first kSequenceCost units for
 // what a CTA pays to start it, then one unit per tile of its keys (at least one: an empty
 // sequence still writes its rows). Part i takes the stretch [i·share, (i+1)·share), share =
-// ceil(total / parts) (or whole sequences of a batch of equal ones: balanced_share), and with it
-// the tiles whose units fall there. A sequence whose tiles fall
-// in one part is finished by it (out and lse); one whose tiles fall in several is split, each
-// part's piece a partial in a slot of its own that the combine merges. A part's work is its
-// stretch plus at most one start it does not hold (a sequence it continues, or one whose start
-// it shares with the part before): at most ceil(total / parts) + kSequenceCost, within one tile
-// and one sequence's cost of an even share.
+// ceil(total / parts) (or whole sequences of a batch of equal ones: balanced_share), and with
+// it the tiles whose units fall there. A sequence whose tiles fall in one part is finished by it
+// (out and lse); one whose tiles fall in several is split, each part's piece a partial in a slot
+// of its own that the combine merges. A part's work is its stretch plus at most one start it
+// does not hold (a sequence it continues, or one whose start it shares with the part before): at
+// most ceil(total / parts) + kSequenceCost, within one tile and one sequence's cost of an even
+// share.
 //
 // Plain integers, on both sides (HFA_HD): the schedule kernel (schedule_kernel.cuh) runs it on
 // the device from the lengths there, the unit test on the CPU. The kernel's threads each take a
