@@ -5,8 +5,9 @@
 // another axis's, overflowing), null or misaligned data, a device (CUDA, 99) or device index, a
 // null tensor (or one given that the call did not have), an option (NaN, inf, negative, extreme
 // or unknown enum values), a value the CPU reads (cu_seqlens, seqused, cache_seqlens,
-// block_table, Hadamard signs) out of range, or a view moved over another argument's memory (its
-// very view, its start, or a few elements from there). Whatever the mutations, the call must
+// block_table, a block-sparse mask's counts and indices, Hadamard signs) out of range, or a
+// view moved over another argument's memory (its very view, its start, or a few elements from
+// there). Whatever the mutations, the call must
 //   (a) return (no crash; the binary runs clean under AddressSanitizer and UBSan),
 //   (b) succeed, or fail with HFA_ERROR_INVALID_ARGUMENT or HFA_ERROR_NOT_SUPPORTED and a message
 //       "<argument>: ..." that names one of the entry point's arguments (Case::names),
@@ -630,9 +631,75 @@ struct AttentionCase : Case {
     r.k_descale = ptr("k_descale");
     r.v_descale = ptr("v_descale");
     r.softmax_d = ptr("softmax_d");
+    r.alibi_slopes = ptr("alibi_slopes");
+    r.kv_num_blocks = ptr("kv_num_blocks");
+    r.kv_indices = ptr("kv_indices");
+    r.full_kv_num_blocks = ptr("full_kv_num_blocks");
+    r.full_kv_indices = ptr("full_kv_indices");
+    r.kv_mask_bits = ptr("kv_mask_bits");
     return r;
   }
 };
+
+// ALiBi's slopes (a VECTOR row): one per query head or per (sequence, query head), at times.
+void add_alibi_slopes(Case& c, int64_t batch, int64_t heads, Rng& rng) {
+  const std::vector<int64_t> shape = chance(rng, 0.5) ? std::vector<int64_t>{heads} : std::vector<int64_t>{batch, heads};
+  Slot& slopes = c.add("alibi_slopes", HFA_F32, shape, false, rng, true);
+  c.set_f32(slopes, [&] { return std::uniform_real_distribution<float>(0.0f, 1.0f)(rng); });
+  slopes.present = chance(rng, 0.2);
+}
+
+// A block-sparse mask (hfa_options' FlexAttention BlockMask rows, options.def): per row of query
+// blocks a random set of the key blocks, each full or partial, none listed twice, the slots past
+// a count holding -1 (unread); a partial block's bits random. Varlen: one mask over the packed
+// tokens (batch 1); the batch and head dims broadcast at times. Small blocks keep the bits few.
+void add_block_mask(AttentionCase& c, int64_t batch, int64_t heads, bool varlen, int64_t rows_q,
+                    int64_t rows_k, Rng& rng, bool given) {
+  c.o.sparse_block_q = chance(rng, 0.8) ? 64 : 128;
+  c.o.sparse_block_kv = static_cast<int32_t>(pick<int64_t>(rng, {1, 2, 3, 32, 33}));
+  const int64_t words = (c.o.sparse_block_kv + 31) / 32;
+  const int64_t q_blocks = std::max<int64_t>((rows_q + c.o.sparse_block_q - 1) / c.o.sparse_block_q, 1) + uniform(rng, 0, 1);
+  const int64_t kv_blocks = (rows_k + c.o.sparse_block_kv - 1) / c.o.sparse_block_kv;
+  const int64_t slots = std::max<int64_t>(kv_blocks, 1) + uniform(rng, 0, 1);
+  const int64_t mask_batch = varlen || batch == 0 || chance(rng, 0.3) ? 1 : batch;
+  const int64_t mask_heads = chance(rng, 0.6) ? 1 : heads;
+  const bool full_lists = chance(rng, 0.5);
+  std::vector<int32_t> counts, indices, full_counts, full_indices;
+  for (int64_t row = 0; row < mask_batch * mask_heads * q_blocks; ++row) {
+    std::vector<int32_t> blocks(static_cast<size_t>(kv_blocks));
+    for (int64_t n = 0; n < kv_blocks; ++n) blocks[n] = static_cast<int32_t>(n);
+    std::shuffle(blocks.begin(), blocks.end(), rng);
+    const int64_t listed = uniform(rng, 0, kv_blocks);
+    const int64_t full = full_lists ? uniform(rng, 0, listed) : 0;
+    full_counts.push_back(static_cast<int32_t>(full));
+    counts.push_back(static_cast<int32_t>(listed - full));
+    for (int64_t s = 0; s < slots; ++s) {
+      full_indices.push_back(s < full ? blocks[s] : -1);
+      indices.push_back(s < listed - full ? blocks[full + s] : -1);
+    }
+  }
+  const std::vector<int64_t> count_shape = {mask_batch, mask_heads, q_blocks};
+  const std::vector<int64_t> list_shape = {mask_batch, mask_heads, q_blocks, slots};
+  auto lists = [&](const char* name, const std::vector<int64_t>& shape, const std::vector<int32_t>& values,
+                   bool present) {
+    Slot& s = c.add(name, HFA_I32, shape, false, rng, true);
+    c.set_i32(s, values);
+    s.i32_values = true;
+    s.present = present;
+  };
+  lists("kv_num_blocks", count_shape, counts, given);
+  lists("kv_indices", list_shape, indices, given);
+  lists("full_kv_num_blocks", count_shape, full_counts, given && full_lists);
+  lists("full_kv_indices", list_shape, full_indices, given && full_lists);
+  Slot& bits = c.add("kv_mask_bits", HFA_I32, {mask_batch, mask_heads, q_blocks, slots * c.o.sparse_block_q * words},
+                     false, rng, true);
+  c.fill(bits, [&](unsigned char* at) {
+    const auto word = static_cast<uint32_t>(rng());
+    std::memcpy(at, &word, 4);
+  });
+  bits.present = given;
+  if (!given) c.o.sparse_block_q = c.o.sparse_block_kv = 128;
+}
 
 // A descale of one of the FP8 forward's forms; `rows` is the longest sequence's.
 void add_descale(AttentionCase& c, const std::string& name, int64_t batch, int64_t heads,
@@ -728,6 +795,9 @@ std::unique_ptr<Case> attention_case(Entry entry, Rng& rng) {
   if (!per_block("q_descale")) c.o.descale_block_q = 0;
   if (!per_block("k_descale") && !per_block("v_descale")) c.o.descale_block_kv = 0;
 
+  add_alibi_slopes(c, batch, heads, rng);
+  add_block_mask(c, batch, heads, varlen, rows_q, rows_k, rng, chance(rng, 0.25));
+
   c.o.causal = chance(rng, 0.3);
   if (chance(rng, 0.2)) c.o.window_left = static_cast<int32_t>(uniform(rng, 0, 4)), c.o.window_right = static_cast<int32_t>(uniform(rng, -1, 3));
   if (chance(rng, 0.2)) c.o.softcap = std::uniform_real_distribution<float>(5.0f, 30.0f)(rng);
@@ -769,10 +839,13 @@ std::unique_ptr<Case> attention_case(Entry entry, Rng& rng) {
   c.knobs.push_back(knob<int32_t>("descale_block_kv", &c.o.descale_block_kv, {-1, kI32Min, 0, 1, 2, 128, kI32Max}));
   c.knobs.push_back(knob<int32_t>("deterministic", &c.o.deterministic, {0, 1, 7}));
   c.knobs.push_back(knob<int32_t>("accumulate", &c.o.accumulate, {0, 1, 3}));
+  c.knobs.push_back(knob<int32_t>("sparse_block_q", &c.o.sparse_block_q, {-1, kI32Min, 0, 1, 63, 64, 128, 192, 256, 320, kI32Max}));
+  c.knobs.push_back(knob<int32_t>("sparse_block_kv", &c.o.sparse_block_kv, {-1, kI32Min, 0, 1, 2, 31, 32, 33, kI32Max}));
   c.knobs.push_back({"options", [&c](Rng&) { c.options_null = true; return std::string("null"); }});
   c.names = {"q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "sinks",
              "seqused_q", "seqused_k", "q_descale", "k_descale", "v_descale", "descale_block_q",
-             "descale_block_kv"};
+             "descale_block_kv", "alibi_slopes", "kv_num_blocks", "kv_indices", "full_kv_num_blocks",
+             "full_kv_indices", "kv_mask_bits", "sparse_block_q", "sparse_block_kv"};
   c.names.insert(kCommonNames.begin(), kCommonNames.end());
   if (query) {
     c.has_bytes = true;
@@ -835,6 +908,7 @@ struct KVCase : Case {
     r.rotary_sin = ptr("rotary_sin");
     r.cu_seqlens_q = ptr("cu_seqlens_q");
     r.cu_seqlens_k_new = ptr("cu_seqlens_k_new");
+    r.alibi_slopes = ptr("alibi_slopes");
     return r;
   }
 };
@@ -976,6 +1050,8 @@ std::unique_ptr<Case> kvcache_case(KVEntry entry, Rng& rng) {
     s.present = of_q ? varlen : varlen_new;
   }
 
+  add_alibi_slopes(c, batch, heads, rng);
+
   c.o.causal = chance(rng, 0.3);
   if (chance(rng, 0.2)) c.o.window_left = static_cast<int32_t>(uniform(rng, 0, 8)), c.o.window_right = static_cast<int32_t>(uniform(rng, -1, 3));
   if (chance(rng, 0.2)) c.o.softcap = std::uniform_real_distribution<float>(5.0f, 30.0f)(rng);
@@ -1001,7 +1077,8 @@ std::unique_ptr<Case> kvcache_case(KVEntry entry, Rng& rng) {
   c.knobs.push_back({"options", [&c](Rng&) { c.options_null = true; return std::string("null"); }});
   c.names = {"q", "k_cache", "v_cache", "cache_seqlens", "block_table", "k_scale", "v_scale",
              "k_global_scale", "v_global_scale", "num_splits", "split_size", "k_new", "v_new",
-             "rotary_cos", "rotary_sin", "cu_seqlens_q", "max_seqlen_q", "cu_seqlens_k_new"};
+             "rotary_cos", "rotary_sin", "cu_seqlens_q", "max_seqlen_q", "cu_seqlens_k_new",
+             "alibi_slopes"};
   c.names.insert(kCommonNames.begin(), kCommonNames.end());
   if (query) {
     c.has_bytes = true;
