@@ -53,7 +53,8 @@ class NumpyArrays:
         return a.tobytes(), a.dtype, a.shape
 
     def astype(self, a, dtype):
-        return a.astype(dtype)
+        with np.errstate(over="ignore"):  # a mask's bits past float16's range: inf, as meant
+            return a.astype(dtype)
 
     def dtype_is_unlabelled(self, a):
         return a.dtype in self.unlabelled
@@ -138,6 +139,33 @@ def _table_vectors(rng, args, struct, call, batch, heads):
         args[info.caller.decode()] = (rng.uniform(0, 0.5, shape)).astype(dtype)
 
 
+def _block_mask(rng, batch, heads, seqlen_q, seqlen_k):
+    """block_mask= as a mapping of its rows (hfa/options.def): one query block of 64 rows, key
+    blocks of 1-3 keys, each listed once, full or partial, -1 past each count; the batch and
+    head dims broadcast at times; a partial block's bits random."""
+    block_kv = int(rng.integers(1, 4))
+    kv_blocks = -(-seqlen_k // block_kv)
+    mask_batch = batch if rng.integers(2) else 1
+    mask_heads = heads if rng.integers(2) else 1
+    counts = np.zeros((mask_batch, mask_heads, 1), np.int32)
+    full_counts = np.zeros_like(counts)
+    lists = np.full((mask_batch, mask_heads, 1, kv_blocks), -1, np.int32)
+    full_lists = np.full_like(lists, -1)
+    for b in range(mask_batch):
+        for h in range(mask_heads):
+            blocks = rng.permutation(kv_blocks)[:int(rng.integers(0, kv_blocks + 1))]
+            full = int(rng.integers(0, len(blocks) + 1))
+            full_counts[b, h, 0], counts[b, h, 0] = full, len(blocks) - full
+            full_lists[b, h, 0, :full] = blocks[:full]
+            lists[b, h, 0, :len(blocks) - full] = blocks[full:]
+    bits = rng.integers(-2**31, 2**31, (mask_batch, mask_heads, 1, kv_blocks * 64), np.int64)
+    rows = {"kv_num_blocks": counts, "kv_indices": lists, "kv_mask_bits": bits.astype(np.int32),
+            "sparse_block_q": 64, "sparse_block_kv": block_kv}
+    if rng.integers(2):
+        rows.update(full_kv_num_blocks=full_counts, full_kv_indices=full_lists)
+    return rows
+
+
 def forward_case(rng):
     dtype = rng.choice([np.float32, np.float16])
     b, sq, sk = 2, int(rng.integers(1, 7)), int(rng.integers(1, 9))
@@ -150,6 +178,8 @@ def forward_case(rng):
         args["learnable_sink"] = _values(rng, (4,))
     if rng.integers(2):
         args["out"] = np.zeros((b, sq, 4, 64), dtype)
+    if rng.integers(4) == 0:
+        args["block_mask"] = _block_mask(rng, b, 4, sq, sk)
     _table_vectors(rng, args, _lib.Options, _lib.CALL_FORWARD, b, 4)
     return Case(hfa.flash_attn_func, args, written=["out"],
                 integers=["window_size", "sm_margin", "descale_block_q", "descale_block_kv"],
@@ -328,6 +358,9 @@ def _argument_names(case):
     names = set(inspect.signature(case.entry).parameters) | set(case.arguments)
     for name in ("outs", "lses"):
         names |= {f"{name}[{i}]" for i in range(len(case.arguments.get(name, [])))}
+    for value in case.arguments.values():
+        if isinstance(value, dict):  # block_mask's rows
+            names |= set(value)
     return names
 
 
@@ -336,9 +369,12 @@ def _is_array(value):
 
 
 def _arrays(value):
-    """(path, array) for every array in an argument (lists of arrays included)."""
+    """(path, array) for every array in an argument (lists of arrays and mappings of them, as
+    block_mask's rows, included)."""
     if isinstance(value, (list, tuple)):
         return [(i, v) for i, v in enumerate(value) if _is_array(v)]
+    if isinstance(value, dict):
+        return [(key, v) for key, v in value.items() if _is_array(v)]
     return [(None, value)] if _is_array(value) else []
 
 
@@ -350,8 +386,9 @@ class Mutation:
     output)."""
 
     def __init__(self, kind, changed, value, own_fault=False, same_result=False,
-                 must_fail=False, may_refuse=True):
+                 must_fail=False, may_refuse=True, argument=None):
         self.kind, self.changed, self.value = kind, changed, value
+        self.argument = argument or changed  # the argument `value` replaces
         self.own_fault, self.same_result, self.must_fail = own_fault, same_result, must_fail
         self.may_refuse = may_refuse
 
@@ -364,11 +401,15 @@ def mutations(case, fe, rng):
     out = []
     for name, value in case.arguments.items():
         for index, a in _arrays(value):
-            label = name if index is None else f"{name}[{index}]"
+            # A mapping's array by its key, the option row the library names.
+            label = (name if index is None else index if isinstance(index, str)
+                     else f"{name}[{index}]")
 
             def put(new, name=name, index=index):
                 if index is None:
                     return new
+                if isinstance(index, str):
+                    return {**case.arguments[name], index: new}
                 items = list(case.arguments[name])
                 items[index] = new
                 return items
@@ -377,24 +418,24 @@ def mutations(case, fe, rng):
             for dtype in fe.dtypes:
                 changed = fe.astype(a, dtype)
                 if changed.dtype != a.dtype:
-                    out.append(Mutation("dtype", label, put(changed),
+                    out.append(Mutation("dtype", label, put(changed), argument=name,
                                         own_fault=fe.dtype_is_unlabelled(changed)))
             for kind, view in fe.layouts(a):
                 # An input the library cannot take as it is is copied; an output never is.
-                out.append(Mutation(kind, label, put(view), same_result=True,
+                out.append(Mutation(kind, label, put(view), argument=name, same_result=True,
                                     may_refuse=written or kind == "unaligned", own_fault=True))
             if fe.has_read_only:
                 for kind, view in fe.read_only(a):
-                    out.append(Mutation(kind, label, put(view), own_fault=True,
+                    out.append(Mutation(kind, label, put(view), argument=name, own_fault=True,
                                         same_result=not written, must_fail=written,
                                         may_refuse=written))
             shape = list(a.shape)
             for changed in (shape[1:], [1] + shape, shape[:-1] + [shape[-1] + 1] if shape else [2],
                             [0] + shape[1:] if shape else [0], [2] * 5):
-                out.append(Mutation("shape", label, put(fe.reshaped(a, changed)),
+                out.append(Mutation("shape", label, put(fe.reshaped(a, changed)), argument=name,
                                     own_fault=len(changed) > 4))
             for thing in ([1.0, 2.0], 3.0, "q", object()):
-                out.append(Mutation("type", label, put(thing), own_fault=True))
+                out.append(Mutation("type", label, put(thing), argument=name, own_fault=True))
     for name in case.integers:
         for value in HUGE_INTEGERS + NOT_INTEGERS:
             if name == "window_size":
@@ -427,7 +468,7 @@ def run_one(make_case, fe, seed):
     # The valid call's result, from arrays of its own (a call may write into its arrays).
     baseline = valid_case(make_case, fe, seed).call_self() if mutation.same_result else None
     arguments = dict(case.arguments)
-    arguments[mutation.changed.split("[")[0]] = mutation.value
+    arguments[mutation.argument] = mutation.value
     before = {(n, i): fe.snapshot(a) for n, v in arguments.items() for i, a in _arrays(v)}
     context = f"{case.entry.__name__} seed {seed}: {mutation!r}"
     try:
@@ -452,6 +493,8 @@ def run_one(make_case, fe, seed):
 def _convert(fe, value):
     if isinstance(value, list):
         return [fe.array(v) if isinstance(v, np.ndarray) else v for v in value]
+    if isinstance(value, dict):
+        return {k: fe.array(v) if isinstance(v, np.ndarray) else v for k, v in value.items()}
     return fe.array(value) if isinstance(value, np.ndarray) else value
 
 
