@@ -5,9 +5,9 @@
 // another axis's, overflowing), null or misaligned data, a device (CUDA, 99) or device index, a
 // null tensor (or one given that the call did not have), an option (NaN, inf, negative, extreme
 // or unknown enum values), a value the CPU reads (cu_seqlens, seqused, cache_seqlens,
-// block_table, a block-sparse mask's counts and indices, Hadamard signs) out of range, or a
-// view moved over another argument's memory (its very view, its start, or a few elements from
-// there). Whatever the mutations, the call must
+// block_table, a block-sparse mask's counts and indices, top-k indices, Hadamard signs) out of
+// range, or a view moved over another argument's memory (its very view, its start, or a few
+// elements from there). Whatever the mutations, the call must
 //   (a) return (no crash; the binary runs clean under AddressSanitizer and UBSan),
 //   (b) succeed, or fail with HFA_ERROR_INVALID_ARGUMENT or HFA_ERROR_NOT_SUPPORTED and a message
 //       "<argument>: ..." that names one of the entry point's arguments (Case::names),
@@ -909,6 +909,7 @@ struct KVCase : Case {
     r.cu_seqlens_q = ptr("cu_seqlens_q");
     r.cu_seqlens_k_new = ptr("cu_seqlens_k_new");
     r.alibi_slopes = ptr("alibi_slopes");
+    r.indices = ptr("indices");
     return r;
   }
 };
@@ -1052,8 +1053,25 @@ std::unique_ptr<Case> kvcache_case(KVEntry entry, Rng& rng) {
 
   add_alibi_slopes(c, batch, heads, rng);
 
-  c.o.causal = chance(rng, 0.3);
-  if (chance(rng, 0.2)) c.o.window_left = static_cast<int32_t>(uniform(rng, 0, 8)), c.o.window_right = static_cast<int32_t>(uniform(rng, -1, 3));
+  // Sparse (top-k) attention: each query row's own tokens of the paged cache taken as a pool,
+  // -1 for none; the lengths, the table, ALiBi and the masks then stay out.
+  const bool sparse = paged && !append && chance(rng, 0.2);
+  {
+    const int64_t topk = uniform(rng, 1, 4), pool = num_pages * page_size;
+    const std::vector<int64_t> shape = varlen ? std::vector<int64_t>{total_q, topk} : std::vector<int64_t>{batch, seqlen_q, topk};
+    Slot& s = c.add("indices", HFA_I32, shape, false, rng, true);
+    std::vector<int32_t> tokens;
+    for (int64_t n = 0; n < (varlen ? total_q : batch * seqlen_q) * topk; ++n)
+      tokens.push_back(pool == 0 || chance(rng, 0.2) ? -1 : static_cast<int32_t>(uniform(rng, 0, pool - 1)));
+    c.set_i32(s, tokens);
+    s.i32_values = true;
+    s.present = sparse;
+  }
+  if (sparse)
+    for (const char* name : {"cache_seqlens", "block_table", "alibi_slopes"}) c.find(name)->present = false;
+
+  c.o.causal = !sparse && chance(rng, 0.3);
+  if (!sparse && chance(rng, 0.2)) c.o.window_left = static_cast<int32_t>(uniform(rng, 0, 8)), c.o.window_right = static_cast<int32_t>(uniform(rng, -1, 3));
   if (chance(rng, 0.2)) c.o.softcap = std::uniform_real_distribution<float>(5.0f, 30.0f)(rng);
   if (chance(rng, 0.3)) c.o.has_softmax_scale = 1, c.o.softmax_scale = std::uniform_real_distribution<float>(0.05f, 0.5f)(rng);
   if (chance(rng, 0.3)) c.o.num_splits = static_cast<int32_t>(uniform(rng, 1, 4));
@@ -1064,7 +1082,8 @@ std::unique_ptr<Case> kvcache_case(KVEntry entry, Rng& rng) {
   c.label = std::string(format_names[static_cast<int>(format)]) + " " + dtype_label(dtype) +
             (paged ? " paged " + std::to_string(num_pages) + "x" + std::to_string(page_size) : " contiguous " + std::to_string(page_size)) +
             " batch " + std::to_string(batch) + (varlen ? " varlen q" : "") +
-            (append ? (varlen_new ? " append varlen" : " append") : "") + (rotary ? " rotary" : "");
+            (append ? (varlen_new ? " append varlen" : " append") : "") + (rotary ? " rotary" : "") +
+            (sparse ? " sparse" : "");
   if (query)
     for (Slot& s : c.slots) s.passed = s.name != "out" && s.name != "lse";
 
@@ -1078,7 +1097,7 @@ std::unique_ptr<Case> kvcache_case(KVEntry entry, Rng& rng) {
   c.names = {"q", "k_cache", "v_cache", "cache_seqlens", "block_table", "k_scale", "v_scale",
              "k_global_scale", "v_global_scale", "num_splits", "split_size", "k_new", "v_new",
              "rotary_cos", "rotary_sin", "cu_seqlens_q", "max_seqlen_q", "cu_seqlens_k_new",
-             "alibi_slopes"};
+             "alibi_slopes", "indices", "causal"};
   c.names.insert(kCommonNames.begin(), kCommonNames.end());
   if (query) {
     c.has_bytes = true;
