@@ -6,8 +6,9 @@
 // null tensor (or one given that the call did not have), an option (NaN, inf, negative, extreme
 // or unknown enum values), a value the CPU reads (cu_seqlens, seqused, cache_seqlens,
 // block_table, a block-sparse mask's counts and indices, top-k indices, Hadamard signs) out of
-// range, or a view moved over another argument's memory (its very view, its start, or a few
-// elements from there). Whatever the mutations, the call must
+// range (just past its bound too, where the case knows it), or a view moved over another
+// argument's memory (its very view, its start, or a few elements from there). Whatever the
+// mutations, the call must
 //   (a) return (no crash; the binary runs clean under AddressSanitizer and UBSan),
 //   (b) succeed, or fail with HFA_ERROR_INVALID_ARGUMENT or HFA_ERROR_NOT_SUPPORTED and a message
 //       "<argument>: ..." that names one of the entry point's arguments (Case::names),
@@ -182,6 +183,8 @@ struct Slot {
   bool passed = true;       // the entry point reads this argument (false: not mutated)
   bool present = true;      // passed as a pointer, not null
   bool i32_values = false;  // int32 values the CPU checks (offsets, lengths, pages)
+  int32_t i32_end = 0;      // with i32_values: the first value past their range (0: none given),
+                            // which value mutations try with the last one inside it
   bool sign_values = false; // fp32 ±1 the CPU checks
   std::vector<unsigned char> mem;
   hfa_tensor t{};
@@ -451,8 +454,10 @@ std::string value_mutation(Case& c, Slot& s, Rng& rng) {
       int32_t v;
       std::memcpy(&v, at, 4);
       const int32_t old = v;
-      v = pick<int32_t>(rng, {-1, -plus, kI32Min, kI32Max, add_sat(old, plus), add_sat(old, -plus),
-                              add_sat(old, 1000), 0, kI32Max - plus});
+      std::vector<int32_t> values = {-1, -plus, kI32Min, kI32Max, add_sat(old, plus), add_sat(old, -plus),
+                                     add_sat(old, 1000), 0, kI32Max - plus};
+      if (s.i32_end > 0) values.insert(values.end(), {s.i32_end, s.i32_end, s.i32_end - 1});
+      v = values[uniform(rng, 0, static_cast<int64_t>(values.size()) - 1)];
       std::memcpy(at, &v, 4);
       what = std::to_string(v);
     }
@@ -681,16 +686,17 @@ void add_block_mask(AttentionCase& c, int64_t batch, int64_t heads, bool varlen,
   const std::vector<int64_t> count_shape = {mask_batch, mask_heads, q_blocks};
   const std::vector<int64_t> list_shape = {mask_batch, mask_heads, q_blocks, slots};
   auto lists = [&](const char* name, const std::vector<int64_t>& shape, const std::vector<int32_t>& values,
-                   bool present) {
+                   int64_t end, bool present) {
     Slot& s = c.add(name, HFA_I32, shape, false, rng, true);
     c.set_i32(s, values);
     s.i32_values = true;
+    s.i32_end = static_cast<int32_t>(end);
     s.present = present;
   };
-  lists("kv_num_blocks", count_shape, counts, given);
-  lists("kv_indices", list_shape, indices, given);
-  lists("full_kv_num_blocks", count_shape, full_counts, given && full_lists);
-  lists("full_kv_indices", list_shape, full_indices, given && full_lists);
+  lists("kv_num_blocks", count_shape, counts, slots + 1, given);
+  lists("kv_indices", list_shape, indices, kv_blocks, given);
+  lists("full_kv_num_blocks", count_shape, full_counts, slots + 1, given && full_lists);
+  lists("full_kv_indices", list_shape, full_indices, kv_blocks, given && full_lists);
   Slot& bits = c.add("kv_mask_bits", HFA_I32, {mask_batch, mask_heads, q_blocks, slots * c.o.sparse_block_q * words},
                      false, rng, true);
   c.fill(bits, [&](unsigned char* at) {
@@ -969,6 +975,7 @@ std::unique_ptr<Case> kvcache_case(KVEntry entry, Rng& rng) {
   Slot& seqlens = c.add("cache_seqlens", HFA_I32, {batch}, false, rng, true);
   c.set_i32(seqlens, lengths);
   seqlens.i32_values = true;
+  seqlens.i32_end = static_cast<int32_t>(capacity + 1);
   Slot& table = c.add("block_table", HFA_I32, {batch, max_pages}, false, rng);
   {
     // Each sequence's pages: distinct pages of the cache; past its last page, anything.
@@ -984,6 +991,7 @@ std::unique_ptr<Case> kvcache_case(KVEntry entry, Rng& rng) {
     c.set_i32(table, entries);
   }
   table.i32_values = true;
+  table.i32_end = static_cast<int32_t>(num_pages);
   table.present = paged;
 
   // Scales for the format; for a plain cache, per-kv-head ones to be given by mistake.
@@ -1065,6 +1073,7 @@ std::unique_ptr<Case> kvcache_case(KVEntry entry, Rng& rng) {
       tokens.push_back(pool == 0 || chance(rng, 0.2) ? -1 : static_cast<int32_t>(uniform(rng, 0, pool - 1)));
     c.set_i32(s, tokens);
     s.i32_values = true;
+    s.i32_end = static_cast<int32_t>(pool);
     s.present = sparse;
   }
   if (sparse)
