@@ -262,6 +262,18 @@ struct Case {
     return s;
   }
 
+  // A view of `base`'s memory: its view with the last extent cut to `last` (the same data and
+  // strides), as MLA's V is the first 512 columns of its cache.
+  Slot& view(const std::string& name, const Slot& base, int64_t last) {
+    Slot& s = slots.emplace_back();
+    s.name = name;
+    s.owner = base.owner;
+    s.t = base.t;
+    s.t.shape[s.t.rank - 1] = last;
+    s.original = s.t;
+    return s;
+  }
+
   // Writes gen(element) over every element of s's view, in row-major order.
   template <typename Gen>
   void fill(Slot& s, Gen&& gen) {
@@ -927,16 +939,20 @@ std::unique_ptr<Case> kvcache_case(KVEntry entry, Rng& rng) {
   auto owned = std::make_unique<KVCase>();
   KVCase& c = *owned;
   const hfa_dtype dtype = pick(rng, {HFA_F32, HFA_F16, HFA_BF16});
-  const auto format = static_cast<CacheFormat>(uniform(rng, 0, 4));
+  // MLA (DeepSeek's latent attention absorbed for decode): head dim 576 for q and its one cache,
+  // V the view of the cache's first 512 columns; an append writes each new token once, through
+  // k_cache (v_new absent or the same view of k_new); no rotary tables.
+  const bool mla = chance(rng, 0.15);
+  const auto format = mla ? CacheFormat::plain : static_cast<CacheFormat>(uniform(rng, 0, 4));
   const bool fp4 = format == CacheFormat::nvfp4 || format == CacheFormat::mxfp4;
   const bool paged = chance(rng, 0.6);
   const bool varlen = chance(rng, 0.3);
   const bool append = chance(rng, 0.4);
   const bool varlen_new = append && chance(rng, 0.4);
-  const bool rotary = append && chance(rng, 0.5);
+  const bool rotary = append && !mla && chance(rng, 0.5);
   const int64_t batch = chance(rng, 0.05) ? 0 : uniform(rng, 1, 3);
   const int64_t heads_kv = uniform(rng, 1, 2), heads = heads_kv * uniform(rng, 1, 2);
-  const int64_t d = pick<int64_t>(rng, {64, 64, 128});
+  const int64_t d = mla ? 576 : pick<int64_t>(rng, {64, 64, 128}), dv = mla ? 512 : d;
   const int64_t page_size = paged ? pick<int64_t>(rng, {1, 4, 16}) : uniform(rng, 1, 20);
   const int64_t max_pages = paged ? uniform(rng, 1, 4) : 1;
   const int64_t num_pages = paged ? batch * max_pages + uniform(rng, 0, 2) : batch;
@@ -964,10 +980,12 @@ std::unique_ptr<Case> kvcache_case(KVEntry entry, Rng& rng) {
   const int64_t row = fp4 ? d / 2 : d;
   const std::vector<int64_t> cache_shape = {paged ? num_pages : batch, page_size, heads_kv, row};
   Slot& k = c.add("k_cache", cache_dtype, cache_shape, false, rng);
-  Slot& v = c.add("v_cache", cache_dtype, cache_shape, false, rng);
+  Slot& v = mla ? c.view("v_cache", k, dv) : c.add("v_cache", cache_dtype, cache_shape, false, rng);
   if (fp4)  // random nibbles (E2M1 has no NaN)
     for (Slot* s : {&k, &v}) c.fill(*s, [&](unsigned char* at) { *at = static_cast<unsigned char>(uniform(rng, 0, 255)); });
-  c.add("out", dtype, q_shape, !query, rng);
+  std::vector<int64_t> out_shape = q_shape;
+  out_shape.back() = dv;
+  c.add("out", dtype, out_shape, !query, rng);
   Slot& lse = c.add("lse", HFA_F32, varlen ? std::vector<int64_t>{heads, total_q} : std::vector<int64_t>{batch, heads, seqlen_q},
                     !query, rng, true);
   lse.present = chance(rng, 0.6);
@@ -1022,21 +1040,36 @@ std::unique_ptr<Case> kvcache_case(KVEntry entry, Rng& rng) {
     s.present = format == CacheFormat::nvfp4;
   }
   // An append (k_new given) writes the caches, and the scales of a format that has one per row.
-  c.prepare = [&c, query]() {
+  c.prepare = [&c, query, mla]() {
     const bool append = c.ptr("k_new") != nullptr && !query;
     const bool plain = c.find("k_cache")->t.dtype == c.find("q")->t.dtype;
     const bool per_head = c.ptr("k_scale") && c.ptr("k_scale")->rank == 1;
     const bool scales_per_row = !plain && !per_head;
-    for (const char* name : {"k_cache", "v_cache"}) c.find(name)->writable = append;
+    c.find("k_cache")->writable = append;
+    c.find("v_cache")->writable = append && !mla;  // MLA's V is written through k_cache
     for (const char* name : {"k_scale", "v_scale"}) c.find(name)->writable = append && scales_per_row;
   };
+  // MLA: the append writes k_cache, of which v_cache may be the view (its first 512 columns).
+  if (mla)
+    c.in_place = [](const Slot& written, const Slot& read) {
+      if (written.name != "k_cache" || read.name != "v_cache" || written.t.data != read.t.data ||
+          written.t.rank != read.t.rank || written.t.rank < 1 || written.t.rank > HFA_MAX_RANK)
+        return false;
+      const int last = written.t.rank - 1;
+      for (int dim = 0; dim < written.t.rank; ++dim)
+        if (written.t.stride[dim] != read.t.stride[dim] || (dim < last && written.t.shape[dim] != read.t.shape[dim]))
+          return false;
+      return read.t.shape[last] <= written.t.shape[last];
+    };
 
   // New tokens, the rotary tables that go with them, varlen offsets.
   const int64_t total_new = cu_new.back();
   const std::vector<int64_t> new_rows = varlen_new ? std::vector<int64_t>{total_new, heads_kv, d}
                                                    : std::vector<int64_t>{batch, std::max<int64_t>(seqlen_new, 1), heads_kv, d};
-  c.add("k_new", dtype, new_rows, false, rng).present = append;
-  c.add("v_new", dtype, new_rows, false, rng).present = append;
+  Slot& k_new = c.add("k_new", dtype, new_rows, false, rng);
+  k_new.present = append;
+  Slot& v_new = mla ? c.view("v_new", k_new, dv) : c.add("v_new", dtype, new_rows, false, rng);
+  v_new.present = append && (!mla || chance(rng, 0.5));
   const int64_t half = pick<int64_t>(rng, {1, 4, d / 2});
   const int64_t seqlen_ro = capacity + longest_q + uniform(rng, 1, 3);
   const hfa_dtype rotary_dtype = chance(rng, 0.5) ? HFA_F32 : dtype;
@@ -1092,7 +1125,7 @@ std::unique_ptr<Case> kvcache_case(KVEntry entry, Rng& rng) {
             (paged ? " paged " + std::to_string(num_pages) + "x" + std::to_string(page_size) : " contiguous " + std::to_string(page_size)) +
             " batch " + std::to_string(batch) + (varlen ? " varlen q" : "") +
             (append ? (varlen_new ? " append varlen" : " append") : "") + (rotary ? " rotary" : "") +
-            (sparse ? " sparse" : "");
+            (sparse ? " sparse" : "") + (mla ? " mla" : "");
   if (query)
     for (Slot& s : c.slots) s.passed = s.name != "out" && s.name != "lse";
 
