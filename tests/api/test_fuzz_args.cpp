@@ -37,6 +37,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <set>
 #include <string>
@@ -85,6 +86,9 @@ T mul_sat(T a, T b) {
 }
 
 // Bytes per element as the library counts them (an unknown dtype: the most, 4).
+// Blocks of `block` that cover `length` (ceil(length / block)).
+int64_t blocks_of(int64_t length, int64_t block) { return (length + block - 1) / block; }
+
 int64_t element_bytes(int dtype) {
   switch (dtype) {
     case HFA_F16: case HFA_BF16: return 2;
@@ -674,9 +678,9 @@ void add_block_mask(AttentionCase& c, int64_t batch, int64_t heads, bool varlen,
                     int64_t rows_k, Rng& rng, bool given) {
   c.o.sparse_block_q = chance(rng, 0.8) ? 64 : 128;
   c.o.sparse_block_kv = static_cast<int32_t>(pick<int64_t>(rng, {1, 2, 3, 32, 33}));
-  const int64_t words = (c.o.sparse_block_kv + 31) / 32;
-  const int64_t q_blocks = std::max<int64_t>((rows_q + c.o.sparse_block_q - 1) / c.o.sparse_block_q, 1) + uniform(rng, 0, 1);
-  const int64_t kv_blocks = (rows_k + c.o.sparse_block_kv - 1) / c.o.sparse_block_kv;
+  const int64_t words = blocks_of(c.o.sparse_block_kv, 32);
+  const int64_t q_blocks = std::max<int64_t>(blocks_of(rows_q, c.o.sparse_block_q), 1) + uniform(rng, 0, 1);
+  const int64_t kv_blocks = blocks_of(rows_k, c.o.sparse_block_kv);
   const int64_t slots = std::max<int64_t>(kv_blocks, 1) + uniform(rng, 0, 1);
   const int64_t mask_batch = varlen || batch == 0 || chance(rng, 0.3) ? 1 : batch;
   const int64_t mask_heads = chance(rng, 0.6) ? 1 : heads;
@@ -684,7 +688,7 @@ void add_block_mask(AttentionCase& c, int64_t batch, int64_t heads, bool varlen,
   std::vector<int32_t> counts, indices, full_counts, full_indices;
   for (int64_t row = 0; row < mask_batch * mask_heads * q_blocks; ++row) {
     std::vector<int32_t> blocks(static_cast<size_t>(kv_blocks));
-    for (int64_t n = 0; n < kv_blocks; ++n) blocks[n] = static_cast<int32_t>(n);
+    std::iota(blocks.begin(), blocks.end(), 0);
     std::shuffle(blocks.begin(), blocks.end(), rng);
     const int64_t listed = uniform(rng, 0, kv_blocks);
     const int64_t full = full_lists ? uniform(rng, 0, listed) : 0;
@@ -727,7 +731,7 @@ void add_descale(AttentionCase& c, const std::string& name, int64_t batch, int64
   Slot* s = nullptr;
   if (form == 2 && (*block > 0 || given)) {
     if (*block == 0) *block = static_cast<int32_t>(uniform(rng, 1, 4));
-    const int64_t blocks = (rows + *block - 1) / *block + uniform(rng, 0, 1);
+    const int64_t blocks = blocks_of(rows, *block) + uniform(rng, 0, 1);
     s = &c.add(name, HFA_F32, {batch, std::max<int64_t>(blocks, 1), h}, false, rng);
   } else if (form == 1) {
     s = &c.add(name, HFA_F32, {batch, h}, false, rng);
@@ -1266,7 +1270,7 @@ std::unique_ptr<Case> quantize_fp8_case(Rng& rng) {
   std::vector<int64_t> scale_shape = {1};
   if (c.o.granularity == HFA_FP8_PER_HEAD) scale_shape = {batch, heads};
   if (per_block) {
-    const int64_t blocks = (longest + c.o.block_rows - 1) / c.o.block_rows + (varlen ? uniform(rng, 0, 1) : 0);
+    const int64_t blocks = blocks_of(longest, c.o.block_rows) + (varlen ? uniform(rng, 0, 1) : 0);
     scale_shape = {batch, blocks, heads};
   }
   c.add("scale", HFA_F32, scale_shape, true, rng, true);
