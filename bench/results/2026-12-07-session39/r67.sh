@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 39's first call (issue 32): session 38's r64 with a fourth arm.
+# Session 39's first call (issue 32): session 38's r64 (removed, this holds it) with a fourth arm.
 #   headlib (.device/headlib) ffd4499's library (HEAD's kernels)
 #   rtwg    (.device/rtwg)    41f31ff: the backward consumers' code as one copy for both warpgroups
 #   fma4    (.device/fma4)    7fb5844: rtwg + every 4th exponential of P on the FMA pipes in hdim
