@@ -5,9 +5,12 @@ or not) from a report profiled with `--section SourceCounters`, and prints the k
 lines (share of all stall samples, times executed, the top reasons) and the samples of each
 stretch of code between two EXITs, which separates the roles of a warp-specialized kernel (the
 producer's, each consumer warpgroup's mainloop and epilogue). Session 22 found the backward's
-epilogue this way (docs/decisions/040).
+epilogue this way (docs/decisions/040). --runs lists the stretches of consecutive
+instructions executed equally often (a loop body's straight code: its length is the role's
+instructions a step, as session 39 compared the backward's consumers with FA3's).
 
     python3 bench/ncu_lines.py NAME-sass.csv[.gz] KERNEL_SUBSTRING [--top N] [--dump FILE]
+        [--runs MIN_MILLION_EXECUTED]
 """
 
 import argparse
@@ -39,6 +42,9 @@ def main():
     p.add_argument("kernel")
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--dump", help="every line with its share and reasons, to this file")
+    p.add_argument("--runs", type=float, metavar="M",
+                   help="also the runs of equally executed lines: those of at least M million "
+                        "executions in all")
     a = p.parse_args()
     name, header, body = kernel_lines(a.path, a.kernel)
     at = {column: i for i, column in enumerate(header)}
@@ -68,6 +74,22 @@ def main():
                 share = sum(samples[first:end]) / total
                 print(f"{body[first][0][-5:]} - {body[end - 1][0][-5:]} {1000 * share:6.1f}‰")
             first = i + 1
+    if a.runs is not None:
+        print("\nruns of equally executed lines (first, last address, lines, executed each, "
+              "share):")
+        runs = []  # [first row, last row, executed, lines, samples]
+        for count, row in zip(samples, body):
+            executed = int(row[at[EXECUTED]] or 0)
+            if runs and runs[-1][2] == executed:
+                runs[-1][1] = row
+                runs[-1][3] += 1
+                runs[-1][4] += count
+            else:
+                runs.append([row, row, executed, 1, count])
+        for first_row, last_row, executed, lines, count in runs:
+            if executed * lines >= a.runs * 1e6:
+                print(f"{first_row[0][-5:]} - {last_row[0][-5:]} {lines:5d} × {executed:>9} "
+                      f"{1000 * count / total:6.1f}‰")
     if a.dump:
         with open(a.dump, "w") as f:
             for count, row in zip(samples, body):
