@@ -85,10 +85,10 @@ T mul_sat(T a, T b) {
   return __builtin_mul_overflow(a, b, &r) ? ((a < 0) != (b < 0) ? std::numeric_limits<T>::min() : std::numeric_limits<T>::max()) : r;
 }
 
-// Bytes per element as the library counts them (an unknown dtype: the most, 4).
 // Blocks of `block` that cover `length` (ceil(length / block)).
 int64_t blocks_of(int64_t length, int64_t block) { return (length + block - 1) / block; }
 
+// Bytes per element as the library counts them (an unknown dtype: the most, 4).
 int64_t element_bytes(int dtype) {
   switch (dtype) {
     case HFA_F16: case HFA_BF16: return 2;
