@@ -33,12 +33,15 @@ unpack() {
   done
 }
 
-# R=/tmp/NAME, created; the benchmarks' environment.
+# R=/tmp/NAME, created, with the GPU's state at the start in $R/gpu.txt (and on the output);
+# the benchmarks' environment.
 results() {
   CALL_NAME=$1
   R=/tmp/$CALL_NAME
   mkdir -p "$R"
   export HFA_COMMIT=${HFA_COMMIT:-unknown} PYTHONPATH=python PYTHONUNBUFFERED=1
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv |
+    tee "$R/gpu.txt"
 }
 
 # bench_with LIB BENCH TAG ARGS...: bench/BENCH over .device/LIB's library, its output in

@@ -12,8 +12,6 @@ source bench/device_call.sh
 bin=$PWD/${1:-.device/suites}  # absolute: some Python tests run in another folder
 unpack "$bin"
 results "${2:-suites}"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv |
-  tee "$R/gpu.txt"
 # The quick suites first: a timeout then cuts the long forward suites, not the decode's. SUITES
 # (the binaries' names, in order) runs others: a branch's new suites, or a call's share of them.
 suites=${SUITES:-"test_sm90_ptx test_sm90_decode test_sm90_mla_decode test_sm90_quantize test_quant_gpu

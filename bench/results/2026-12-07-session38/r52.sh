@@ -13,7 +13,6 @@ source bench/device_call.sh
 unpack .device/reuse .device/vecstore .device/flashmlax
 results r52
 export HFA_FLASHMLA_DIR=$PWD/.device/flashmlax
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv | tee $R/gpu.txt
 SUITES="test_sm90_mla_decode test_sm90_decode" SUITES_TIMEOUT=100 PYTEST_TIMEOUT=0 \
   bash bench/device_suites.sh .device/vecstore r52-suites-vec
 grep -q "test_sm90_mla_decode: [0-9]* passed, 0 skipped, 0 failed" /tmp/r52-suites-vec/tests.txt &&

@@ -11,7 +11,6 @@ source bench/device_call.sh
 unpack .device/head
 results r59
 export HFA_FA3_DIR=$PWD/.device/fa3 HFA_FLASHMLA_DIR=$PWD/.device/flashmlax
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv | tee $R/gpu.txt
 C=ffd4499  # the commit .device/head was built from
 HFA_COMMIT=$C BENCH_TIMEOUT=200 bench_with head bench_bwd.py gqa --gqa --impls hfa fa3 cudnn --modes bwd; pack
 HFA_COMMIT=$C BENCH_TIMEOUT=300 bench_with head bench_bwd.py bwd-bf16-fa3 --impls hfa fa3 hfa_det fa3_det cudnn --modes bwd --no-plot; pack

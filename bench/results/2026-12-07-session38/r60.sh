@@ -10,7 +10,6 @@ source bench/device_call.sh
 unpack .device/head
 results r60
 export HFA_FA3_DIR=$PWD/.device/fa3 PYTHONPATH=python:$PWD/.device/fa3
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv | tee $R/gpu.txt
 n() {  # n TAG IMPL BATCH SEQLEN HEADS KV_HEADS HDIM [causal]
   local tag=$1; shift
   HFA_LIBRARY=$PWD/.device/head/libhfa.so timeout 90 ncu --profile-from-start off --set full \

@@ -13,7 +13,6 @@ LIB=${LIB:-.device/headlib}
 unpack $LIB
 results r66
 export HFA_FA3_DIR=$PWD/.device/fa3 PYTHONPATH=python:$PWD/.device/fa3
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv | tee $R/gpu.txt
 n() {  # n TAG IMPL HDIM [causal] --seqlen S --batch B --heads H --heads-kv HKV
   local tag=$1; shift
   HFA_LIBRARY=$PWD/$LIB/libhfa.so timeout 100 ncu --profile-from-start off --set full \

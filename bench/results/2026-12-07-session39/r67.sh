@@ -16,7 +16,6 @@ source bench/device_call.sh
 unpack .device/headlib .device/rtwg .device/fma4 .device/hint
 results r67
 export HFA_FA3_DIR=$PWD/.device/fa3
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv | tee $R/gpu.txt
 suite() {  # suite BIN_DIR TAG SUITES
   OUT=$R HFA_BIN=$PWD/.device/$1 timeout 150 bash bench/device_run.sh "tests:$3" 2>&1 |
     grep -v "^Running main" > $R/tests-$2.txt; tail -4 $R/tests-$2.txt

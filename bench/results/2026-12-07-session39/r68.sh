@@ -16,7 +16,6 @@ source bench/device_call.sh
 unpack .device/headlib .device/hint .device/nopp
 results r68
 export HFA_FA3_DIR=$PWD/.device/fa3
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv | tee $R/gpu.txt
 j() { ls "$R"/*-"$1".json | head -1; }
 arms() {  # arms NAME ARM...: the A/B table of NAME's rounds 1 and 2
   local name=$1; shift
