@@ -10,10 +10,13 @@
 # 1. gate: hint's test_sm90_backward (fma4's where hint's fails), rtwg's workspace and block-sparse
 #    suites; 2. bench_bwd hdim 128/256, 4k/16k, both masks, arms in order then reversed, FA3 beside.
 # Carry .device/headlib .device/rtwg .device/fma4 .device/hint .device/fa3.
+# ARMS="headlib hint" (carry .device/headlib .device/hint .device/fa3): the whole stack against
+# HEAD alone, hint's suite the only gate, for a call with little device time left.
 set -u
 cd "$(dirname "$0")/../../.."
 source bench/device_call.sh
-unpack .device/headlib .device/rtwg .device/fma4 .device/hint
+arms=${ARMS:-"headlib rtwg fma4 hint"}
+unpack $(for a in $arms; do echo .device/$a; done)
 results r67
 export HFA_FA3_DIR=$PWD/.device/fa3
 suite() {  # suite BIN_DIR TAG SUITES
@@ -21,14 +24,15 @@ suite() {  # suite BIN_DIR TAG SUITES
     grep -v "^Running main" > $R/tests-$2.txt; tail -4 $R/tests-$2.txt
 }
 passed() { grep -q "test_sm90_backward: [0-9]* passed, 0 skipped, 0 failed" $R/tests-$1.txt; }
-arms="headlib rtwg fma4 hint"
 suite hint hint test_sm90_backward
 if ! passed hint; then
-  echo "hint: test_sm90_backward failed, no timing of it"; arms="headlib rtwg fma4"
-  suite fma4 fma4 test_sm90_backward
-  passed fma4 || { echo "fma4 failed too"; arms="headlib rtwg"; }
+  echo "hint: test_sm90_backward failed, no timing of it"; arms=${arms% hint}
+  if [[ $arms == *fma4 ]]; then
+    suite fma4 fma4 test_sm90_backward
+    passed fma4 || { echo "fma4 failed too"; arms="headlib rtwg"; }
+  fi
 fi
-suite rtwg rtwg "test_sm90_backward_workspace test_sm90_backward_block_sparse"
+[[ $arms == *rtwg* ]] && suite rtwg rtwg "test_sm90_backward_workspace test_sm90_backward_block_sparse"
 pack
 j() { ls "$R"/*-"$1".json | head -1; }
 b() { HFA_COMMIT=$1 BENCH_TIMEOUT=60 bench_with $1 bench_bwd.py bwd-$1-$2 --impls hfa fa3 --modes bwd \
