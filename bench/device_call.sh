@@ -10,6 +10,14 @@
 # The machine hands back at most 8 files from $OUT (README of the device tool), so a call's files
 # leave as one tarball; `pack` also strips this tree's absolute path from them.
 
+# Every GPU suite (test binaries of a release build), in the order device_suites.sh runs them:
+# the quick suites first, so that a timeout cuts the long forward suites, not the decode's.
+GPU_SUITES="test_sm90_ptx test_sm90_decode test_sm90_mla_decode test_sm90_quantize test_quant_gpu
+  test_sm90_merge_partials test_sm90_partials test_sm90_quantize_fp8 test_sm90_sm_margin
+  test_sm90_tile_maps test_sm90_tile_order test_sm90_backward_workspace
+  test_sm90_backward_block_sparse test_sm90_backward test_sm90_forward_fp8
+  test_sm90_forward_features test_sm90_forward"
+
 # Decompresses every *.xz in each folder, makes its test binaries executable and links the
 # library's soname chain (libhfa.so -> libhfa.so.0.1 -> libhfa.so.0.1.0). A *.tar.xz is
 # unpacked into its folder: the test binaries are static, each holds every kernel, so packed

@@ -12,13 +12,9 @@ source bench/device_call.sh
 bin=$PWD/${1:-.device/suites}  # absolute: some Python tests run in another folder
 unpack "$bin"
 results "${2:-suites}"
-# The quick suites first: a timeout then cuts the long forward suites, not the decode's. SUITES
-# (the binaries' names, in order) runs others: a branch's new suites, or a call's share of them.
-suites=${SUITES:-"test_sm90_ptx test_sm90_decode test_sm90_mla_decode test_sm90_quantize test_quant_gpu
-  test_sm90_merge_partials test_sm90_partials test_sm90_quantize_fp8 test_sm90_sm_margin
-  test_sm90_tile_maps test_sm90_tile_order test_sm90_backward_workspace
-  test_sm90_backward_block_sparse test_sm90_backward test_sm90_forward_fp8
-  test_sm90_forward_features test_sm90_forward"}
+# SUITES (the binaries' names, in order; default GPU_SUITES, device_call.sh) runs others: a
+# branch's new suites, or a call's share of them.
+suites=${SUITES:-$GPU_SUITES}
 OUT=$R HFA_BIN=$bin timeout "${SUITES_TIMEOUT:-380}" bash bench/device_run.sh \
   "tests:$(echo $suites)" 2>&1 | grep -v "^Running main" | tee "$R/tests.txt" | tail -40
 pack
