@@ -4,7 +4,8 @@
 #   source bench/device_call.sh
 #   unpack .device/base .device/new             # binaries built here, carried xz-packed
 #   results r14a                                # $R: where this call's files go
-#   bench_with new bench_fwd_shapes.py shapes-new1 --impls hfa --timings graph
+#   bench_with new bench_fwd_shapes.py shapes-new-1 --impls hfa --timings graph
+#   ab shapes base new                          # the A/B table of rounds 1 and 2
 #   pack                                        # one tarball in $OUT
 #
 # The machine hands back at most 8 files from $OUT (README of the device tool), so a call's files
@@ -60,6 +61,17 @@ bench_with() {
   HFA_LIBRARY=$PWD/.device/$lib/libhfa.so timeout "${BENCH_TIMEOUT:-90}" \
     python3 "bench/$bench" --out "$R" --tag "$tag" "$@" > "$R/$tag.txt" 2>&1
   echo "$tag rc=$? $(tail -1 "$R/$tag.txt" | cut -c1-70)"
+}
+
+# ab NAME ARM...: the A/B table (bench/compare_runs.py --arms) of bench_with's runs tagged
+# NAME-ARM-1 and NAME-ARM-2 (each arm's two rounds), in $R/ab-NAME.md and the output's tail.
+ab() {
+  local name=$1 arm arms=()
+  shift
+  for arm in "$@"; do
+    arms+=("$arm=$(ls "$R"/*-"$name-$arm"-1.json | head -1),$(ls "$R"/*-"$name-$arm"-2.json | head -1)")
+  done
+  python3 bench/compare_runs.py --arms "${arms[@]}" 2>&1 | tee "$R/ab-$name.md" | tail -"${AB_LINES:-30}"
 }
 
 # Strips the tree's path from the text files and packs $R into $OUT/NAME.tar.gz.

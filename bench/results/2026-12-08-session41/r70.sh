@@ -16,10 +16,9 @@ results r70
 export HFA_FA3_DIR=$PWD/.device/fa3
 arms="headlib fma4 stack"
 pack
-j() { ls "$R"/*-"$1".json | head -1; }
 b() { HFA_COMMIT=$1 BENCH_TIMEOUT=60 bench_with $1 bench_bwd.py bwd-$1-$2 --impls hfa fa3 --modes bwd \
         --hdims 64 128 256 --seqlens 16384 --causal both --no-plot --acc-max-seqlen 0; }
 for a in $arms; do b $a 1; done; pack
 for a in $(echo $arms | tr ' ' '\n' | tac); do b $a 2; done
-python3 bench/compare_runs.py --arms $(for a in $arms; do echo "$a=$(j bwd-$a-1),$(j bwd-$a-2)"; done) 2>&1 | tee "$R/ab-bwd.md" | tail -30
+ab bwd $arms
 pack

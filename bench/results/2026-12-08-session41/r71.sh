@@ -15,17 +15,11 @@ export HFA_FA3_DIR=$PWD/.device/fa3
 OUT=$R HFA_BIN=$PWD/.device/snopp timeout 170 bash bench/device_run.sh "tests:test_sm90_forward" 2>&1 |
   grep -v "^Running main" > $R/tests-snopp.txt; tail -4 $R/tests-snopp.txt
 pack
-j() { ls "$R"/*-"$1".json | head -1; }
-arms() {  # arms NAME ARM...: the A/B table of NAME's rounds 1 and 2
-  local name=$1; shift
-  python3 bench/compare_runs.py --arms $(for a in "$@"; do echo "$a=$(j $name-$a-1),$(j $name-$a-2)"; done) \
-    2>&1 | tee "$R/ab-$name.md" | tail -36
-}
 f() { HFA_COMMIT=$1 BENCH_TIMEOUT=70 bench_with $1 bench_fwd.py fwd-$1-$2 --impls hfa fa3 \
         --hdims 64 128 256 --seqlens 4096 16384 --causal both --no-plot; }
 e() { HFA_COMMIT=$1 BENCH_TIMEOUT=50 bench_with $1 bench_fwd_fp8.py fp8-$1-$2 --impls hfa fa3 \
         --hdims 128 256 --seqlens 4096 16384 --causal both --no-plot; }
 f headlib 1; f stack 1; f snopp 1; pack; f snopp 2; f stack 2; f headlib 2
-arms fwd headlib stack snopp; pack
+ab fwd headlib stack snopp; pack
 e headlib 1; e stack 1; e stack 2; e headlib 2
-arms fp8 headlib stack; pack
+ab fp8 headlib stack; pack

@@ -11,12 +11,6 @@ source bench/device_call.sh
 unpack .device/headlib .device/stack .device/snopp
 results r73
 export HFA_FA3_DIR=$PWD/.device/fa3
-j() { ls "$R"/*-"$1".json | head -1; }
-ab() {  # ab NAME ARM...: the A/B table of NAME's rounds 1 and 2
-  local name=$1; shift
-  python3 bench/compare_runs.py --arms $(for a in "$@"; do echo "$a=$(j $name-$a-1),$(j $name-$a-2)"; done) \
-    2>&1 | tee "$R/ab-$name.md" | tail -10
-}
 b() { HFA_COMMIT=$1 BENCH_TIMEOUT=50 bench_with $1 bench_bwd.py bwd-$1-$2 --impls hfa fa3 --modes bwd \
         --hdims 128 256 --seqlens 16384 --causal both --no-plot --acc-max-seqlen 0; }
 f() { HFA_COMMIT=$1 BENCH_TIMEOUT=40 bench_with $1 bench_fwd.py fwd-$1-$2 --impls hfa fa3 \
