@@ -63,15 +63,26 @@ bench_with() {
   echo "$tag rc=$? $(tail -1 "$R/$tag.txt" | cut -c1-70)"
 }
 
+# suites_of ARM SECONDS SUITE...: the GPU suites of .device/ARM (device_run.sh's tests step),
+# their log in $R/tests-ARM.txt, its last lines (the counts) on the output.
+suites_of() {
+  local arm=$1 seconds=$2
+  shift 2
+  OUT=$R HFA_BIN=$PWD/.device/$arm timeout "$seconds" bash bench/device_run.sh "tests:$*" 2>&1 |
+    grep -v "^Running main" > "$R/tests-$arm.txt"
+  tail -4 "$R/tests-$arm.txt"
+}
+
 # ab NAME ARM...: the A/B table (bench/compare_runs.py --arms) of bench_with's runs tagged
 # NAME-ARM-1 and NAME-ARM-2 (each arm's two rounds), in $R/ab-NAME.md and the output's tail.
 ab() {
   local name=$1 arm arms=()
   shift
   for arm in "$@"; do
-    arms+=("$arm=$(ls "$R"/*-"$name-$arm"-1.json | head -1),$(ls "$R"/*-"$name-$arm"-2.json | head -1)")
+    arms+=("$arm=$(echo "$R"/*-"$name-$arm"-1.json),$(echo "$R"/*-"$name-$arm"-2.json)")
   done
-  python3 bench/compare_runs.py --arms "${arms[@]}" 2>&1 | tee "$R/ab-$name.md" | tail -"${AB_LINES:-30}"
+  python3 bench/compare_runs.py --arms "${arms[@]}" 2>&1 | tee "$R/ab-$name.md" |
+    tail -"${AB_LINES:-30}"
 }
 
 # Strips the tree's path from the text files and packs $R into $OUT/NAME.tar.gz.

@@ -1,12 +1,13 @@
 #!/bin/bash
 # Session 41's first call (issue 32): the backward levers, each against HEAD's kernels.
 #   headlib (.device/headlib) e377678's library (HEAD's kernels)
-#   fma4    (.device/fma4)    branch issue32-turns-fma: every 4th exponential of P on the FMA
+#   fma4    (.device/fma4)    fma4.patch: every 4th exponential of P on the FMA
 #                             pipes in hdim 128's turns kernels (decision 042 reopened by 044)
-#   stack   (.device/stack)   branch issue32-wait-hint: fma4 + every mbarrier wait sleeps with a
+#   stack   (.device/stack)   + hint.patch: fma4 + every mbarrier wait sleeps with a
 #                             10 ms suspend hint (FA3's SASS: NANOSLEEP.SYNCS in each wait loop)
 # bench_bwd hdim 64/128/256 at 16k, both masks, arms in order then reversed, FA3 beside.
-# The gate is r72.sh's (every GPU suite over snopp: stack + the forward's no-turns candidate).
+# Build the arms as README.md here says. The gate is r72.sh's (every GPU suite over snopp:
+# stack + the forward's no-turns candidate).
 # Carry .device/headlib .device/fma4 .device/stack .device/fa3.
 set -u
 cd "$(dirname "$0")/../../.."

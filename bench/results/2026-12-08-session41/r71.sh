@@ -3,8 +3,9 @@
 #   headlib, stack, snopp as in r70.sh: stack's forward differs from HEAD's by the sleeping
 #   waits alone; snopp's adds no consumer turns at 16-bit hdim 192/256 (FlashAttention-3's
 #   rule), its hdim 64/128 kernels stack's (a check of the noise).
-# Gate: snopp's test_sm90_forward. bf16 hdim 64/128/256 (FA3 has no 192), 4k/16k, both masks, rounds headlib
-# stack snopp snopp stack headlib; FP8 hdim 128/256 4k/16k, headlib stack stack headlib.
+# Gate: snopp's test_sm90_forward. bf16 hdim 64/128/256 (FA3 has no 192), 4k/16k, both masks,
+# rounds headlib stack snopp snopp stack headlib; FP8 hdim 128/256 4k/16k, headlib stack stack
+# headlib.
 # Carry .device/headlib .device/stack .device/snopp .device/fa3.
 set -u
 cd "$(dirname "$0")/../../.."
@@ -12,9 +13,7 @@ source bench/device_call.sh
 unpack .device/headlib .device/stack .device/snopp
 results r71
 export HFA_FA3_DIR=$PWD/.device/fa3
-OUT=$R HFA_BIN=$PWD/.device/snopp timeout 170 bash bench/device_run.sh "tests:test_sm90_forward" 2>&1 |
-  grep -v "^Running main" > $R/tests-snopp.txt; tail -4 $R/tests-snopp.txt
-pack
+suites_of snopp 170 test_sm90_forward; pack
 f() { HFA_COMMIT=$1 BENCH_TIMEOUT=70 bench_with $1 bench_fwd.py fwd-$1-$2 --impls hfa fa3 \
         --hdims 64 128 256 --seqlens 4096 16384 --causal both --no-plot; }
 e() { HFA_COMMIT=$1 BENCH_TIMEOUT=50 bench_with $1 bench_fwd_fp8.py fp8-$1-$2 --impls hfa fa3 \

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Session 41's gate: every GPU suite over .device/snopp (the library and the 17 suites of the
-# candidates together: issue32-wait-hint, which holds issue32-turns-fma, + issue33-d256-no-turns).
+# candidates together: fma4.patch, hint.patch and nopp.patch).
 # The Python suite is left out: no Python or host code changed. Carry .device/snopp (28 MB).
 set -u
 cd "$(dirname "$0")/../../.."

@@ -16,6 +16,5 @@ b() { HFA_COMMIT=$1 BENCH_TIMEOUT=50 bench_with $1 bench_bwd.py bwd-$1-$2 --impl
 f() { HFA_COMMIT=$1 BENCH_TIMEOUT=40 bench_with $1 bench_fwd.py fwd-$1-$2 --impls hfa fa3 \
         --hdims 128 256 --seqlens 16384 --causal both --no-plot; }
 b headlib 1; b stack 1; b stack 2; b headlib 2; ab bwd headlib stack; pack
-OUT=$R HFA_BIN=$PWD/.device/snopp timeout 150 bash bench/device_run.sh "tests:test_sm90_backward" 2>&1 |
-  grep -v "^Running main" > $R/tests-snopp.txt; tail -4 $R/tests-snopp.txt; pack
+suites_of snopp 150 test_sm90_backward; pack
 f headlib 1; f stack 1; f snopp 1; f snopp 2; f stack 2; f headlib 2; ab fwd headlib stack snopp; pack
